@@ -1,0 +1,240 @@
+// anvil: the command line. It parses flags, calls one subsystem and prints
+// what it returns; no logic of its own. Input errors print one line and exit
+// 2; system failures exit 1.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "anvil/base/error.hpp"
+#include "anvil/base/files.hpp"
+#include "anvil/bench/gemm_bench.hpp"
+#include "anvil/bench/hw_report.hpp"
+#include "anvil/bench/membw_bench.hpp"
+#include "anvil/kernels/blas.hpp"
+#include "anvil/plan/hw_profile.hpp"
+
+namespace {
+
+using anvil::InputError;
+
+// "4096", "64K", "1M", "2G" (binary multiples) -> bytes or counts.
+int64_t parse_size(const std::string& text, const std::string& flag) {
+  size_t pos = 0;
+  long long value = 0;
+  try {
+    value = std::stoll(text, &pos);
+  } catch (const std::exception&) {
+    throw InputError(flag + ": expected a size like 4096, 64K, 1M or 2G, got '" + text + "'");
+  }
+  const std::string suffix = text.substr(pos);
+  int64_t mult = 1;
+  if (suffix == "K" || suffix == "k") mult = int64_t{1} << 10;
+  else if (suffix == "M" || suffix == "m") mult = int64_t{1} << 20;
+  else if (suffix == "G" || suffix == "g") mult = int64_t{1} << 30;
+  else if (!suffix.empty()) {
+    throw InputError(flag + ": expected a size like 4096, 64K, 1M or 2G, got '" + text + "'");
+  }
+  if (value < 1) throw InputError(flag + ": expected a positive size, got '" + text + "'");
+  return value * mult;
+}
+
+std::vector<int64_t> parse_sizes(const std::vector<std::string>& texts, const std::string& flag) {
+  std::vector<int64_t> out;
+  for (const auto& t : texts) out.push_back(parse_size(t, flag));
+  return out;
+}
+
+// Where results go: a table (default), --json or --csv on stdout, and
+// optionally --out FILE with the JSON, written atomically.
+struct OutputFlags {
+  bool json = false;
+  bool csv = false;
+  std::string out;
+
+  void add_to(CLI::App* app) {
+    app->add_flag("--json", json, "Print JSON on stdout instead of the table");
+    app->add_flag("--csv", csv, "Print CSV on stdout instead of the table");
+    app->add_option("--out", out, "Also write the JSON result to this file (atomically)");
+  }
+
+  template <typename Result>
+  void emit(const Result& r, const std::string& footer) const {
+    const auto j = r.to_json();
+    if (!out.empty()) anvil::write_file_atomic(out, j.dump(2) + "\n");
+    if (json) {
+      std::cout << j.dump(2) << "\n";
+    } else if (csv) {
+      std::cout << r.to_table().to_csv();
+    } else {
+      std::cout << r.to_table().to_text() << footer;
+    }
+  }
+};
+
+std::string blas_line() {
+  const auto& b = anvil::kernels::blas_info();
+  return "BLAS: " + b.corename + " kernels (" + b.reason + ")\n";
+}
+
+bool stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "anvil: a training stack for Mixture-of-Experts language models (after ZAYA1).\n"
+      "Microbenchmarks, hardware profiles and (in later releases) the trainer."};
+  app.set_version_flag("--version", std::string("anvil ") + "0.1.0");
+  app.require_subcommand(1);
+
+  // anvil hw
+  auto* hw = app.add_subcommand("hw", "Describe this machine: CPU, ISA, caches, memory, BLAS, MPI");
+  bool hw_json = false;
+  std::string hw_profile;
+  double hw_min_time = 0.1;
+  hw->add_flag("--json", hw_json, "Print JSON instead of the table");
+  hw->add_option("--profile", hw_profile,
+                 "Measure GEMM and memory bandwidth and write this machine's hardware profile "
+                 "(JSON, see docs/hw-profile.md) to this file");
+  hw->add_option("--min-time", hw_min_time, "Seconds timed per measurement with --profile")
+      ->check(CLI::Range(0.001, 60.0));
+
+  // anvil bench ...
+  auto* bench = app.add_subcommand("bench", "Microbenchmarks");
+  bench->require_subcommand(1);
+
+  auto* gemm = bench->add_subcommand(
+      "gemm", "GEMM throughput by shape, dtype and threads, with baselines from the same run");
+  anvil::bench::GemmBenchOptions gopt;
+  std::vector<std::string> gsizes;
+  std::string internal_spec;
+  OutputFlags gout;
+  gemm->add_option("--preset", gopt.preset,
+                   "square: n x n x n for each --sizes; aligned: sizes that are multiples of exactly "
+                   "1, 8, 16, 64, 128 above each base in --sizes; model: the GEMMs of one layer of "
+                   "--config")
+      ->check(CLI::IsMember({"square", "aligned", "model"}))
+      ->capture_default_str();
+  gemm->add_option("--sizes", gsizes,
+                   "Dimensions (square; default 128,256,512,1024,2048) or base dimensions (aligned; "
+                   "default 1024)")
+      ->delimiter(',');
+  gemm->add_option("--config", gopt.config_path, "Model config (JSON, configs/) for --preset model");
+  gemm->add_option("--set", gopt.overrides, "Override a config key: --set d_model=1024 (repeatable)");
+  gemm->add_option("--tokens", gopt.tokens, "Tokens per GEMM for --preset model (batch x sequence)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  gemm->add_option("--tokens-per-expert", gopt.tokens_per_expert,
+                   "Tokens per expert GEMM (default: tokens x top_k / experts)")
+      ->check(CLI::NonNegativeNumber);
+  gemm->add_flag("--backward", gopt.backward, "Also measure each GEMM's dgrad and wgrad");
+  gemm->add_option("--dtype", gopt.dtypes, "Input dtypes: f32, bf16 (fp32 accumulation)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  gemm->add_option("--threads", gopt.threads, "Thread counts to sweep, e.g. 1,2 (default: all cores)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  gemm->add_option("--baselines", gopt.baselines,
+                   "Baselines measured in the same run: library (raw OpenBLAS, its own CPU "
+                   "detection), env (raw OpenBLAS, inherited OPENBLAS_CORETYPE), onednn (oneDNN "
+                   "f32), naive (reference loop, small shapes); or none")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"library", "env", "onednn", "naive", "none"}))
+      ->capture_default_str();
+  gemm->add_option("--min-time", gopt.timing.min_seconds,
+                   "Seconds timed per shape (median of the calls is reported)")
+      ->check(CLI::Range(0.001, 60.0))
+      ->capture_default_str();
+  gout.add_to(gemm);
+  gemm->add_option("--internal-raw-blas", internal_spec, "(internal: baseline child)")->group("");
+
+  auto* membw = bench->add_subcommand(
+      "membw", "Memory bandwidth (STREAM copy/scale/add/triad, read, write) from L1 to DRAM");
+  anvil::bench::MembwOptions mopt;
+  std::vector<std::string> msizes;
+  OutputFlags mout;
+  membw->add_option("--kernels", mopt.kernels, "Kernels: copy, scale, add, triad, read, write")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"copy", "scale", "add", "triad", "read", "write"}))
+      ->capture_default_str();
+  membw->add_option("--sizes", msizes,
+                    "Working-set sizes (all arrays of a kernel), e.g. 32K,1M,1G "
+                    "(default 16K to 1G by 4x)")
+      ->delimiter(',');
+  membw->add_option("--threads", mopt.threads, "Thread counts, e.g. 1,2 (default 1..all cores)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  membw->add_option("--min-time", mopt.min_seconds, "Seconds timed per (kernel, size, threads)")
+      ->check(CLI::Range(0.001, 60.0))
+      ->capture_default_str();
+  mout.add_to(membw);
+
+  try {
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+      return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+      return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+      return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+      std::string msg = e.what();
+      // CLI11 reports a missing subcommand before an unknown word; name the word.
+      const auto rest = app.remaining(true);
+      if (std::string(e.get_name()) == "RequiredError" && msg == "A subcommand is required") {
+        const std::string where = *bench ? "anvil bench" : "anvil";
+        const std::string expected = *bench ? "gemm, membw" : "hw, bench";
+        msg = rest.empty() ? where + ": expected a command (" + expected + ")"
+                           : where + ": unknown command '" + rest.front() + "' (expected " +
+                                 expected + ")";
+      }
+      for (char& c : msg) {
+        if (c == '\n') c = ' ';
+      }
+      std::cerr << "anvil: error: " << msg << "\n";
+      return 2;
+    }
+
+    if (*hw) {
+      if (!hw_profile.empty()) {
+        anvil::bench::ProfileOptions po;
+        po.min_seconds = hw_min_time;
+        po.progress = stderr_is_terminal();
+        const auto profile = anvil::bench::measure_local_profile(po);
+        anvil::plan::save_hw_profile(profile, hw_profile);
+        std::cerr << "wrote " << hw_profile << "\n";
+      }
+      const auto report = anvil::bench::hw_report();
+      std::cout << (hw_json ? report.dump(2) + "\n" : anvil::bench::hw_report_text(report));
+      return 0;
+    }
+    if (*gemm) {
+      if (!internal_spec.empty()) return anvil::bench::run_raw_blas_child(internal_spec);
+      gopt.sizes = parse_sizes(gsizes, "--sizes");
+      gopt.progress = stderr_is_terminal();
+      const auto result = anvil::bench::run_gemm_bench(gopt);
+      gout.emit(result, "\n" + result.summary_text() + blas_line());
+      return 0;
+    }
+    if (*membw) {
+      mopt.sizes = parse_sizes(msizes, "--sizes");
+      mopt.progress = stderr_is_terminal();
+      const auto result = anvil::bench::run_membw_bench(mopt);
+      mout.emit(result, "");
+      return 0;
+    }
+  } catch (const anvil::InputError& e) {
+    std::cerr << "anvil: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "anvil: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages anvil builds and runs with, if any is missing.
+# Safe to run again: it does nothing when everything is there.
+set -euo pipefail
+
+packages=(
+  build-essential cmake
+  libopenblas-openmp-dev   # GEMM (fp32); anvil dlopen()s it to pick the kernels
+  libdnnl-dev              # oneDNN: bf16 GEMM (AVX512_BF16)
+  libopenmpi-dev openmpi-bin
+  nlohmann-json3-dev libcli11-dev
+  libgtest-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "installing: ${missing[*]}" >&2
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,425 @@
+#include "anvil/bench/gemm_bench.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <random>
+#include <set>
+
+#include "anvil/base/bf16.hpp"
+#include "anvil/base/cpu.hpp"
+#include "anvil/base/error.hpp"
+#include "anvil/base/files.hpp"
+#include "anvil/base/process.hpp"
+#include "anvil/base/threads.hpp"
+#include "anvil/kernels/blas.hpp"
+#include "anvil/kernels/gemm.hpp"
+#include "anvil/model/config.hpp"
+#include "anvil/model/gemm_shapes.hpp"
+
+namespace anvil::bench {
+namespace {
+
+using json = nlohmann::json;
+using kernels::GemmBackend;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::string dims_text(const GemmCase& c) {
+  return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k);
+}
+
+std::string op_text(const GemmCase& c) {
+  return std::string(c.trans_a ? "T" : "N") + (c.trans_b ? "T" : "N");
+}
+
+std::string alignment_label(int64_t n) {
+  int64_t a = 1;
+  while (a < 256 && n % (2 * a) == 0) a *= 2;
+  return "mult of " + std::to_string(a) + (a == 256 ? "+" : "");
+}
+
+// Operands of one case, filled once with values in [-1, 1].
+struct Operands {
+  int64_t lda, ldb, ldc;
+  std::vector<float> a, b, c;
+  std::vector<bf16> a16, b16;
+
+  Operands(const GemmCase& g, bool with_bf16) {
+    lda = g.trans_a ? g.m : g.k;
+    ldb = g.trans_b ? g.k : g.n;
+    ldc = g.n;
+    std::mt19937 rng(1234);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    a.resize(static_cast<size_t>(std::max<int64_t>(1, g.m * g.k)));
+    b.resize(static_cast<size_t>(std::max<int64_t>(1, g.k * g.n)));
+    c.assign(static_cast<size_t>(std::max<int64_t>(1, g.m * g.n)), 0.0f);
+    for (auto& x : a) x = u(rng);
+    for (auto& x : b) x = u(rng);
+    if (with_bf16) {
+      a16.resize(a.size());
+      b16.resize(b.size());
+      for (size_t i = 0; i < a.size(); ++i) a16[i] = to_bf16(a[i]);
+      for (size_t i = 0; i < b.size(); ++i) b16[i] = to_bf16(b[i]);
+    }
+  }
+
+  void run(const GemmCase& g, const std::string& dtype, GemmBackend backend) {
+    if (dtype == "bf16") {
+      kernels::gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a16.data(), lda, b16.data(), ldb,
+                    0.0f, c.data(), ldc, backend);
+    } else {
+      kernels::gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
+                    c.data(), ldc, backend);
+    }
+  }
+
+  void run_raw_blas(const GemmCase& g) {
+    kernels::blas_sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb,
+                        0.0f, c.data(), ldc);
+  }
+};
+
+double gflops_of(const GemmCase& g, double seconds) { return g.flops() / seconds / 1e9; }
+
+json case_json(const GemmCase& c) {
+  return {{"label", c.label}, {"m", c.m}, {"n", c.n}, {"k", c.k},
+          {"trans_a", c.trans_a}, {"trans_b", c.trans_b}};
+}
+
+GemmCase case_from_json(const json& j) {
+  return GemmCase{j.at("label").get<std::string>(), j.at("m").get<int64_t>(),
+                  j.at("n").get<int64_t>(),         j.at("k").get<int64_t>(),
+                  j.at("trans_a").get<bool>(),      j.at("trans_b").get<bool>()};
+}
+
+json timing_json(const TimingPolicy& t) {
+  return {{"min_seconds", t.min_seconds}, {"min_samples", t.min_samples},
+          {"max_samples", t.max_samples}, {"warmup", t.warmup}};
+}
+
+TimingPolicy timing_from_json(const json& j) {
+  TimingPolicy t;
+  t.min_seconds = j.at("min_seconds").get<double>();
+  t.min_samples = j.at("min_samples").get<int>();
+  t.max_samples = j.at("max_samples").get<int>();
+  t.warmup = j.at("warmup").get<int>();
+  return t;
+}
+
+// Runs this executable as a raw-BLAS child with `env` and returns its
+// GFLOP/s per (case, threads), or a note explaining why there is none.
+struct ChildRun {
+  std::string corename;
+  std::map<std::pair<size_t, int>, double> gflops;
+  std::string error;
+};
+
+ChildRun run_baseline_child(const std::vector<GemmCase>& cases, const std::vector<int>& threads,
+                            const TimingPolicy& timing,
+                            const std::map<std::string, std::string>& env) {
+  json spec = {{"cases", json::array()}, {"threads", threads}, {"timing", timing_json(timing)}};
+  for (const auto& c : cases) spec["cases"].push_back(case_json(c));
+  char path[] = "/tmp/anvil-gemm-spec-XXXXXX";
+  const int fd = ::mkstemp(path);
+  if (fd < 0) return {"", {}, "cannot create a spec file in /tmp"};
+  ::close(fd);
+  write_file_atomic(path, spec.dump());
+  ChildRun run;
+  try {
+    const ChildResult r =
+        run_child({self_executable(), "bench", "gemm", "--internal-raw-blas", path}, env);
+    std::filesystem::remove(path);
+    if (r.exit_code != 0) {
+      run.error = "child exited with status " + std::to_string(r.exit_code);
+      return run;
+    }
+    const json out = json::parse(r.out);
+    run.corename = out.at("corename").get<std::string>();
+    for (const auto& item : out.at("results")) {
+      run.gflops[{item.at("case").get<size_t>(), item.at("threads").get<int>()}] =
+          item.at("gflops").get<double>();
+    }
+  } catch (const std::exception& e) {
+    std::filesystem::remove(path);
+    run.error = std::string("child failed: ") + e.what();
+  }
+  return run;
+}
+
+void progress_line(bool enabled, size_t done, size_t total, const std::string& what) {
+  if (!enabled) return;
+  std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", done, total, what.c_str());
+  if (done == total) std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+double work_for_fraction(std::vector<std::pair<double, double>> points, double peak,
+                         double fraction) {
+  if (points.empty() || !(peak > 0)) return kNaN;
+  std::sort(points.begin(), points.end());
+  // Walk down from the largest work while every point stays above the bar.
+  double answer = kNaN;
+  for (auto it = points.rbegin(); it != points.rend(); ++it) {
+    if (it->second < fraction * peak) break;
+    answer = it->first;
+  }
+  return answer;
+}
+
+std::vector<GemmCase> gemm_cases(const GemmBenchOptions& o) {
+  std::vector<GemmCase> cases;
+  for (int64_t s : o.sizes) {
+    if (s < 1) throw InputError("--sizes: expected sizes >= 1, got " + std::to_string(s));
+  }
+  if (o.preset == "square") {
+    std::vector<int64_t> sizes = o.sizes;
+    if (sizes.empty()) sizes = {128, 256, 512, 1024, 2048};
+    for (int64_t n : sizes) cases.push_back({"square", n, n, n, false, false});
+  } else if (o.preset == "aligned") {
+    std::vector<int64_t> bases = o.sizes;
+    if (bases.empty()) bases = {1024};
+    for (int64_t base : bases) {
+      // The base, then the next size that is a multiple of exactly 1, 8, 16,
+      // 64 and 128: shows the cost of misalignment and tile quantization.
+      const int64_t round = (base + 127) / 128 * 128;
+      for (int64_t n : {base, round + 1, round + 8, round + 16, round + 64, round + 128}) {
+        cases.push_back({alignment_label(n), n, n, n, false, false});
+      }
+    }
+  } else if (o.preset == "model") {
+    if (o.config_path.empty()) throw InputError("--config: required with --preset model");
+    const model::ModelConfig cfg = model::load_model_config(o.config_path, o.overrides);
+    if (o.tokens < 1) throw InputError("--tokens: expected >= 1, got " + std::to_string(o.tokens));
+    int64_t tpe = o.tokens_per_expert;
+    if (tpe == 0 && cfg.n_experts > 0) {
+      tpe = std::max<int64_t>(1, (o.tokens * cfg.top_k + cfg.n_experts - 1) / cfg.n_experts);
+    }
+    for (const auto& g : model::layer_gemms(cfg, o.tokens, tpe, o.backward)) {
+      cases.push_back({g.name, g.m, g.n, g.k, g.trans_a, g.trans_b});
+    }
+  } else {
+    throw InputError("--preset: expected square, aligned or model, got '" + o.preset + "'");
+  }
+  return cases;
+}
+
+GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
+  for (const auto& d : o.dtypes) {
+    if (d != "f32" && d != "bf16") throw InputError("--dtype: expected f32 or bf16, got '" + d + "'");
+  }
+  std::set<std::string> baselines(o.baselines.begin(), o.baselines.end());
+  for (const auto& b : baselines) {
+    if (b != "library" && b != "env" && b != "onednn" && b != "naive" && b != "none") {
+      throw InputError("--baselines: expected library, env, onednn, naive or none, got '" + b + "'");
+    }
+  }
+  std::vector<int> threads = o.threads;
+  if (threads.empty()) threads = {cpu_info().logical_cpus};
+  for (int t : threads) {
+    if (t < 1) throw InputError("--threads: expected >= 1, got " + std::to_string(t));
+  }
+  const std::vector<GemmCase> cases = gemm_cases(o);
+  const bool any_bf16 = std::count(o.dtypes.begin(), o.dtypes.end(), "bf16") > 0;
+  const kernels::BlasInfo& blas = kernels::blas_info();
+
+  GemmBenchResult result;
+  const size_t total = cases.size() * threads.size() * o.dtypes.size();
+  size_t done = 0;
+  for (const auto& dtype : o.dtypes) {
+    for (int t : threads) {
+      set_num_threads(t);
+      for (const auto& g : cases) {
+        progress_line(o.progress, done++, total, dtype + " " + std::to_string(t) + "T " + dims_text(g));
+        Operands ops(g, any_bf16);
+        GemmRow row{g, dtype, t, 0, 0, 0, {}};
+        const Samples s = time_calls([&] { ops.run(g, dtype, GemmBackend::automatic); }, o.timing);
+        row.gflops = gflops_of(g, s.median());
+        row.gflops_best = gflops_of(g, s.best());
+        if (dtype == "f32" && baselines.count("onednn")) {
+          const Samples so = time_calls([&] { ops.run(g, dtype, GemmBackend::onednn); }, o.timing);
+          row.baseline_gflops["onednn"] = gflops_of(g, so.median());
+        }
+        if (baselines.count("naive") && g.flops() <= o.naive_max_flops) {
+          TimingPolicy once = o.timing;
+          once.min_samples = 1;
+          once.warmup = 0;
+          const Samples sn = time_calls([&] { ops.run(g, dtype, GemmBackend::reference); }, once);
+          row.baseline_gflops["naive"] = gflops_of(g, sn.median());
+        }
+        result.rows.push_back(std::move(row));
+      }
+    }
+  }
+  progress_line(o.progress, total, total, "");
+  set_num_threads(cpu_info().logical_cpus);
+  if (baselines.count("onednn")) result.baseline_notes["onednn"] = "oneDNN f32 matmul";
+  if (baselines.count("naive")) {
+    result.baseline_notes["naive"] = "reference triple loop (double accumulation), shapes up to " +
+                                     fmt(o.naive_max_flops / 1e9, 3) + " GFLOP";
+  }
+
+  // The raw library call in a fresh process: with its own detection, and with
+  // the inherited OPENBLAS_CORETYPE when that differs from anvil's choice.
+  std::vector<std::pair<std::string, std::map<std::string, std::string>>> children;
+  if (baselines.count("library")) {
+    children.push_back({"library", {{"ANVIL_BLAS_CORETYPE", "library"}, {"OPENBLAS_CORETYPE", ""}}});
+  }
+  if (baselines.count("env") && !blas.inherited.empty() && blas.inherited != blas.corename) {
+    children.push_back({"env", {{"ANVIL_BLAS_CORETYPE", "env"}, {"OPENBLAS_CORETYPE", blas.inherited}}});
+  }
+  const bool any_f32 = std::count(o.dtypes.begin(), o.dtypes.end(), "f32") > 0;
+  for (const auto& [name, env] : children) {
+    if (!any_f32) break;
+    if (o.progress) std::fprintf(stderr, "measuring baseline '%s' in a child process...\n", name.c_str());
+    const ChildRun run = run_baseline_child(cases, threads, o.timing, env);
+    if (!run.error.empty()) {
+      result.baseline_notes[name] = "not measured: " + run.error;
+      continue;
+    }
+    result.baseline_notes[name] =
+        (name == "library" ? std::string("raw OpenBLAS sgemm, library's own detection: ")
+                           : "raw OpenBLAS sgemm, inherited OPENBLAS_CORETYPE=" + blas.inherited +
+                                 ": ") +
+        run.corename + " kernels";
+    for (auto& row : result.rows) {
+      if (row.dtype != "f32") continue;
+      const size_t idx = static_cast<size_t>(
+          std::find_if(cases.begin(), cases.end(),
+                       [&](const GemmCase& c) {
+                         return c.label == row.shape.label && c.m == row.shape.m &&
+                                c.n == row.shape.n && c.k == row.shape.k &&
+                                c.trans_a == row.shape.trans_a && c.trans_b == row.shape.trans_b;
+                       }) -
+          cases.begin());
+      const auto it = run.gflops.find({idx, row.threads});
+      if (it != run.gflops.end()) row.baseline_gflops[name] = it->second;
+    }
+  }
+
+  // Peak and efficiency per (dtype, threads).
+  for (const auto& dtype : o.dtypes) {
+    for (int t : threads) {
+      GemmSummary s{dtype, t, 0, kNaN, {}};
+      for (const auto& r : result.rows) {
+        if (r.dtype == dtype && r.threads == t) s.peak_gflops = std::max(s.peak_gflops, r.gflops);
+      }
+      std::vector<std::pair<double, double>> points;
+      for (auto& r : result.rows) {
+        if (r.dtype != dtype || r.threads != t) continue;
+        r.pct_of_peak = s.peak_gflops > 0 ? 100.0 * r.gflops / s.peak_gflops : 0;
+        points.push_back({r.shape.flops(), r.gflops});
+        s.efficiency_curve.push_back({r.shape.flops(), r.gflops / s.peak_gflops});
+      }
+      std::sort(s.efficiency_curve.begin(), s.efficiency_curve.end());
+      s.work_for_90pct_flops = work_for_fraction(points, s.peak_gflops, 0.9);
+      result.summaries.push_back(std::move(s));
+    }
+  }
+  return result;
+}
+
+int run_raw_blas_child(const std::string& spec_path) {
+  const json spec = json::parse(read_file(spec_path));
+  std::vector<GemmCase> cases;
+  for (const auto& c : spec.at("cases")) cases.push_back(case_from_json(c));
+  const TimingPolicy timing = timing_from_json(spec.at("timing"));
+  json out = {{"corename", kernels::blas_info().corename}, {"results", json::array()}};
+  for (int t : spec.at("threads").get<std::vector<int>>()) {
+    set_num_threads(t);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      Operands ops(cases[i], false);
+      const Samples s = time_calls([&] { ops.run_raw_blas(cases[i]); }, timing);
+      out["results"].push_back({{"case", i}, {"threads", t}, {"gflops", gflops_of(cases[i], s.median())}});
+    }
+  }
+  std::cout << out.dump() << std::endl;
+  return 0;
+}
+
+json GemmBenchResult::to_json() const {
+  const kernels::BlasInfo& blas = kernels::blas_info();
+  json j = {{"benchmark", "gemm"},
+            {"blas", {{"library", blas.library}, {"corename", blas.corename},
+                      {"policy", blas.policy}, {"requested", blas.requested},
+                      {"inherited", blas.inherited}, {"reason", blas.reason}}},
+            {"baselines", baseline_notes},
+            {"rows", json::array()},
+            {"summaries", json::array()}};
+  for (const auto& r : rows) {
+    json row = case_json(r.shape);
+    row["dtype"] = r.dtype;
+    row["threads"] = r.threads;
+    row["flops"] = r.shape.flops();
+    row["gflops"] = r.gflops;
+    row["gflops_best"] = r.gflops_best;
+    row["pct_of_peak"] = r.pct_of_peak;
+    row["baselines_gflops"] = r.baseline_gflops;
+    j["rows"].push_back(row);
+  }
+  for (const auto& s : summaries) {
+    json curve = json::array();
+    for (const auto& [w, e] : s.efficiency_curve) curve.push_back({{"flops", w}, {"efficiency", e}});
+    j["summaries"].push_back({{"dtype", s.dtype},
+                              {"threads", s.threads},
+                              {"peak_gflops", s.peak_gflops},
+                              {"work_for_90pct_flops", std::isnan(s.work_for_90pct_flops)
+                                                           ? json(nullptr)
+                                                           : json(s.work_for_90pct_flops)},
+                              {"efficiency_curve", curve}});
+  }
+  return j;
+}
+
+Table GemmBenchResult::to_table() const {
+  std::vector<std::string> names;
+  for (const char* b : {"library", "env", "onednn", "naive"}) {
+    for (const auto& r : rows) {
+      if (r.baseline_gflops.count(b)) {
+        names.push_back(b);
+        break;
+      }
+    }
+  }
+  std::vector<std::string> cols = {"shape", "MxNxK", "op", "dtype", "thr", "GFLOP/s", "best", "%peak"};
+  for (const auto& b : names) {
+    cols.push_back(b + " GF/s");
+    cols.push_back("x " + b);
+  }
+  Table table(cols);
+  for (const auto& r : rows) {
+    std::vector<std::string> cells = {r.shape.label, dims_text(r.shape), op_text(r.shape), r.dtype,
+                                      std::to_string(r.threads), fmt(r.gflops), fmt(r.gflops_best),
+                                      fmt(r.pct_of_peak)};
+    for (const auto& b : names) {
+      const auto it = r.baseline_gflops.find(b);
+      cells.push_back(it == r.baseline_gflops.end() ? "-" : fmt(it->second));
+      cells.push_back(it == r.baseline_gflops.end() ? "-" : fmt(r.gflops / it->second, 2));
+    }
+    table.add_row(std::move(cells));
+  }
+  return table;
+}
+
+std::string GemmBenchResult::summary_text() const {
+  std::string out;
+  for (const auto& s : summaries) {
+    out += s.dtype + ", " + std::to_string(s.threads) + " thread(s): peak " + fmt(s.peak_gflops) +
+           " GFLOP/s; 90% of peak from ";
+    out += std::isnan(s.work_for_90pct_flops)
+               ? std::string("(not reached in this sweep)")
+               : fmt(s.work_for_90pct_flops / 1e9, 2) + " GFLOP per GEMM";
+    out += "\n";
+  }
+  for (const auto& [name, note] : baseline_notes) out += "baseline " + name + ": " + note + "\n";
+  return out;
+}
+
+}  // namespace anvil::bench

@@ -1,0 +1,87 @@
+// `anvil bench gemm`: GEMM throughput against shape ("kernel sizing"), dtype
+// and thread count, with the baselines measured in the same run:
+//   library  the raw OpenBLAS call with the library's own CPU detection
+//            (a child process, since the core type is fixed at load time)
+//   env      the raw OpenBLAS call with OPENBLAS_CORETYPE as inherited, when
+//            the environment sets one that differs from anvil's choice
+//   onednn   oneDNN's f32 matmul (another BLAS-class library on this machine)
+//   naive    the reference triple loop, for small shapes only
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "anvil/base/table.hpp"
+#include "anvil/bench/measure.hpp"
+
+namespace anvil::bench {
+
+struct GemmCase {
+  std::string label;  // what the shape is: "square", "align 8", "attn.qkv.fwd"
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  double flops() const { return 2.0 * static_cast<double>(m) * n * k; }
+};
+
+struct GemmBenchOptions {
+  std::string preset = "square";  // square | aligned | model
+  std::vector<int64_t> sizes;     // square: the dims; aligned: the base dim(s)
+  std::string config_path;        // model preset
+  std::vector<std::string> overrides;
+  int64_t tokens = 1024;            // model preset: tokens per GEMM (batch x seq)
+  int64_t tokens_per_expert = 0;    // model preset: 0 = tokens * top_k / n_experts
+  bool backward = false;            // model preset: add dgrad and wgrad GEMMs
+  std::vector<std::string> dtypes = {"f32"};
+  std::vector<int> threads;         // empty: all cores
+  std::vector<std::string> baselines = {"library", "env", "onednn", "naive"};
+  double naive_max_flops = 2.0 * 256 * 256 * 256;
+  TimingPolicy timing;
+  bool progress = false;  // a live line on stderr
+};
+
+struct GemmRow {
+  GemmCase shape;
+  std::string dtype;
+  int threads = 1;
+  double gflops = 0;       // from the median call time
+  double gflops_best = 0;  // from the fastest call
+  double pct_of_peak = 0;  // of the best median GFLOP/s in its (dtype, threads) group
+  std::map<std::string, double> baseline_gflops;  // absent: not measured
+};
+
+struct GemmSummary {
+  std::string dtype;
+  int threads = 1;
+  double peak_gflops = 0;
+  // Smallest per-GEMM work (FLOPs) from which every measured shape of the
+  // group reaches 90% of peak; NaN when the sweep never gets there.
+  double work_for_90pct_flops = 0;
+  std::vector<std::pair<double, double>> efficiency_curve;  // (flops, fraction of peak)
+};
+
+struct GemmBenchResult {
+  std::vector<GemmRow> rows;
+  std::vector<GemmSummary> summaries;
+  std::map<std::string, std::string> baseline_notes;  // name -> what it is, as measured
+  nlohmann::json to_json() const;
+  Table to_table() const;
+  std::string summary_text() const;
+};
+
+// The shapes a preset sweeps. Throws InputError for bad options.
+std::vector<GemmCase> gemm_cases(const GemmBenchOptions& options);
+
+GemmBenchResult run_gemm_bench(const GemmBenchOptions& options);
+
+// The smallest work from which every point reaches `fraction` of `peak`.
+double work_for_fraction(std::vector<std::pair<double, double>> flops_and_gflops, double peak,
+                         double fraction);
+
+// Child side of the library/env baselines: reads a spec written by the
+// parent, times the raw library sgemm, prints JSON on stdout.
+int run_raw_blas_child(const std::string& spec_path);
+
+}  // namespace anvil::bench

@@ -1,0 +1,169 @@
+#include "anvil/bench/membw_bench.hpp"
+
+#include <omp.h>
+
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "anvil/base/cpu.hpp"
+#include "anvil/base/error.hpp"
+#include "anvil/base/threads.hpp"
+
+namespace anvil::bench {
+namespace {
+
+struct FreeDeleter {
+  void operator()(double* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<double[], FreeDeleter>;
+
+Buffer aligned_doubles(int64_t n) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(double)) != 0) {
+    throw SystemError("membw: cannot allocate " + std::to_string(n * 8) + " bytes");
+  }
+  return Buffer(static_cast<double*>(p));
+}
+
+int64_t bytes_per_element(const std::string& kernel) {
+  if (kernel == "copy" || kernel == "scale") return 16;
+  if (kernel == "add" || kernel == "triad") return 24;
+  return 8;  // read, write
+}
+
+// `reps` passes of one kernel, each thread always on the same static slice
+// (as it first touched it), no barrier between passes: cache-resident sizes
+// measure each core's own cache bandwidth, as STREAM's OpenMP loops do.
+double run_passes(const std::string& kernel, double* a, double* b, double* c, int64_t n, int reps) {
+  const double s = 3.0;
+  double sink = 0.0;
+#pragma omp parallel reduction(+ : sink)
+  {
+    for (int r = 0; r < reps; ++r) {
+      if (kernel == "copy") {
+#pragma omp for schedule(static) nowait
+        for (int64_t i = 0; i < n; ++i) c[i] = a[i];
+      } else if (kernel == "scale") {
+#pragma omp for schedule(static) nowait
+        for (int64_t i = 0; i < n; ++i) b[i] = s * c[i];
+      } else if (kernel == "add") {
+#pragma omp for schedule(static) nowait
+        for (int64_t i = 0; i < n; ++i) c[i] = a[i] + b[i];
+      } else if (kernel == "triad") {
+#pragma omp for schedule(static) nowait
+        for (int64_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
+      } else if (kernel == "read") {
+        // This thread's static slice, summed with a vector reduction.
+        const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
+        const int64_t chunk = (n + nt - 1) / nt;
+        const int64_t lo = std::min(n, tid * chunk), hi = std::min(n, lo + chunk);
+        double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t i = lo; i < hi; ++i) acc += a[i];
+        sink += acc;
+      } else {  // write
+#pragma omp for schedule(static) nowait
+        for (int64_t i = 0; i < n; ++i) a[i] = s;
+      }
+      __asm__ volatile("" ::: "memory");  // each pass really happens
+    }
+  }
+  return sink;
+}
+
+}  // namespace
+
+int arrays_of(const std::string& kernel) {
+  if (kernel == "copy" || kernel == "scale") return 2;
+  if (kernel == "add" || kernel == "triad") return 3;
+  if (kernel == "read" || kernel == "write") return 1;
+  throw InputError("--kernels: expected copy, scale, add, triad, read or write, got '" + kernel + "'");
+}
+
+MembwResult run_membw_bench(const MembwOptions& o) {
+  for (const auto& k : o.kernels) arrays_of(k);
+  std::vector<int64_t> sizes = o.sizes;
+  if (sizes.empty()) {
+    for (int64_t s = 16 << 10; s <= (int64_t{1} << 30); s *= 4) sizes.push_back(s);
+  }
+  for (int64_t s : sizes) {
+    if (s < 1024) throw InputError("--sizes: expected working sets >= 1 KiB, got " + std::to_string(s));
+  }
+  std::vector<int> threads = o.threads;
+  if (threads.empty()) {
+    for (int t = 1; t <= cpu_info().logical_cpus; ++t) threads.push_back(t);
+  }
+  for (int t : threads) {
+    if (t < 1) throw InputError("--threads: expected >= 1, got " + std::to_string(t));
+  }
+
+  MembwResult result;
+  const size_t total = o.kernels.size() * sizes.size() * threads.size();
+  size_t done = 0;
+  for (int t : threads) {
+    set_num_threads(t);
+    for (int64_t ws : sizes) {
+      for (const auto& kernel : o.kernels) {
+        // Fresh arrays, first touched by the threads (and slices) that use them.
+        const int64_t elems = std::max<int64_t>(ws / (arrays_of(kernel) * 8), 64);
+        Buffer a = aligned_doubles(elems), b = aligned_doubles(elems), c = aligned_doubles(elems);
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < elems; ++i) {
+          a[i] = 1.0;
+          b[i] = 2.0;
+          c[i] = 0.0;
+        }
+        if (o.progress) {
+          std::fprintf(stderr, "\r\033[K[%zu/%zu] %s %lld B %dT", done, total, kernel.c_str(),
+                       static_cast<long long>(ws), t);
+          std::fflush(stderr);
+        }
+        ++done;
+        // Enough passes per sample that a sample lasts ~2 ms (timer noise << 1%).
+        const double bytes_per_pass = static_cast<double>(bytes_per_element(kernel) * elems);
+        const int reps = static_cast<int>(std::clamp(2e-3 * 20e9 / bytes_per_pass, 1.0, 1e6));
+        TimingPolicy policy;
+        policy.min_seconds = o.min_seconds;
+        policy.min_samples = 5;
+        const Samples s = time_calls([&] { run_passes(kernel, a.get(), b.get(), c.get(), elems, reps); },
+                                     policy);
+        const double bytes = bytes_per_pass * reps;
+        result.rows.push_back({kernel, elems * arrays_of(kernel) * 8, t, bytes / s.best() / 1e9,
+                               bytes / s.median() / 1e9, 0});
+      }
+    }
+  }
+  if (o.progress) std::fprintf(stderr, "\r\033[K");
+  set_num_threads(cpu_info().logical_cpus);
+  for (auto& r : result.rows) {
+    double best = 0;
+    for (const auto& q : result.rows) {
+      if (q.kernel == r.kernel) best = std::max(best, q.gbs);
+    }
+    r.pct_of_best = best > 0 ? 100.0 * r.gbs / best : 0;
+  }
+  return result;
+}
+
+nlohmann::json MembwResult::to_json() const {
+  nlohmann::json j = {{"benchmark", "membw"}, {"rows", nlohmann::json::array()}};
+  for (const auto& r : rows) {
+    j["rows"].push_back({{"kernel", r.kernel}, {"bytes", r.bytes}, {"threads", r.threads},
+                         {"gbs", r.gbs}, {"gbs_median", r.gbs_median}, {"pct_of_best", r.pct_of_best}});
+  }
+  return j;
+}
+
+Table MembwResult::to_table() const {
+  Table table({"kernel", "working set", "thr", "GB/s", "median", "%best"});
+  for (const auto& r : rows) {
+    table.add_row({r.kernel, human_bytes(static_cast<double>(r.bytes)), std::to_string(r.threads),
+                   fmt(r.gbs), fmt(r.gbs_median), fmt(r.pct_of_best)});
+  }
+  return table;
+}
+
+}  // namespace anvil::bench

@@ -1,0 +1,89 @@
+#include "anvil/kernels/gemm_onednn.hpp"
+
+#include <dnnl.hpp>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+namespace anvil::kernels::detail {
+namespace {
+
+using dnnl::memory;
+
+struct Key {
+  bool bf16, trans_a, trans_b;
+  int64_t m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  auto tie() const { return std::tie(bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta); }
+  bool operator<(const Key& o) const { return tie() < o.tie(); }
+};
+
+struct Entry {
+  dnnl::matmul primitive;
+  memory::desc a, b, c;
+};
+
+class OneDnn {
+ public:
+  OneDnn() : engine_(dnnl::engine::kind::cpu, 0) {}
+
+  void run(const Key& key, const void* a, const void* b, float* c) {
+    const Entry& e = lookup(key);
+    dnnl::stream stream(engine_);
+    memory ma(e.a, engine_, const_cast<void*>(a));
+    memory mb(e.b, engine_, const_cast<void*>(b));
+    memory mc(e.c, engine_, c);
+    e.primitive.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+    stream.wait();
+  }
+
+ private:
+  const Entry& lookup(const Key& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    if (cache_.size() >= kCapacity) cache_.clear();  // shapes in a run are few
+    const auto dt = key.bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+    // Row-major strides; a transposed operand is the same buffer read column-wise.
+    const memory::desc a({key.m, key.k}, dt,
+                         key.trans_a ? memory::dims{1, key.lda} : memory::dims{key.lda, 1});
+    const memory::desc b({key.k, key.n}, dt,
+                         key.trans_b ? memory::dims{1, key.ldb} : memory::dims{key.ldb, 1});
+    const memory::desc c({key.m, key.n}, memory::data_type::f32, memory::dims{key.ldc, 1});
+    dnnl::primitive_attr attr;
+    if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
+    if (key.beta != 0.0f) {
+      dnnl::post_ops ops;
+      ops.append_sum(key.beta);
+      attr.set_post_ops(ops);
+    }
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine_);
+    return cache_.emplace(key, Entry{dnnl::matmul(pd), a, b, c}).first->second;
+  }
+
+  static constexpr size_t kCapacity = 512;
+  dnnl::engine engine_;
+  std::mutex mutex_;
+  std::map<Key, Entry> cache_;
+};
+
+OneDnn& onednn() {
+  static OneDnn instance;
+  return instance;
+}
+
+}  // namespace
+
+void onednn_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                 int64_t ldc) {
+  onednn().run(Key{false, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta}, a, b, c);
+}
+
+void onednn_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float beta, float* c,
+                 int64_t ldc) {
+  onednn().run(Key{true, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta}, a, b, c);
+}
+
+}  // namespace anvil::kernels::detail

@@ -1,0 +1,130 @@
+#include "anvil/model/config.hpp"
+
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "anvil/base/error.hpp"
+#include "anvil/base/files.hpp"
+
+namespace anvil::model {
+namespace {
+
+using json = nlohmann::json;
+
+// One setter per key: the key table is the schema.
+using Setter = std::function<void(ModelConfig&, const json&, const std::string& where)>;
+
+int64_t positive(const json& v, const std::string& where, int64_t min = 1) {
+  if (!v.is_number_integer() || v.get<int64_t>() < min) {
+    throw InputError(where + ": expected an integer >= " + std::to_string(min) + ", got " +
+                     v.dump());
+  }
+  return v.get<int64_t>();
+}
+
+std::string one_of(const json& v, const std::string& where, std::vector<std::string> allowed) {
+  if (v.is_string()) {
+    for (const auto& a : allowed) {
+      if (v.get<std::string>() == a) return a;
+    }
+  }
+  std::string list;
+  for (const auto& a : allowed) list += (list.empty() ? "" : " | ") + a;
+  throw InputError(where + ": expected one of " + list + ", got " + v.dump());
+}
+
+const std::map<std::string, Setter>& schema() {
+  static const std::map<std::string, Setter> table = {
+      {"name", [](ModelConfig& c, const json& v, const std::string& w) {
+         if (!v.is_string()) throw InputError(w + ": expected a string, got " + v.dump());
+         c.name = v.get<std::string>();
+       }},
+      {"d_model", [](ModelConfig& c, const json& v, const std::string& w) { c.d_model = positive(v, w); }},
+      {"n_layers", [](ModelConfig& c, const json& v, const std::string& w) { c.n_layers = positive(v, w); }},
+      {"n_heads", [](ModelConfig& c, const json& v, const std::string& w) { c.n_heads = positive(v, w); }},
+      {"n_kv_heads", [](ModelConfig& c, const json& v, const std::string& w) { c.n_kv_heads = positive(v, w); }},
+      {"head_dim", [](ModelConfig& c, const json& v, const std::string& w) { c.head_dim = positive(v, w); }},
+      {"vocab_size", [](ModelConfig& c, const json& v, const std::string& w) { c.vocab_size = positive(v, w); }},
+      {"seq_len", [](ModelConfig& c, const json& v, const std::string& w) { c.seq_len = positive(v, w); }},
+      {"ffn_hidden", [](ModelConfig& c, const json& v, const std::string& w) { c.ffn_hidden = positive(v, w); }},
+      {"mlp", [](ModelConfig& c, const json& v, const std::string& w) { c.mlp = one_of(v, w, {"gelu", "swiglu"}); }},
+      {"norm", [](ModelConfig& c, const json& v, const std::string& w) { c.norm = one_of(v, w, {"layernorm", "rmsnorm"}); }},
+      {"position", [](ModelConfig& c, const json& v, const std::string& w) { c.position = one_of(v, w, {"learned", "rope"}); }},
+      {"attention", [](ModelConfig& c, const json& v, const std::string& w) { c.attention = one_of(v, w, {"mha", "gqa", "cca"}); }},
+      {"tied_embeddings", [](ModelConfig& c, const json& v, const std::string& w) {
+         if (!v.is_boolean()) throw InputError(w + ": expected true or false, got " + v.dump());
+         c.tied_embeddings = v.get<bool>();
+       }},
+      {"n_experts", [](ModelConfig& c, const json& v, const std::string& w) { c.n_experts = positive(v, w, 0); }},
+      {"expert_ffn_hidden", [](ModelConfig& c, const json& v, const std::string& w) { c.expert_ffn_hidden = positive(v, w, 0); }},
+      {"top_k", [](ModelConfig& c, const json& v, const std::string& w) { c.top_k = positive(v, w); }},
+      {"router_dim", [](ModelConfig& c, const json& v, const std::string& w) { c.router_dim = positive(v, w, 0); }},
+  };
+  return table;
+}
+
+void set_key(ModelConfig& c, const std::string& key, const json& value, const std::string& where) {
+  const auto it = schema().find(key);
+  if (it == schema().end()) {
+    std::string keys;
+    for (const auto& [k, _] : schema()) keys += (keys.empty() ? "" : ", ") + k;
+    throw InputError(where + ": unknown key (expected one of: " + keys + ")");
+  }
+  it->second(c, value, where);
+}
+
+void validate(const ModelConfig& c, const std::string& origin) {
+  if (c.n_heads % c.n_kv_heads != 0) {
+    throw InputError(origin + ": n_heads (" + std::to_string(c.n_heads) +
+                     ") must be a multiple of n_kv_heads (" + std::to_string(c.n_kv_heads) + ")");
+  }
+  if (c.attention == "mha" && c.n_kv_heads != c.n_heads) {
+    throw InputError(origin + ": attention \"mha\" needs n_kv_heads == n_heads; use \"gqa\"");
+  }
+  if (c.n_experts > 0 && c.expert_ffn_hidden == 0) {
+    throw InputError(origin + ": expert_ffn_hidden: expected >= 1 when n_experts > 0");
+  }
+  if (c.n_experts > 0 && c.top_k > c.n_experts) {
+    throw InputError(origin + ": top_k (" + std::to_string(c.top_k) + ") exceeds n_experts (" +
+                     std::to_string(c.n_experts) + ")");
+  }
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& origin,
+                               const std::vector<std::string>& overrides) {
+  json doc;
+  try {
+    doc = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    throw InputError(origin + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!doc.is_object()) throw InputError(origin + ": expected a JSON object at the top level");
+  ModelConfig c;
+  for (const auto& [key, value] : doc.items()) set_key(c, key, value, origin + ": " + key);
+  for (const auto& kv : overrides) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw InputError("--set " + kv + ": expected key=value");
+    }
+    const std::string key = kv.substr(0, eq);
+    const std::string text = kv.substr(eq + 1);
+    json value;
+    try {
+      value = json::parse(text);  // numbers, true/false, quoted strings
+    } catch (const json::parse_error&) {
+      value = text;  // a bare word is a string
+    }
+    set_key(c, key, value, "--set " + key);
+  }
+  validate(c, origin);
+  return c;
+}
+
+ModelConfig load_model_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_model_config(read_file(path), path, overrides);
+}
+
+}  // namespace anvil::model

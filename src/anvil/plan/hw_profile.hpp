@@ -1,0 +1,86 @@
+// A hardware profile: what one device (a GPU, or this CPU) can do, as the
+// planner needs it. Published profiles ship in profiles/ with a source for
+// every figure; `anvil hw --profile out.json` measures this machine's.
+// The JSON format is documented in docs/hw-profile.md; version 1.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace anvil::plan {
+
+// Peak dense GEMM throughput for one dtype (and, on a CPU, one thread count).
+struct PeakCompute {
+  std::string dtype;  // f64 | f32 | tf32 | bf16 | f16 | fp8 | int8
+  int threads = 0;    // 0: the whole device
+  double gflops = 0;
+  bool operator==(const PeakCompute&) const = default;
+};
+
+// Achieved bandwidth for a working-set size (caches to DRAM).
+struct MemoryLevel {
+  std::string level;  // L1 | L2 | L3 | DRAM | HBM
+  int64_t working_set_bytes = 0;
+  int threads = 0;
+  double gbs = 0;
+  bool operator==(const MemoryLevel&) const = default;
+};
+
+struct EfficiencyPoint {
+  double flops = 0;       // work of one GEMM
+  double efficiency = 0;  // fraction of peak
+  bool operator==(const EfficiencyPoint&) const = default;
+};
+
+struct Interconnect {
+  int devices_per_node = 1;
+  std::string intra_node_link;       // "Infinity Fabric", "NVLink 4", "shared memory"
+  double intra_node_gbs = 0;         // per device, aggregate over its links, as published
+  int nics_per_node = 0;
+  double nic_gbps = 0;               // per NIC, gigabits per second
+  std::string topology;              // "rails-only", "fat-tree", "single node"
+  bool operator==(const Interconnect&) const = default;
+};
+
+struct Source {
+  std::string field;   // JSON path, e.g. "peak[bf16]"
+  std::string value;   // the figure as published
+  std::string source;  // where it was published
+  bool operator==(const Source&) const = default;
+};
+
+struct HwProfile {
+  int version = 1;
+  std::string name;    // short id: mi300x, h100-sxm, h200-sxm, local
+  std::string device;  // full name
+  std::string kind;    // gpu | cpu
+  std::string origin;  // published | measured
+  std::string created; // ISO-8601 date
+  int64_t compute_units = 0;
+  std::string compute_unit_name;  // CU | SM | core
+  double clock_ghz = 0;
+  int64_t memory_bytes = 0;
+  double memory_bandwidth_gbs = 0;  // peak (published) or best measured DRAM (measured)
+  std::vector<PeakCompute> peak;
+  std::map<std::string, double> work_for_90pct_flops;  // per dtype
+  std::map<std::string, std::vector<EfficiencyPoint>> gemm_efficiency;  // per dtype
+  std::vector<MemoryLevel> memory_levels;
+  Interconnect interconnect;
+  nlohmann::json comm = nlohmann::json::object();  // alpha-beta fits (collectives issue)
+  std::vector<Source> sources;
+  bool operator==(const HwProfile&) const = default;
+
+  // Peak for a dtype: the largest entry (any thread count). 0 if absent.
+  double peak_gflops(const std::string& dtype) const;
+};
+
+nlohmann::json to_json(const HwProfile& profile);
+// Throws InputError naming `origin` and the field on malformed input.
+HwProfile hw_profile_from_json(const nlohmann::json& j, const std::string& origin);
+HwProfile load_hw_profile(const std::string& path);
+void save_hw_profile(const HwProfile& profile, const std::string& path);  // atomic
+
+}  // namespace anvil::plan

@@ -1,0 +1,122 @@
+// Benchmark plumbing (not timing): which shapes a preset sweeps, how the
+// 90%-of-peak work is derived, and that results come back complete.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "anvil/base/error.hpp"
+#include "anvil/bench/gemm_bench.hpp"
+#include "anvil/bench/membw_bench.hpp"
+
+namespace anvil::bench {
+namespace {
+
+TEST(GemmCases, SquareDefaultsAndSizes) {
+  GemmBenchOptions o;
+  EXPECT_EQ(gemm_cases(o).size(), 5u);
+  o.sizes = {7, 9};
+  const auto cases = gemm_cases(o);
+  ASSERT_EQ(cases.size(), 2u);
+  EXPECT_EQ(cases[1].m, 9);
+  EXPECT_EQ(cases[1].k, 9);
+}
+
+TEST(GemmCases, AlignedSweepsExactMultiples) {
+  GemmBenchOptions o;
+  o.preset = "aligned";
+  o.sizes = {1000};
+  const auto cases = gemm_cases(o);
+  ASSERT_EQ(cases.size(), 6u);
+  EXPECT_EQ(cases[0].m, 1000);
+  EXPECT_EQ(cases[1].m, 1025);
+  EXPECT_EQ(cases[1].label, "mult of 1");
+  EXPECT_EQ(cases[2].label, "mult of 8");
+  EXPECT_EQ(cases[3].label, "mult of 16");
+  EXPECT_EQ(cases[4].label, "mult of 64");
+  EXPECT_EQ(cases[5].m, 1152);
+  EXPECT_EQ(cases[5].label, "mult of 128");
+}
+
+TEST(GemmCases, ModelPresetNeedsAConfig) {
+  GemmBenchOptions o;
+  o.preset = "model";
+  EXPECT_THROW(gemm_cases(o), InputError);
+  o.config_path = std::string(ANVIL_SOURCE_DIR) + "/configs/zaya1-base.json";
+  o.tokens = 4096;
+  const auto cases = gemm_cases(o);
+  bool saw_expert = false;
+  for (const auto& c : cases) {
+    if (c.label == "expert.up.fwd") {
+      saw_expert = true;
+      EXPECT_EQ(c.m, 256);  // 4096 tokens x top-1 / 16 experts
+    }
+  }
+  EXPECT_TRUE(saw_expert);
+}
+
+TEST(WorkForFraction, SmallestWorkFromWhichAllPointsReachTheBar) {
+  // (flops, gflops) with peak 100: 90% first holds from 1e8 on.
+  const std::vector<std::pair<double, double>> pts = {
+      {1e6, 20}, {1e7, 91}, {3e7, 70}, {1e8, 92}, {1e9, 100}};
+  EXPECT_EQ(work_for_fraction(pts, 100, 0.9), 1e8);
+  EXPECT_TRUE(std::isnan(work_for_fraction({{1e6, 10}}, 100, 0.9)));
+  EXPECT_TRUE(std::isnan(work_for_fraction({}, 100, 0.9)));
+}
+
+TEST(GemmBench, RunsEveryShapeDtypeAndThreadCount) {
+  GemmBenchOptions o;
+  o.sizes = {8, 16};
+  o.dtypes = {"f32", "bf16"};
+  o.threads = {1, 2};
+  o.baselines = {"naive"};
+  o.timing.min_seconds = 0.001;
+  const auto r = run_gemm_bench(o);
+  ASSERT_EQ(r.rows.size(), 8u);
+  for (const auto& row : r.rows) {
+    EXPECT_GT(row.gflops, 0);
+    EXPECT_LE(row.pct_of_peak, 100.0 + 1e-9);
+    EXPECT_EQ(row.baseline_gflops.count("naive"), 1u);
+  }
+  EXPECT_EQ(r.summaries.size(), 4u);
+  const auto j = r.to_json();
+  EXPECT_EQ(j["rows"].size(), 8u);
+  EXPECT_EQ(r.to_table().rows().size(), 8u);
+}
+
+TEST(GemmBench, RejectsBadOptions) {
+  GemmBenchOptions o;
+  o.dtypes = {"f16"};
+  EXPECT_THROW(run_gemm_bench(o), InputError);
+  o = GemmBenchOptions{};
+  o.threads = {0};
+  EXPECT_THROW(run_gemm_bench(o), InputError);
+  o = GemmBenchOptions{};
+  o.preset = "cubes";
+  EXPECT_THROW(gemm_cases(o), InputError);
+}
+
+TEST(MembwBench, EveryKernelSizeAndThreadCountGivesARow) {
+  MembwOptions o;
+  o.sizes = {16 << 10, 64 << 10};
+  o.threads = {1, 2};
+  o.min_seconds = 0.001;
+  const auto r = run_membw_bench(o);
+  ASSERT_EQ(r.rows.size(), 6u * 2 * 2);
+  for (const auto& row : r.rows) {
+    EXPECT_GT(row.gbs, 0);
+    EXPECT_LE(row.pct_of_best, 100.0 + 1e-9);
+    EXPECT_LE(row.bytes, 64 << 10);
+  }
+}
+
+TEST(MembwBench, RejectsUnknownKernelAndTinySizes) {
+  MembwOptions o;
+  o.kernels = {"gather"};
+  EXPECT_THROW(run_membw_bench(o), InputError);
+  o = MembwOptions{};
+  o.sizes = {100};
+  EXPECT_THROW(run_membw_bench(o), InputError);
+}
+
+}  // namespace
+}  // namespace anvil::bench

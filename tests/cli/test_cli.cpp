@@ -1,0 +1,119 @@
+// The anvil binary as a user meets it: bad flags get one line naming the flag
+// and exit status 2; good runs print what they promise.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+struct CliRun {
+  int status = -1;
+  std::string out;  // stdout or stderr, as asked
+};
+
+// Runs `anvil ARGS`; captures stderr when `want_stderr`, else stdout.
+CliRun anvil(const std::string& args, bool want_stderr) {
+  const std::string cmd = std::string(ANVIL_BINARY) + " " + args +
+                          (want_stderr ? " 2>&1 >/dev/null" : " 2>/dev/null");
+  CliRun r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+void expect_usage_error(const std::string& args, const std::string& must_name) {
+  const CliRun r = anvil(args, true);
+  EXPECT_EQ(r.status, 2) << args << "\n" << r.out;
+  EXPECT_EQ(r.out.rfind("anvil: error: ", 0), 0u) << args << ": " << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": not one line: " << r.out;
+  EXPECT_NE(r.out.find(must_name), std::string::npos) << args << ": does not name " << must_name << ": " << r.out;
+}
+
+TEST(Cli, RejectsBadFlagsAndValuesWithOneLineAndStatus2) {
+  expect_usage_error("bench gemm --threads abc", "--threads");
+  expect_usage_error("bench gemm --threads 0", "--threads");
+  expect_usage_error("bench gemm --preset cubes", "--preset");
+  expect_usage_error("bench gemm --dtype f16", "--dtype");
+  expect_usage_error("bench gemm --sizes 12Q", "--sizes");
+  expect_usage_error("bench gemm --sizes 0", "--sizes");
+  expect_usage_error("bench gemm --min-time -1", "--min-time");
+  expect_usage_error("bench gemm --preset model", "--config");
+  expect_usage_error("bench gemm --preset model --config /nonexistent.json", "/nonexistent.json");
+  expect_usage_error("bench membw --kernels gather", "--kernels");
+  expect_usage_error("bench membw --sizes 1X", "--sizes");
+  expect_usage_error("hw --min-time 0", "--min-time");
+  expect_usage_error("hw --no-such-flag", "--no-such-flag");
+  expect_usage_error("frobnicate", "frobnicate");
+}
+
+TEST(Cli, NoSubcommandIsAUsageError) {
+  const CliRun r = anvil("", true);
+  EXPECT_EQ(r.status, 2);
+}
+
+TEST(Cli, HelpExplainsEveryCommand) {
+  const CliRun r = anvil("--help", false);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("hw"), std::string::npos);
+  EXPECT_NE(r.out.find("bench"), std::string::npos);
+  const CliRun g = anvil("bench gemm --help", false);
+  EXPECT_EQ(g.status, 0);
+  for (const char* flag : {"--preset", "--sizes", "--dtype", "--threads", "--baselines", "--json", "--csv"}) {
+    EXPECT_NE(g.out.find(flag), std::string::npos) << flag;
+  }
+  EXPECT_EQ(g.out.find("--internal-raw-blas"), std::string::npos) << "internal flag is hidden";
+}
+
+TEST(Cli, HwJsonDescribesCpuBlasAndMpi) {
+  const CliRun r = anvil("hw --json", false);
+  ASSERT_EQ(r.status, 0);
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["cpu"]["logical_cpus"].get<int>(), 0);
+  EXPECT_TRUE(j["isa"].contains("avx512_bf16"));
+  EXPECT_FALSE(j["blas"]["corename"].get<std::string>().empty());
+  EXPECT_NE(j["mpi"].get<std::string>().find("MPI"), std::string::npos);
+}
+
+TEST(Cli, GemmBenchMeasuresTheLibraryBaselineInAChildAndWritesJson) {
+  const auto out = std::filesystem::temp_directory_path() / ("anvil-cli-" + std::to_string(::getpid()) + ".json");
+  const CliRun r = anvil("bench gemm --sizes 16,32 --baselines library --min-time 0.001 --csv --out " +
+                          out.string(), false);
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(r.out.rfind("shape,MxNxK,op,dtype,thr,GFLOP/s,best,%peak,library GF/s,x library", 0), 0u) << r.out;
+  const auto j = nlohmann::json::parse(std::ifstream(out));
+  ASSERT_EQ(j["rows"].size(), 2u);
+  EXPECT_TRUE(j["rows"][0]["baselines_gflops"].contains("library"));
+  EXPECT_NE(j["baselines"]["library"].get<std::string>().find("library's own detection"), std::string::npos);
+  std::filesystem::remove(out);
+}
+
+TEST(Cli, MembwCsvHasOneRowPerMeasurement) {
+  const CliRun r = anvil("bench membw --kernels triad,read --sizes 16K,64K --threads 1 --min-time 0.001 --csv", false);
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1 + 4) << r.out;
+}
+
+TEST(Cli, HwProfileWritesALoadableProfile) {
+  const auto out = std::filesystem::temp_directory_path() / ("anvil-prof-" + std::to_string(::getpid()) + ".json");
+  const CliRun r = anvil("hw --profile " + out.string() + " --min-time 0.001", false);
+  ASSERT_EQ(r.status, 0);
+  const auto j = nlohmann::json::parse(std::ifstream(out));
+  EXPECT_EQ(j["format"], "anvil-hw-profile");
+  EXPECT_EQ(j["origin"], "measured");
+  EXPECT_FALSE(j["peak"].empty());
+  EXPECT_FALSE(j["memory_levels"].empty());
+  std::filesystem::remove(out);
+}
+
+}  // namespace

@@ -1,0 +1,189 @@
+// gemm() against the reference loop: random shapes (1..300), every transpose,
+// alpha/beta, padded (odd) leading dimensions, every backend and dtype.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "anvil/kernels/gemm.hpp"
+
+namespace anvil::kernels {
+namespace {
+
+struct Case {
+  bool ta, tb;
+  int64_t m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+};
+
+Case random_case(std::mt19937& rng) {
+  std::uniform_int_distribution<int64_t> dim(1, 300), pad(0, 7);
+  std::uniform_int_distribution<int> coin(0, 1);
+  const float alphas[] = {1.0f, -0.5f, 2.0f, 0.75f};
+  const float betas[] = {0.0f, 1.0f, -1.5f, 0.5f};
+  Case c;
+  c.ta = coin(rng);
+  c.tb = coin(rng);
+  c.m = dim(rng);
+  c.n = dim(rng);
+  c.k = dim(rng);
+  c.lda = (c.ta ? c.m : c.k) + pad(rng);
+  c.ldb = (c.tb ? c.k : c.n) + pad(rng);
+  c.ldc = c.n + pad(rng);
+  c.alpha = alphas[rng() % 4];
+  c.beta = betas[rng() % 4];
+  return c;
+}
+
+int64_t rows_a(const Case& c) { return c.ta ? c.k : c.m; }
+int64_t rows_b(const Case& c) { return c.tb ? c.n : c.k; }
+
+// Integer-valued data in [-3, 3]: every partial sum is exact in fp32, so any
+// summation order must give exactly the reference (powers-of-two alpha/beta
+// keep it exact).
+std::vector<float> small_integers(size_t size, std::mt19937& rng) {
+  std::uniform_int_distribution<int> v(-3, 3);
+  std::vector<float> out(size);
+  for (auto& x : out) x = static_cast<float>(v(rng));
+  return out;
+}
+
+std::vector<float> uniform_reals(size_t size, std::mt19937& rng) {
+  std::uniform_real_distribution<float> v(-1.0f, 1.0f);
+  std::vector<float> out(size);
+  for (auto& x : out) x = v(rng);
+  return out;
+}
+
+void expect_gemm_matches(const Case& c, const std::vector<float>& a, const std::vector<float>& b,
+                         const std::vector<float>& c0, GemmBackend backend, bool use_bf16,
+                         double tolerance, const std::string& what) {
+  std::vector<float> got = c0, want = c0;
+  if (use_bf16) {
+    std::vector<bf16> a16(a.size()), b16(b.size());
+    for (size_t i = 0; i < a.size(); ++i) a16[i] = to_bf16(a[i]);
+    for (size_t i = 0; i < b.size(); ++i) b16[i] = to_bf16(b[i]);
+    gemm(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a16.data(), c.lda, b16.data(), c.ldb, c.beta,
+         got.data(), c.ldc, backend);
+    gemm(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a16.data(), c.lda, b16.data(), c.ldb, c.beta,
+         want.data(), c.ldc, GemmBackend::reference);
+  } else {
+    gemm(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a.data(), c.lda, b.data(), c.ldb, c.beta, got.data(),
+         c.ldc, backend);
+    gemm(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a.data(), c.lda, b.data(), c.ldb, c.beta, want.data(),
+         c.ldc, GemmBackend::reference);
+  }
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.ldc; ++j) {
+      const size_t idx = static_cast<size_t>(i * c.ldc + j);
+      if (j >= c.n) {
+        // Padding between rows of C is never written.
+        ASSERT_EQ(got[idx], c0[idx]) << what << " wrote padding at (" << i << "," << j << ")";
+        continue;
+      }
+      // Scale the bound by the magnitude of the terms summed.
+      const double bound = tolerance * (std::abs(c.alpha) * static_cast<double>(c.k) +
+                                        std::abs(c.beta) * std::abs(c0[idx]) + 1.0);
+      ASSERT_NEAR(got[idx], want[idx], bound) << what << " at (" << i << "," << j << ")";
+    }
+  }
+}
+
+void run_random_cases(GemmBackend backend, bool use_bf16, int count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (int t = 0; t < count; ++t) {
+    const Case c = random_case(rng);
+    const std::string what = to_string(backend) + (use_bf16 ? " bf16 " : " f32 ") + "case " +
+                             std::to_string(t) + " " + (c.ta ? "T" : "N") + (c.tb ? "T" : "N") +
+                             " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
+                             " k=" + std::to_string(c.k) + " lda=" + std::to_string(c.lda) +
+                             " ldb=" + std::to_string(c.ldb) + " ldc=" + std::to_string(c.ldc);
+    const size_t sa = static_cast<size_t>(rows_a(c) * c.lda);
+    const size_t sb = static_cast<size_t>(rows_b(c) * c.ldb);
+    const size_t sc = static_cast<size_t>(c.m * c.ldc);
+    // Exact: integer data.
+    expect_gemm_matches(c, small_integers(sa, rng), small_integers(sb, rng), small_integers(sc, rng),
+                        backend, use_bf16, 0.0, what + " (integers)");
+    // Close: real data, fp32 rounding of a k-term sum.
+    expect_gemm_matches(c, uniform_reals(sa, rng), uniform_reals(sb, rng), uniform_reals(sc, rng),
+                        backend, use_bf16, 2e-6, what + " (reals)");
+  }
+}
+
+TEST(Gemm, OpenBlasMatchesReferenceOn250RandomShapes) {
+  run_random_cases(GemmBackend::openblas, false, 250, 1);
+}
+
+TEST(Gemm, AutomaticF32MatchesReferenceOn250RandomShapes) {
+  run_random_cases(GemmBackend::automatic, false, 250, 2);
+}
+
+TEST(Gemm, OneDnnF32MatchesReferenceOn200RandomShapes) {
+  run_random_cases(GemmBackend::onednn, false, 200, 3);
+}
+
+TEST(Gemm, Bf16MatchesReferenceOn200RandomShapes) {
+  run_random_cases(GemmBackend::automatic, true, 200, 4);
+}
+
+TEST(Gemm, BetaZeroIgnoresNanInC) {
+  const int64_t m = 5, n = 7, k = 3;
+  std::vector<float> a(m * k, 1.0f), b(k * n, 2.0f);
+  for (auto backend : {GemmBackend::openblas, GemmBackend::onednn, GemmBackend::reference}) {
+    std::vector<float> c(m * n, std::numeric_limits<float>::quiet_NaN());
+    gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n, backend);
+    for (float v : c) EXPECT_EQ(v, 6.0f) << to_string(backend);
+  }
+}
+
+TEST(Gemm, EmptyKScalesCByBeta) {
+  std::vector<float> c = {1.0f, 2.0f, 3.0f, 4.0f};
+  const float dummy = 0.0f;
+  gemm(false, false, 2, 2, 0, 1.0f, &dummy, 1, &dummy, 2, 0.5f, c.data(), 2);
+  EXPECT_EQ(c, (std::vector<float>{0.5f, 1.0f, 1.5f, 2.0f}));
+}
+
+TEST(Gemm, EmptyMOrNIsANoOp) {
+  std::vector<float> c = {7.0f};
+  const float dummy = 1.0f;
+  gemm(false, false, 0, 1, 1, 1.0f, &dummy, 1, &dummy, 1, 0.0f, c.data(), 1);
+  gemm(false, false, 1, 0, 1, 1.0f, &dummy, 1, &dummy, 1, 0.0f, c.data(), 1);
+  EXPECT_EQ(c[0], 7.0f);
+}
+
+TEST(Gemm, RejectsLeadingDimensionsTooSmall) {
+  std::vector<float> a(100), b(100), c(100);
+  EXPECT_THROW(gemm(false, false, 4, 4, 4, 1.0f, a.data(), 3, b.data(), 4, 0.0f, c.data(), 4),
+               std::invalid_argument);
+  EXPECT_THROW(gemm(false, true, 4, 4, 4, 1.0f, a.data(), 4, b.data(), 3, 0.0f, c.data(), 4),
+               std::invalid_argument);
+  EXPECT_THROW(gemm(false, false, 4, 4, 4, 1.0f, a.data(), 4, b.data(), 4, 0.0f, c.data(), 3),
+               std::invalid_argument);
+  EXPECT_THROW(gemm(false, false, -1, 4, 4, 1.0f, a.data(), 4, b.data(), 4, 0.0f, c.data(), 4),
+               std::invalid_argument);
+}
+
+TEST(Gemm, OpenBlasHasNoBf16) {
+  std::vector<bf16> a(4), b(4);
+  std::vector<float> c(4);
+  EXPECT_THROW(gemm(false, false, 2, 2, 2, 1.0f, a.data(), 2, b.data(), 2, 0.0f, c.data(), 2,
+                    GemmBackend::openblas),
+               std::invalid_argument);
+}
+
+TEST(Gemm, ParsesBackendNames) {
+  EXPECT_EQ(parse_gemm_backend("onednn", "--backend"), GemmBackend::onednn);
+  EXPECT_THROW(parse_gemm_backend("mkl", "--backend"), std::exception);
+}
+
+TEST(Bf16, RoundsToNearestEven) {
+  EXPECT_EQ(to_bf16(1.0f).bits, 0x3f80);
+  EXPECT_EQ(to_float(to_bf16(1.0f + 1.0f / 256.0f)), 1.0f);  // tie -> even
+  EXPECT_EQ(to_float(to_bf16(1.0f + 3.0f / 256.0f)), 1.0f + 4.0f / 256.0f);
+  EXPECT_TRUE(std::isnan(to_float(to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+}  // namespace
+}  // namespace anvil::kernels

@@ -1,0 +1,101 @@
+#include <gtest/gtest.h>
+
+#include "anvil/base/error.hpp"
+#include "anvil/model/config.hpp"
+#include "anvil/model/gemm_shapes.hpp"
+
+namespace anvil::model {
+namespace {
+
+const std::string kConfigs = std::string(ANVIL_SOURCE_DIR) + "/configs/";
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(ModelConfig, LoadsShippedPresets) {
+  const ModelConfig gpt2 = load_model_config(kConfigs + "gpt2-124m.json");
+  EXPECT_EQ(gpt2.d_model, 768);
+  EXPECT_EQ(gpt2.vocab_size, 50304);
+  const ModelConfig zaya = load_model_config(kConfigs + "zaya1-base.json");
+  EXPECT_EQ(zaya.attention, "cca");
+  EXPECT_EQ(zaya.n_experts, 16);
+}
+
+TEST(ModelConfig, OverridesApplyAfterTheFile) {
+  const ModelConfig c = load_model_config(kConfigs + "gpt2-124m.json", {"d_model=1024", "mlp=swiglu"});
+  EXPECT_EQ(c.d_model, 1024);
+  EXPECT_EQ(c.mlp, "swiglu");
+}
+
+TEST(ModelConfig, UnknownKeyNamesFileAndKey) {
+  const std::string e = error_of([] { parse_model_config(R"({"d_modle": 5})", "x.json"); });
+  EXPECT_NE(e.find("x.json: d_modle: unknown key"), std::string::npos) << e;
+}
+
+TEST(ModelConfig, BadValuesNameTheKeyAndExpectation) {
+  EXPECT_NE(error_of([] { parse_model_config(R"({"n_heads": 0})", "x.json"); }).find("n_heads: expected an integer >= 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_model_config(R"({"mlp": "relu"})", "x.json"); }).find("expected one of gelu | swiglu"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_model_config("{}", "x.json", {"d_model"}); }).find("--set d_model: expected key=value"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_model_config("[1]", "x.json"); }).find("expected a JSON object"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_model_config("{", "x.json"); }).find("not valid JSON"), std::string::npos);
+}
+
+TEST(ModelConfig, InconsistentHeadsAreRejected) {
+  const std::string e = error_of([] {
+    parse_model_config(R"({"attention": "gqa", "n_heads": 12, "n_kv_heads": 5})", "x.json");
+  });
+  EXPECT_NE(e.find("multiple of n_kv_heads"), std::string::npos) << e;
+}
+
+TEST(LayerGemms, Gpt2ForwardShapes) {
+  const ModelConfig c = load_model_config(kConfigs + "gpt2-124m.json");
+  const auto g = layer_gemms(c, 1024, 0, false);
+  ASSERT_EQ(g.size(), 5u);
+  EXPECT_EQ(g[0].name, "attn.qkv.fwd");
+  EXPECT_EQ(g[0].m, 1024);
+  EXPECT_EQ(g[0].n, 3 * 768);
+  EXPECT_EQ(g[0].k, 768);
+  EXPECT_EQ(g[2].name, "mlp.up.fwd");
+  EXPECT_EQ(g[2].n, 3072);
+  EXPECT_EQ(g[4].name, "lm_head.fwd");
+  EXPECT_EQ(g[4].n, 50304);
+}
+
+TEST(LayerGemms, BackwardAddsDgradAndWgrad) {
+  const ModelConfig c = load_model_config(kConfigs + "gpt2-124m.json");
+  const auto g = layer_gemms(c, 256, 0, true);
+  ASSERT_EQ(g.size(), 15u);
+  // out projection: y[256,768] = x[256,768] W^T; dgrad [256,768] = dy W; wgrad [768,768] = dy^T x.
+  EXPECT_EQ(g[4].name, "attn.out.dgrad");
+  EXPECT_EQ(g[5].name, "attn.out.wgrad");
+  EXPECT_EQ(g[5].m, 768);
+  EXPECT_EQ(g[5].k, 256);
+  EXPECT_TRUE(g[5].trans_a);
+}
+
+TEST(LayerGemms, ZayaHasCcaProjectionsRouterAndExperts) {
+  const ModelConfig c = load_model_config(kConfigs + "zaya1-base.json");
+  const auto g = layer_gemms(c, 4096, 256, false);
+  std::map<std::string, GemmShape> by_name;
+  for (const auto& s : g) by_name[s.name] = s;
+  EXPECT_EQ(by_name.at("attn.q.fwd").n, 1024);
+  EXPECT_EQ(by_name.at("attn.k.fwd").n, 256);
+  EXPECT_EQ(by_name.at("attn.v.fwd").n, 128);
+  EXPECT_EQ(by_name.at("attn.out.fwd").k, 1024);
+  EXPECT_EQ(by_name.at("router.down.fwd").n, 256);
+  EXPECT_EQ(by_name.at("expert.up.fwd").m, 256);
+  EXPECT_EQ(by_name.at("expert.up.fwd").n, 4096);
+  EXPECT_EQ(by_name.at("expert.down.fwd").k, 2048);
+}
+
+}  // namespace
+}  // namespace anvil::model
