@@ -217,8 +217,10 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
   }
   std::set<std::string> baselines(o.baselines.begin(), o.baselines.end());
   for (const auto& b : baselines) {
-    if (b != "library" && b != "env" && b != "onednn" && b != "naive" && b != "none") {
-      throw InputError("--baselines: expected library, env, onednn, naive or none, got '" + b + "'");
+    if (b != "library" && b != "env" && b != "openblas" && b != "onednn" && b != "naive" &&
+        b != "none" && !(b.rfind("coretype:", 0) == 0 && b.size() > 9)) {
+      throw InputError("--baselines: expected library, env, openblas, onednn, naive, "
+                       "coretype:NAME or none, got '" + b + "'");
     }
   }
   std::vector<int> threads = o.threads;
@@ -243,6 +245,10 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
         const Samples s = time_calls([&] { ops.run(g, dtype, GemmBackend::automatic); }, o.timing);
         row.gflops = gflops_of(g, s.median());
         row.gflops_best = gflops_of(g, s.best());
+        if (dtype == "f32" && baselines.count("openblas")) {
+          const Samples sb = time_calls([&] { ops.run(g, dtype, GemmBackend::openblas); }, o.timing);
+          row.baseline_gflops["openblas"] = gflops_of(g, sb.median());
+        }
         if (dtype == "f32" && baselines.count("onednn")) {
           const Samples so = time_calls([&] { ops.run(g, dtype, GemmBackend::onednn); }, o.timing);
           row.baseline_gflops["onednn"] = gflops_of(g, so.median());
@@ -260,6 +266,9 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
   }
   progress_line(o.progress, total, total, "");
   set_num_threads(cpu_info().logical_cpus);
+  if (baselines.count("openblas")) {
+    result.baseline_notes["openblas"] = "OpenBLAS sgemm in this process (" + blas.corename + " kernels)";
+  }
   if (baselines.count("onednn")) result.baseline_notes["onednn"] = "oneDNN f32 matmul";
   if (baselines.count("naive")) {
     result.baseline_notes["naive"] = "reference triple loop (double accumulation), shapes up to " +
@@ -275,6 +284,11 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
   if (baselines.count("env") && !blas.inherited.empty() && blas.inherited != blas.corename) {
     children.push_back({"env", {{"ANVIL_BLAS_CORETYPE", "env"}, {"OPENBLAS_CORETYPE", blas.inherited}}});
   }
+  for (const auto& b : baselines) {
+    if (b.rfind("coretype:", 0) != 0) continue;
+    const std::string core = b.substr(9);
+    children.push_back({b, {{"ANVIL_BLAS_CORETYPE", core}, {"OPENBLAS_CORETYPE", core}}});
+  }
   const bool any_f32 = std::count(o.dtypes.begin(), o.dtypes.end(), "f32") > 0;
   for (const auto& [name, env] : children) {
     if (!any_f32) break;
@@ -284,11 +298,10 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
       result.baseline_notes[name] = "not measured: " + run.error;
       continue;
     }
-    result.baseline_notes[name] =
-        (name == "library" ? std::string("raw OpenBLAS sgemm, library's own detection: ")
-                           : "raw OpenBLAS sgemm, inherited OPENBLAS_CORETYPE=" + blas.inherited +
-                                 ": ") +
-        run.corename + " kernels";
+    const std::string how = name == "library" ? std::string("library's own detection")
+                            : name == "env"   ? "inherited OPENBLAS_CORETYPE=" + blas.inherited
+                                              : "OPENBLAS_CORETYPE=" + name.substr(9);
+    result.baseline_notes[name] = "raw OpenBLAS sgemm, " + how + ": " + run.corename + " kernels";
     for (auto& row : result.rows) {
       if (row.dtype != "f32") continue;
       const size_t idx = static_cast<size_t>(
@@ -380,14 +393,16 @@ json GemmBenchResult::to_json() const {
 
 Table GemmBenchResult::to_table() const {
   std::vector<std::string> names;
-  for (const char* b : {"library", "env", "onednn", "naive"}) {
-    for (const auto& r : rows) {
-      if (r.baseline_gflops.count(b)) {
-        names.push_back(b);
-        break;
-      }
+  for (const auto& r : rows) {
+    for (const auto& [b, _] : r.baseline_gflops) {
+      if (std::find(names.begin(), names.end(), b) == names.end()) names.push_back(b);
     }
   }
+  // A fixed order: the library baselines first, the naive loop last.
+  auto rank = [](const std::string& b) {
+    return b == "library" ? 0 : b == "env" ? 1 : b.rfind("coretype:", 0) == 0 ? 2 : b == "openblas" ? 3 : b == "onednn" ? 4 : 5;
+  };
+  std::stable_sort(names.begin(), names.end(), [&](const std::string& x, const std::string& y) { return rank(x) < rank(y); });
   std::vector<std::string> cols = {"shape", "MxNxK", "op", "dtype", "thr", "GFLOP/s", "best", "%peak"};
   for (const auto& b : names) {
     cols.push_back(b + " GF/s");

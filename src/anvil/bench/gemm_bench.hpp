@@ -4,6 +4,9 @@
 //            (a child process, since the core type is fixed at load time)
 //   env      the raw OpenBLAS call with OPENBLAS_CORETYPE as inherited, when
 //            the environment sets one that differs from anvil's choice
+//   coretype:NAME  the raw OpenBLAS call with OPENBLAS_CORETYPE=NAME (child)
+//   openblas the OpenBLAS sgemm in this process (anvil's core type): shows
+//            what the automatic backend's shape rule gains
 //   onednn   oneDNN's f32 matmul (another BLAS-class library on this machine)
 //   naive    the reference triple loop, for small shapes only
 #pragma once
@@ -36,7 +39,7 @@ struct GemmBenchOptions {
   bool backward = false;            // model preset: add dgrad and wgrad GEMMs
   std::vector<std::string> dtypes = {"f32"};
   std::vector<int> threads;         // empty: all cores
-  std::vector<std::string> baselines = {"library", "env", "onednn", "naive"};
+  std::vector<std::string> baselines = {"library", "env", "openblas", "onednn", "naive"};
   double naive_max_flops = 2.0 * 256 * 256 * 256;
   TimingPolicy timing;
   bool progress = false;  // a live line on stderr

@@ -34,39 +34,63 @@ int64_t bytes_per_element(const std::string& kernel) {
   return 8;  // read, write
 }
 
-// `reps` passes of one kernel, each thread always on the same static slice
-// (as it first touched it), no barrier between passes: cache-resident sizes
-// measure each core's own cache bandwidth, as STREAM's OpenMP loops do.
-double run_passes(const std::string& kernel, double* a, double* b, double* c, int64_t n, int reps) {
+enum class Kernel { copy, scale, add, triad, read, write };
+
+Kernel kernel_id(const std::string& name) {
+  if (name == "copy") return Kernel::copy;
+  if (name == "scale") return Kernel::scale;
+  if (name == "add") return Kernel::add;
+  if (name == "triad") return Kernel::triad;
+  if (name == "read") return Kernel::read;
+  return Kernel::write;
+}
+
+// The slice of [0, n) that libgomp's schedule(static) gives thread `tid` of
+// `nt`: the threads that first touched the pages keep using them.
+std::pair<int64_t, int64_t> static_slice(int64_t n, int64_t nt, int64_t tid) {
+  const int64_t q = n / nt, r = n % nt;
+  const int64_t lo = tid < r ? tid * (q + 1) : tid * q + r;
+  return {lo, lo + (tid < r ? q + 1 : q)};
+}
+
+// `reps` passes of one kernel. Each thread works on its own static slice with
+// no barrier between passes, so cache-resident sizes measure each core's own
+// cache and no OpenMP scheduling cost is paid per pass.
+double run_passes(Kernel kernel, double* a, double* b, double* c, int64_t n, int reps) {
   const double s = 3.0;
   double sink = 0.0;
 #pragma omp parallel reduction(+ : sink)
   {
+    const auto [lo, hi] = static_slice(n, omp_get_num_threads(), omp_get_thread_num());
     for (int r = 0; r < reps; ++r) {
-      if (kernel == "copy") {
-#pragma omp for schedule(static) nowait
-        for (int64_t i = 0; i < n; ++i) c[i] = a[i];
-      } else if (kernel == "scale") {
-#pragma omp for schedule(static) nowait
-        for (int64_t i = 0; i < n; ++i) b[i] = s * c[i];
-      } else if (kernel == "add") {
-#pragma omp for schedule(static) nowait
-        for (int64_t i = 0; i < n; ++i) c[i] = a[i] + b[i];
-      } else if (kernel == "triad") {
-#pragma omp for schedule(static) nowait
-        for (int64_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
-      } else if (kernel == "read") {
-        // This thread's static slice, summed with a vector reduction.
-        const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
-        const int64_t chunk = (n + nt - 1) / nt;
-        const int64_t lo = std::min(n, tid * chunk), hi = std::min(n, lo + chunk);
-        double acc = 0.0;
-#pragma omp simd reduction(+ : acc)
-        for (int64_t i = lo; i < hi; ++i) acc += a[i];
-        sink += acc;
-      } else {  // write
-#pragma omp for schedule(static) nowait
-        for (int64_t i = 0; i < n; ++i) a[i] = s;
+      switch (kernel) {
+        case Kernel::copy:
+          for (int64_t i = lo; i < hi; ++i) c[i] = a[i];
+          break;
+        case Kernel::scale:
+          for (int64_t i = lo; i < hi; ++i) b[i] = s * c[i];
+          break;
+        case Kernel::add:
+          for (int64_t i = lo; i < hi; ++i) c[i] = a[i] + b[i];
+          break;
+        case Kernel::triad:
+          for (int64_t i = lo; i < hi; ++i) a[i] = b[i] + s * c[i];
+          break;
+        case Kernel::read: {
+          // 32 independent partial sums (4 vectors): a single accumulator
+          // would be bound by add latency, not by loads.
+          double acc[32] = {};
+          int64_t i = lo;
+          for (; i + 32 <= hi; i += 32) {
+            for (int j = 0; j < 32; ++j) acc[j] += a[i + j];
+          }
+          for (; i < hi; ++i) acc[0] += a[i];
+          for (double v : acc) sink += v;
+          break;
+        }
+        case Kernel::write:
+          for (int64_t i = lo; i < hi; ++i) a[i] = s;
+          break;
       }
       __asm__ volatile("" ::: "memory");  // each pass really happens
     }
@@ -128,11 +152,11 @@ MembwResult run_membw_bench(const MembwOptions& o) {
         TimingPolicy policy;
         policy.min_seconds = o.min_seconds;
         policy.min_samples = 5;
-        const Samples s = time_calls([&] { run_passes(kernel, a.get(), b.get(), c.get(), elems, reps); },
-                                     policy);
+        const Kernel id = kernel_id(kernel);
+        const Samples s = time_calls(
+            [&] { run_passes(id, a.get(), b.get(), c.get(), elems, reps); }, policy);
         const double bytes = bytes_per_pass * reps;
-        result.rows.push_back({kernel, elems * arrays_of(kernel) * 8, t, bytes / s.best() / 1e9,
-                               bytes / s.median() / 1e9, 0});
+        result.rows.push_back({kernel, ws, t, bytes / s.best() / 1e9, bytes / s.median() / 1e9, 0});
       }
     }
   }

@@ -24,7 +24,7 @@ struct MembwOptions {
 
 struct MembwRow {
   std::string kernel;
-  int64_t bytes = 0;  // working set: all arrays the kernel touches
+  int64_t bytes = 0;  // working set asked for: all arrays of the kernel together
   int threads = 1;
   double gbs = 0;         // best pass, as STREAM reports
   double gbs_median = 0;  // median pass

@@ -54,6 +54,19 @@ void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
 
 }  // namespace
 
+bool prefer_onednn_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k) {
+  // Measured on this project's machines (docs/kernels.md, `anvil bench gemm
+  // --baselines openblas,onednn`): oneDNN's brgemm is 1.2-1.5x faster than
+  // OpenBLAS on mid-sized GEMMs, where OpenBLAS's threading overhead shows;
+  // below ~2*100^3 FLOPs OpenBLAS runs single-threaded and oneDNN's fixed
+  // cost dominates; above ~1 GFLOP OpenBLAS is as fast or faster. Weight
+  // gradients (A^T B) with a long reduction stay on OpenBLAS, which wins there.
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  if (flops < 2e6 || flops > 1.1e9) return false;
+  if (trans_a && !trans_b && k >= 4 * std::max(m, n)) return false;
+  return true;
+}
+
 std::string to_string(GemmBackend backend) {
   switch (backend) {
     case GemmBackend::automatic: return "auto";
@@ -81,6 +94,10 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   if (k == 0 || alpha == 0.0f) return scale_c(m, n, beta, c, ldc);
   switch (backend) {
     case GemmBackend::automatic:
+      if (prefer_onednn_f32(trans_a, trans_b, m, n, k)) {
+        return detail::onednn_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      }
+      return blas_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     case GemmBackend::openblas:
       return blas_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     case GemmBackend::onednn:

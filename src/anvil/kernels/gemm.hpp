@@ -2,8 +2,10 @@
 //   C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C[m,n]
 // op(X) is X or X^T; lda/ldb/ldc are row strides in elements. With beta == 0
 // C is not read (it may hold NaN). fp32 runs on OpenBLAS (with the core type
-// fixed, see blas.hpp); bf16 inputs with fp32 accumulation and output run on
-// oneDNN, which has AVX512_BF16 kernels and measured ~2x fp32 here.
+// fixed, see blas.hpp) or, for mid-sized shapes where it measured faster, on
+// oneDNN; the choice depends on the shape only, so results are deterministic.
+// bf16 inputs with fp32 accumulation and output run on oneDNN, which has
+// AVX512_BF16 kernels and measured ~2x fp32 here.
 #pragma once
 
 #include <cstdint>
@@ -14,13 +16,16 @@
 namespace anvil::kernels {
 
 enum class GemmBackend {
-  automatic,  // the fastest measured here: OpenBLAS for fp32, oneDNN for bf16
+  automatic,  // the fastest measured here: see prefer_onednn_f32; oneDNN for bf16
   openblas,   // fp32 only
   onednn,     // fp32 and bf16
   reference,  // naive triple loop with double accumulation: the test oracle
 };
 
 std::string to_string(GemmBackend backend);
+
+// The automatic backend's fp32 rule: true where oneDNN measured faster.
+bool prefer_onednn_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k);
 // Throws InputError naming `flag` for an unknown name.
 GemmBackend parse_gemm_backend(const std::string& name, const std::string& flag);
 
