@@ -1,5 +1,6 @@
 #include "anvil/base/process.hpp"
 
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,13 +15,13 @@ extern char** environ;
 
 namespace anvil {
 
-ChildResult run_child(const std::vector<std::string>& argv,
-                      const std::map<std::string, std::string>& env) {
+ChildProcess::ChildProcess(const std::vector<std::string>& argv,
+                           const std::map<std::string, std::string>& env)
+    : program_(argv.at(0)) {
   std::vector<std::string> env_strings;
   for (char** e = environ; *e; ++e) {
     const std::string entry(*e);
-    const std::string name = entry.substr(0, entry.find('='));
-    if (env.count(name) == 0) env_strings.push_back(entry);
+    if (env.count(entry.substr(0, entry.find('='))) == 0) env_strings.push_back(entry);
   }
   for (const auto& [name, value] : env) {
     if (!value.empty()) env_strings.push_back(name + "=" + value);
@@ -32,37 +33,76 @@ ChildResult run_child(const std::vector<std::string>& argv,
   for (auto& s : argv_copy) args.push_back(s.data());
   args.push_back(nullptr);
 
-  int fds[2];
-  if (::pipe(fds) != 0) throw SystemError(std::string("pipe failed: ") + std::strerror(errno));
+  int in[2], out[2];
+  if (::pipe(in) != 0) throw SystemError(std::string("pipe failed: ") + std::strerror(errno));
+  if (::pipe(out) != 0) {
+    ::close(in[0]);
+    ::close(in[1]);
+    throw SystemError(std::string("pipe failed: ") + std::strerror(errno));
+  }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  posix_spawn_file_actions_addclose(&actions, fds[1]);
-  pid_t pid = 0;
-  const int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data());
+  posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  for (int fd : {in[0], in[1], out[0], out[1]}) posix_spawn_file_actions_addclose(&actions, fd);
+  const int rc = ::posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
+  ::close(in[0]);
+  ::close(out[1]);
+  to_child_ = in[1];
+  from_child_ = out[0];
   if (rc != 0) {
-    ::close(fds[0]);
-    throw SystemError("cannot start " + argv[0] + ": " + std::strerror(rc));
+    ::close(to_child_);
+    ::close(from_child_);
+    pid_ = -1;
+    throw SystemError("cannot start " + program_ + ": " + std::strerror(rc));
   }
-  ChildResult result;
-  char buf[65536];
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGTERM);
+    finish();
+  }
+}
+
+void ChildProcess::send_line(const std::string& line) {
+  const std::string data = line + "\n";
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(to_child_, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw SystemError(program_ + ": child stopped reading (" + std::strerror(errno) + ")");
+    done += static_cast<size_t>(n);
+  }
+}
+
+std::string ChildProcess::read_line() {
   for (;;) {
-    const ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n > 0) {
-      result.out.append(buf, static_cast<size_t>(n));
-    } else if (n == 0 || errno != EINTR) {
-      break;
+    const auto nl = buffer_.find('\n');
+    if (nl != std::string::npos) {
+      std::string line = buffer_.substr(0, nl);
+      buffer_.erase(0, nl + 1);
+      return line;
     }
+    char buf[4096];
+    const ssize_t n = ::read(from_child_, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw SystemError(program_ + ": child ended before answering");
+    buffer_.append(buf, static_cast<size_t>(n));
   }
-  ::close(fds[0]);
+}
+
+int ChildProcess::finish() {
+  if (pid_ <= 0) return -1;
+  if (to_child_ >= 0) ::close(to_child_);
+  if (from_child_ >= 0) ::close(from_child_);
+  to_child_ = from_child_ = -1;
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 std::string self_executable() {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <limits>
 #include <random>
 #include <set>
@@ -112,45 +113,47 @@ TimingPolicy timing_from_json(const json& j) {
   return t;
 }
 
-// Runs this executable as a raw-BLAS child with `env` and returns its
-// GFLOP/s per (case, threads), or a note explaining why there is none.
-struct ChildRun {
-  std::string corename;
-  std::map<std::pair<size_t, int>, double> gflops;
-  std::string error;
-};
-
-ChildRun run_baseline_child(const std::vector<GemmCase>& cases, const std::vector<int>& threads,
-                            const TimingPolicy& timing,
-                            const std::map<std::string, std::string>& env) {
-  json spec = {{"cases", json::array()}, {"threads", threads}, {"timing", timing_json(timing)}};
-  for (const auto& c : cases) spec["cases"].push_back(case_json(c));
-  char path[] = "/tmp/anvil-gemm-spec-XXXXXX";
-  const int fd = ::mkstemp(path);
-  if (fd < 0) return {"", {}, "cannot create a spec file in /tmp"};
-  ::close(fd);
-  write_file_atomic(path, spec.dump());
-  ChildRun run;
-  try {
-    const ChildResult r =
-        run_child({self_executable(), "bench", "gemm", "--internal-raw-blas", path}, env);
-    std::filesystem::remove(path);
-    if (r.exit_code != 0) {
-      run.error = "child exited with status " + std::to_string(r.exit_code);
-      return run;
-    }
-    const json out = json::parse(r.out);
-    run.corename = out.at("corename").get<std::string>();
-    for (const auto& item : out.at("results")) {
-      run.gflops[{item.at("case").get<size_t>(), item.at("threads").get<int>()}] =
-          item.at("gflops").get<double>();
-    }
-  } catch (const std::exception& e) {
-    std::filesystem::remove(path);
-    run.error = std::string("child failed: ") + e.what();
+// A baseline measured in a child process, which loads its own OpenBLAS with
+// another core type. The child stays up for the whole run and measures one
+// shape per request, so its measurements interleave with ours and a slow
+// period of a noisy machine hits both alike.
+class BaselineChild {
+ public:
+  BaselineChild(const std::vector<GemmCase>& cases, const TimingPolicy& timing,
+                const std::map<std::string, std::string>& env) {
+    json spec = {{"cases", json::array()}, {"timing", timing_json(timing)}};
+    for (const auto& c : cases) spec["cases"].push_back(case_json(c));
+    char path[] = "/tmp/anvil-gemm-spec-XXXXXX";
+    const int fd = ::mkstemp(path);
+    if (fd < 0) throw SystemError("cannot create a spec file in /tmp");
+    ::close(fd);
+    spec_path_ = path;
+    write_file_atomic(spec_path_, spec.dump());
+    child_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{self_executable(), "bench", "gemm", "--internal-raw-blas", spec_path_},
+        env);
+    const std::string hello = child_->read_line();
+    if (hello.rfind("ready ", 0) != 0) throw SystemError("baseline child said '" + hello + "'");
+    corename_ = hello.substr(6);
   }
-  return run;
-}
+
+  ~BaselineChild() {
+    if (child_) child_->finish();
+    std::filesystem::remove(spec_path_);
+  }
+
+  double measure(size_t case_index, int threads) {
+    child_->send_line(std::to_string(case_index) + " " + std::to_string(threads));
+    return std::stod(child_->read_line());
+  }
+
+  const std::string& corename() const { return corename_; }
+
+ private:
+  std::string spec_path_;
+  std::unique_ptr<ChildProcess> child_;
+  std::string corename_;
+};
 
 void progress_line(bool enabled, size_t done, size_t total, const std::string& what) {
   if (!enabled) return;
@@ -232,40 +235,37 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
   const bool any_bf16 = std::count(o.dtypes.begin(), o.dtypes.end(), "bf16") > 0;
   const kernels::BlasInfo& blas = kernels::blas_info();
 
+  // The raw library in child processes: with its own detection, with the
+  // inherited OPENBLAS_CORETYPE when that differs from anvil's choice, and
+  // with any core type asked for.
   GemmBenchResult result;
-  const size_t total = cases.size() * threads.size() * o.dtypes.size();
-  size_t done = 0;
-  for (const auto& dtype : o.dtypes) {
-    for (int t : threads) {
-      set_num_threads(t);
-      for (const auto& g : cases) {
-        progress_line(o.progress, done++, total, dtype + " " + std::to_string(t) + "T " + dims_text(g));
-        Operands ops(g, any_bf16);
-        GemmRow row{g, dtype, t, 0, 0, 0, {}};
-        const Samples s = time_calls([&] { ops.run(g, dtype, GemmBackend::automatic); }, o.timing);
-        row.gflops = gflops_of(g, s.median());
-        row.gflops_best = gflops_of(g, s.best());
-        if (dtype == "f32" && baselines.count("openblas")) {
-          const Samples sb = time_calls([&] { ops.run(g, dtype, GemmBackend::openblas); }, o.timing);
-          row.baseline_gflops["openblas"] = gflops_of(g, sb.median());
-        }
-        if (dtype == "f32" && baselines.count("onednn")) {
-          const Samples so = time_calls([&] { ops.run(g, dtype, GemmBackend::onednn); }, o.timing);
-          row.baseline_gflops["onednn"] = gflops_of(g, so.median());
-        }
-        if (baselines.count("naive") && g.flops() <= o.naive_max_flops) {
-          TimingPolicy once = o.timing;
-          once.min_samples = 1;
-          once.warmup = 0;
-          const Samples sn = time_calls([&] { ops.run(g, dtype, GemmBackend::reference); }, once);
-          row.baseline_gflops["naive"] = gflops_of(g, sn.median());
-        }
-        result.rows.push_back(std::move(row));
-      }
+  std::vector<std::pair<std::string, std::map<std::string, std::string>>> child_envs;
+  if (baselines.count("library")) {
+    child_envs.push_back({"library", {{"ANVIL_BLAS_CORETYPE", "library"}, {"OPENBLAS_CORETYPE", ""}}});
+  }
+  if (baselines.count("env") && !blas.inherited.empty() && blas.inherited != blas.corename) {
+    child_envs.push_back({"env", {{"ANVIL_BLAS_CORETYPE", "env"}, {"OPENBLAS_CORETYPE", blas.inherited}}});
+  }
+  for (const auto& b : baselines) {
+    if (b.rfind("coretype:", 0) != 0) continue;
+    const std::string core = b.substr(9);
+    child_envs.push_back({b, {{"ANVIL_BLAS_CORETYPE", core}, {"OPENBLAS_CORETYPE", core}}});
+  }
+  const bool any_f32 = std::count(o.dtypes.begin(), o.dtypes.end(), "f32") > 0;
+  std::vector<std::pair<std::string, std::unique_ptr<BaselineChild>>> children;
+  for (const auto& [name, env] : any_f32 ? child_envs : decltype(child_envs){}) {
+    try {
+      auto child = std::make_unique<BaselineChild>(cases, o.timing, env);
+      const std::string how = name == "library" ? std::string("library's own detection")
+                              : name == "env"   ? "inherited OPENBLAS_CORETYPE=" + blas.inherited
+                                                : "OPENBLAS_CORETYPE=" + name.substr(9);
+      result.baseline_notes[name] =
+          "raw OpenBLAS sgemm in a child process, " + how + ": " + child->corename() + " kernels";
+      children.push_back({name, std::move(child)});
+    } catch (const std::exception& e) {
+      result.baseline_notes[name] = std::string("not measured: ") + e.what();
     }
   }
-  progress_line(o.progress, total, total, "");
-  set_num_threads(cpu_info().logical_cpus);
   if (baselines.count("openblas")) {
     result.baseline_notes["openblas"] = "OpenBLAS sgemm in this process (" + blas.corename + " kernels)";
   }
@@ -275,47 +275,51 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
                                      fmt(o.naive_max_flops / 1e9, 3) + " GFLOP";
   }
 
-  // The raw library call in a fresh process: with its own detection, and with
-  // the inherited OPENBLAS_CORETYPE when that differs from anvil's choice.
-  std::vector<std::pair<std::string, std::map<std::string, std::string>>> children;
-  if (baselines.count("library")) {
-    children.push_back({"library", {{"ANVIL_BLAS_CORETYPE", "library"}, {"OPENBLAS_CORETYPE", ""}}});
-  }
-  if (baselines.count("env") && !blas.inherited.empty() && blas.inherited != blas.corename) {
-    children.push_back({"env", {{"ANVIL_BLAS_CORETYPE", "env"}, {"OPENBLAS_CORETYPE", blas.inherited}}});
-  }
-  for (const auto& b : baselines) {
-    if (b.rfind("coretype:", 0) != 0) continue;
-    const std::string core = b.substr(9);
-    children.push_back({b, {{"ANVIL_BLAS_CORETYPE", core}, {"OPENBLAS_CORETYPE", core}}});
-  }
-  const bool any_f32 = std::count(o.dtypes.begin(), o.dtypes.end(), "f32") > 0;
-  for (const auto& [name, env] : children) {
-    if (!any_f32) break;
-    if (o.progress) std::fprintf(stderr, "measuring baseline '%s' in a child process...\n", name.c_str());
-    const ChildRun run = run_baseline_child(cases, threads, o.timing, env);
-    if (!run.error.empty()) {
-      result.baseline_notes[name] = "not measured: " + run.error;
-      continue;
+  const size_t total = cases.size() * threads.size() * o.dtypes.size();
+  size_t done = 0;
+  for (const auto& dtype : o.dtypes) {
+    for (int t : threads) {
+      set_num_threads(t);
+      for (size_t ci = 0; ci < cases.size(); ++ci) {
+        const GemmCase& g = cases[ci];
+        progress_line(o.progress, done++, total, dtype + " " + std::to_string(t) + "T " + dims_text(g));
+        GemmRow row{g, dtype, t, 0, 0, 0, {}};
+        {
+          Operands ops(g, any_bf16);
+          const Samples s = time_calls([&] { ops.run(g, dtype, GemmBackend::automatic); }, o.timing);
+          row.gflops = gflops_of(g, s.median());
+          row.gflops_best = gflops_of(g, s.best());
+          if (dtype == "f32" && baselines.count("openblas")) {
+            const Samples sb = time_calls([&] { ops.run(g, dtype, GemmBackend::openblas); }, o.timing);
+            row.baseline_gflops["openblas"] = gflops_of(g, sb.median());
+          }
+          if (dtype == "f32" && baselines.count("onednn")) {
+            const Samples so = time_calls([&] { ops.run(g, dtype, GemmBackend::onednn); }, o.timing);
+            row.baseline_gflops["onednn"] = gflops_of(g, so.median());
+          }
+          if (baselines.count("naive") && g.flops() <= o.naive_max_flops) {
+            TimingPolicy once = o.timing;
+            once.min_samples = 1;
+            once.warmup = 0;
+            const Samples sn = time_calls([&] { ops.run(g, dtype, GemmBackend::reference); }, once);
+            row.baseline_gflops["naive"] = gflops_of(g, sn.median());
+          }
+        }  // our buffers are freed before a child allocates its own
+        if (dtype == "f32") {
+          for (auto& [name, child] : children) {
+            try {
+              row.baseline_gflops[name] = child->measure(ci, t);
+            } catch (const std::exception& e) {
+              result.baseline_notes[name] = std::string("failed: ") + e.what();
+            }
+          }
+        }
+        result.rows.push_back(std::move(row));
+      }
     }
-    const std::string how = name == "library" ? std::string("library's own detection")
-                            : name == "env"   ? "inherited OPENBLAS_CORETYPE=" + blas.inherited
-                                              : "OPENBLAS_CORETYPE=" + name.substr(9);
-    result.baseline_notes[name] = "raw OpenBLAS sgemm, " + how + ": " + run.corename + " kernels";
-    for (auto& row : result.rows) {
-      if (row.dtype != "f32") continue;
-      const size_t idx = static_cast<size_t>(
-          std::find_if(cases.begin(), cases.end(),
-                       [&](const GemmCase& c) {
-                         return c.label == row.shape.label && c.m == row.shape.m &&
-                                c.n == row.shape.n && c.k == row.shape.k &&
-                                c.trans_a == row.shape.trans_a && c.trans_b == row.shape.trans_b;
-                       }) -
-          cases.begin());
-      const auto it = run.gflops.find({idx, row.threads});
-      if (it != run.gflops.end()) row.baseline_gflops[name] = it->second;
-    }
   }
+  progress_line(o.progress, total, total, "");
+  set_num_threads(cpu_info().logical_cpus);
 
   // Peak and efficiency per (dtype, threads).
   for (const auto& dtype : o.dtypes) {
@@ -344,16 +348,19 @@ int run_raw_blas_child(const std::string& spec_path) {
   std::vector<GemmCase> cases;
   for (const auto& c : spec.at("cases")) cases.push_back(case_from_json(c));
   const TimingPolicy timing = timing_from_json(spec.at("timing"));
-  json out = {{"corename", kernels::blas_info().corename}, {"results", json::array()}};
-  for (int t : spec.at("threads").get<std::vector<int>>()) {
-    set_num_threads(t);
-    for (size_t i = 0; i < cases.size(); ++i) {
-      Operands ops(cases[i], false);
-      const Samples s = time_calls([&] { ops.run_raw_blas(cases[i]); }, timing);
-      out["results"].push_back({{"case", i}, {"threads", t}, {"gflops", gflops_of(cases[i], s.median())}});
+  std::cout << "ready " << kernels::blas_info().corename << std::endl;
+  size_t index = 0;
+  int threads = 0;
+  while (std::cin >> index >> threads) {
+    if (index >= cases.size() || threads < 1) {
+      throw InputError("--internal-raw-blas: bad request " + std::to_string(index) + " " +
+                       std::to_string(threads));
     }
+    set_num_threads(threads);
+    Operands ops(cases[index], false);
+    const Samples s = time_calls([&] { ops.run_raw_blas(cases[index]); }, timing);
+    std::cout << gflops_of(cases[index], s.median()) << std::endl;
   }
-  std::cout << out.dump() << std::endl;
   return 0;
 }
 

@@ -1,5 +1,7 @@
 #include "anvil/kernels/gemm_onednn.hpp"
 
+#include <omp.h>
+
 #include <dnnl.hpp>
 #include <map>
 #include <mutex>
@@ -10,11 +12,16 @@ namespace {
 
 using dnnl::memory;
 
+// oneDNN fixes a primitive's thread count when it is created, so the thread
+// count is part of the key: a primitive made for 1 thread would run on 1.
 struct Key {
   bool bf16, trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldc;
   float alpha, beta;
-  auto tie() const { return std::tie(bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta); }
+  int threads;
+  auto tie() const {
+    return std::tie(bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, threads);
+  }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
@@ -78,13 +85,15 @@ OneDnn& onednn() {
 void onednn_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                  int64_t ldc) {
-  onednn().run(Key{false, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta}, a, b, c);
+  onednn().run(Key{false, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, omp_get_max_threads()},
+                a, b, c);
 }
 
 void onednn_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float beta, float* c,
                  int64_t ldc) {
-  onednn().run(Key{true, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta}, a, b, c);
+  onednn().run(Key{true, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, omp_get_max_threads()},
+                a, b, c);
 }
 
 }  // namespace anvil::kernels::detail
