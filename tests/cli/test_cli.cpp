@@ -19,7 +19,8 @@ struct CliRun {
 
 // Runs `anvil ARGS`; captures stderr when `want_stderr`, else stdout.
 CliRun anvil(const std::string& args, bool want_stderr) {
-  const std::string cmd = std::string(ANVIL_BINARY) + " " + args +
+  // `timeout`: a hang fails the test instead of stalling CI.
+  const std::string cmd = "timeout 300 " + std::string(ANVIL_BINARY) + " " + args +
                           (want_stderr ? " 2>&1 >/dev/null" : " 2>/dev/null");
   CliRun r;
   FILE* p = ::popen(cmd.c_str(), "r");
@@ -96,6 +97,25 @@ TEST(Cli, GemmBenchMeasuresTheLibraryBaselineInAChildAndWritesJson) {
   EXPECT_TRUE(j["rows"][0]["baselines_gflops"].contains("library"));
   EXPECT_NE(j["baselines"]["library"].get<std::string>().find("library's own detection"), std::string::npos);
   std::filesystem::remove(out);
+}
+
+TEST(Cli, SeveralChildBaselinesEachAnswerAndExit) {
+  // Each child must see end-of-file on its stdin when the run ends, even
+  // though later children were started while it was open.
+  const CliRun r = anvil("bench gemm --sizes 8,16 --baselines library,coretype:Haswell,coretype:Prescott "
+                         "--min-time 0.001 --json", false);
+  ASSERT_EQ(r.status, 0);
+  const auto j = nlohmann::json::parse(r.out);
+  for (const auto& row : j["rows"]) {
+    for (const char* b : {"library", "coretype:Haswell", "coretype:Prescott"}) {
+      EXPECT_TRUE(row["baselines_gflops"].contains(b)) << b;
+    }
+  }
+  EXPECT_NE(j["baselines"]["coretype:Prescott"].get<std::string>().find("Prescott kernels"), std::string::npos);
+}
+
+TEST(Cli, UnknownBaselineIsAUsageError) {
+  expect_usage_error("bench gemm --baselines mkl", "--baselines");
 }
 
 TEST(Cli, MembwCsvHasOneRowPerMeasurement) {

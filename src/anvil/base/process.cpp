@@ -1,5 +1,6 @@
 #include "anvil/base/process.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -34,8 +35,10 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
   args.push_back(nullptr);
 
   int in[2], out[2];
-  if (::pipe(in) != 0) throw SystemError(std::string("pipe failed: ") + std::strerror(errno));
-  if (::pipe(out) != 0) {
+  // O_CLOEXEC: a later child must not inherit this one's pipe ends, or this
+  // child would never see end-of-file on its stdin.
+  if (::pipe2(in, O_CLOEXEC) != 0) throw SystemError(std::string("pipe failed: ") + std::strerror(errno));
+  if (::pipe2(out, O_CLOEXEC) != 0) {
     ::close(in[0]);
     ::close(in[1]);
     throw SystemError(std::string("pipe failed: ") + std::strerror(errno));
