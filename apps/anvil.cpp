@@ -32,9 +32,12 @@ int64_t parse_size(const std::string& text, const std::string& flag) {
   }
   const std::string suffix = text.substr(pos);
   int64_t mult = 1;
-  if (suffix == "K" || suffix == "k") mult = int64_t{1} << 10;
-  else if (suffix == "M" || suffix == "m") mult = int64_t{1} << 20;
-  else if (suffix == "G" || suffix == "g") mult = int64_t{1} << 30;
+  if (suffix == "K" || suffix == "k")
+    mult = int64_t{1} << 10;
+  else if (suffix == "M" || suffix == "m")
+    mult = int64_t{1} << 20;
+  else if (suffix == "G" || suffix == "g")
+    mult = int64_t{1} << 30;
   else if (!suffix.empty()) {
     throw InputError(flag + ": expected a size like 4096, 64K, 1M or 2G, got '" + text + "'");
   }
@@ -80,7 +83,9 @@ std::string blas_line() {
   return "BLAS: " + b.corename + " kernels (" + b.reason + ")\n";
 }
 
-bool stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
+bool stderr_is_terminal() {
+  return ::isatty(STDERR_FILENO) == 1;
+}
 
 }  // namespace
 
@@ -113,18 +118,22 @@ int main(int argc, char** argv) {
   std::vector<std::string> gsizes;
   std::string internal_spec;
   OutputFlags gout;
-  gemm->add_option("--preset", gopt.preset,
-                   "square: n x n x n for each --sizes; aligned: sizes that are multiples of exactly "
-                   "1, 8, 16, 64, 128 above each base in --sizes; model: the GEMMs of one layer of "
-                   "--config")
+  gemm->add_option(
+          "--preset", gopt.preset,
+          "square: n x n x n for each --sizes; aligned: sizes that are multiples of exactly "
+          "1, 8, 16, 64, 128 above each base in --sizes; model: the GEMMs of one layer of "
+          "--config")
       ->check(CLI::IsMember({"square", "aligned", "model"}))
       ->capture_default_str();
-  gemm->add_option("--sizes", gsizes,
-                   "Dimensions (square; default 128,256,512,1024,2048) or base dimensions (aligned; "
-                   "default 1024)")
+  gemm->add_option(
+          "--sizes", gsizes,
+          "Dimensions (square; default 128,256,512,1024,2048) or base dimensions (aligned; "
+          "default 1024)")
       ->delimiter(',');
-  gemm->add_option("--config", gopt.config_path, "Model config (JSON, configs/) for --preset model");
-  gemm->add_option("--set", gopt.overrides, "Override a config key: --set d_model=1024 (repeatable)");
+  gemm->add_option("--config", gopt.config_path,
+                   "Model config (JSON, configs/) for --preset model");
+  gemm->add_option("--set", gopt.overrides,
+                   "Override a config key: --set d_model=1024 (repeatable)");
   gemm->add_option("--tokens", gopt.tokens, "Tokens per GEMM for --preset model (batch x sequence)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -136,14 +145,16 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
-  gemm->add_option("--threads", gopt.threads, "Thread counts to sweep, e.g. 1,2 (default: all cores)")
+  gemm->add_option("--threads", gopt.threads,
+                   "Thread counts to sweep, e.g. 1,2 (default: all cores)")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
-  gemm->add_option("--baselines", gopt.baselines,
-                   "Baselines measured in the same run: library (raw OpenBLAS, its own CPU "
-                   "detection), env (raw OpenBLAS, inherited OPENBLAS_CORETYPE), coretype:NAME "
-                   "(raw OpenBLAS with that core type, e.g. coretype:Prescott), openblas (OpenBLAS "
-                   "in-process), onednn (oneDNN f32), naive (reference loop, small shapes); or none")
+  gemm->add_option(
+          "--baselines", gopt.baselines,
+          "Baselines measured in the same run: library (raw OpenBLAS, its own CPU "
+          "detection), env (raw OpenBLAS, inherited OPENBLAS_CORETYPE), coretype:NAME "
+          "(raw OpenBLAS with that core type, e.g. coretype:Prescott), openblas (OpenBLAS "
+          "in-process), onednn (oneDNN f32), naive (reference loop, small shapes); or none")
       ->delimiter(',')
       ->capture_default_str();
   gemm->add_option("--min-time", gopt.timing.min_seconds,
@@ -162,9 +173,10 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::IsMember({"copy", "scale", "add", "triad", "read", "write"}))
       ->capture_default_str();
-  membw->add_option("--sizes", msizes,
-                    "Working-set sizes (all arrays of a kernel), e.g. 32K,1M,1G "
-                    "(default 16K to 1G by 4x)")
+  membw
+      ->add_option("--sizes", msizes,
+                   "Working-set sizes (all arrays of a kernel), e.g. 32K,1M,1G "
+                   "(default 16K to 1G by 4x)")
       ->delimiter(',');
   membw->add_option("--threads", mopt.threads, "Thread counts, e.g. 1,2 (default 1..all cores)")
       ->delimiter(',')
@@ -190,9 +202,9 @@ int main(int argc, char** argv) {
       if (std::string(e.get_name()) == "RequiredError" && msg == "A subcommand is required") {
         const std::string where = *bench ? "anvil bench" : "anvil";
         const std::string expected = *bench ? "gemm, membw" : "hw, bench";
-        msg = rest.empty() ? where + ": expected a command (" + expected + ")"
-                           : where + ": unknown command '" + rest.front() + "' (expected " +
-                                 expected + ")";
+        msg = rest.empty()
+                  ? where + ": expected a command (" + expected + ")"
+                  : where + ": unknown command '" + rest.front() + "' (expected " + expected + ")";
       }
       for (char& c : msg) {
         if (c == '\n') c = ' ';

@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static double now(void) { return omp_get_wtime(); }
+static double now(void) {
+  return omp_get_wtime();
+}
 
 int main(int argc, char** argv) {
   const long n = argc > 1 ? atol(argv[1]) : 20000000L;
@@ -55,13 +57,14 @@ int main(int argc, char** argv) {
   }
   const char* names[4] = {"copy", "scale", "add", "triad"};
   const double bytes[4] = {16.0 * n, 16.0 * n, 24.0 * n, 24.0 * n};
-  printf("stream_ref: %ld elements per array (%.1f MiB each), %d threads\n", n,
-         n * 8.0 / 1048576.0, omp_get_max_threads());
+  printf("stream_ref: %ld elements per array (%.1f MiB each), %d threads\n", n, n * 8.0 / 1048576.0,
+         omp_get_max_threads());
   for (int k = 0; k < 4; ++k) printf("%-6s %10.1f MB/s\n", names[k], bytes[k] / best[k] / 1e6);
-  printf("{\"threads\": %d, \"elements\": %ld, \"copy_gbs\": %.3f, \"scale_gbs\": %.3f, "
-         "\"add_gbs\": %.3f, \"triad_gbs\": %.3f}\n",
-         omp_get_max_threads(), n, bytes[0] / best[0] / 1e9, bytes[1] / best[1] / 1e9,
-         bytes[2] / best[2] / 1e9, bytes[3] / best[3] / 1e9);
+  printf(
+      "{\"threads\": %d, \"elements\": %ld, \"copy_gbs\": %.3f, \"scale_gbs\": %.3f, "
+      "\"add_gbs\": %.3f, \"triad_gbs\": %.3f}\n",
+      omp_get_max_threads(), n, bytes[0] / best[0] / 1e9, bytes[1] / best[1] / 1e9,
+      bytes[2] / best[2] / 1e9, bytes[3] / best[3] / 1e9);
   /* Keep the results live. */
   double sum = 0;
   for (long i = 0; i < n; i += n / 7) sum += a[i] + b[i] + c[i];

@@ -38,7 +38,8 @@ void expect_usage_error(const std::string& args, const std::string& must_name) {
   EXPECT_EQ(r.status, 2) << args << "\n" << r.out;
   EXPECT_EQ(r.out.rfind("anvil: error: ", 0), 0u) << args << ": " << r.out;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": not one line: " << r.out;
-  EXPECT_NE(r.out.find(must_name), std::string::npos) << args << ": does not name " << must_name << ": " << r.out;
+  EXPECT_NE(r.out.find(must_name), std::string::npos)
+      << args << ": does not name " << must_name << ": " << r.out;
 }
 
 TEST(Cli, RejectsBadFlagsAndValuesWithOneLineAndStatus2) {
@@ -70,7 +71,8 @@ TEST(Cli, HelpExplainsEveryCommand) {
   EXPECT_NE(r.out.find("bench"), std::string::npos);
   const CliRun g = anvil("bench gemm --help", false);
   EXPECT_EQ(g.status, 0);
-  for (const char* flag : {"--preset", "--sizes", "--dtype", "--threads", "--baselines", "--json", "--csv"}) {
+  for (const char* flag :
+       {"--preset", "--sizes", "--dtype", "--threads", "--baselines", "--json", "--csv"}) {
     EXPECT_NE(g.out.find(flag), std::string::npos) << flag;
   }
   EXPECT_EQ(g.out.find("--internal-raw-blas"), std::string::npos) << "internal flag is hidden";
@@ -87,23 +89,30 @@ TEST(Cli, HwJsonDescribesCpuBlasAndMpi) {
 }
 
 TEST(Cli, GemmBenchMeasuresTheLibraryBaselineInAChildAndWritesJson) {
-  const auto out = std::filesystem::temp_directory_path() / ("anvil-cli-" + std::to_string(::getpid()) + ".json");
-  const CliRun r = anvil("bench gemm --sizes 16,32 --baselines library --min-time 0.001 --csv --out " +
-                          out.string(), false);
+  const auto out = std::filesystem::temp_directory_path() /
+                   ("anvil-cli-" + std::to_string(::getpid()) + ".json");
+  const CliRun r = anvil(
+      "bench gemm --sizes 16,32 --baselines library --min-time 0.001 --csv --out " + out.string(),
+      false);
   ASSERT_EQ(r.status, 0);
-  EXPECT_EQ(r.out.rfind("shape,MxNxK,op,dtype,thr,GFLOP/s,best,%peak,library GF/s,x library", 0), 0u) << r.out;
+  EXPECT_EQ(r.out.rfind("shape,MxNxK,op,dtype,thr,GFLOP/s,best,%peak,library GF/s,x library", 0),
+            0u)
+      << r.out;
   const auto j = nlohmann::json::parse(std::ifstream(out));
   ASSERT_EQ(j["rows"].size(), 2u);
   EXPECT_TRUE(j["rows"][0]["baselines_gflops"].contains("library"));
-  EXPECT_NE(j["baselines"]["library"].get<std::string>().find("library's own detection"), std::string::npos);
+  EXPECT_NE(j["baselines"]["library"].get<std::string>().find("library's own detection"),
+            std::string::npos);
   std::filesystem::remove(out);
 }
 
 TEST(Cli, SeveralChildBaselinesEachAnswerAndExit) {
   // Each child must see end-of-file on its stdin when the run ends, even
   // though later children were started while it was open.
-  const CliRun r = anvil("bench gemm --sizes 8,16 --baselines library,coretype:Haswell,coretype:Prescott "
-                         "--min-time 0.001 --json", false);
+  const CliRun r = anvil(
+      "bench gemm --sizes 8,16 --baselines library,coretype:Haswell,coretype:Prescott "
+      "--min-time 0.001 --json",
+      false);
   ASSERT_EQ(r.status, 0);
   const auto j = nlohmann::json::parse(r.out);
   for (const auto& row : j["rows"]) {
@@ -111,7 +120,8 @@ TEST(Cli, SeveralChildBaselinesEachAnswerAndExit) {
       EXPECT_TRUE(row["baselines_gflops"].contains(b)) << b;
     }
   }
-  EXPECT_NE(j["baselines"]["coretype:Prescott"].get<std::string>().find("Prescott kernels"), std::string::npos);
+  EXPECT_NE(j["baselines"]["coretype:Prescott"].get<std::string>().find("Prescott kernels"),
+            std::string::npos);
 }
 
 TEST(Cli, UnknownBaselineIsAUsageError) {
@@ -119,13 +129,15 @@ TEST(Cli, UnknownBaselineIsAUsageError) {
 }
 
 TEST(Cli, MembwCsvHasOneRowPerMeasurement) {
-  const CliRun r = anvil("bench membw --kernels triad,read --sizes 16K,64K --threads 1 --min-time 0.001 --csv", false);
+  const CliRun r = anvil(
+      "bench membw --kernels triad,read --sizes 16K,64K --threads 1 --min-time 0.001 --csv", false);
   ASSERT_EQ(r.status, 0);
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1 + 4) << r.out;
 }
 
 TEST(Cli, HwProfileWritesALoadableProfile) {
-  const auto out = std::filesystem::temp_directory_path() / ("anvil-prof-" + std::to_string(::getpid()) + ".json");
+  const auto out = std::filesystem::temp_directory_path() /
+                   ("anvil-prof-" + std::to_string(::getpid()) + ".json");
   const CliRun r = anvil("hw --profile " + out.string() + " --min-time 0.001", false);
   ASSERT_EQ(r.status, 0);
   const auto j = nlohmann::json::parse(std::ifstream(out));

@@ -37,8 +37,12 @@ Case random_case(std::mt19937& rng) {
   return c;
 }
 
-int64_t rows_a(const Case& c) { return c.ta ? c.k : c.m; }
-int64_t rows_b(const Case& c) { return c.tb ? c.n : c.k; }
+int64_t rows_a(const Case& c) {
+  return c.ta ? c.k : c.m;
+}
+int64_t rows_b(const Case& c) {
+  return c.tb ? c.n : c.k;
+}
 
 // Integer-valued data in [-3, 3]: every partial sum is exact in fp32, so any
 // summation order must give exactly the reference (powers-of-two alpha/beta
@@ -104,8 +108,8 @@ void run_random_cases(GemmBackend backend, bool use_bf16, int count, uint32_t se
     const size_t sb = static_cast<size_t>(rows_b(c) * c.ldb);
     const size_t sc = static_cast<size_t>(c.m * c.ldc);
     // Exact: integer data.
-    expect_gemm_matches(c, small_integers(sa, rng), small_integers(sb, rng), small_integers(sc, rng),
-                        backend, use_bf16, 0.0, what + " (integers)");
+    expect_gemm_matches(c, small_integers(sa, rng), small_integers(sb, rng),
+                        small_integers(sc, rng), backend, use_bf16, 0.0, what + " (integers)");
     // Close: real data, fp32 rounding of a k-term sum.
     expect_gemm_matches(c, uniform_reals(sa, rng), uniform_reals(sb, rng), uniform_reals(sc, rng),
                         backend, use_bf16, 2e-6, what + " (reals)");

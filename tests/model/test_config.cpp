@@ -28,7 +28,8 @@ TEST(ModelConfig, LoadsShippedPresets) {
 }
 
 TEST(ModelConfig, OverridesApplyAfterTheFile) {
-  const ModelConfig c = load_model_config(kConfigs + "gpt2-124m.json", {"d_model=1024", "mlp=swiglu"});
+  const ModelConfig c =
+      load_model_config(kConfigs + "gpt2-124m.json", {"d_model=1024", "mlp=swiglu"});
   EXPECT_EQ(c.d_model, 1024);
   EXPECT_EQ(c.mlp, "swiglu");
 }
@@ -39,14 +40,22 @@ TEST(ModelConfig, UnknownKeyNamesFileAndKey) {
 }
 
 TEST(ModelConfig, BadValuesNameTheKeyAndExpectation) {
-  EXPECT_NE(error_of([] { parse_model_config(R"({"n_heads": 0})", "x.json"); }).find("n_heads: expected an integer >= 1"),
+  EXPECT_NE(error_of([] {
+              parse_model_config(R"({"n_heads": 0})", "x.json");
+            }).find("n_heads: expected an integer >= 1"),
             std::string::npos);
-  EXPECT_NE(error_of([] { parse_model_config(R"({"mlp": "relu"})", "x.json"); }).find("expected one of gelu | swiglu"),
+  EXPECT_NE(error_of([] {
+              parse_model_config(R"({"mlp": "relu"})", "x.json");
+            }).find("expected one of gelu | swiglu"),
             std::string::npos);
-  EXPECT_NE(error_of([] { parse_model_config("{}", "x.json", {"d_model"}); }).find("--set d_model: expected key=value"),
+  EXPECT_NE(error_of([] {
+              parse_model_config("{}", "x.json", {"d_model"});
+            }).find("--set d_model: expected key=value"),
             std::string::npos);
-  EXPECT_NE(error_of([] { parse_model_config("[1]", "x.json"); }).find("expected a JSON object"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_model_config("{", "x.json"); }).find("not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_model_config("[1]", "x.json"); }).find("expected a JSON object"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_model_config("{", "x.json"); }).find("not valid JSON"),
+            std::string::npos);
 }
 
 TEST(ModelConfig, InconsistentHeadsAreRejected) {

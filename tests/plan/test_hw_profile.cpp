@@ -47,7 +47,8 @@ TEST(HwProfile, JsonRoundTripIsExact) {
 }
 
 TEST(HwProfile, FileRoundTripIsExact) {
-  const auto path = std::filesystem::temp_directory_path() / ("anvil-profile-" + std::to_string(::getpid()) + ".json");
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("anvil-profile-" + std::to_string(::getpid()) + ".json");
   save_hw_profile(sample(), path.string());
   EXPECT_EQ(load_hw_profile(path.string()), sample());
   std::filesystem::remove(path);
@@ -90,8 +91,8 @@ TEST(HwProfile, ShippedProfilesLoadAndCiteEveryFigure) {
       for (const auto& s : p.sources) cited = cited || s.field == "peak[" + pk.dtype + "]";
       EXPECT_TRUE(cited) << name << " peak[" << pk.dtype << "] has no source";
     }
-    for (const std::string field : {"compute_units", "memory_bytes", "memory_bandwidth_gbs",
-                                    "interconnect.intra_node_gbs"}) {
+    for (const std::string field :
+         {"compute_units", "memory_bytes", "memory_bandwidth_gbs", "interconnect.intra_node_gbs"}) {
       bool cited = false;
       for (const auto& s : p.sources) cited = cited || s.field == field;
       EXPECT_TRUE(cited) << name << " " << field << " has no source";

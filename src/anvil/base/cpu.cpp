@@ -21,7 +21,9 @@ Regs cpuid(unsigned leaf, unsigned subleaf = 0) {
   return r;
 }
 
-bool bit(unsigned reg, int n) { return (reg >> n) & 1u; }
+bool bit(unsigned reg, int n) {
+  return (reg >> n) & 1u;
+}
 
 std::string trim(std::string s) {
   const auto b = s.find_first_not_of(" \t");
@@ -71,7 +73,8 @@ CpuInfo read_cpu_info() {
   const int base_model = (l1.a >> 4) & 0xf;
   const int ext_model = (l1.a >> 16) & 0xf;
   info.family = base_family == 0xf ? base_family + ext_family : base_family;
-  info.model = (base_family == 0x6 || base_family == 0xf) ? (ext_model << 4) + base_model : base_model;
+  info.model =
+      (base_family == 0x6 || base_family == 0xf) ? (ext_model << 4) + base_model : base_model;
   info.stepping = l1.a & 0xf;
 
   CpuFeatures& f = info.features;
@@ -123,7 +126,8 @@ CpuInfo read_cpu_info() {
   }
 
   info.logical_cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-  if (info.logical_cpus <= 0) info.logical_cpus = static_cast<int>(std::thread::hardware_concurrency());
+  if (info.logical_cpus <= 0)
+    info.logical_cpus = static_cast<int>(std::thread::hardware_concurrency());
   info.physical_cores = std::max(1, info.logical_cpus / threads_per_core());
   // glibc reads the cache sizes from CPUID for both Intel and AMD.
   info.l1d_bytes = sysconf(_SC_LEVEL1_DCACHE_SIZE);

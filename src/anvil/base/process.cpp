@@ -37,7 +37,8 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
   int in[2], out[2];
   // O_CLOEXEC: a later child must not inherit this one's pipe ends, or this
   // child would never see end-of-file on its stdin.
-  if (::pipe2(in, O_CLOEXEC) != 0) throw SystemError(std::string("pipe failed: ") + std::strerror(errno));
+  if (::pipe2(in, O_CLOEXEC) != 0)
+    throw SystemError(std::string("pipe failed: ") + std::strerror(errno));
   if (::pipe2(out, O_CLOEXEC) != 0) {
     ::close(in[0]);
     ::close(in[1]);
@@ -75,7 +76,8 @@ void ChildProcess::send_line(const std::string& line) {
   while (done < data.size()) {
     const ssize_t n = ::write(to_child_, data.data() + done, data.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw SystemError(program_ + ": child stopped reading (" + std::strerror(errno) + ")");
+    if (n <= 0)
+      throw SystemError(program_ + ": child stopped reading (" + std::strerror(errno) + ")");
     done += static_cast<size_t>(n);
   }
 }

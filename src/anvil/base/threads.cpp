@@ -4,7 +4,11 @@
 
 namespace anvil {
 
-void set_num_threads(int n) { omp_set_num_threads(n); }
-int num_threads() { return omp_get_max_threads(); }
+void set_num_threads(int n) {
+  omp_set_num_threads(n);
+}
+int num_threads() {
+  return omp_get_max_threads();
+}
 
 }  // namespace anvil

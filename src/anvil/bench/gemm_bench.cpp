@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <memory>
 #include <limits>
+#include <memory>
 #include <random>
 #include <set>
 
@@ -86,11 +86,13 @@ struct Operands {
   }
 };
 
-double gflops_of(const GemmCase& g, double seconds) { return g.flops() / seconds / 1e9; }
+double gflops_of(const GemmCase& g, double seconds) {
+  return g.flops() / seconds / 1e9;
+}
 
 json case_json(const GemmCase& c) {
-  return {{"label", c.label}, {"m", c.m}, {"n", c.n}, {"k", c.k},
-          {"trans_a", c.trans_a}, {"trans_b", c.trans_b}};
+  return {{"label", c.label},    {"m", c.m}, {"n", c.n}, {"k", c.k}, {"trans_a", c.trans_a},
+          {"trans_b", c.trans_b}};
 }
 
 GemmCase case_from_json(const json& j) {
@@ -100,8 +102,10 @@ GemmCase case_from_json(const json& j) {
 }
 
 json timing_json(const TimingPolicy& t) {
-  return {{"min_seconds", t.min_seconds}, {"min_samples", t.min_samples},
-          {"max_samples", t.max_samples}, {"warmup", t.warmup}};
+  return {{"min_seconds", t.min_seconds},
+          {"min_samples", t.min_samples},
+          {"max_samples", t.max_samples},
+          {"warmup", t.warmup}};
 }
 
 TimingPolicy timing_from_json(const json& j) {
@@ -129,9 +133,10 @@ class BaselineChild {
     ::close(fd);
     spec_path_ = path;
     write_file_atomic(spec_path_, spec.dump());
-    child_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{self_executable(), "bench", "gemm", "--internal-raw-blas", spec_path_},
-        env);
+    child_ =
+        std::make_unique<ChildProcess>(std::vector<std::string>{self_executable(), "bench", "gemm",
+                                                                "--internal-raw-blas", spec_path_},
+                                       env);
     const std::string hello = child_->read_line();
     if (hello.rfind("ready ", 0) != 0) throw SystemError("baseline child said '" + hello + "'");
     corename_ = hello.substr(6);
@@ -216,14 +221,17 @@ std::vector<GemmCase> gemm_cases(const GemmBenchOptions& o) {
 
 GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
   for (const auto& d : o.dtypes) {
-    if (d != "f32" && d != "bf16") throw InputError("--dtype: expected f32 or bf16, got '" + d + "'");
+    if (d != "f32" && d != "bf16")
+      throw InputError("--dtype: expected f32 or bf16, got '" + d + "'");
   }
   std::set<std::string> baselines(o.baselines.begin(), o.baselines.end());
   for (const auto& b : baselines) {
     if (b != "library" && b != "env" && b != "openblas" && b != "onednn" && b != "naive" &&
         b != "none" && !(b.rfind("coretype:", 0) == 0 && b.size() > 9)) {
-      throw InputError("--baselines: expected library, env, openblas, onednn, naive, "
-                       "coretype:NAME or none, got '" + b + "'");
+      throw InputError(
+          "--baselines: expected library, env, openblas, onednn, naive, "
+          "coretype:NAME or none, got '" +
+          b + "'");
     }
   }
   std::vector<int> threads = o.threads;
@@ -241,10 +249,12 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
   GemmBenchResult result;
   std::vector<std::pair<std::string, std::map<std::string, std::string>>> child_envs;
   if (baselines.count("library")) {
-    child_envs.push_back({"library", {{"ANVIL_BLAS_CORETYPE", "library"}, {"OPENBLAS_CORETYPE", ""}}});
+    child_envs.push_back(
+        {"library", {{"ANVIL_BLAS_CORETYPE", "library"}, {"OPENBLAS_CORETYPE", ""}}});
   }
   if (baselines.count("env") && !blas.inherited.empty() && blas.inherited != blas.corename) {
-    child_envs.push_back({"env", {{"ANVIL_BLAS_CORETYPE", "env"}, {"OPENBLAS_CORETYPE", blas.inherited}}});
+    child_envs.push_back(
+        {"env", {{"ANVIL_BLAS_CORETYPE", "env"}, {"OPENBLAS_CORETYPE", blas.inherited}}});
   }
   for (const auto& b : baselines) {
     if (b.rfind("coretype:", 0) != 0) continue;
@@ -267,7 +277,8 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
     }
   }
   if (baselines.count("openblas")) {
-    result.baseline_notes["openblas"] = "OpenBLAS sgemm in this process (" + blas.corename + " kernels)";
+    result.baseline_notes["openblas"] =
+        "OpenBLAS sgemm in this process (" + blas.corename + " kernels)";
   }
   if (baselines.count("onednn")) result.baseline_notes["onednn"] = "oneDNN f32 matmul";
   if (baselines.count("naive")) {
@@ -282,19 +293,23 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
       set_num_threads(t);
       for (size_t ci = 0; ci < cases.size(); ++ci) {
         const GemmCase& g = cases[ci];
-        progress_line(o.progress, done++, total, dtype + " " + std::to_string(t) + "T " + dims_text(g));
+        progress_line(o.progress, done++, total,
+                      dtype + " " + std::to_string(t) + "T " + dims_text(g));
         GemmRow row{g, dtype, t, 0, 0, 0, {}};
         {
           Operands ops(g, any_bf16);
-          const Samples s = time_calls([&] { ops.run(g, dtype, GemmBackend::automatic); }, o.timing);
+          const Samples s =
+              time_calls([&] { ops.run(g, dtype, GemmBackend::automatic); }, o.timing);
           row.gflops = gflops_of(g, s.median());
           row.gflops_best = gflops_of(g, s.best());
           if (dtype == "f32" && baselines.count("openblas")) {
-            const Samples sb = time_calls([&] { ops.run(g, dtype, GemmBackend::openblas); }, o.timing);
+            const Samples sb =
+                time_calls([&] { ops.run(g, dtype, GemmBackend::openblas); }, o.timing);
             row.baseline_gflops["openblas"] = gflops_of(g, sb.median());
           }
           if (dtype == "f32" && baselines.count("onednn")) {
-            const Samples so = time_calls([&] { ops.run(g, dtype, GemmBackend::onednn); }, o.timing);
+            const Samples so =
+                time_calls([&] { ops.run(g, dtype, GemmBackend::onednn); }, o.timing);
             row.baseline_gflops["onednn"] = gflops_of(g, so.median());
           }
           if (baselines.count("naive") && g.flops() <= o.naive_max_flops) {
@@ -367,9 +382,13 @@ int run_raw_blas_child(const std::string& spec_path) {
 json GemmBenchResult::to_json() const {
   const kernels::BlasInfo& blas = kernels::blas_info();
   json j = {{"benchmark", "gemm"},
-            {"blas", {{"library", blas.library}, {"corename", blas.corename},
-                      {"policy", blas.policy}, {"requested", blas.requested},
-                      {"inherited", blas.inherited}, {"reason", blas.reason}}},
+            {"blas",
+             {{"library", blas.library},
+              {"corename", blas.corename},
+              {"policy", blas.policy},
+              {"requested", blas.requested},
+              {"inherited", blas.inherited},
+              {"reason", blas.reason}}},
             {"baselines", baseline_notes},
             {"rows", json::array()},
             {"summaries", json::array()}};
@@ -386,14 +405,15 @@ json GemmBenchResult::to_json() const {
   }
   for (const auto& s : summaries) {
     json curve = json::array();
-    for (const auto& [w, e] : s.efficiency_curve) curve.push_back({{"flops", w}, {"efficiency", e}});
-    j["summaries"].push_back({{"dtype", s.dtype},
-                              {"threads", s.threads},
-                              {"peak_gflops", s.peak_gflops},
-                              {"work_for_90pct_flops", std::isnan(s.work_for_90pct_flops)
-                                                           ? json(nullptr)
-                                                           : json(s.work_for_90pct_flops)},
-                              {"efficiency_curve", curve}});
+    for (const auto& [w, e] : s.efficiency_curve)
+      curve.push_back({{"flops", w}, {"efficiency", e}});
+    j["summaries"].push_back(
+        {{"dtype", s.dtype},
+         {"threads", s.threads},
+         {"peak_gflops", s.peak_gflops},
+         {"work_for_90pct_flops",
+          std::isnan(s.work_for_90pct_flops) ? json(nullptr) : json(s.work_for_90pct_flops)},
+         {"efficiency_curve", curve}});
   }
   return j;
 }
@@ -407,19 +427,26 @@ Table GemmBenchResult::to_table() const {
   }
   // A fixed order: the library baselines first, the naive loop last.
   auto rank = [](const std::string& b) {
-    return b == "library" ? 0 : b == "env" ? 1 : b.rfind("coretype:", 0) == 0 ? 2 : b == "openblas" ? 3 : b == "onednn" ? 4 : 5;
+    return b == "library"                 ? 0
+           : b == "env"                   ? 1
+           : b.rfind("coretype:", 0) == 0 ? 2
+           : b == "openblas"              ? 3
+           : b == "onednn"                ? 4
+                                          : 5;
   };
-  std::stable_sort(names.begin(), names.end(), [&](const std::string& x, const std::string& y) { return rank(x) < rank(y); });
-  std::vector<std::string> cols = {"shape", "MxNxK", "op", "dtype", "thr", "GFLOP/s", "best", "%peak"};
+  std::stable_sort(names.begin(), names.end(),
+                   [&](const std::string& x, const std::string& y) { return rank(x) < rank(y); });
+  std::vector<std::string> cols = {"shape", "MxNxK",   "op",   "dtype",
+                                   "thr",   "GFLOP/s", "best", "%peak"};
   for (const auto& b : names) {
     cols.push_back(b + " GF/s");
     cols.push_back("x " + b);
   }
   Table table(cols);
   for (const auto& r : rows) {
-    std::vector<std::string> cells = {r.shape.label, dims_text(r.shape), op_text(r.shape), r.dtype,
-                                      std::to_string(r.threads), fmt(r.gflops), fmt(r.gflops_best),
-                                      fmt(r.pct_of_peak)};
+    std::vector<std::string> cells = {
+        r.shape.label, dims_text(r.shape), op_text(r.shape),  r.dtype, std::to_string(r.threads),
+        fmt(r.gflops), fmt(r.gflops_best), fmt(r.pct_of_peak)};
     for (const auto& b : names) {
       const auto it = r.baseline_gflops.find(b);
       cells.push_back(it == r.baseline_gflops.end() ? "-" : fmt(it->second));

@@ -34,11 +34,11 @@ struct GemmBenchOptions {
   std::vector<int64_t> sizes;     // square: the dims; aligned: the base dim(s)
   std::string config_path;        // model preset
   std::vector<std::string> overrides;
-  int64_t tokens = 1024;            // model preset: tokens per GEMM (batch x seq)
-  int64_t tokens_per_expert = 0;    // model preset: 0 = tokens * top_k / n_experts
-  bool backward = false;            // model preset: add dgrad and wgrad GEMMs
+  int64_t tokens = 1024;          // model preset: tokens per GEMM (batch x seq)
+  int64_t tokens_per_expert = 0;  // model preset: 0 = tokens * top_k / n_experts
+  bool backward = false;          // model preset: add dgrad and wgrad GEMMs
   std::vector<std::string> dtypes = {"f32"};
-  std::vector<int> threads;         // empty: all cores
+  std::vector<int> threads;  // empty: all cores
   std::vector<std::string> baselines = {"library", "env", "openblas", "onednn", "naive"};
   double naive_max_flops = 2.0 * 256 * 256 * 256;
   TimingPolicy timing;

@@ -47,7 +47,9 @@ std::string today() {
   return buf;
 }
 
-std::string yes_no(bool b) { return b ? "yes" : "no"; }
+std::string yes_no(bool b) {
+  return b ? "yes" : "no";
+}
 
 }  // namespace
 
@@ -77,7 +79,8 @@ json hw_report() {
         {"amx_tile", f.amx_tile},
         {"amx_bf16", f.amx_bf16},
         {"amx_int8", f.amx_int8}}},
-      {"cache", {{"l1d_bytes", cpu.l1d_bytes}, {"l2_bytes", cpu.l2_bytes}, {"l3_bytes", cpu.l3_bytes}}},
+      {"cache",
+       {{"l1d_bytes", cpu.l1d_bytes}, {"l2_bytes", cpu.l2_bytes}, {"l3_bytes", cpu.l3_bytes}}},
       {"memory_bytes", cpu.memory_bytes},
       {"threads", num_threads()},
       {"blas",
@@ -107,10 +110,10 @@ std::string hw_report_text(const json& r) {
   }
   t.add_row({"ISA", isa.empty() ? "(none of the tracked extensions)" : isa});
   const json& isa_j = r["isa"];
-  t.add_row({"AVX-512 / BF16 / FP16 / AMX",
-             yes_no(isa_j["avx512f"].get<bool>()) + " / " + yes_no(isa_j["avx512_bf16"].get<bool>()) +
-                 " / " + yes_no(isa_j["avx512_fp16"].get<bool>()) + " / " +
-                 yes_no(isa_j["amx_tile"].get<bool>())});
+  t.add_row({"AVX-512 / BF16 / FP16 / AMX", yes_no(isa_j["avx512f"].get<bool>()) + " / " +
+                                                yes_no(isa_j["avx512_bf16"].get<bool>()) + " / " +
+                                                yes_no(isa_j["avx512_fp16"].get<bool>()) + " / " +
+                                                yes_no(isa_j["amx_tile"].get<bool>())});
   const json& c = r["cache"];
   t.add_row({"caches", "L1d " + human_bytes(c["l1d_bytes"].get<double>()) + ", L2 " +
                            human_bytes(c["l2_bytes"].get<double>()) + ", L3 " +
@@ -120,7 +123,8 @@ std::string hw_report_text(const json& r) {
   const json& b = r["blas"];
   t.add_row({"BLAS library", b["library"].get<std::string>()});
   t.add_row({"BLAS config", b["config"].get<std::string>()});
-  t.add_row({"BLAS kernels", b["corename"].get<std::string>() + " (" + b["reason"].get<std::string>() + ")"});
+  t.add_row({"BLAS kernels",
+             b["corename"].get<std::string>() + " (" + b["reason"].get<std::string>() + ")"});
   t.add_row({"oneDNN", r["onednn"].get<std::string>()});
   t.add_row({"MPI", r["mpi"].get<std::string>()});
   return t.to_text();
@@ -154,7 +158,8 @@ plan::HwProfile measure_local_profile(const ProfileOptions& o) {
   for (const auto& s : gemm.summaries) {
     p.peak.push_back({s.dtype, s.threads, s.peak_gflops});
     if (s.threads != threads.back()) continue;  // curves and work at full threads
-    if (!std::isnan(s.work_for_90pct_flops)) p.work_for_90pct_flops[s.dtype] = s.work_for_90pct_flops;
+    if (!std::isnan(s.work_for_90pct_flops))
+      p.work_for_90pct_flops[s.dtype] = s.work_for_90pct_flops;
     for (const auto& [w, e] : s.efficiency_curve) p.gemm_efficiency[s.dtype].push_back({w, e});
   }
 
@@ -169,14 +174,19 @@ plan::HwProfile measure_local_profile(const ProfileOptions& o) {
     // private caches), else DRAM.
     const double per_thread = static_cast<double>(r.bytes) / r.threads;
     std::string level = "DRAM";
-    if (per_thread <= 0.5 * static_cast<double>(cpu.l1d_bytes)) level = "L1";
-    else if (per_thread <= 0.5 * static_cast<double>(cpu.l2_bytes)) level = "L2";
-    else if (static_cast<double>(r.bytes) <= 0.5 * static_cast<double>(cpu.l3_bytes)) level = "L3";
+    if (per_thread <= 0.5 * static_cast<double>(cpu.l1d_bytes))
+      level = "L1";
+    else if (per_thread <= 0.5 * static_cast<double>(cpu.l2_bytes))
+      level = "L2";
+    else if (static_cast<double>(r.bytes) <= 0.5 * static_cast<double>(cpu.l3_bytes))
+      level = "L3";
     p.memory_levels.push_back({level, r.bytes, r.threads, r.gbs});
     if (level == "DRAM") p.memory_bandwidth_gbs = std::max(p.memory_bandwidth_gbs, r.gbs);
   }
-  p.sources.push_back({"*", "measured", "anvil hw --profile (anvil bench gemm square f32/bf16, "
-                                        "anvil bench membw triad) on " + p.created});
+  p.sources.push_back({"*", "measured",
+                       "anvil hw --profile (anvil bench gemm square f32/bf16, "
+                       "anvil bench membw triad) on " +
+                           p.created});
   return p;
 }
 

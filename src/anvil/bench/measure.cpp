@@ -16,7 +16,9 @@ double Samples::percentile(double p) const {
   return s[lo] + (pos - static_cast<double>(lo)) * (s[hi] - s[lo]);
 }
 
-double Samples::median() const { return percentile(50.0); }
+double Samples::median() const {
+  return percentile(50.0);
+}
 
 double Samples::best() const {
   if (seconds.empty()) return std::numeric_limits<double>::quiet_NaN();

@@ -2,7 +2,6 @@
 
 #include <omp.h>
 
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -22,7 +21,8 @@ using Buffer = std::unique_ptr<double[], FreeDeleter>;
 
 Buffer aligned_doubles(int64_t n) {
   void* p = nullptr;
-  if (posix_memalign(&p, 4096, static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(double)) != 0) {
+  if (posix_memalign(&p, 4096, static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(double)) !=
+      0) {
     throw SystemError("membw: cannot allocate " + std::to_string(n * 8) + " bytes");
   }
   return Buffer(static_cast<double*>(p));
@@ -104,7 +104,8 @@ int arrays_of(const std::string& kernel) {
   if (kernel == "copy" || kernel == "scale") return 2;
   if (kernel == "add" || kernel == "triad") return 3;
   if (kernel == "read" || kernel == "write") return 1;
-  throw InputError("--kernels: expected copy, scale, add, triad, read or write, got '" + kernel + "'");
+  throw InputError("--kernels: expected copy, scale, add, triad, read or write, got '" + kernel +
+                   "'");
 }
 
 MembwResult run_membw_bench(const MembwOptions& o) {
@@ -114,7 +115,8 @@ MembwResult run_membw_bench(const MembwOptions& o) {
     for (int64_t s = 16 << 10; s <= (int64_t{1} << 30); s *= 4) sizes.push_back(s);
   }
   for (int64_t s : sizes) {
-    if (s < 1024) throw InputError("--sizes: expected working sets >= 1 KiB, got " + std::to_string(s));
+    if (s < 1024)
+      throw InputError("--sizes: expected working sets >= 1 KiB, got " + std::to_string(s));
   }
   std::vector<int> threads = o.threads;
   if (threads.empty()) {
@@ -153,8 +155,8 @@ MembwResult run_membw_bench(const MembwOptions& o) {
         policy.min_seconds = o.min_seconds;
         policy.min_samples = 5;
         const Kernel id = kernel_id(kernel);
-        const Samples s = time_calls(
-            [&] { run_passes(id, a.get(), b.get(), c.get(), elems, reps); }, policy);
+        const Samples s =
+            time_calls([&] { run_passes(id, a.get(), b.get(), c.get(), elems, reps); }, policy);
         const double bytes = bytes_per_pass * reps;
         result.rows.push_back({kernel, ws, t, bytes / s.best() / 1e9, bytes / s.median() / 1e9, 0});
       }
@@ -175,8 +177,12 @@ MembwResult run_membw_bench(const MembwOptions& o) {
 nlohmann::json MembwResult::to_json() const {
   nlohmann::json j = {{"benchmark", "membw"}, {"rows", nlohmann::json::array()}};
   for (const auto& r : rows) {
-    j["rows"].push_back({{"kernel", r.kernel}, {"bytes", r.bytes}, {"threads", r.threads},
-                         {"gbs", r.gbs}, {"gbs_median", r.gbs_median}, {"pct_of_best", r.pct_of_best}});
+    j["rows"].push_back({{"kernel", r.kernel},
+                         {"bytes", r.bytes},
+                         {"threads", r.threads},
+                         {"gbs", r.gbs},
+                         {"gbs_median", r.gbs_median},
+                         {"pct_of_best", r.pct_of_best}});
   }
   return j;
 }

@@ -26,9 +26,9 @@ struct MembwRow {
   std::string kernel;
   int64_t bytes = 0;  // working set asked for: all arrays of the kernel together
   int threads = 1;
-  double gbs = 0;         // best pass, as STREAM reports
-  double gbs_median = 0;  // median pass
-  double pct_of_best = 0; // of the best GB/s of this kernel over all sizes and threads
+  double gbs = 0;          // best pass, as STREAM reports
+  double gbs_median = 0;   // median pass
+  double pct_of_best = 0;  // of the best GB/s of this kernel over all sizes and threads
 };
 
 struct MembwResult {

@@ -16,8 +16,8 @@ constexpr int kRowMajor = 101;
 constexpr int kNoTrans = 111;
 constexpr int kTrans = 112;
 
-using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*,
-                         int, float, float*, int);
+using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int,
+                         float, float*, int);
 using StringFn = char* (*)();
 
 struct Blas {
@@ -77,7 +77,8 @@ Blas load() {
     candidates = {forced};
   } else {
     candidates = {"/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0",
-                  "/usr/lib/aarch64-linux-gnu/openblas-openmp/libopenblas.so.0", "libopenblas.so.0"};
+                  "/usr/lib/aarch64-linux-gnu/openblas-openmp/libopenblas.so.0",
+                  "libopenblas.so.0"};
   }
   void* handle = nullptr;
   std::string path, errors;
@@ -125,7 +126,9 @@ std::string choose_openblas_coretype(const CpuFeatures& f) {
   return "";
 }
 
-const BlasInfo& blas_info() { return blas().info; }
+const BlasInfo& blas_info() {
+  return blas().info;
+}
 
 void blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,

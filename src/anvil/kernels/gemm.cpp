@@ -19,17 +19,21 @@ void check_args(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int
   if (lda < std::max<int64_t>(1, trans_a ? m : k)) fail("lda too small for op(A)");
   if (ldb < std::max<int64_t>(1, trans_b ? k : n)) fail("ldb too small for op(B)");
   if (ldc < std::max<int64_t>(1, n)) fail("ldc too small for C");
-  if (lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX) fail("leading dimensions must fit in 32 bits");
+  if (lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX)
+    fail("leading dimensions must fit in 32 bits");
 }
 
-inline float load(const float* p) { return *p; }
-inline float load(const bf16* p) { return to_float(*p); }
+inline float load(const float* p) {
+  return *p;
+}
+inline float load(const bf16* p) {
+  return to_float(*p);
+}
 
 // The oracle: obvious loops, double accumulation, BLAS beta semantics.
 template <typename T>
-void reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-               const T* a, int64_t lda, const T* b, int64_t ldb, float beta, float* c,
-               int64_t ldc) {
+void reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const T* a,
+               int64_t lda, const T* b, int64_t ldb, float beta, float* c, int64_t ldc) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
@@ -40,7 +44,8 @@ void reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
         acc += static_cast<double>(av) * bv;
       }
       float& out = c[i * ldc + j];
-      out = static_cast<float>(alpha * acc + (beta == 0.0f ? 0.0 : static_cast<double>(beta) * out));
+      out =
+          static_cast<float>(alpha * acc + (beta == 0.0f ? 0.0 : static_cast<double>(beta) * out));
     }
   }
 }
@@ -61,7 +66,8 @@ bool prefer_onednn_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
   // below ~2*100^3 FLOPs OpenBLAS runs single-threaded and oneDNN's fixed
   // cost dominates; above ~1 GFLOP OpenBLAS is as fast or faster. Weight
   // gradients (A^T B) with a long reduction stay on OpenBLAS, which wins there.
-  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const double flops =
+      2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   if (flops < 2e6 || flops > 1.1e9) return false;
   if (trans_a && !trans_b && k >= 4 * std::max(m, n)) return false;
   return true;
@@ -69,10 +75,14 @@ bool prefer_onednn_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
 
 std::string to_string(GemmBackend backend) {
   switch (backend) {
-    case GemmBackend::automatic: return "auto";
-    case GemmBackend::openblas: return "openblas";
-    case GemmBackend::onednn: return "onednn";
-    case GemmBackend::reference: return "reference";
+    case GemmBackend::automatic:
+      return "auto";
+    case GemmBackend::openblas:
+      return "openblas";
+    case GemmBackend::onednn:
+      return "onednn";
+    case GemmBackend::reference:
+      return "reference";
   }
   return "?";
 }

@@ -85,15 +85,17 @@ OneDnn& onednn() {
 void onednn_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                  int64_t ldc) {
-  onednn().run(Key{false, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, omp_get_max_threads()},
-                a, b, c);
+  onednn().run(
+      Key{false, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, omp_get_max_threads()}, a,
+      b, c);
 }
 
 void onednn_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float beta, float* c,
                  int64_t ldc) {
-  onednn().run(Key{true, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, omp_get_max_threads()},
-                a, b, c);
+  onednn().run(
+      Key{true, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, omp_get_max_threads()}, a, b,
+      c);
 }
 
 }  // namespace anvil::kernels::detail

@@ -36,30 +36,56 @@ std::string one_of(const json& v, const std::string& where, std::vector<std::str
 
 const std::map<std::string, Setter>& schema() {
   static const std::map<std::string, Setter> table = {
-      {"name", [](ModelConfig& c, const json& v, const std::string& w) {
+      {"name",
+       [](ModelConfig& c, const json& v, const std::string& w) {
          if (!v.is_string()) throw InputError(w + ": expected a string, got " + v.dump());
          c.name = v.get<std::string>();
        }},
-      {"d_model", [](ModelConfig& c, const json& v, const std::string& w) { c.d_model = positive(v, w); }},
-      {"n_layers", [](ModelConfig& c, const json& v, const std::string& w) { c.n_layers = positive(v, w); }},
-      {"n_heads", [](ModelConfig& c, const json& v, const std::string& w) { c.n_heads = positive(v, w); }},
-      {"n_kv_heads", [](ModelConfig& c, const json& v, const std::string& w) { c.n_kv_heads = positive(v, w); }},
-      {"head_dim", [](ModelConfig& c, const json& v, const std::string& w) { c.head_dim = positive(v, w); }},
-      {"vocab_size", [](ModelConfig& c, const json& v, const std::string& w) { c.vocab_size = positive(v, w); }},
-      {"seq_len", [](ModelConfig& c, const json& v, const std::string& w) { c.seq_len = positive(v, w); }},
-      {"ffn_hidden", [](ModelConfig& c, const json& v, const std::string& w) { c.ffn_hidden = positive(v, w); }},
-      {"mlp", [](ModelConfig& c, const json& v, const std::string& w) { c.mlp = one_of(v, w, {"gelu", "swiglu"}); }},
-      {"norm", [](ModelConfig& c, const json& v, const std::string& w) { c.norm = one_of(v, w, {"layernorm", "rmsnorm"}); }},
-      {"position", [](ModelConfig& c, const json& v, const std::string& w) { c.position = one_of(v, w, {"learned", "rope"}); }},
-      {"attention", [](ModelConfig& c, const json& v, const std::string& w) { c.attention = one_of(v, w, {"mha", "gqa", "cca"}); }},
-      {"tied_embeddings", [](ModelConfig& c, const json& v, const std::string& w) {
+      {"d_model",
+       [](ModelConfig& c, const json& v, const std::string& w) { c.d_model = positive(v, w); }},
+      {"n_layers",
+       [](ModelConfig& c, const json& v, const std::string& w) { c.n_layers = positive(v, w); }},
+      {"n_heads",
+       [](ModelConfig& c, const json& v, const std::string& w) { c.n_heads = positive(v, w); }},
+      {"n_kv_heads",
+       [](ModelConfig& c, const json& v, const std::string& w) { c.n_kv_heads = positive(v, w); }},
+      {"head_dim",
+       [](ModelConfig& c, const json& v, const std::string& w) { c.head_dim = positive(v, w); }},
+      {"vocab_size",
+       [](ModelConfig& c, const json& v, const std::string& w) { c.vocab_size = positive(v, w); }},
+      {"seq_len",
+       [](ModelConfig& c, const json& v, const std::string& w) { c.seq_len = positive(v, w); }},
+      {"ffn_hidden",
+       [](ModelConfig& c, const json& v, const std::string& w) { c.ffn_hidden = positive(v, w); }},
+      {"mlp",
+       [](ModelConfig& c, const json& v, const std::string& w) {
+         c.mlp = one_of(v, w, {"gelu", "swiglu"});
+       }},
+      {"norm",
+       [](ModelConfig& c, const json& v, const std::string& w) {
+         c.norm = one_of(v, w, {"layernorm", "rmsnorm"});
+       }},
+      {"position",
+       [](ModelConfig& c, const json& v, const std::string& w) {
+         c.position = one_of(v, w, {"learned", "rope"});
+       }},
+      {"attention",
+       [](ModelConfig& c, const json& v, const std::string& w) {
+         c.attention = one_of(v, w, {"mha", "gqa", "cca"});
+       }},
+      {"tied_embeddings",
+       [](ModelConfig& c, const json& v, const std::string& w) {
          if (!v.is_boolean()) throw InputError(w + ": expected true or false, got " + v.dump());
          c.tied_embeddings = v.get<bool>();
        }},
-      {"n_experts", [](ModelConfig& c, const json& v, const std::string& w) { c.n_experts = positive(v, w, 0); }},
-      {"expert_ffn_hidden", [](ModelConfig& c, const json& v, const std::string& w) { c.expert_ffn_hidden = positive(v, w, 0); }},
-      {"top_k", [](ModelConfig& c, const json& v, const std::string& w) { c.top_k = positive(v, w); }},
-      {"router_dim", [](ModelConfig& c, const json& v, const std::string& w) { c.router_dim = positive(v, w, 0); }},
+      {"n_experts", [](ModelConfig& c, const json& v,
+                       const std::string& w) { c.n_experts = positive(v, w, 0); }},
+      {"expert_ffn_hidden", [](ModelConfig& c, const json& v,
+                               const std::string& w) { c.expert_ffn_hidden = positive(v, w, 0); }},
+      {"top_k",
+       [](ModelConfig& c, const json& v, const std::string& w) { c.top_k = positive(v, w); }},
+      {"router_dim", [](ModelConfig& c, const json& v,
+                        const std::string& w) { c.router_dim = positive(v, w, 0); }},
   };
   return table;
 }

@@ -13,23 +13,23 @@ namespace anvil::model {
 struct ModelConfig {
   std::string name = "unnamed";
   int64_t d_model = 768;
-  int64_t n_layers = 12;      // blocks; with MoE each block = attention + MoE layer
-  int64_t n_heads = 12;       // query heads
-  int64_t n_kv_heads = 12;    // key/value heads (GQA when < n_heads)
+  int64_t n_layers = 12;    // blocks; with MoE each block = attention + MoE layer
+  int64_t n_heads = 12;     // query heads
+  int64_t n_kv_heads = 12;  // key/value heads (GQA when < n_heads)
   int64_t head_dim = 64;
   int64_t vocab_size = 50304;
   int64_t seq_len = 1024;
-  int64_t ffn_hidden = 3072;  // dense MLP width (per branch for SwiGLU)
-  std::string mlp = "gelu";           // gelu | swiglu
-  std::string norm = "layernorm";     // layernorm | rmsnorm
-  std::string position = "learned";   // learned | rope
-  std::string attention = "mha";      // mha | gqa | cca
+  int64_t ffn_hidden = 3072;         // dense MLP width (per branch for SwiGLU)
+  std::string mlp = "gelu";          // gelu | swiglu
+  std::string norm = "layernorm";    // layernorm | rmsnorm
+  std::string position = "learned";  // learned | rope
+  std::string attention = "mha";     // mha | gqa | cca
   bool tied_embeddings = true;
   // Mixture of experts (n_experts == 0: dense).
   int64_t n_experts = 0;
   int64_t expert_ffn_hidden = 0;  // per expert, per SwiGLU branch
   int64_t top_k = 1;
-  int64_t router_dim = 0;         // ZAYA1 router down-projection width (0: linear router)
+  int64_t router_dim = 0;  // ZAYA1 router down-projection width (0: linear router)
 };
 
 // Reads `path` and applies `overrides` ("key=value"). Throws InputError.

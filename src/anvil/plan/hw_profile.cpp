@@ -32,14 +32,16 @@ class Reader {
   double num(const std::string& key, double min = 0) const {
     const json& v = at(key);
     if (!v.is_number() || v.get<double>() < min) {
-      throw InputError(path(key) + ": expected a number >= " + std::to_string(min) + ", got " + v.dump());
+      throw InputError(path(key) + ": expected a number >= " + std::to_string(min) + ", got " +
+                       v.dump());
     }
     return v.get<double>();
   }
   int64_t integer(const std::string& key, int64_t min = 0) const {
     const json& v = at(key);
     if (!v.is_number_integer() || v.get<int64_t>() < min) {
-      throw InputError(path(key) + ": expected an integer >= " + std::to_string(min) + ", got " + v.dump());
+      throw InputError(path(key) + ": expected an integer >= " + std::to_string(min) + ", got " +
+                       v.dump());
     }
     return v.get<int64_t>();
   }
@@ -107,7 +109,8 @@ json to_json(const HwProfile& p) {
   }
   for (const auto& [dtype, curve] : p.gemm_efficiency) {
     json points = json::array();
-    for (const auto& pt : curve) points.push_back({{"flops", pt.flops}, {"efficiency", pt.efficiency}});
+    for (const auto& pt : curve)
+      points.push_back({{"flops", pt.flops}, {"efficiency", pt.efficiency}});
     j["gemm_efficiency"][dtype] = points;
   }
   for (const auto& m : p.memory_levels) {
@@ -145,8 +148,8 @@ HwProfile hw_profile_from_json(const json& j, const std::string& origin) {
   const json& peaks = r.array("peak");
   for (size_t i = 0; i < peaks.size(); ++i) {
     const Reader e(peaks[i], r.path("peak") + "[" + std::to_string(i) + "]");
-    p.peak.push_back({one_of(e, "dtype", kDtypes), static_cast<int>(e.integer("threads")),
-                      e.num("gflops")});
+    p.peak.push_back(
+        {one_of(e, "dtype", kDtypes), static_cast<int>(e.integer("threads")), e.num("gflops")});
   }
   if (p.peak.empty()) throw InputError(r.path("peak") + ": expected at least one entry");
   const Reader work(r.at("work_for_90pct_flops"), r.path("work_for_90pct_flops"));
@@ -167,8 +170,8 @@ HwProfile hw_profile_from_json(const json& j, const std::string& origin) {
   for (size_t i = 0; i < levels.size(); ++i) {
     const Reader m(levels[i], r.path("memory_levels") + "[" + std::to_string(i) + "]");
     p.memory_levels.push_back({one_of(m, "level", {"L1", "L2", "L3", "DRAM", "HBM"}),
-                               m.integer("working_set_bytes"), static_cast<int>(m.integer("threads")),
-                               m.num("gbs")});
+                               m.integer("working_set_bytes"),
+                               static_cast<int>(m.integer("threads")), m.num("gbs")});
   }
   const Reader ic(r.at("interconnect"), r.path("interconnect"));
   p.interconnect.devices_per_node = static_cast<int>(ic.integer("devices_per_node", 1));

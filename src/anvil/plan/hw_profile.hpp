@@ -37,11 +37,11 @@ struct EfficiencyPoint {
 
 struct Interconnect {
   int devices_per_node = 1;
-  std::string intra_node_link;       // "Infinity Fabric", "NVLink 4", "shared memory"
-  double intra_node_gbs = 0;         // per device, aggregate over its links, as published
+  std::string intra_node_link;  // "Infinity Fabric", "NVLink 4", "shared memory"
+  double intra_node_gbs = 0;    // per device, aggregate over its links, as published
   int nics_per_node = 0;
-  double nic_gbps = 0;               // per NIC, gigabits per second
-  std::string topology;              // "rails-only", "fat-tree", "single node"
+  double nic_gbps = 0;   // per NIC, gigabits per second
+  std::string topology;  // "rails-only", "fat-tree", "single node"
   bool operator==(const Interconnect&) const = default;
 };
 
@@ -54,18 +54,18 @@ struct Source {
 
 struct HwProfile {
   int version = 1;
-  std::string name;    // short id: mi300x, h100-sxm, h200-sxm, local
-  std::string device;  // full name
-  std::string kind;    // gpu | cpu
-  std::string origin;  // published | measured
-  std::string created; // ISO-8601 date
+  std::string name;     // short id: mi300x, h100-sxm, h200-sxm, local
+  std::string device;   // full name
+  std::string kind;     // gpu | cpu
+  std::string origin;   // published | measured
+  std::string created;  // ISO-8601 date
   int64_t compute_units = 0;
   std::string compute_unit_name;  // CU | SM | core
   double clock_ghz = 0;
   int64_t memory_bytes = 0;
   double memory_bandwidth_gbs = 0;  // peak (published) or best measured DRAM (measured)
   std::vector<PeakCompute> peak;
-  std::map<std::string, double> work_for_90pct_flops;  // per dtype
+  std::map<std::string, double> work_for_90pct_flops;                   // per dtype
   std::map<std::string, std::vector<EfficiencyPoint>> gemm_efficiency;  // per dtype
   std::vector<MemoryLevel> memory_levels;
   Interconnect interconnect;
