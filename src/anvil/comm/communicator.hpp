@@ -1,0 +1,114 @@
+// anvil's collectives. One Communicator per MPI communicator; each call
+// names its algorithm, and every algorithm is separate from the transport
+// it runs on (MPI point-to-point, or POSIX shared memory inside a node):
+//
+//   mpi       the MPI library's own collective (the baseline)
+//   ring      ring reduce-scatter / all-gather (all-reduce = both): 2(n-1)
+//             steps, each moving count/n elements per rank — bandwidth-optimal
+//   rhd       Rabenseifner: recursive halving reduce-scatter + recursive
+//             doubling all-gather, 2 log2(p) steps; non-powers of two fold
+//             the first 2r ranks in pairs first (r = n - 2^floor(log2 n))
+//   tree      binomial tree broadcast / reduce: ceil(log2 n) steps
+//   pairwise  all-to-all(v): n-1 exchange steps with peers rank +/- s
+//   shm       shared memory inside a node: chunked and pipelined, every rank
+//             reducing its share of each chunk in parallel (see shm.hpp)
+//
+// Semantics follow NCCL: reduce-scatter and all-gather split `count`
+// elements into blocks with block_count/block_offset (types.hpp); in-place
+// means recv == send (all-reduce, broadcast, reduce, all-to-all),
+// recv == send + block_offset(rank) (reduce-scatter) or
+// send == recv + block_offset(rank) (all-gather).
+//
+// No silent hangs: every wait has a deadline (set_timeout); past it the call
+// throws CommTimeout naming the op, the algorithm, the step and the ranks
+// that did not arrive.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "anvil/comm/types.hpp"
+
+namespace anvil::comm {
+
+enum class Algo { mpi, ring, rhd, tree, pairwise, shm };
+enum class Op { allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall };
+
+std::string to_string(Algo a);
+std::string to_string(Op op);
+Algo parse_algo(const std::string& name, const std::string& flag);
+Op parse_op(const std::string& name, const std::string& flag);
+// The algorithms implemented for an op.
+std::vector<Algo> algorithms_for(Op op);
+
+class CommTimeout : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class ShmSegment;
+
+class Communicator {
+ public:
+  // Duplicates `comm` (anvil's traffic never mixes with the caller's).
+  explicit Communicator(MPI_Comm comm = MPI_COMM_WORLD);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  MPI_Comm mpi_comm() const { return comm_; }
+  void set_timeout(double seconds) { timeout_s_ = seconds; }
+  double timeout() const { return timeout_s_; }
+  // True when every rank of this communicator shares one node (shm works).
+  bool single_node() const { return single_node_; }
+
+  void allreduce(const void* send, void* recv, size_t count, DType t, ReduceOp op, Algo algo);
+  void reduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op, Algo algo);
+  void allgather(const void* send, void* recv, size_t count, DType t, Algo algo);
+  void broadcast(void* buf, size_t count, DType t, int root, Algo algo);
+  void reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op, int root, Algo algo);
+  // `count` elements to and from every peer.
+  void alltoall(const void* send, void* recv, size_t count, DType t, Algo algo);
+  // Per-peer counts and offsets, in elements.
+  void alltoallv(const void* send, const size_t* send_counts, const size_t* send_offsets, void* recv,
+                 const size_t* recv_counts, const size_t* recv_offsets, DType t, Algo algo);
+  void barrier();
+
+  // Point-to-point with the deadline, for algorithms (algorithms/*.cpp).
+  void sendrecv(const void* send, size_t send_bytes, int dst, void* recv, size_t recv_bytes, int src,
+                const char* what, int step);
+  void send(const void* buf, size_t bytes, int dst, const char* what, int step);
+  void recv(void* buf, size_t bytes, int src, const char* what, int step);
+  [[noreturn]] void fail_timeout(const std::string& what, int step, const std::vector<int>& missing) const;
+  ShmSegment& shm();
+
+ private:
+  void wait_all(MPI_Request* reqs, int n, const int* peers, const char* what, int step);
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  bool single_node_ = true;
+  double timeout_s_ = 60.0;
+  std::unique_ptr<ShmSegment> shm_;
+};
+
+// Owns MPI for the process: MPI_Init on construction (if needed), MPI_Finalize
+// on destruction. Created once, in main.
+class MpiRuntime {
+ public:
+  MpiRuntime(int* argc, char*** argv);
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+
+ private:
+  bool owns_ = false;
+};
+
+}  // namespace anvil::comm

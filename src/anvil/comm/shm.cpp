@@ -1,0 +1,217 @@
+#include "anvil/comm/shm.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <random>
+#include <vector>
+
+#include "anvil/base/error.hpp"
+#include "anvil/comm/communicator.hpp"
+#include "anvil/comm/reduce.hpp"
+
+namespace anvil::comm {
+namespace {
+
+constexpr size_t kDefaultChunk = 256 * 1024;
+
+size_t chunk_from_env(size_t asked) {
+  if (asked) return asked;
+  if (const char* e = std::getenv("ANVIL_SHM_CHUNK")) {
+    const long long v = std::atoll(e);
+    if (v >= 4096) return static_cast<size_t>(v) / 64 * 64;
+  }
+  return kDefaultChunk;
+}
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+ShmSegment::ShmSegment(Communicator& comm, size_t chunk_bytes)
+    : comm_(comm), rank_(comm.rank()), size_(comm.size()), chunk_(chunk_from_env(chunk_bytes)) {
+  const size_t header = static_cast<size_t>(size_) * sizeof(Counter);
+  bytes_ = header + static_cast<size_t>(size_ + 1) * chunk_;
+  oversubscribed_ = size_ > static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+
+  char name[64] = {};
+  int fd = -1;
+  if (rank_ == 0) {
+    std::random_device rd;
+    for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
+      std::snprintf(name, sizeof name, "/anvil-%d-%08x", static_cast<int>(::getpid()), rd());
+      fd = ::shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    }
+    if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(bytes_)) != 0) {
+      ::close(fd);
+      ::shm_unlink(name);
+      fd = -1;
+    }
+    if (fd < 0) name[0] = '\0';
+  }
+  MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm.mpi_comm());
+  if (name[0] == '\0') throw SystemError("shm: rank 0 could not create a segment in /dev/shm");
+  name_ = name;
+  if (rank_ != 0) fd = ::shm_open(name, O_RDWR, 0600);
+  int ok = fd >= 0;
+  if (ok) {
+    base_ = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    ok = base_ != MAP_FAILED;
+    if (!ok) base_ = nullptr;
+  }
+  int all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm.mpi_comm());
+  // Everyone has it mapped (or failed): the name is no longer needed.
+  if (rank_ == 0) ::shm_unlink(name);
+  if (!all_ok) {
+    if (base_) ::munmap(base_, bytes_);
+    throw SystemError("shm: a rank could not map segment " + name_ + " (" + std::strerror(errno) + ")");
+  }
+  arrive_ = static_cast<Counter*>(base_);
+  slots_ = static_cast<unsigned char*>(base_) + header;
+  result_ = slots_ + static_cast<size_t>(size_) * chunk_;
+  if (rank_ == 0) {
+    for (int r = 0; r < size_; ++r) new (&arrive_[r]) Counter{{0}};
+  }
+  MPI_Barrier(comm.mpi_comm());
+}
+
+ShmSegment::~ShmSegment() {
+  if (base_) ::munmap(base_, bytes_);
+}
+
+void ShmSegment::barrier(const char* what) {
+  ++step_;
+  arrive_[rank_].value.store(step_, std::memory_order_release);
+  const double deadline = now() + comm_.timeout();
+  for (int q = 0; q < size_; ++q) {
+    unsigned spins = 0;
+    while (arrive_[q].value.load(std::memory_order_acquire) < step_) {
+      if (++spins % 64 == 0 || oversubscribed_) ::sched_yield();
+      if (spins % 1024 == 0 && now() > deadline) {
+        std::vector<int> missing;
+        for (int m = 0; m < size_; ++m) {
+          if (arrive_[m].value.load(std::memory_order_acquire) < step_) missing.push_back(m);
+        }
+        comm_.fail_timeout(std::string(what) + "(shm)", static_cast<int>(step_), missing);
+      }
+    }
+  }
+}
+
+void ShmSegment::allreduce(const void* send, void* recv, size_t count, DType t, ReduceOp op) {
+  const size_t es = size_of(t);
+  const size_t per_chunk = chunk_ / es;
+  const auto* in = static_cast<const unsigned char*>(send);
+  auto* out = static_cast<unsigned char*>(recv);
+  std::vector<const void*> srcs(static_cast<size_t>(size_));
+  for (size_t off = 0; off < count; off += per_chunk) {
+    const size_t len = std::min(per_chunk, count - off);
+    std::memcpy(slot(rank_), in + off * es, len * es);
+    barrier("allreduce");
+    const size_t po = block_offset(len, size_, rank_) * es;
+    const size_t pc = block_count(len, size_, rank_);
+    for (int r = 0; r < size_; ++r) srcs[static_cast<size_t>(r)] = slot(r) + po;
+    reduce_many(result_ + po, srcs.data(), size_, pc, t, op);
+    if (op == ReduceOp::avg) divide_by(result_ + po, pc, t, size_);
+    barrier("allreduce");
+    std::memcpy(out + off * es, result_, len * es);
+  }
+}
+
+void ShmSegment::reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op, int root) {
+  const size_t es = size_of(t);
+  const size_t per_chunk = chunk_ / es;
+  const auto* in = static_cast<const unsigned char*>(send);
+  auto* out = static_cast<unsigned char*>(recv);
+  std::vector<const void*> srcs(static_cast<size_t>(size_));
+  for (size_t off = 0; off < count; off += per_chunk) {
+    const size_t len = std::min(per_chunk, count - off);
+    std::memcpy(slot(rank_), in + off * es, len * es);
+    barrier("reduce");
+    const size_t po = block_offset(len, size_, rank_) * es;
+    const size_t pc = block_count(len, size_, rank_);
+    for (int r = 0; r < size_; ++r) srcs[static_cast<size_t>(r)] = slot(r) + po;
+    reduce_many(result_ + po, srcs.data(), size_, pc, t, op);
+    if (op == ReduceOp::avg) divide_by(result_ + po, pc, t, size_);
+    barrier("reduce");
+    if (rank_ == root) std::memcpy(out + off * es, result_, len * es);
+  }
+}
+
+void ShmSegment::reduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) {
+  // Round k: every rank stages piece k of every block (piece capacity
+  // chunk/n); rank r reduces piece k of block r straight into its output.
+  const size_t es = size_of(t);
+  const size_t piece = std::max<size_t>(1, chunk_ / es / static_cast<size_t>(size_));
+  const size_t largest = block_count(count, size_, 0);
+  const auto* in = static_cast<const unsigned char*>(send);
+  auto* out = static_cast<unsigned char*>(recv);
+  std::vector<const void*> srcs(static_cast<size_t>(size_));
+  for (size_t k0 = 0; k0 < largest; k0 += piece) {
+    for (int j = 0; j < size_; ++j) {
+      const size_t bc = block_count(count, size_, j);
+      if (k0 >= bc) continue;
+      const size_t len = std::min(piece, bc - k0);
+      std::memcpy(slot(rank_) + static_cast<size_t>(j) * piece * es,
+                  in + (block_offset(count, size_, j) + k0) * es, len * es);
+    }
+    barrier("reduce_scatter");
+    const size_t mine = block_count(count, size_, rank_);
+    if (k0 < mine) {
+      const size_t len = std::min(piece, mine - k0);
+      for (int r = 0; r < size_; ++r) {
+        srcs[static_cast<size_t>(r)] = slot(r) + static_cast<size_t>(rank_) * piece * es;
+      }
+      reduce_many(out + k0 * es, srcs.data(), size_, len, t, op);
+      if (op == ReduceOp::avg) divide_by(out + k0 * es, len, t, size_);
+    }
+    barrier("reduce_scatter");
+  }
+}
+
+void ShmSegment::allgather(const void* send, void* recv, size_t count, DType t) {
+  const size_t es = size_of(t);
+  const size_t per_chunk = chunk_ / es;
+  const size_t largest = block_count(count, size_, 0);
+  const auto* in = static_cast<const unsigned char*>(send);
+  auto* out = static_cast<unsigned char*>(recv);
+  const size_t my_count = block_count(count, size_, rank_);
+  const bool in_place = in == out + block_offset(count, size_, rank_) * es;
+  for (size_t k0 = 0; k0 < largest; k0 += per_chunk) {
+    if (k0 < my_count) std::memcpy(slot(rank_), in + k0 * es, std::min(per_chunk, my_count - k0) * es);
+    barrier("allgather");
+    for (int j = 0; j < size_; ++j) {
+      const size_t bc = block_count(count, size_, j);
+      if (k0 >= bc || (j == rank_ && in_place)) continue;
+      std::memcpy(out + (block_offset(count, size_, j) + k0) * es, slot(j), std::min(per_chunk, bc - k0) * es);
+    }
+    barrier("allgather");
+  }
+}
+
+void ShmSegment::broadcast(void* buf, size_t count, DType t, int root) {
+  const size_t es = size_of(t);
+  const size_t per_chunk = chunk_ / es;
+  auto* data = static_cast<unsigned char*>(buf);
+  for (size_t off = 0; off < count; off += per_chunk) {
+    const size_t len = std::min(per_chunk, count - off);
+    if (rank_ == root) std::memcpy(slot(root), data + off * es, len * es);
+    barrier("broadcast");
+    if (rank_ != root) std::memcpy(data + off * es, slot(root), len * es);
+    barrier("broadcast");
+  }
+}
+
+}  // namespace anvil::comm

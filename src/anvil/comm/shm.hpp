@@ -1,0 +1,65 @@
+// The intra-node shared-memory transport and its collectives.
+//
+// One POSIX shared-memory segment per communicator: a cache line of arrival
+// counter per rank, one staging slot of `chunk` bytes per rank and one result
+// slot. A collective walks the message chunk by chunk; per chunk every rank
+// copies its piece into its slot, meets the others at a counter barrier,
+// reduces (or copies) its own 1/n share of the chunk, meets them again, and
+// copies out. Staging stays in cache; each byte of input and output crosses
+// DRAM once.
+//
+// Hygiene: rank 0 creates the segment with O_CREAT|O_EXCL, mode 0600, under a
+// name unique to the job (pid, time, counter); the others open it; then it is
+// unlinked at once, so it lives exactly as long as the processes that map it
+// — normal exit, abort or kill -9 — and a stale name can never collide.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "anvil/comm/types.hpp"
+
+namespace anvil::comm {
+
+class Communicator;
+
+class ShmSegment {
+ public:
+  // Collective over `comm`, whose ranks must share a node.
+  explicit ShmSegment(Communicator& comm, size_t chunk_bytes = 0);
+  ~ShmSegment();
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  void allreduce(const void* send, void* recv, size_t count, DType t, ReduceOp op);
+  void reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op, int root);
+  void reduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op);
+  void allgather(const void* send, void* recv, size_t count, DType t);
+  void broadcast(void* buf, size_t count, DType t, int root);
+
+  const std::string& name() const { return name_; }
+  size_t chunk_bytes() const { return chunk_; }
+
+ private:
+  struct alignas(64) Counter {
+    std::atomic<uint64_t> value;
+  };
+  void barrier(const char* what);
+  unsigned char* slot(int r) const { return slots_ + static_cast<size_t>(r) * chunk_; }
+
+  Communicator& comm_;
+  int rank_, size_;
+  size_t chunk_ = 0;
+  size_t bytes_ = 0;
+  std::string name_;
+  void* base_ = nullptr;
+  Counter* arrive_ = nullptr;
+  unsigned char* slots_ = nullptr;
+  unsigned char* result_ = nullptr;
+  uint64_t step_ = 0;
+  bool oversubscribed_ = false;
+};
+
+}  // namespace anvil::comm

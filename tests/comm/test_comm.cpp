@@ -1,0 +1,324 @@
+// Every op x algorithm x dtype x reduce-op against its exact expected result,
+// for whatever rank count mpirun gives (CTest runs 1..8): counts 0, 1, primes,
+// counts not divisible by the rank count, in place and out of place, every
+// root. Input values are small integers, so every reduction order gives the
+// same exact answer in every dtype (bf16 included).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+#include "anvil/base/bf16.hpp"
+#include "anvil/comm/communicator.hpp"
+
+namespace anvil::comm {
+namespace {
+
+Communicator* g_comm = nullptr;
+
+// Value of element i on rank r, in [-2, 2].
+int value(int r, size_t i) { return static_cast<int>((static_cast<size_t>(r) * 7 + i * 3) % 5) - 2; }
+
+void put(std::vector<unsigned char>& buf, size_t i, DType t, double v) {
+  switch (t) {
+    case DType::f32: reinterpret_cast<float*>(buf.data())[i] = static_cast<float>(v); break;
+    case DType::f64: reinterpret_cast<double*>(buf.data())[i] = v; break;
+    case DType::i32: reinterpret_cast<int32_t*>(buf.data())[i] = static_cast<int32_t>(v); break;
+    case DType::i64: reinterpret_cast<int64_t*>(buf.data())[i] = static_cast<int64_t>(v); break;
+    case DType::bf16: reinterpret_cast<bf16*>(buf.data())[i] = to_bf16(static_cast<float>(v)); break;
+  }
+}
+
+double get(const std::vector<unsigned char>& buf, size_t i, DType t) {
+  switch (t) {
+    case DType::f32: return reinterpret_cast<const float*>(buf.data())[i];
+    case DType::f64: return reinterpret_cast<const double*>(buf.data())[i];
+    case DType::i32: return reinterpret_cast<const int32_t*>(buf.data())[i];
+    case DType::i64: return static_cast<double>(reinterpret_cast<const int64_t*>(buf.data())[i]);
+    case DType::bf16: return to_float(reinterpret_cast<const bf16*>(buf.data())[i]);
+  }
+  return 0;
+}
+
+// The reduction of element i over all ranks, rounded as the dtype rounds avg.
+double expected(size_t i, int n, DType t, ReduceOp op) {
+  int sum = 0, mx = -100, mn = 100;
+  for (int r = 0; r < n; ++r) {
+    sum += value(r, i);
+    mx = std::max(mx, value(r, i));
+    mn = std::min(mn, value(r, i));
+  }
+  switch (op) {
+    case ReduceOp::sum: return sum;
+    case ReduceOp::max: return mx;
+    case ReduceOp::min: return mn;
+    case ReduceOp::avg:
+      if (t == DType::f64) return static_cast<double>(sum) / n;
+      if (t == DType::bf16) return to_float(to_bf16(static_cast<float>(sum) / static_cast<float>(n)));
+      return static_cast<float>(sum) / static_cast<float>(n);
+  }
+  return 0;
+}
+
+std::vector<unsigned char> filled(size_t count, DType t, int r) {
+  std::vector<unsigned char> b(count * size_of(t) + 1);
+  for (size_t i = 0; i < count; ++i) put(b, i, t, value(r, i));
+  return b;
+}
+
+std::vector<size_t> counts_for(int n) {
+  // 0, 1, primes, and counts around multiples of n (not divisible by it).
+  return {0, 1, 2, 7, 13, 97, static_cast<size_t>(n) * 5 + 1, 1031, 65537};
+}
+
+const DType kDtypes[] = {DType::f32, DType::bf16, DType::f64, DType::i32, DType::i64};
+
+std::vector<ReduceOp> ops_for(DType t) {
+  if (is_floating(t)) return {ReduceOp::sum, ReduceOp::max, ReduceOp::min, ReduceOp::avg};
+  return {ReduceOp::sum, ReduceOp::max, ReduceOp::min};
+}
+
+std::string label(Op op, Algo a, DType t, size_t count, bool in_place, const std::string& more = "") {
+  std::ostringstream s;
+  s << to_string(op) << "(" << to_string(a) << ") " << to_string(t) << " count=" << count
+    << (in_place ? " in-place" : "") << more << " on " << g_comm->size() << " ranks, rank "
+    << g_comm->rank();
+  return s.str();
+}
+
+TEST(Collectives, AllreduceExact) {
+  Communicator& c = *g_comm;
+  for (Algo a : algorithms_for(Op::allreduce)) {
+    for (DType t : kDtypes) {
+      for (ReduceOp rop : ops_for(t)) {
+        for (size_t count : counts_for(c.size())) {
+          for (bool in_place : {false, true}) {
+            auto send = filled(count, t, c.rank());
+            std::vector<unsigned char> out(send.size());
+            void* recv = in_place ? send.data() : out.data();
+            c.allreduce(send.data(), recv, count, t, rop, a);
+            const auto& res = in_place ? send : out;
+            size_t wrong = 0;
+            for (size_t i = 0; i < count; ++i) wrong += get(res, i, t) != expected(i, c.size(), t, rop);
+            EXPECT_EQ(wrong, 0u) << label(Op::allreduce, a, t, count, in_place, " " + to_string(rop));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Collectives, ReduceScatterExact) {
+  Communicator& c = *g_comm;
+  const int n = c.size(), r = c.rank();
+  for (Algo a : algorithms_for(Op::reduce_scatter)) {
+    for (DType t : kDtypes) {
+      for (ReduceOp rop : ops_for(t)) {
+        for (size_t count : counts_for(n)) {
+          for (bool in_place : {false, true}) {
+            auto send = filled(count, t, r);
+            const size_t es = size_of(t), mine = block_count(count, n, r), off = block_offset(count, n, r);
+            std::vector<unsigned char> out(mine * es + 1);
+            void* recv = in_place ? send.data() + off * es : out.data();
+            c.reduce_scatter(send.data(), recv, count, t, rop, a);
+            std::vector<unsigned char> res(mine * es + 1);
+            std::memcpy(res.data(), recv, mine * es);
+            size_t wrong = 0;
+            for (size_t i = 0; i < mine; ++i) wrong += get(res, i, t) != expected(off + i, n, t, rop);
+            EXPECT_EQ(wrong, 0u) << label(Op::reduce_scatter, a, t, count, in_place, " " + to_string(rop));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Collectives, AllgatherExact) {
+  Communicator& c = *g_comm;
+  const int n = c.size(), r = c.rank();
+  for (Algo a : algorithms_for(Op::allgather)) {
+    for (DType t : kDtypes) {
+      for (size_t count : counts_for(n)) {
+        for (bool in_place : {false, true}) {
+          // Rank q contributes block q of the vector value(q, i).
+          const size_t es = size_of(t), mine = block_count(count, n, r), off = block_offset(count, n, r);
+          std::vector<unsigned char> out(count * es + 1, 0xAB);
+          std::vector<unsigned char> mine_buf(mine * es + 1);
+          for (size_t i = 0; i < mine; ++i) put(mine_buf, i, t, value(r, off + i));
+          if (in_place) std::memcpy(out.data() + off * es, mine_buf.data(), mine * es);
+          c.allgather(in_place ? out.data() + off * es : mine_buf.data(), out.data(), count, t, a);
+          size_t wrong = 0;
+          for (int q = 0; q < n; ++q) {
+            for (size_t i = 0; i < block_count(count, n, q); ++i) {
+              const size_t g = block_offset(count, n, q) + i;
+              wrong += get(out, g, t) != value(q, g);
+            }
+          }
+          EXPECT_EQ(wrong, 0u) << label(Op::allgather, a, t, count, in_place);
+        }
+      }
+    }
+  }
+}
+
+TEST(Collectives, BroadcastEveryRootExact) {
+  Communicator& c = *g_comm;
+  for (Algo a : algorithms_for(Op::broadcast)) {
+    for (DType t : kDtypes) {
+      for (size_t count : counts_for(c.size())) {
+        for (int root = 0; root < c.size(); ++root) {
+          auto buf = filled(count, t, c.rank() == root ? root : root + 1);
+          c.broadcast(buf.data(), count, t, root, a);
+          size_t wrong = 0;
+          for (size_t i = 0; i < count; ++i) wrong += get(buf, i, t) != value(root, i);
+          EXPECT_EQ(wrong, 0u) << label(Op::broadcast, a, t, count, true, " root=" + std::to_string(root));
+        }
+      }
+    }
+  }
+}
+
+TEST(Collectives, ReduceEveryRootExact) {
+  Communicator& c = *g_comm;
+  for (Algo a : algorithms_for(Op::reduce)) {
+    for (DType t : kDtypes) {
+      for (ReduceOp rop : ops_for(t)) {
+        for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{1031}}) {
+          for (int root = 0; root < c.size(); ++root) {
+            for (bool in_place : {false, true}) {
+              auto send = filled(count, t, c.rank());
+              std::vector<unsigned char> out(send.size());
+              void* recv = in_place && c.rank() == root ? send.data() : out.data();
+              c.reduce(send.data(), recv, count, t, rop, root, a);
+              if (c.rank() != root) continue;
+              const auto& res = recv == send.data() ? send : out;
+              size_t wrong = 0;
+              for (size_t i = 0; i < count; ++i) wrong += get(res, i, t) != expected(i, c.size(), t, rop);
+              EXPECT_EQ(wrong, 0u) << label(Op::reduce, a, t, count, in_place,
+                                            std::string(" ") + to_string(rop) + " root=" + std::to_string(root));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Collectives, AlltoallAndAlltoallvExact) {
+  Communicator& c = *g_comm;
+  const int n = c.size(), r = c.rank();
+  for (Algo a : algorithms_for(Op::alltoall)) {
+    for (DType t : kDtypes) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1031}}) {
+        for (bool in_place : {false, true}) {
+          // Element j of the block for peer q on rank r encodes (r, q, j).
+          const size_t es = size_of(t), total = count * static_cast<size_t>(n);
+          std::vector<unsigned char> send(total * es + 1), out(total * es + 1);
+          for (int q = 0; q < n; ++q)
+            for (size_t j = 0; j < count; ++j) put(send, q * count + j, t, (r * 8 + q) % 100 + static_cast<double>(j % 3));
+          void* recv = in_place ? send.data() : out.data();
+          c.alltoall(send.data(), recv, count, t, a);
+          std::vector<unsigned char> res(total * es + 1);
+          std::memcpy(res.data(), recv, total * es);
+          size_t wrong = 0;
+          for (int q = 0; q < n; ++q)
+            for (size_t j = 0; j < count; ++j) wrong += get(res, q * count + j, t) != (q * 8 + r) % 100 + static_cast<double>(j % 3);
+          EXPECT_EQ(wrong, 0u) << label(Op::alltoall, a, t, count, in_place);
+        }
+      }
+      // alltoallv: rank r sends (r + q) % 3 + q elements to peer q.
+      std::vector<size_t> sc(n), so(n), rc(n), ro(n);
+      size_t st = 0, rt = 0;
+      for (int q = 0; q < n; ++q) {
+        sc[q] = static_cast<size_t>((r + q) % 3 + q);
+        so[q] = st;
+        st += sc[q];
+        rc[q] = static_cast<size_t>((q + r) % 3 + r);
+        ro[q] = rt;
+        rt += rc[q];
+      }
+      std::vector<unsigned char> send(st * size_of(t) + 1), recv(rt * size_of(t) + 1);
+      for (int q = 0; q < n; ++q)
+        for (size_t j = 0; j < sc[q]; ++j) put(send, so[q] + j, t, r * 10 + static_cast<double>(j));
+      c.alltoallv(send.data(), sc.data(), so.data(), recv.data(), rc.data(), ro.data(), t, a);
+      size_t wrong = 0;
+      for (int q = 0; q < n; ++q)
+        for (size_t j = 0; j < rc[q]; ++j) wrong += get(recv, ro[q] + j, t) != q * 10 + static_cast<double>(j);
+      EXPECT_EQ(wrong, 0u) << label(Op::alltoall, a, t, rt, false, " (v)");
+    }
+  }
+}
+
+TEST(Collectives, LargeMessagesOver64MiB) {
+  Communicator& c = *g_comm;
+  const size_t count = (size_t{64} << 20) / 4 + 3;  // > 64 MiB of f32, odd
+  for (Algo a : algorithms_for(Op::allreduce)) {
+    auto buf = filled(count, DType::f32, c.rank());
+    c.allreduce(buf.data(), buf.data(), count, DType::f32, ReduceOp::sum, a);
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; i += 1) wrong += get(buf, i, DType::f32) != expected(i, c.size(), DType::f32, ReduceOp::sum);
+    EXPECT_EQ(wrong, 0u) << label(Op::allreduce, a, DType::f32, count, true);
+  }
+  for (Algo a : algorithms_for(Op::allgather)) {
+    const int n = c.size(), r = c.rank();
+    const size_t mine = block_count(count, n, r), off = block_offset(count, n, r);
+    std::vector<float> out(count);
+    for (size_t i = 0; i < mine; ++i) out[off + i] = static_cast<float>(value(r, off + i));
+    c.allgather(out.data() + off, out.data(), count, DType::f32, a);
+    size_t wrong = 0;
+    for (int q = 0; q < n; ++q)
+      for (size_t i = block_offset(count, n, q); i < block_offset(count, n, q) + block_count(count, n, q); ++i)
+        wrong += out[i] != value(q, i);
+    EXPECT_EQ(wrong, 0u) << label(Op::allgather, a, DType::f32, count, true);
+  }
+}
+
+TEST(Collectives, MismatchedCollectiveTimesOutNamingOpStepAndRanks) {
+  Communicator& c = *g_comm;
+  if (c.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  // Rank 0 enters an all-reduce nobody else joins; it must fail, not hang.
+  Communicator lonely(MPI_COMM_WORLD);
+  float x = 1.0f;
+  // Setting up shared memory is collective: do it together first.
+  lonely.allreduce(&x, &x, 1, DType::f32, ReduceOp::sum, Algo::shm);
+  lonely.set_timeout(1.0);
+  if (c.rank() == 0) {
+    for (Algo a : {Algo::ring, Algo::shm}) {
+      try {
+        lonely.allreduce(&x, &x, 1, DType::f32, ReduceOp::sum, a);
+        ADD_FAILURE() << "expected a timeout for " << to_string(a);
+      } catch (const CommTimeout& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("allreduce"), std::string::npos) << m;
+        EXPECT_NE(m.find("step"), std::string::npos) << m;
+        EXPECT_NE(m.find("did not arrive"), std::string::npos) << m;
+      }
+    }
+  }
+  c.barrier();
+}
+
+}  // namespace
+}  // namespace anvil::comm
+
+int main(int argc, char** argv) {
+  anvil::comm::MpiRuntime mpi(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) ::testing::GTEST_FLAG(brief) = true;  // other ranks print failures only
+  int rc = 0;
+  {
+    anvil::comm::Communicator comm(MPI_COMM_WORLD);
+    comm.set_timeout(120);
+    anvil::comm::g_comm = &comm;
+    rc = RUN_ALL_TESTS();
+    int any = 0;
+    MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    rc = any;
+  }
+  return rc;
+}
