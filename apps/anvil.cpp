@@ -3,17 +3,26 @@
 // 2; system failures exit 1.
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
+#include "anvil/base/process.hpp"
+#include "anvil/bench/comm_bench.hpp"
 #include "anvil/bench/gemm_bench.hpp"
 #include "anvil/bench/hw_report.hpp"
 #include "anvil/bench/membw_bench.hpp"
+#include "anvil/comm/communicator.hpp"
 #include "anvil/kernels/blas.hpp"
 #include "anvil/plan/hw_profile.hpp"
 
@@ -83,8 +92,30 @@ std::string blas_line() {
   return "BLAS: " + b.corename + " kernels (" + b.reason + ")\n";
 }
 
-bool stderr_is_terminal() {
-  return ::isatty(STDERR_FILENO) == 1;
+bool stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
+
+// `anvil bench comm --np N` outside mpirun: run this same command under
+// mpirun with N ranks (dropping --np), so a user needs no launcher syntax.
+[[noreturn]] void relaunch_under_mpirun(int argc, char** argv, int np) {
+  std::vector<std::string> args = {"mpirun"};
+  if (::geteuid() == 0) args.push_back("--allow-run-as-root");
+  args.insert(args.end(), {"--oversubscribe", "-np", std::to_string(np), anvil::self_executable()});
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--np") {
+      ++i;
+      continue;
+    }
+    if (a.rfind("--np=", 0) == 0) continue;
+    args.push_back(a);
+  }
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  ::execvp("mpirun", cargs.data());
+  std::cerr << "anvil: error: --np: cannot run mpirun (" << std::strerror(errno)
+            << "); install openmpi-bin\n";
+  std::exit(1);
 }
 
 }  // namespace
@@ -186,6 +217,50 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   mout.add_to(membw);
 
+  auto* comm_cmd = bench->add_subcommand(
+      "comm", "Collectives (allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall) by "
+              "size and algorithm, against MPI's own; run under mpirun or with --np");
+  anvil::bench::CommBenchOptions copt;
+  std::string cmin = "8", cmax = "64M", comm_profile;
+  int comm_np = 0;
+  bool no_check = false;
+  OutputFlags cout_flags;
+  comm_cmd->add_option("-b,--minbytes", cmin, "Smallest message, e.g. 8, 1K, 1M")->capture_default_str();
+  comm_cmd->add_option("-e,--maxbytes", cmax, "Largest message, e.g. 64M, 256M")->capture_default_str();
+  comm_cmd->add_option("-f,--stepfactor", copt.factor, "Size multiplier between steps")
+      ->check(CLI::Range(1.001, 1024.0))
+      ->capture_default_str();
+  comm_cmd->add_option("--op", copt.ops,
+                       "Ops: allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, or all")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "alltoall", "all"}))
+      ->capture_default_str();
+  comm_cmd->add_option("--dtype", copt.dtype, "Element type: f32, bf16, f64, i32, i64")
+      ->check(CLI::IsMember({"f32", "bf16", "f64", "i32", "i64"}))
+      ->capture_default_str();
+  comm_cmd->add_option("--redop", copt.redop, "Reduction: sum, max, min, avg")
+      ->check(CLI::IsMember({"sum", "max", "min", "avg"}))
+      ->capture_default_str();
+  comm_cmd->add_option("--algo", copt.algos,
+                       "Algorithms to time next to mpi: ring, rhd, tree, pairwise, shm (default: all "
+                       "that implement the op)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"mpi", "ring", "rhd", "tree", "pairwise", "shm"}));
+  comm_cmd->add_option("-n,--iters", copt.iters, "Timed iterations per size")->check(CLI::PositiveNumber)->capture_default_str();
+  comm_cmd->add_option("-w,--warmup", copt.warmup, "Untimed iterations per size")->check(CLI::NonNegativeNumber)->capture_default_str();
+  comm_cmd->add_flag("--no-check", no_check, "Skip the exact result check (#wrong shows -)");
+  comm_cmd->add_flag("--inplace", copt.in_place, "In-place buffers (as NCCL defines them)");
+  comm_cmd->add_option("--root", copt.root, "Root rank for broadcast and reduce")->check(CLI::NonNegativeNumber)->capture_default_str();
+  comm_cmd->add_option("--timeout", copt.timeout_s,
+                       "Seconds before a stuck collective fails, naming the op, step and missing ranks")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str();
+  comm_cmd->add_option("--np", comm_np, "Launch N ranks with mpirun (when not already under mpirun)")
+      ->check(CLI::Range(1, 1024));
+  comm_cmd->add_option("--profile", comm_profile,
+                       "Write the alpha-beta fits into this hardware profile (from anvil hw --profile)");
+  cout_flags.add_to(comm_cmd);
+
   try {
     try {
       app.parse(argc, argv);
@@ -201,7 +276,7 @@ int main(int argc, char** argv) {
       const auto rest = app.remaining(true);
       if (std::string(e.get_name()) == "RequiredError" && msg == "A subcommand is required") {
         const std::string where = *bench ? "anvil bench" : "anvil";
-        const std::string expected = *bench ? "gemm, membw" : "hw, bench";
+        const std::string expected = *bench ? "gemm, membw, comm" : "hw, bench";
         msg = rest.empty()
                   ? where + ": expected a command (" + expected + ")"
                   : where + ": unknown command '" + rest.front() + "' (expected " + expected + ")";
@@ -232,6 +307,43 @@ int main(int argc, char** argv) {
       gopt.progress = stderr_is_terminal();
       const auto result = anvil::bench::run_gemm_bench(gopt);
       gout.emit(result, "\n" + result.summary_text() + blas_line());
+      return 0;
+    }
+    if (*comm_cmd) {
+      if (comm_np > 0 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) {
+        relaunch_under_mpirun(argc, argv, comm_np);
+      }
+      copt.min_bytes = parse_size(cmin, "-b/--minbytes");
+      copt.max_bytes = parse_size(cmax, "-e/--maxbytes");
+      copt.check = !no_check;
+      anvil::comm::MpiRuntime mpi(&argc, &argv);
+      int rank = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      try {
+        anvil::comm::Communicator world(MPI_COMM_WORLD);
+        const auto result = anvil::bench::run_comm_bench(world, copt);
+        if (rank == 0) {
+          if (!comm_profile.empty()) {
+            auto profile = anvil::plan::load_hw_profile(comm_profile);
+            auto& entry = profile.comm["ranks"][std::to_string(result.ranks)];
+            for (const auto& f : result.fits) {
+              entry[f.op][f.algo] = {{"alpha_us", f.alpha_us}, {"bandwidth_gbs", f.bandwidth_gbs}};
+            }
+            anvil::plan::save_hw_profile(profile, comm_profile);
+          }
+          const auto j = result.to_json();
+          if (!cout_flags.out.empty()) anvil::write_file_atomic(cout_flags.out, j.dump(2) + "\n");
+          std::cout << (cout_flags.json ? j.dump(2) + "\n" : cout_flags.csv ? result.csv() : result.text());
+        }
+      } catch (const anvil::comm::CommTimeout& e) {
+        // Every rank says what it waited for; give the others time to say it too.
+        std::cerr << "anvil: error: " << e.what() << "\n";
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        MPI_Abort(MPI_COMM_WORLD, 3);
+      } catch (const anvil::InputError& e) {
+        if (rank == 0) std::cerr << "anvil: error: " << e.what() << "\n";
+        return 2;
+      }
       return 0;
     }
     if (*membw) {

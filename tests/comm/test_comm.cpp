@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "anvil/base/bf16.hpp"
+#include "anvil/comm/check.hpp"
 #include "anvil/comm/communicator.hpp"
 
 namespace anvil::comm {
@@ -19,49 +20,11 @@ namespace {
 
 Communicator* g_comm = nullptr;
 
-// Value of element i on rank r, in [-2, 2].
-int value(int r, size_t i) { return static_cast<int>((static_cast<size_t>(r) * 7 + i * 3) % 5) - 2; }
+using check::expected;
+using check::value;
 
-void put(std::vector<unsigned char>& buf, size_t i, DType t, double v) {
-  switch (t) {
-    case DType::f32: reinterpret_cast<float*>(buf.data())[i] = static_cast<float>(v); break;
-    case DType::f64: reinterpret_cast<double*>(buf.data())[i] = v; break;
-    case DType::i32: reinterpret_cast<int32_t*>(buf.data())[i] = static_cast<int32_t>(v); break;
-    case DType::i64: reinterpret_cast<int64_t*>(buf.data())[i] = static_cast<int64_t>(v); break;
-    case DType::bf16: reinterpret_cast<bf16*>(buf.data())[i] = to_bf16(static_cast<float>(v)); break;
-  }
-}
-
-double get(const std::vector<unsigned char>& buf, size_t i, DType t) {
-  switch (t) {
-    case DType::f32: return reinterpret_cast<const float*>(buf.data())[i];
-    case DType::f64: return reinterpret_cast<const double*>(buf.data())[i];
-    case DType::i32: return reinterpret_cast<const int32_t*>(buf.data())[i];
-    case DType::i64: return static_cast<double>(reinterpret_cast<const int64_t*>(buf.data())[i]);
-    case DType::bf16: return to_float(reinterpret_cast<const bf16*>(buf.data())[i]);
-  }
-  return 0;
-}
-
-// The reduction of element i over all ranks, rounded as the dtype rounds avg.
-double expected(size_t i, int n, DType t, ReduceOp op) {
-  int sum = 0, mx = -100, mn = 100;
-  for (int r = 0; r < n; ++r) {
-    sum += value(r, i);
-    mx = std::max(mx, value(r, i));
-    mn = std::min(mn, value(r, i));
-  }
-  switch (op) {
-    case ReduceOp::sum: return sum;
-    case ReduceOp::max: return mx;
-    case ReduceOp::min: return mn;
-    case ReduceOp::avg:
-      if (t == DType::f64) return static_cast<double>(sum) / n;
-      if (t == DType::bf16) return to_float(to_bf16(static_cast<float>(sum) / static_cast<float>(n)));
-      return static_cast<float>(sum) / static_cast<float>(n);
-  }
-  return 0;
-}
+void put(std::vector<unsigned char>& buf, size_t i, DType t, double v) { check::put(buf.data(), i, t, v); }
+double get(const std::vector<unsigned char>& buf, size_t i, DType t) { return check::get(buf.data(), i, t); }
 
 std::vector<unsigned char> filled(size_t count, DType t, int r) {
   std::vector<unsigned char> b(count * size_of(t) + 1);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "anvil/base/bf16.hpp"
 
@@ -56,8 +58,15 @@ void dispatch_op(T* dst, const void* const* srcs, int n, size_t count, ReduceOp 
 
 }  // namespace
 
-void reduce_many(void* dst, const void* const* srcs, int n, size_t count, DType t, ReduceOp op) {
+void reduce_many(void* dst, const void* const* srcs_in, int n, size_t count, DType t, ReduceOp op) {
   if (count == 0 || n <= 0) return;
+  // dst may be one of the sources (in place): combine that one first, before
+  // dst is overwritten.
+  std::vector<const void*> order(srcs_in, srcs_in + n);
+  for (int k = 1; k < n; ++k) {
+    if (order[static_cast<size_t>(k)] == dst) std::swap(order[0], order[static_cast<size_t>(k)]);
+  }
+  const void* const* srcs = order.data();
   switch (t) {
     case DType::f32: return dispatch_op(static_cast<float*>(dst), srcs, n, count, op);
     case DType::f64: return dispatch_op(static_cast<double*>(dst), srcs, n, count, op);

@@ -1,8 +1,10 @@
 // The intra-node shared-memory transport and its collectives.
 //
 // One POSIX shared-memory segment per communicator: a cache line of arrival
-// counter per rank, one staging slot of `chunk` bytes per rank and one result
-// slot. A collective walks the message chunk by chunk; per chunk every rank
+// counter per rank, two small slots per rank (messages up to 16 KiB: copy in,
+// one barrier, every rank reduces everything; alternate slots make the next
+// call safe without a second barrier), one staging slot of `chunk` bytes per
+// rank and one result slot. A collective walks the message chunk by chunk; per chunk every rank
 // copies its piece into its slot, meets the others at a counter barrier,
 // reduces (or copies) its own 1/n share of the chunk, meets them again, and
 // copies out. Staging stays in cache; each byte of input and output crosses
@@ -48,6 +50,16 @@ class ShmSegment {
   };
   void barrier(const char* what);
   unsigned char* slot(int r) const { return slots_ + static_cast<size_t>(r) * chunk_; }
+  // Small all-reduces use their own double-buffered area and one barrier.
+  unsigned char* small_slot(int r, uint64_t parity) const {
+    return small_ + (static_cast<size_t>(r) * 2 + parity) * kSmallBytes;
+  }
+  void allreduce_small(const void* send, void* recv, size_t count, DType t, ReduceOp op);
+
+ public:
+  static constexpr size_t kSmallBytes = 16 * 1024;
+
+ private:
 
   Communicator& comm_;
   int rank_, size_;
@@ -58,7 +70,9 @@ class ShmSegment {
   Counter* arrive_ = nullptr;
   unsigned char* slots_ = nullptr;
   unsigned char* result_ = nullptr;
+  unsigned char* small_ = nullptr;
   uint64_t step_ = 0;
+  uint64_t small_ops_ = 0;
   bool oversubscribed_ = false;
 };
 

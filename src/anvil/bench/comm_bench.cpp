@@ -1,0 +1,347 @@
+#include "anvil/bench/comm_bench.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "anvil/base/error.hpp"
+#include "anvil/bench/measure.hpp"
+#include "anvil/comm/check.hpp"
+
+namespace anvil::bench {
+namespace {
+
+using comm::Algo;
+using comm::Communicator;
+using comm::DType;
+using comm::Op;
+using json = nlohmann::json;
+
+// Buffers for one (op, size): inputs filled with the check pattern.
+struct Buffers {
+  std::vector<unsigned char> send, recv;
+};
+
+// The elements a rank sends for `bytes` of an op (nccl-tests sizing).
+size_t count_for(Op op, int64_t bytes, DType t, int n) {
+  const size_t es = comm::size_of(t);
+  if (op == Op::alltoall) return static_cast<size_t>(bytes) / es / static_cast<size_t>(n);
+  return static_cast<size_t>(bytes) / es;
+}
+
+void fill(std::vector<unsigned char>& buf, size_t count, DType t, int rank) {
+  for (size_t i = 0; i < count; ++i) comm::check::put(buf.data(), i, t, comm::check::value(rank, i));
+}
+
+// Runs one op once. `count`: total elements (alltoall: per peer).
+void run_op(Communicator& c, Op op, Algo a, Buffers& b, size_t count, DType t, comm::ReduceOp rop,
+            int root, bool in_place) {
+  const size_t es = comm::size_of(t);
+  const int n = c.size(), r = c.rank();
+  void* send = b.send.data();
+  switch (op) {
+    case Op::allreduce:
+      return c.allreduce(send, in_place ? send : b.recv.data(), count, t, rop, a);
+    case Op::reduce_scatter: {
+      void* recv = in_place ? b.send.data() + comm::block_offset(count, n, r) * es : b.recv.data();
+      return c.reduce_scatter(send, recv, count, t, rop, a);
+    }
+    case Op::allgather: {
+      const void* in = in_place ? b.recv.data() + comm::block_offset(count, n, r) * es : b.send.data();
+      return c.allgather(in, b.recv.data(), count, t, a);
+    }
+    case Op::broadcast:
+      return c.broadcast(send, count, t, root, a);
+    case Op::reduce:
+      return c.reduce(send, in_place ? send : b.recv.data(), count, t, rop, root, a);
+    case Op::alltoall:
+      return c.alltoall(send, in_place ? send : b.recv.data(), count, t, a);
+  }
+}
+
+// Fills inputs with the pattern, runs once, counts wrong elements (all ranks summed).
+int64_t check_op(Communicator& c, Op op, Algo a, Buffers& b, size_t count, DType t,
+                 comm::ReduceOp rop, int root, bool in_place) {
+  const size_t es = comm::size_of(t);
+  const int n = c.size(), r = c.rank();
+  std::fill(b.recv.begin(), b.recv.end(), 0);
+  if (op == Op::allgather) {
+    // Rank r contributes block r of the pattern vector of rank r.
+    const size_t off = comm::block_offset(count, n, r), mine = comm::block_count(count, n, r);
+    unsigned char* dst = in_place ? b.recv.data() + off * es : b.send.data();
+    for (size_t i = 0; i < mine; ++i) comm::check::put(dst, i, t, comm::check::value(r, off + i));
+  } else if (op == Op::broadcast) {
+    fill(b.send, count, t, r == root ? root : root + 1);
+  } else if (op == Op::alltoall) {
+    for (int q = 0; q < n; ++q)
+      for (size_t j = 0; j < count; ++j)
+        comm::check::put(b.send.data(), static_cast<size_t>(q) * count + j, t, (r * 8 + q) % 100 + static_cast<double>(j % 3));
+  } else {
+    fill(b.send, count, t, r);
+  }
+  run_op(c, op, a, b, count, t, rop, root, in_place);
+  int64_t wrong = 0;
+  switch (op) {
+    case Op::allreduce: {
+      const void* res = in_place ? b.send.data() : b.recv.data();
+      for (size_t i = 0; i < count; ++i) wrong += comm::check::get(res, i, t) != comm::check::expected(i, n, t, rop);
+      break;
+    }
+    case Op::reduce: {
+      if (r != root) break;
+      const void* res = in_place ? b.send.data() : b.recv.data();
+      for (size_t i = 0; i < count; ++i) wrong += comm::check::get(res, i, t) != comm::check::expected(i, n, t, rop);
+      break;
+    }
+    case Op::reduce_scatter: {
+      const size_t off = comm::block_offset(count, n, r), mine = comm::block_count(count, n, r);
+      const unsigned char* res = in_place ? b.send.data() + off * es : b.recv.data();
+      for (size_t i = 0; i < mine; ++i) wrong += comm::check::get(res, i, t) != comm::check::expected(off + i, n, t, rop);
+      break;
+    }
+    case Op::allgather:
+      for (int q = 0; q < n; ++q)
+        for (size_t i = comm::block_offset(count, n, q); i < comm::block_offset(count, n, q) + comm::block_count(count, n, q); ++i)
+          wrong += comm::check::get(b.recv.data(), i, t) != comm::check::value(q, i);
+      break;
+    case Op::broadcast:
+      for (size_t i = 0; i < count; ++i) wrong += comm::check::get(b.send.data(), i, t) != comm::check::value(root, i);
+      break;
+    case Op::alltoall: {
+      const void* res = in_place ? b.send.data() : b.recv.data();
+      for (int q = 0; q < n; ++q)
+        for (size_t j = 0; j < count; ++j)
+          wrong += comm::check::get(res, static_cast<size_t>(q) * count + j, t) != (q * 8 + r) % 100 + static_cast<double>(j % 3);
+      break;
+    }
+  }
+  int64_t total = 0;
+  MPI_Allreduce(&wrong, &total, 1, MPI_INT64_T, MPI_SUM, c.mpi_comm());
+  return total;
+}
+
+}  // namespace
+
+double bus_factor(Op op, int n) {
+  switch (op) {
+    case Op::allreduce: return 2.0 * (n - 1) / n;
+    case Op::reduce_scatter:
+    case Op::allgather:
+    case Op::alltoall: return static_cast<double>(n - 1) / n;
+    case Op::broadcast:
+    case Op::reduce: return 1.0;
+  }
+  return 1.0;
+}
+
+AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& pts) {
+  // Minimise sum w (alpha + beta x - y)^2 with w = 1/y^2.
+  double sw = 0, swx = 0, swy = 0, swxx = 0, swxy = 0;
+  for (const auto& [x, y] : pts) {
+    if (!(y > 0)) continue;
+    const double w = 1.0 / (y * y);
+    sw += w;
+    swx += w * x;
+    swy += w * y;
+    swxx += w * x * x;
+    swxy += w * x * y;
+  }
+  AlphaBeta ab;
+  const double det = sw * swxx - swx * swx;
+  if (pts.size() < 2 || std::abs(det) < 1e-300) return ab;
+  double beta = (sw * swxy - swx * swy) / det;
+  double alpha = (swy - beta * swx) / sw;
+  if (alpha < 0) {  // no negative latency: refit through the origin
+    alpha = 0;
+    beta = swxy / swxx;
+  }
+  ab.alpha_us = alpha * 1e6;
+  ab.bandwidth_gbs = beta > 0 ? 1.0 / beta / 1e9 : 0;
+  return ab;
+}
+
+CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
+  if (o.min_bytes < 0 || o.max_bytes < o.min_bytes) {
+    throw InputError("-b/-e: expected 0 <= minbytes <= maxbytes, got " + std::to_string(o.min_bytes) +
+                     " and " + std::to_string(o.max_bytes));
+  }
+  if (!(o.factor > 1.0)) throw InputError("-f: expected a step factor > 1, got " + std::to_string(o.factor));
+  if (o.iters < 1) throw InputError("-n: expected >= 1 iterations, got " + std::to_string(o.iters));
+  if (o.root < 0 || o.root >= c.size()) {
+    throw InputError("--root: expected 0.." + std::to_string(c.size() - 1) + ", got " + std::to_string(o.root));
+  }
+  const DType t = comm::parse_dtype(o.dtype, "--dtype");
+  const comm::ReduceOp rop = comm::parse_reduce_op(o.redop, "--redop");
+  if (rop == comm::ReduceOp::avg && !comm::is_floating(t)) {
+    throw InputError("--redop avg: needs a floating --dtype, got " + o.dtype);
+  }
+  std::vector<Op> ops;
+  for (const auto& name : o.ops) {
+    if (name == "all") {
+      ops = {Op::allreduce, Op::reduce_scatter, Op::allgather, Op::broadcast, Op::reduce, Op::alltoall};
+      break;
+    }
+    ops.push_back(comm::parse_op(name, "--op"));
+  }
+  std::vector<Algo> asked;
+  for (const auto& name : o.algos) asked.push_back(comm::parse_algo(name, "--algo"));
+  c.set_timeout(o.timeout_s);
+
+  CommBenchResult result;
+  result.ranks = c.size();
+  result.dtype = o.dtype;
+  result.redop = o.redop;
+  result.root = o.root;
+  result.in_place = o.in_place;
+  const int n = c.size();
+  const size_t es = comm::size_of(t);
+  std::vector<int64_t> sizes;
+  for (double b = static_cast<double>(o.min_bytes); b <= static_cast<double>(o.max_bytes) * (1 + 1e-9);
+       b = std::max(b * o.factor, b + 1)) {
+    sizes.push_back(static_cast<int64_t>(b));
+  }
+  for (Op op : ops) {
+    // mpi first (the baseline), then the others that implement the op.
+    std::vector<Algo> algos = {Algo::mpi};
+    for (Algo a : comm::algorithms_for(op)) {
+      if (a == Algo::mpi) continue;
+      if (!asked.empty() && std::find(asked.begin(), asked.end(), a) == asked.end()) continue;
+      if (a == Algo::shm && !c.single_node()) continue;
+      algos.push_back(a);
+    }
+    for (int64_t bytes : sizes) {
+      const size_t count = count_for(op, bytes, t, n);
+      const size_t total = op == Op::alltoall ? count * static_cast<size_t>(n) : count;
+      Buffers b;
+      b.send.assign(total * es + 64, 0);
+      b.recv.assign(total * es + 64, 0);
+      for (Algo a : algos) {
+        std::vector<double> times;
+        for (int it = 0; it < o.warmup + o.iters; ++it) {
+          c.barrier();
+          const double t0 = now_seconds();
+          run_op(c, op, a, b, count, t, rop, o.root, o.in_place);
+          const double dt = now_seconds() - t0;
+          if (it >= o.warmup) times.push_back(dt);
+        }
+        // Each iteration's time is its slowest rank's.
+        MPI_Allreduce(MPI_IN_PLACE, times.data(), static_cast<int>(times.size()), MPI_DOUBLE, MPI_MAX,
+                      c.mpi_comm());
+        Samples s{times};
+        CommPoint p;
+        p.op = comm::to_string(op);
+        p.algo = comm::to_string(a);
+        p.bytes = static_cast<int64_t>(total * es);
+        p.count = static_cast<int64_t>(count);
+        p.p50_us = s.median() * 1e6;
+        p.p99_us = s.percentile(99) * 1e6;
+        p.algbw = p.p50_us > 0 ? static_cast<double>(p.bytes) / (p.p50_us * 1e-6) / 1e9 : 0;
+        p.busbw = p.algbw * bus_factor(op, n);
+        p.wrong = o.check ? check_op(c, op, a, b, count, t, rop, o.root, o.in_place) : -1;
+        result.points.push_back(p);
+      }
+    }
+    for (Algo a : algos) {
+      std::vector<std::pair<double, double>> pts;
+      for (const auto& p : result.points) {
+        if (p.op == comm::to_string(op) && p.algo == comm::to_string(a) && p.bytes > 0) {
+          pts.push_back({static_cast<double>(p.bytes), p.p50_us * 1e-6});
+        }
+      }
+      AlphaBeta ab = fit_alpha_beta(pts);
+      ab.op = comm::to_string(op);
+      ab.algo = comm::to_string(a);
+      result.fits.push_back(ab);
+    }
+  }
+  return result;
+}
+
+json CommBenchResult::to_json() const {
+  json j = {{"benchmark", "comm"}, {"ranks", ranks}, {"dtype", dtype}, {"redop", redop},
+            {"root", root},        {"in_place", in_place}, {"points", json::array()}, {"fits", json::array()}};
+  for (const auto& p : points) {
+    j["points"].push_back({{"op", p.op}, {"algo", p.algo}, {"bytes", p.bytes}, {"count", p.count},
+                           {"p50_us", p.p50_us}, {"p99_us", p.p99_us}, {"algbw_gbs", p.algbw},
+                           {"busbw_gbs", p.busbw}, {"wrong", p.wrong}});
+  }
+  for (const auto& f : fits) {
+    j["fits"].push_back({{"op", f.op}, {"algo", f.algo}, {"alpha_us", f.alpha_us}, {"bandwidth_gbs", f.bandwidth_gbs}});
+  }
+  return j;
+}
+
+std::vector<std::pair<std::string, Table>> CommBenchResult::tables() const {
+  std::vector<std::pair<std::string, Table>> out;
+  std::vector<std::string> ops;
+  for (const auto& p : points) {
+    if (std::find(ops.begin(), ops.end(), p.op) == ops.end()) ops.push_back(p.op);
+  }
+  for (const auto& op : ops) {
+    std::vector<std::string> algos;
+    for (const auto& p : points) {
+      if (p.op == op && std::find(algos.begin(), algos.end(), p.algo) == algos.end()) algos.push_back(p.algo);
+    }
+    std::vector<std::string> cols = {"size", "count", "type", "redop", "root"};
+    for (const auto& a : algos) {
+      for (const char* c : {" p50 us", " p99 us", " algbw", " busbw", " #wrong"}) cols.push_back(a + c);
+      if (a != "mpi") cols.push_back(a + " x mpi");
+    }
+    Table table(cols);
+    std::vector<int64_t> sizes;
+    for (const auto& p : points) {
+      if (p.op == op && std::find(sizes.begin(), sizes.end(), p.bytes) == sizes.end()) sizes.push_back(p.bytes);
+    }
+    const bool reduces = op == "allreduce" || op == "reduce_scatter" || op == "reduce";
+    const bool rooted = op == "broadcast" || op == "reduce";
+    for (int64_t bytes : sizes) {
+      std::vector<std::string> row;
+      double mpi_busbw = 0;
+      for (const auto& a : algos) {
+        for (const auto& p : points) {
+          if (p.op != op || p.bytes != bytes || p.algo != a) continue;
+          if (row.empty()) {
+            row = {std::to_string(p.bytes), std::to_string(p.count), dtype, reduces ? redop : "none",
+                   rooted ? std::to_string(root) : "-1"};
+          }
+          if (a == "mpi") mpi_busbw = p.busbw;
+          row.push_back(fmt(p.p50_us, 1));
+          row.push_back(fmt(p.p99_us, 1));
+          row.push_back(fmt(p.algbw, 2));
+          row.push_back(fmt(p.busbw, 2));
+          row.push_back(p.wrong < 0 ? "-" : std::to_string(p.wrong));
+          if (a != "mpi") row.push_back(mpi_busbw > 0 ? fmt(p.busbw / mpi_busbw, 2) : "-");
+        }
+      }
+      table.add_row(row);
+    }
+    out.push_back({op, table});
+  }
+  return out;
+}
+
+std::string CommBenchResult::text() const {
+  std::ostringstream s;
+  for (const auto& [op, table] : tables()) {
+    s << "# " << op << ", " << ranks << " ranks, " << dtype << (in_place ? ", in place" : ", out of place")
+      << "; time = slowest rank, busbw in GB/s\n"
+      << table.to_text() << "\n";
+  }
+  s << "alpha-beta fit (time = alpha + bytes / bandwidth):\n";
+  Table fit({"op", "algo", "alpha us", "bandwidth GB/s"});
+  for (const auto& f : fits) fit.add_row({f.op, f.algo, fmt(f.alpha_us, 2), fmt(f.bandwidth_gbs, 2)});
+  s << fit.to_text();
+  return s.str();
+}
+
+std::string CommBenchResult::csv() const {
+  Table t({"op", "algo", "size", "count", "type", "redop", "root", "p50_us", "p99_us", "algbw", "busbw", "wrong"});
+  for (const auto& p : points) {
+    t.add_row({p.op, p.algo, std::to_string(p.bytes), std::to_string(p.count), dtype, redop, std::to_string(root),
+               fmt(p.p50_us, 2), fmt(p.p99_us, 2), fmt(p.algbw, 3), fmt(p.busbw, 3), std::to_string(p.wrong)});
+  }
+  return t.to_csv();
+}
+
+}  // namespace anvil::bench

@@ -1,0 +1,75 @@
+// `anvil bench comm`: collective microbenchmarks in the conventions of
+// nccl-tests. Every algorithm of an op is timed at every size in the same
+// run, interleaved size by size, next to the MPI library's own collective.
+//
+// Per size and algorithm: time p50/p99 over iterations (each iteration's
+// time is the slowest rank's, ranks aligned by a barrier), algbw = bytes /
+// p50, busbw = algbw x factor (all-reduce 2(n-1)/n; reduce-scatter,
+// all-gather, all-to-all (n-1)/n; broadcast, reduce 1), #wrong from an
+// exact check, and busbw relative to `mpi`. Bytes are nccl-tests' sizes:
+// the whole vector (all-to-all: everything one rank sends).
+// Then an alpha-beta fit per algorithm: time = alpha + bytes / bandwidth.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "anvil/base/table.hpp"
+#include "anvil/comm/communicator.hpp"
+
+namespace anvil::bench {
+
+struct CommBenchOptions {
+  int64_t min_bytes = 8;
+  int64_t max_bytes = 64 << 20;
+  double factor = 2.0;
+  std::vector<std::string> ops = {"allreduce"};
+  std::string dtype = "f32";
+  std::string redop = "sum";
+  std::vector<std::string> algos;  // empty: every algorithm of each op
+  int iters = 20;
+  int warmup = 5;
+  bool check = true;
+  bool in_place = false;
+  int root = 0;
+  double timeout_s = 60;
+};
+
+struct CommPoint {
+  std::string op, algo;
+  int64_t bytes = 0, count = 0;
+  double p50_us = 0, p99_us = 0, algbw = 0, busbw = 0;  // GB/s
+  int64_t wrong = -1;                                    // -1: not checked
+};
+
+struct AlphaBeta {
+  std::string op, algo;
+  double alpha_us = 0, bandwidth_gbs = 0;
+};
+
+struct CommBenchResult {
+  int ranks = 1;
+  std::string dtype, redop;
+  int root = 0;
+  bool in_place = false;
+  std::vector<CommPoint> points;
+  std::vector<AlphaBeta> fits;
+  nlohmann::json to_json() const;
+  // One table per op.
+  std::vector<std::pair<std::string, Table>> tables() const;
+  std::string text() const;
+  std::string csv() const;
+};
+
+double bus_factor(comm::Op op, int n);
+
+// Collective over the communicator; every rank returns the same result.
+CommBenchResult run_comm_bench(comm::Communicator& comm, const CommBenchOptions& options);
+
+// Weighted least squares of time = alpha + bytes/bandwidth (weights 1/t^2:
+// relative error counts the same at every size).
+AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& bytes_and_seconds);
+
+}  // namespace anvil::bench
