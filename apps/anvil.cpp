@@ -92,7 +92,9 @@ std::string blas_line() {
   return "BLAS: " + b.corename + " kernels (" + b.reason + ")\n";
 }
 
-bool stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
+bool stderr_is_terminal() {
+  return ::isatty(STDERR_FILENO) == 1;
+}
 
 // `anvil bench comm --np N` outside mpirun: run this same command under
 // mpirun with N ranks (dropping --np), so a user needs no launcher syntax.
@@ -218,22 +220,27 @@ int main(int argc, char** argv) {
   mout.add_to(membw);
 
   auto* comm_cmd = bench->add_subcommand(
-      "comm", "Collectives (allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall) by "
-              "size and algorithm, against MPI's own; run under mpirun or with --np");
+      "comm",
+      "Collectives (allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall) by "
+      "size and algorithm, against MPI's own; run under mpirun or with --np");
   anvil::bench::CommBenchOptions copt;
   std::string cmin = "8", cmax = "64M", comm_profile;
   int comm_np = 0;
   bool no_check = false;
   OutputFlags cout_flags;
-  comm_cmd->add_option("-b,--minbytes", cmin, "Smallest message, e.g. 8, 1K, 1M")->capture_default_str();
-  comm_cmd->add_option("-e,--maxbytes", cmax, "Largest message, e.g. 64M, 256M")->capture_default_str();
+  comm_cmd->add_option("-b,--minbytes", cmin, "Smallest message, e.g. 8, 1K, 1M")
+      ->capture_default_str();
+  comm_cmd->add_option("-e,--maxbytes", cmax, "Largest message, e.g. 64M, 256M")
+      ->capture_default_str();
   comm_cmd->add_option("-f,--stepfactor", copt.factor, "Size multiplier between steps")
       ->check(CLI::Range(1.001, 1024.0))
       ->capture_default_str();
-  comm_cmd->add_option("--op", copt.ops,
-                       "Ops: allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, or all")
+  comm_cmd
+      ->add_option("--op", copt.ops,
+                   "Ops: allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, or all")
       ->delimiter(',')
-      ->check(CLI::IsMember({"allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "alltoall", "all"}))
+      ->check(CLI::IsMember(
+          {"allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "alltoall", "all"}))
       ->capture_default_str();
   comm_cmd->add_option("--dtype", copt.dtype, "Element type: f32, bf16, f64, i32, i64")
       ->check(CLI::IsMember({"f32", "bf16", "f64", "i32", "i64"}))
@@ -241,24 +248,34 @@ int main(int argc, char** argv) {
   comm_cmd->add_option("--redop", copt.redop, "Reduction: sum, max, min, avg")
       ->check(CLI::IsMember({"sum", "max", "min", "avg"}))
       ->capture_default_str();
-  comm_cmd->add_option("--algo", copt.algos,
-                       "Algorithms to time next to mpi: ring, rhd, tree, pairwise, shm (default: all "
-                       "that implement the op)")
+  comm_cmd
+      ->add_option("--algo", copt.algos,
+                   "Algorithms to time next to mpi: ring, rhd, tree, pairwise, shm (default: all "
+                   "that implement the op)")
       ->delimiter(',')
       ->check(CLI::IsMember({"mpi", "ring", "rhd", "tree", "pairwise", "shm"}));
-  comm_cmd->add_option("-n,--iters", copt.iters, "Timed iterations per size")->check(CLI::PositiveNumber)->capture_default_str();
-  comm_cmd->add_option("-w,--warmup", copt.warmup, "Untimed iterations per size")->check(CLI::NonNegativeNumber)->capture_default_str();
+  comm_cmd->add_option("-n,--iters", copt.iters, "Timed iterations per size")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  comm_cmd->add_option("-w,--warmup", copt.warmup, "Untimed iterations per size")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   comm_cmd->add_flag("--no-check", no_check, "Skip the exact result check (#wrong shows -)");
   comm_cmd->add_flag("--inplace", copt.in_place, "In-place buffers (as NCCL defines them)");
-  comm_cmd->add_option("--root", copt.root, "Root rank for broadcast and reduce")->check(CLI::NonNegativeNumber)->capture_default_str();
-  comm_cmd->add_option("--timeout", copt.timeout_s,
-                       "Seconds before a stuck collective fails, naming the op, step and missing ranks")
+  comm_cmd->add_option("--root", copt.root, "Root rank for broadcast and reduce")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  comm_cmd
+      ->add_option("--timeout", copt.timeout_s,
+                   "Seconds before a stuck collective fails, naming the op, step and missing ranks")
       ->check(CLI::Range(0.1, 86400.0))
       ->capture_default_str();
-  comm_cmd->add_option("--np", comm_np, "Launch N ranks with mpirun (when not already under mpirun)")
+  comm_cmd
+      ->add_option("--np", comm_np, "Launch N ranks with mpirun (when not already under mpirun)")
       ->check(CLI::Range(1, 1024));
-  comm_cmd->add_option("--profile", comm_profile,
-                       "Write the alpha-beta fits into this hardware profile (from anvil hw --profile)");
+  comm_cmd->add_option(
+      "--profile", comm_profile,
+      "Write the alpha-beta fits into this hardware profile (from anvil hw --profile)");
   cout_flags.add_to(comm_cmd);
 
   try {
@@ -333,7 +350,9 @@ int main(int argc, char** argv) {
           }
           const auto j = result.to_json();
           if (!cout_flags.out.empty()) anvil::write_file_atomic(cout_flags.out, j.dump(2) + "\n");
-          std::cout << (cout_flags.json ? j.dump(2) + "\n" : cout_flags.csv ? result.csv() : result.text());
+          std::cout << (cout_flags.json  ? j.dump(2) + "\n"
+                        : cout_flags.csv ? result.csv()
+                                         : result.text());
         }
       } catch (const anvil::comm::CommTimeout& e) {
         // Every rank says what it waited for; give the others time to say it too.

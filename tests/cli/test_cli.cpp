@@ -128,6 +128,27 @@ TEST(Cli, UnknownBaselineIsAUsageError) {
   expect_usage_error("bench gemm --baselines mkl", "--baselines");
 }
 
+TEST(Cli, CommBenchRunsUnderMpirunAndChecksExactly) {
+  const CliRun r = anvil(
+      "bench comm --np 2 --op allreduce,allgather,broadcast -b 8 -e 64K -f 16 -n 2 -w 1 --json",
+      false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["ranks"], 2);
+  ASSERT_FALSE(j["points"].empty());
+  for (const auto& p : j["points"]) EXPECT_EQ(p["wrong"], 0) << p.dump();
+  EXPECT_FALSE(j["fits"].empty());
+}
+
+TEST(Cli, CommBenchRejectsBadFlags) {
+  expect_usage_error("bench comm --op allsum", "--op");
+  expect_usage_error("bench comm --algo magic", "--algo");
+  expect_usage_error("bench comm -b 1X", "--minbytes");
+  expect_usage_error("bench comm -b 1M -e 1K", "-b/-e");
+  expect_usage_error("bench comm --dtype i32 --redop avg", "--redop avg");
+  expect_usage_error("bench comm --root 5", "--root");
+}
+
 TEST(Cli, MembwCsvHasOneRowPerMeasurement) {
   const CliRun r = anvil(
       "bench membw --kernels triad,read --sizes 16K,64K --threads 1 --min-time 0.001 --csv", false);

@@ -23,8 +23,12 @@ Communicator* g_comm = nullptr;
 using check::expected;
 using check::value;
 
-void put(std::vector<unsigned char>& buf, size_t i, DType t, double v) { check::put(buf.data(), i, t, v); }
-double get(const std::vector<unsigned char>& buf, size_t i, DType t) { return check::get(buf.data(), i, t); }
+void put(std::vector<unsigned char>& buf, size_t i, DType t, double v) {
+  check::put(buf.data(), i, t, v);
+}
+double get(const std::vector<unsigned char>& buf, size_t i, DType t) {
+  return check::get(buf.data(), i, t);
+}
 
 std::vector<unsigned char> filled(size_t count, DType t, int r) {
   std::vector<unsigned char> b(count * size_of(t) + 1);
@@ -44,7 +48,8 @@ std::vector<ReduceOp> ops_for(DType t) {
   return {ReduceOp::sum, ReduceOp::max, ReduceOp::min};
 }
 
-std::string label(Op op, Algo a, DType t, size_t count, bool in_place, const std::string& more = "") {
+std::string label(Op op, Algo a, DType t, size_t count, bool in_place,
+                  const std::string& more = "") {
   std::ostringstream s;
   s << to_string(op) << "(" << to_string(a) << ") " << to_string(t) << " count=" << count
     << (in_place ? " in-place" : "") << more << " on " << g_comm->size() << " ranks, rank "
@@ -65,8 +70,10 @@ TEST(Collectives, AllreduceExact) {
             c.allreduce(send.data(), recv, count, t, rop, a);
             const auto& res = in_place ? send : out;
             size_t wrong = 0;
-            for (size_t i = 0; i < count; ++i) wrong += get(res, i, t) != expected(i, c.size(), t, rop);
-            EXPECT_EQ(wrong, 0u) << label(Op::allreduce, a, t, count, in_place, " " + to_string(rop));
+            for (size_t i = 0; i < count; ++i)
+              wrong += get(res, i, t) != expected(i, c.size(), t, rop);
+            EXPECT_EQ(wrong, 0u) << label(Op::allreduce, a, t, count, in_place,
+                                          " " + to_string(rop));
           }
         }
       }
@@ -83,15 +90,18 @@ TEST(Collectives, ReduceScatterExact) {
         for (size_t count : counts_for(n)) {
           for (bool in_place : {false, true}) {
             auto send = filled(count, t, r);
-            const size_t es = size_of(t), mine = block_count(count, n, r), off = block_offset(count, n, r);
+            const size_t es = size_of(t), mine = block_count(count, n, r),
+                         off = block_offset(count, n, r);
             std::vector<unsigned char> out(mine * es + 1);
             void* recv = in_place ? send.data() + off * es : out.data();
             c.reduce_scatter(send.data(), recv, count, t, rop, a);
             std::vector<unsigned char> res(mine * es + 1);
             std::memcpy(res.data(), recv, mine * es);
             size_t wrong = 0;
-            for (size_t i = 0; i < mine; ++i) wrong += get(res, i, t) != expected(off + i, n, t, rop);
-            EXPECT_EQ(wrong, 0u) << label(Op::reduce_scatter, a, t, count, in_place, " " + to_string(rop));
+            for (size_t i = 0; i < mine; ++i)
+              wrong += get(res, i, t) != expected(off + i, n, t, rop);
+            EXPECT_EQ(wrong, 0u) << label(Op::reduce_scatter, a, t, count, in_place,
+                                          " " + to_string(rop));
           }
         }
       }
@@ -107,7 +117,8 @@ TEST(Collectives, AllgatherExact) {
       for (size_t count : counts_for(n)) {
         for (bool in_place : {false, true}) {
           // Rank q contributes block q of the vector value(q, i).
-          const size_t es = size_of(t), mine = block_count(count, n, r), off = block_offset(count, n, r);
+          const size_t es = size_of(t), mine = block_count(count, n, r),
+                       off = block_offset(count, n, r);
           std::vector<unsigned char> out(count * es + 1, 0xAB);
           std::vector<unsigned char> mine_buf(mine * es + 1);
           for (size_t i = 0; i < mine; ++i) put(mine_buf, i, t, value(r, off + i));
@@ -137,7 +148,8 @@ TEST(Collectives, BroadcastEveryRootExact) {
           c.broadcast(buf.data(), count, t, root, a);
           size_t wrong = 0;
           for (size_t i = 0; i < count; ++i) wrong += get(buf, i, t) != value(root, i);
-          EXPECT_EQ(wrong, 0u) << label(Op::broadcast, a, t, count, true, " root=" + std::to_string(root));
+          EXPECT_EQ(wrong, 0u) << label(Op::broadcast, a, t, count, true,
+                                        " root=" + std::to_string(root));
         }
       }
     }
@@ -159,9 +171,11 @@ TEST(Collectives, ReduceEveryRootExact) {
               if (c.rank() != root) continue;
               const auto& res = recv == send.data() ? send : out;
               size_t wrong = 0;
-              for (size_t i = 0; i < count; ++i) wrong += get(res, i, t) != expected(i, c.size(), t, rop);
-              EXPECT_EQ(wrong, 0u) << label(Op::reduce, a, t, count, in_place,
-                                            std::string(" ") + to_string(rop) + " root=" + std::to_string(root));
+              for (size_t i = 0; i < count; ++i)
+                wrong += get(res, i, t) != expected(i, c.size(), t, rop);
+              EXPECT_EQ(wrong, 0u)
+                  << label(Op::reduce, a, t, count, in_place,
+                           std::string(" ") + to_string(rop) + " root=" + std::to_string(root));
             }
           }
         }
@@ -181,14 +195,16 @@ TEST(Collectives, AlltoallAndAlltoallvExact) {
           const size_t es = size_of(t), total = count * static_cast<size_t>(n);
           std::vector<unsigned char> send(total * es + 1), out(total * es + 1);
           for (int q = 0; q < n; ++q)
-            for (size_t j = 0; j < count; ++j) put(send, q * count + j, t, (r * 8 + q) % 100 + static_cast<double>(j % 3));
+            for (size_t j = 0; j < count; ++j)
+              put(send, q * count + j, t, (r * 8 + q) % 100 + static_cast<double>(j % 3));
           void* recv = in_place ? send.data() : out.data();
           c.alltoall(send.data(), recv, count, t, a);
           std::vector<unsigned char> res(total * es + 1);
           std::memcpy(res.data(), recv, total * es);
           size_t wrong = 0;
           for (int q = 0; q < n; ++q)
-            for (size_t j = 0; j < count; ++j) wrong += get(res, q * count + j, t) != (q * 8 + r) % 100 + static_cast<double>(j % 3);
+            for (size_t j = 0; j < count; ++j)
+              wrong += get(res, q * count + j, t) != (q * 8 + r) % 100 + static_cast<double>(j % 3);
           EXPECT_EQ(wrong, 0u) << label(Op::alltoall, a, t, count, in_place);
         }
       }
@@ -209,7 +225,8 @@ TEST(Collectives, AlltoallAndAlltoallvExact) {
       c.alltoallv(send.data(), sc.data(), so.data(), recv.data(), rc.data(), ro.data(), t, a);
       size_t wrong = 0;
       for (int q = 0; q < n; ++q)
-        for (size_t j = 0; j < rc[q]; ++j) wrong += get(recv, ro[q] + j, t) != q * 10 + static_cast<double>(j);
+        for (size_t j = 0; j < rc[q]; ++j)
+          wrong += get(recv, ro[q] + j, t) != q * 10 + static_cast<double>(j);
       EXPECT_EQ(wrong, 0u) << label(Op::alltoall, a, t, rt, false, " (v)");
     }
   }
@@ -222,7 +239,8 @@ TEST(Collectives, LargeMessagesOver64MiB) {
     auto buf = filled(count, DType::f32, c.rank());
     c.allreduce(buf.data(), buf.data(), count, DType::f32, ReduceOp::sum, a);
     size_t wrong = 0;
-    for (size_t i = 0; i < count; i += 1) wrong += get(buf, i, DType::f32) != expected(i, c.size(), DType::f32, ReduceOp::sum);
+    for (size_t i = 0; i < count; i += 1)
+      wrong += get(buf, i, DType::f32) != expected(i, c.size(), DType::f32, ReduceOp::sum);
     EXPECT_EQ(wrong, 0u) << label(Op::allreduce, a, DType::f32, count, true);
   }
   for (Algo a : algorithms_for(Op::allgather)) {
@@ -233,7 +251,8 @@ TEST(Collectives, LargeMessagesOver64MiB) {
     c.allgather(out.data() + off, out.data(), count, DType::f32, a);
     size_t wrong = 0;
     for (int q = 0; q < n; ++q)
-      for (size_t i = block_offset(count, n, q); i < block_offset(count, n, q) + block_count(count, n, q); ++i)
+      for (size_t i = block_offset(count, n, q);
+           i < block_offset(count, n, q) + block_count(count, n, q); ++i)
         wrong += out[i] != value(q, i);
     EXPECT_EQ(wrong, 0u) << label(Op::allgather, a, DType::f32, count, true);
   }

@@ -31,7 +31,8 @@ size_t count_for(Op op, int64_t bytes, DType t, int n) {
 }
 
 void fill(std::vector<unsigned char>& buf, size_t count, DType t, int rank) {
-  for (size_t i = 0; i < count; ++i) comm::check::put(buf.data(), i, t, comm::check::value(rank, i));
+  for (size_t i = 0; i < count; ++i)
+    comm::check::put(buf.data(), i, t, comm::check::value(rank, i));
 }
 
 // Runs one op once. `count`: total elements (alltoall: per peer).
@@ -48,7 +49,8 @@ void run_op(Communicator& c, Op op, Algo a, Buffers& b, size_t count, DType t, c
       return c.reduce_scatter(send, recv, count, t, rop, a);
     }
     case Op::allgather: {
-      const void* in = in_place ? b.recv.data() + comm::block_offset(count, n, r) * es : b.send.data();
+      const void* in =
+          in_place ? b.recv.data() + comm::block_offset(count, n, r) * es : b.send.data();
       return c.allgather(in, b.recv.data(), count, t, a);
     }
     case Op::broadcast:
@@ -76,7 +78,8 @@ int64_t check_op(Communicator& c, Op op, Algo a, Buffers& b, size_t count, DType
   } else if (op == Op::alltoall) {
     for (int q = 0; q < n; ++q)
       for (size_t j = 0; j < count; ++j)
-        comm::check::put(b.send.data(), static_cast<size_t>(q) * count + j, t, (r * 8 + q) % 100 + static_cast<double>(j % 3));
+        comm::check::put(b.send.data(), static_cast<size_t>(q) * count + j, t,
+                         (r * 8 + q) % 100 + static_cast<double>(j % 3));
   } else {
     fill(b.send, count, t, r);
   }
@@ -85,34 +88,40 @@ int64_t check_op(Communicator& c, Op op, Algo a, Buffers& b, size_t count, DType
   switch (op) {
     case Op::allreduce: {
       const void* res = in_place ? b.send.data() : b.recv.data();
-      for (size_t i = 0; i < count; ++i) wrong += comm::check::get(res, i, t) != comm::check::expected(i, n, t, rop);
+      for (size_t i = 0; i < count; ++i)
+        wrong += comm::check::get(res, i, t) != comm::check::expected(i, n, t, rop);
       break;
     }
     case Op::reduce: {
       if (r != root) break;
       const void* res = in_place ? b.send.data() : b.recv.data();
-      for (size_t i = 0; i < count; ++i) wrong += comm::check::get(res, i, t) != comm::check::expected(i, n, t, rop);
+      for (size_t i = 0; i < count; ++i)
+        wrong += comm::check::get(res, i, t) != comm::check::expected(i, n, t, rop);
       break;
     }
     case Op::reduce_scatter: {
       const size_t off = comm::block_offset(count, n, r), mine = comm::block_count(count, n, r);
       const unsigned char* res = in_place ? b.send.data() + off * es : b.recv.data();
-      for (size_t i = 0; i < mine; ++i) wrong += comm::check::get(res, i, t) != comm::check::expected(off + i, n, t, rop);
+      for (size_t i = 0; i < mine; ++i)
+        wrong += comm::check::get(res, i, t) != comm::check::expected(off + i, n, t, rop);
       break;
     }
     case Op::allgather:
       for (int q = 0; q < n; ++q)
-        for (size_t i = comm::block_offset(count, n, q); i < comm::block_offset(count, n, q) + comm::block_count(count, n, q); ++i)
+        for (size_t i = comm::block_offset(count, n, q);
+             i < comm::block_offset(count, n, q) + comm::block_count(count, n, q); ++i)
           wrong += comm::check::get(b.recv.data(), i, t) != comm::check::value(q, i);
       break;
     case Op::broadcast:
-      for (size_t i = 0; i < count; ++i) wrong += comm::check::get(b.send.data(), i, t) != comm::check::value(root, i);
+      for (size_t i = 0; i < count; ++i)
+        wrong += comm::check::get(b.send.data(), i, t) != comm::check::value(root, i);
       break;
     case Op::alltoall: {
       const void* res = in_place ? b.send.data() : b.recv.data();
       for (int q = 0; q < n; ++q)
         for (size_t j = 0; j < count; ++j)
-          wrong += comm::check::get(res, static_cast<size_t>(q) * count + j, t) != (q * 8 + r) % 100 + static_cast<double>(j % 3);
+          wrong += comm::check::get(res, static_cast<size_t>(q) * count + j, t) !=
+                   (q * 8 + r) % 100 + static_cast<double>(j % 3);
       break;
     }
   }
@@ -125,12 +134,15 @@ int64_t check_op(Communicator& c, Op op, Algo a, Buffers& b, size_t count, DType
 
 double bus_factor(Op op, int n) {
   switch (op) {
-    case Op::allreduce: return 2.0 * (n - 1) / n;
+    case Op::allreduce:
+      return 2.0 * (n - 1) / n;
     case Op::reduce_scatter:
     case Op::allgather:
-    case Op::alltoall: return static_cast<double>(n - 1) / n;
+    case Op::alltoall:
+      return static_cast<double>(n - 1) / n;
     case Op::broadcast:
-    case Op::reduce: return 1.0;
+    case Op::reduce:
+      return 1.0;
   }
   return 1.0;
 }
@@ -163,13 +175,15 @@ AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& pts) {
 
 CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
   if (o.min_bytes < 0 || o.max_bytes < o.min_bytes) {
-    throw InputError("-b/-e: expected 0 <= minbytes <= maxbytes, got " + std::to_string(o.min_bytes) +
-                     " and " + std::to_string(o.max_bytes));
+    throw InputError("-b/-e: expected 0 <= minbytes <= maxbytes, got " +
+                     std::to_string(o.min_bytes) + " and " + std::to_string(o.max_bytes));
   }
-  if (!(o.factor > 1.0)) throw InputError("-f: expected a step factor > 1, got " + std::to_string(o.factor));
+  if (!(o.factor > 1.0))
+    throw InputError("-f: expected a step factor > 1, got " + std::to_string(o.factor));
   if (o.iters < 1) throw InputError("-n: expected >= 1 iterations, got " + std::to_string(o.iters));
   if (o.root < 0 || o.root >= c.size()) {
-    throw InputError("--root: expected 0.." + std::to_string(c.size() - 1) + ", got " + std::to_string(o.root));
+    throw InputError("--root: expected 0.." + std::to_string(c.size() - 1) + ", got " +
+                     std::to_string(o.root));
   }
   const DType t = comm::parse_dtype(o.dtype, "--dtype");
   const comm::ReduceOp rop = comm::parse_reduce_op(o.redop, "--redop");
@@ -179,7 +193,8 @@ CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
   std::vector<Op> ops;
   for (const auto& name : o.ops) {
     if (name == "all") {
-      ops = {Op::allreduce, Op::reduce_scatter, Op::allgather, Op::broadcast, Op::reduce, Op::alltoall};
+      ops = {Op::allreduce, Op::reduce_scatter, Op::allgather,
+             Op::broadcast, Op::reduce,         Op::alltoall};
       break;
     }
     ops.push_back(comm::parse_op(name, "--op"));
@@ -197,8 +212,8 @@ CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
   const int n = c.size();
   const size_t es = comm::size_of(t);
   std::vector<int64_t> sizes;
-  for (double b = static_cast<double>(o.min_bytes); b <= static_cast<double>(o.max_bytes) * (1 + 1e-9);
-       b = std::max(b * o.factor, b + 1)) {
+  for (double b = static_cast<double>(o.min_bytes);
+       b <= static_cast<double>(o.max_bytes) * (1 + 1e-9); b = std::max(b * o.factor, b + 1)) {
     sizes.push_back(static_cast<int64_t>(b));
   }
   for (Op op : ops) {
@@ -226,8 +241,8 @@ CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
           if (it >= o.warmup) times.push_back(dt);
         }
         // Each iteration's time is its slowest rank's.
-        MPI_Allreduce(MPI_IN_PLACE, times.data(), static_cast<int>(times.size()), MPI_DOUBLE, MPI_MAX,
-                      c.mpi_comm());
+        MPI_Allreduce(MPI_IN_PLACE, times.data(), static_cast<int>(times.size()), MPI_DOUBLE,
+                      MPI_MAX, c.mpi_comm());
         Samples s{times};
         CommPoint p;
         p.op = comm::to_string(op);
@@ -259,15 +274,25 @@ CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
 }
 
 json CommBenchResult::to_json() const {
-  json j = {{"benchmark", "comm"}, {"ranks", ranks}, {"dtype", dtype}, {"redop", redop},
-            {"root", root},        {"in_place", in_place}, {"points", json::array()}, {"fits", json::array()}};
+  json j = {{"benchmark", "comm"},     {"ranks", ranks},       {"dtype", dtype},
+            {"redop", redop},          {"root", root},         {"in_place", in_place},
+            {"points", json::array()}, {"fits", json::array()}};
   for (const auto& p : points) {
-    j["points"].push_back({{"op", p.op}, {"algo", p.algo}, {"bytes", p.bytes}, {"count", p.count},
-                           {"p50_us", p.p50_us}, {"p99_us", p.p99_us}, {"algbw_gbs", p.algbw},
-                           {"busbw_gbs", p.busbw}, {"wrong", p.wrong}});
+    j["points"].push_back({{"op", p.op},
+                           {"algo", p.algo},
+                           {"bytes", p.bytes},
+                           {"count", p.count},
+                           {"p50_us", p.p50_us},
+                           {"p99_us", p.p99_us},
+                           {"algbw_gbs", p.algbw},
+                           {"busbw_gbs", p.busbw},
+                           {"wrong", p.wrong}});
   }
   for (const auto& f : fits) {
-    j["fits"].push_back({{"op", f.op}, {"algo", f.algo}, {"alpha_us", f.alpha_us}, {"bandwidth_gbs", f.bandwidth_gbs}});
+    j["fits"].push_back({{"op", f.op},
+                         {"algo", f.algo},
+                         {"alpha_us", f.alpha_us},
+                         {"bandwidth_gbs", f.bandwidth_gbs}});
   }
   return j;
 }
@@ -281,17 +306,20 @@ std::vector<std::pair<std::string, Table>> CommBenchResult::tables() const {
   for (const auto& op : ops) {
     std::vector<std::string> algos;
     for (const auto& p : points) {
-      if (p.op == op && std::find(algos.begin(), algos.end(), p.algo) == algos.end()) algos.push_back(p.algo);
+      if (p.op == op && std::find(algos.begin(), algos.end(), p.algo) == algos.end())
+        algos.push_back(p.algo);
     }
     std::vector<std::string> cols = {"size", "count", "type", "redop", "root"};
     for (const auto& a : algos) {
-      for (const char* c : {" p50 us", " p99 us", " algbw", " busbw", " #wrong"}) cols.push_back(a + c);
+      for (const char* c : {" p50 us", " p99 us", " algbw", " busbw", " #wrong"})
+        cols.push_back(a + c);
       if (a != "mpi") cols.push_back(a + " x mpi");
     }
     Table table(cols);
     std::vector<int64_t> sizes;
     for (const auto& p : points) {
-      if (p.op == op && std::find(sizes.begin(), sizes.end(), p.bytes) == sizes.end()) sizes.push_back(p.bytes);
+      if (p.op == op && std::find(sizes.begin(), sizes.end(), p.bytes) == sizes.end())
+        sizes.push_back(p.bytes);
     }
     const bool reduces = op == "allreduce" || op == "reduce_scatter" || op == "reduce";
     const bool rooted = op == "broadcast" || op == "reduce";
@@ -302,8 +330,8 @@ std::vector<std::pair<std::string, Table>> CommBenchResult::tables() const {
         for (const auto& p : points) {
           if (p.op != op || p.bytes != bytes || p.algo != a) continue;
           if (row.empty()) {
-            row = {std::to_string(p.bytes), std::to_string(p.count), dtype, reduces ? redop : "none",
-                   rooted ? std::to_string(root) : "-1"};
+            row = {std::to_string(p.bytes), std::to_string(p.count), dtype,
+                   reduces ? redop : "none", rooted ? std::to_string(root) : "-1"};
           }
           if (a == "mpi") mpi_busbw = p.busbw;
           row.push_back(fmt(p.p50_us, 1));
@@ -324,22 +352,25 @@ std::vector<std::pair<std::string, Table>> CommBenchResult::tables() const {
 std::string CommBenchResult::text() const {
   std::ostringstream s;
   for (const auto& [op, table] : tables()) {
-    s << "# " << op << ", " << ranks << " ranks, " << dtype << (in_place ? ", in place" : ", out of place")
-      << "; time = slowest rank, busbw in GB/s\n"
+    s << "# " << op << ", " << ranks << " ranks, " << dtype
+      << (in_place ? ", in place" : ", out of place") << "; time = slowest rank, busbw in GB/s\n"
       << table.to_text() << "\n";
   }
   s << "alpha-beta fit (time = alpha + bytes / bandwidth):\n";
   Table fit({"op", "algo", "alpha us", "bandwidth GB/s"});
-  for (const auto& f : fits) fit.add_row({f.op, f.algo, fmt(f.alpha_us, 2), fmt(f.bandwidth_gbs, 2)});
+  for (const auto& f : fits)
+    fit.add_row({f.op, f.algo, fmt(f.alpha_us, 2), fmt(f.bandwidth_gbs, 2)});
   s << fit.to_text();
   return s.str();
 }
 
 std::string CommBenchResult::csv() const {
-  Table t({"op", "algo", "size", "count", "type", "redop", "root", "p50_us", "p99_us", "algbw", "busbw", "wrong"});
+  Table t({"op", "algo", "size", "count", "type", "redop", "root", "p50_us", "p99_us", "algbw",
+           "busbw", "wrong"});
   for (const auto& p : points) {
-    t.add_row({p.op, p.algo, std::to_string(p.bytes), std::to_string(p.count), dtype, redop, std::to_string(root),
-               fmt(p.p50_us, 2), fmt(p.p99_us, 2), fmt(p.algbw, 3), fmt(p.busbw, 3), std::to_string(p.wrong)});
+    t.add_row({p.op, p.algo, std::to_string(p.bytes), std::to_string(p.count), dtype, redop,
+               std::to_string(root), fmt(p.p50_us, 2), fmt(p.p99_us, 2), fmt(p.algbw, 3),
+               fmt(p.busbw, 3), std::to_string(p.wrong)});
   }
   return t.to_csv();
 }

@@ -41,7 +41,7 @@ struct CommPoint {
   std::string op, algo;
   int64_t bytes = 0, count = 0;
   double p50_us = 0, p99_us = 0, algbw = 0, busbw = 0;  // GB/s
-  int64_t wrong = -1;                                    // -1: not checked
+  int64_t wrong = -1;                                   // -1: not checked
 };
 
 struct AlphaBeta {

@@ -25,12 +25,16 @@ inline double expected(size_t i, int n, DType t, ReduceOp op) {
     mn = std::min(mn, value(r, i));
   }
   switch (op) {
-    case ReduceOp::sum: return sum;
-    case ReduceOp::max: return mx;
-    case ReduceOp::min: return mn;
+    case ReduceOp::sum:
+      return sum;
+    case ReduceOp::max:
+      return mx;
+    case ReduceOp::min:
+      return mn;
     case ReduceOp::avg:
       if (t == DType::f64) return static_cast<double>(sum) / n;
-      if (t == DType::bf16) return to_float(to_bf16(static_cast<float>(sum) / static_cast<float>(n)));
+      if (t == DType::bf16)
+        return to_float(to_bf16(static_cast<float>(sum) / static_cast<float>(n)));
       return static_cast<float>(sum) / static_cast<float>(n);
   }
   return 0;

@@ -40,11 +40,16 @@ struct Min {
 
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
-    case DType::f32: return MPI_FLOAT;
-    case DType::f64: return MPI_DOUBLE;
-    case DType::i32: return MPI_INT32_T;
-    case DType::i64: return MPI_INT64_T;
-    case DType::bf16: return MPI_UINT16_T;  // with the bf16 ops below
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::f64:
+      return MPI_DOUBLE;
+    case DType::i32:
+      return MPI_INT32_T;
+    case DType::i64:
+      return MPI_INT64_T;
+    case DType::bf16:
+      return MPI_UINT16_T;  // with the bf16 ops below
   }
   return MPI_DATATYPE_NULL;
 }
@@ -92,24 +97,36 @@ void unsupported(Op op, Algo a) {
 
 std::string to_string(Algo a) {
   switch (a) {
-    case Algo::mpi: return "mpi";
-    case Algo::ring: return "ring";
-    case Algo::rhd: return "rhd";
-    case Algo::tree: return "tree";
-    case Algo::pairwise: return "pairwise";
-    case Algo::shm: return "shm";
+    case Algo::mpi:
+      return "mpi";
+    case Algo::ring:
+      return "ring";
+    case Algo::rhd:
+      return "rhd";
+    case Algo::tree:
+      return "tree";
+    case Algo::pairwise:
+      return "pairwise";
+    case Algo::shm:
+      return "shm";
   }
   return "?";
 }
 
 std::string to_string(Op op) {
   switch (op) {
-    case Op::allreduce: return "allreduce";
-    case Op::reduce_scatter: return "reduce_scatter";
-    case Op::allgather: return "allgather";
-    case Op::broadcast: return "broadcast";
-    case Op::reduce: return "reduce";
-    case Op::alltoall: return "alltoall";
+    case Op::allreduce:
+      return "allreduce";
+    case Op::reduce_scatter:
+      return "reduce_scatter";
+    case Op::allgather:
+      return "allgather";
+    case Op::broadcast:
+      return "broadcast";
+    case Op::reduce:
+      return "reduce";
+    case Op::alltoall:
+      return "alltoall";
   }
   return "?";
 }
@@ -126,18 +143,26 @@ Op parse_op(const std::string& name, const std::string& flag) {
                 Op::alltoall}) {
     if (to_string(op) == name) return op;
   }
-  throw InputError(flag + ": expected allreduce, reduce_scatter, allgather, broadcast, reduce or "
-                          "alltoall, got '" + name + "'");
+  throw InputError(flag +
+                   ": expected allreduce, reduce_scatter, allgather, broadcast, reduce or "
+                   "alltoall, got '" +
+                   name + "'");
 }
 
 std::vector<Algo> algorithms_for(Op op) {
   switch (op) {
-    case Op::allreduce: return {Algo::mpi, Algo::ring, Algo::rhd, Algo::shm};
-    case Op::reduce_scatter: return {Algo::mpi, Algo::ring, Algo::shm};
-    case Op::allgather: return {Algo::mpi, Algo::ring, Algo::shm};
-    case Op::broadcast: return {Algo::mpi, Algo::tree, Algo::shm};
-    case Op::reduce: return {Algo::mpi, Algo::tree, Algo::shm};
-    case Op::alltoall: return {Algo::mpi, Algo::pairwise};
+    case Op::allreduce:
+      return {Algo::mpi, Algo::ring, Algo::rhd, Algo::shm};
+    case Op::reduce_scatter:
+      return {Algo::mpi, Algo::ring, Algo::shm};
+    case Op::allgather:
+      return {Algo::mpi, Algo::ring, Algo::shm};
+    case Op::broadcast:
+      return {Algo::mpi, Algo::tree, Algo::shm};
+    case Op::reduce:
+      return {Algo::mpi, Algo::tree, Algo::shm};
+    case Op::alltoall:
+      return {Algo::mpi, Algo::pairwise};
   }
   return {};
 }
@@ -183,7 +208,8 @@ void Communicator::fail_timeout(const std::string& what, int step,
                     " did not arrive");
 }
 
-void Communicator::wait_all(MPI_Request* reqs, int n, const int* peers, const char* what, int step) {
+void Communicator::wait_all(MPI_Request* reqs, int n, const int* peers, const char* what,
+                            int step) {
   const double deadline = now() + timeout_s_;
   unsigned polls = 0;
   for (;;) {
@@ -261,12 +287,14 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t count, DT
   if (algo == Algo::shm) return shm().reduce_scatter(send, recv, count, t, op);
   if (algo == Algo::mpi) {
     std::vector<int> counts(static_cast<size_t>(size_));
-    for (int r = 0; r < size_; ++r) counts[static_cast<size_t>(r)] = mpi_count(block_count(count, size_, r));
+    for (int r = 0; r < size_; ++r)
+      counts[static_cast<size_t>(r)] = mpi_count(block_count(count, size_, r));
     // In place (recv inside send) is not MPI's in-place layout: stage a copy.
     std::vector<unsigned char> staged;
     const void* in = send;
     if (overlaps(send, count * es, recv, mine * es)) {
-      staged.assign(static_cast<const unsigned char*>(send), static_cast<const unsigned char*>(send) + count * es);
+      staged.assign(static_cast<const unsigned char*>(send),
+                    static_cast<const unsigned char*>(send) + count * es);
       in = staged.data();
     }
     MPI_Reduce_scatter(in, recv, counts.data(), mpi_type(t), mpi_op(t, op), comm_);
@@ -305,7 +333,8 @@ void Communicator::allgather(const void* send, void* recv, size_t count, DType t
 
 void Communicator::broadcast(void* buf, size_t count, DType t, int root, Algo algo) {
   if (root < 0 || root >= size_) {
-    throw InputError("--root: expected 0.." + std::to_string(size_ - 1) + ", got " + std::to_string(root));
+    throw InputError("--root: expected 0.." + std::to_string(size_ - 1) + ", got " +
+                     std::to_string(root));
   }
   if (algo == Algo::shm) return shm().broadcast(buf, count, t, root);
   if (algo == Algo::mpi) {
@@ -317,11 +346,12 @@ void Communicator::broadcast(void* buf, size_t count, DType t, int root, Algo al
   }
 }
 
-void Communicator::reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op, int root,
-                          Algo algo) {
+void Communicator::reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op,
+                          int root, Algo algo) {
   check_op(t, op);
   if (root < 0 || root >= size_) {
-    throw InputError("--root: expected 0.." + std::to_string(size_ - 1) + ", got " + std::to_string(root));
+    throw InputError("--root: expected 0.." + std::to_string(size_ - 1) + ", got " +
+                     std::to_string(root));
   }
   const size_t bytes = count * size_of(t);
   if (algo == Algo::shm) return shm().reduce(send, recv, count, t, op, root);
@@ -341,14 +371,15 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DType t, R
 }
 
 void Communicator::alltoall(const void* send, void* recv, size_t count, DType t, Algo algo) {
-  std::vector<size_t> counts(static_cast<size_t>(size_), count), offsets(static_cast<size_t>(size_));
+  std::vector<size_t> counts(static_cast<size_t>(size_), count),
+      offsets(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) offsets[static_cast<size_t>(r)] = static_cast<size_t>(r) * count;
   alltoallv(send, counts.data(), offsets.data(), recv, counts.data(), offsets.data(), t, algo);
 }
 
-void Communicator::alltoallv(const void* send, const size_t* send_counts, const size_t* send_offsets,
-                             void* recv, const size_t* recv_counts, const size_t* recv_offsets, DType t,
-                             Algo algo) {
+void Communicator::alltoallv(const void* send, const size_t* send_counts,
+                             const size_t* send_offsets, void* recv, const size_t* recv_counts,
+                             const size_t* recv_offsets, DType t, Algo algo) {
   const size_t es = size_of(t);
   size_t send_extent = 0, recv_extent = 0;
   for (int r = 0; r < size_; ++r) {
@@ -370,9 +401,11 @@ void Communicator::alltoallv(const void* send, const size_t* send_counts, const 
       rc[r] = mpi_count(recv_counts[r]);
       ro[r] = mpi_count(recv_offsets[r]);
     }
-    MPI_Alltoallv(send, sc.data(), so.data(), mpi_type(t), recv, rc.data(), ro.data(), mpi_type(t), comm_);
+    MPI_Alltoallv(send, sc.data(), so.data(), mpi_type(t), recv, rc.data(), ro.data(), mpi_type(t),
+                  comm_);
   } else if (algo == Algo::pairwise) {
-    algo::pairwise_alltoallv(*this, send, send_counts, send_offsets, recv, recv_counts, recv_offsets, t);
+    algo::pairwise_alltoallv(*this, send, send_counts, send_offsets, recv, recv_counts,
+                             recv_offsets, t);
   } else {
     unsupported(Op::alltoall, algo);
   }

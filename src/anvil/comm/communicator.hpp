@@ -72,20 +72,23 @@ class Communicator {
   void reduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op, Algo algo);
   void allgather(const void* send, void* recv, size_t count, DType t, Algo algo);
   void broadcast(void* buf, size_t count, DType t, int root, Algo algo);
-  void reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op, int root, Algo algo);
+  void reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op, int root,
+              Algo algo);
   // `count` elements to and from every peer.
   void alltoall(const void* send, void* recv, size_t count, DType t, Algo algo);
   // Per-peer counts and offsets, in elements.
-  void alltoallv(const void* send, const size_t* send_counts, const size_t* send_offsets, void* recv,
-                 const size_t* recv_counts, const size_t* recv_offsets, DType t, Algo algo);
+  void alltoallv(const void* send, const size_t* send_counts, const size_t* send_offsets,
+                 void* recv, const size_t* recv_counts, const size_t* recv_offsets, DType t,
+                 Algo algo);
   void barrier();
 
   // Point-to-point with the deadline, for algorithms (algorithms/*.cpp).
-  void sendrecv(const void* send, size_t send_bytes, int dst, void* recv, size_t recv_bytes, int src,
-                const char* what, int step);
+  void sendrecv(const void* send, size_t send_bytes, int dst, void* recv, size_t recv_bytes,
+                int src, const char* what, int step);
   void send(const void* buf, size_t bytes, int dst, const char* what, int step);
   void recv(void* buf, size_t bytes, int src, const char* what, int step);
-  [[noreturn]] void fail_timeout(const std::string& what, int step, const std::vector<int>& missing) const;
+  [[noreturn]] void fail_timeout(const std::string& what, int step,
+                                 const std::vector<int>& missing) const;
   ShmSegment& shm();
 
  private:

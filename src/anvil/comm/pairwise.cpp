@@ -14,7 +14,8 @@ void pairwise_alltoallv(Communicator& c, const void* send, const size_t* send_co
   const size_t es = size_of(t);
   const auto* s = static_cast<const unsigned char*>(send);
   auto* d = static_cast<unsigned char*>(recv);
-  if (send_counts[r]) std::memcpy(d + recv_offsets[r] * es, s + send_offsets[r] * es, send_counts[r] * es);
+  if (send_counts[r])
+    std::memcpy(d + recv_offsets[r] * es, s + send_offsets[r] * es, send_counts[r] * es);
   for (int step = 1; step < n; ++step) {
     const int dst = (r + step) % n, src = (r - step + n) % n;
     c.sendrecv(s + send_offsets[dst] * es, send_counts[dst] * es, dst, d + recv_offsets[src] * es,

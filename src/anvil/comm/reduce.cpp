@@ -68,10 +68,14 @@ void reduce_many(void* dst, const void* const* srcs_in, int n, size_t count, DTy
   }
   const void* const* srcs = order.data();
   switch (t) {
-    case DType::f32: return dispatch_op(static_cast<float*>(dst), srcs, n, count, op);
-    case DType::f64: return dispatch_op(static_cast<double*>(dst), srcs, n, count, op);
-    case DType::i32: return dispatch_op(static_cast<int32_t*>(dst), srcs, n, count, op);
-    case DType::i64: return dispatch_op(static_cast<int64_t*>(dst), srcs, n, count, op);
+    case DType::f32:
+      return dispatch_op(static_cast<float*>(dst), srcs, n, count, op);
+    case DType::f64:
+      return dispatch_op(static_cast<double*>(dst), srcs, n, count, op);
+    case DType::i32:
+      return dispatch_op(static_cast<int32_t*>(dst), srcs, n, count, op);
+    case DType::i64:
+      return dispatch_op(static_cast<int64_t*>(dst), srcs, n, count, op);
     case DType::bf16: {
       bf16* d = static_cast<bf16*>(dst);
       switch (op) {
@@ -79,9 +83,11 @@ void reduce_many(void* dst, const void* const* srcs_in, int n, size_t count, DTy
         case ReduceOp::avg:
           return combine_many_bf16(d, srcs, n, count, [](float a, float b) { return a + b; });
         case ReduceOp::max:
-          return combine_many_bf16(d, srcs, n, count, [](float a, float b) { return a < b ? b : a; });
+          return combine_many_bf16(d, srcs, n, count,
+                                   [](float a, float b) { return a < b ? b : a; });
         case ReduceOp::min:
-          return combine_many_bf16(d, srcs, n, count, [](float a, float b) { return b < a ? b : a; });
+          return combine_many_bf16(d, srcs, n, count,
+                                   [](float a, float b) { return b < a ? b : a; });
       }
     }
   }

@@ -66,8 +66,8 @@ void rhd_allreduce(Communicator& c, void* data, size_t count, DType t, ReduceOp 
       windows.pop_back();
       const bool mine_low = lo == plo;
       const size_t other_lo = mine_low ? hi : plo, other_hi = mine_low ? phi : lo;
-      c.sendrecv(d + lo * es, (hi - lo) * es, partner, d + other_lo * es, (other_hi - other_lo) * es,
-                 partner, "allreduce(rhd) doubling", step);
+      c.sendrecv(d + lo * es, (hi - lo) * es, partner, d + other_lo * es,
+                 (other_hi - other_lo) * es, partner, "allreduce(rhd) doubling", step);
       lo = plo;
       hi = phi;
     }

@@ -21,8 +21,8 @@ void ring_reduce_scatter_inplace(Communicator& c, void* data, size_t count, DTyp
     // After step s, block (r - s - 2) holds s + 2 contributions; block r ends complete.
     const int sb = ((r - s - 1) % n + n) % n;
     const int rb = ((r - s - 2) % n + n) % n;
-    c.sendrecv(d + block_offset(count, n, sb) * es, block_count(count, n, sb) * es, next, tmp.data(),
-               block_count(count, n, rb) * es, prev, what, s);
+    c.sendrecv(d + block_offset(count, n, sb) * es, block_count(count, n, sb) * es, next,
+               tmp.data(), block_count(count, n, rb) * es, prev, what, s);
     reduce_into(d + block_offset(count, n, rb) * es, tmp.data(), block_count(count, n, rb), t, op);
   }
 }
@@ -36,8 +36,7 @@ void ring_allgather_inplace(Communicator& c, void* data, size_t count, DType t, 
     const int sb = ((r - s) % n + n) % n;
     const int rb = ((r - s - 1) % n + n) % n;
     c.sendrecv(d + block_offset(count, n, sb) * es, block_count(count, n, sb) * es, next,
-               d + block_offset(count, n, rb) * es, block_count(count, n, rb) * es, prev,
-               what, s);
+               d + block_offset(count, n, rb) * es, block_count(count, n, rb) * es, prev, what, s);
   }
 }
 

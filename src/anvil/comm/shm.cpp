@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,7 +41,7 @@ double now() {
 
 ShmSegment::ShmSegment(Communicator& comm, size_t chunk_bytes)
     : comm_(comm), rank_(comm.rank()), size_(comm.size()), chunk_(chunk_from_env(chunk_bytes)) {
-  const size_t header = static_cast<size_t>(size_) * sizeof(Counter);
+  const size_t header = static_cast<size_t>(size_) * (sizeof(Counter) + sizeof(Peer));
   const size_t small = static_cast<size_t>(size_) * 2 * kSmallBytes;
   bytes_ = header + small + static_cast<size_t>(size_ + 1) * chunk_;
   oversubscribed_ = size_ > static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
@@ -77,9 +78,12 @@ ShmSegment::ShmSegment(Communicator& comm, size_t chunk_bytes)
   if (rank_ == 0) ::shm_unlink(name);
   if (!all_ok) {
     if (base_) ::munmap(base_, bytes_);
-    throw SystemError("shm: a rank could not map segment " + name_ + " (" + std::strerror(errno) + ")");
+    throw SystemError("shm: a rank could not map segment " + name_ + " (" + std::strerror(errno) +
+                      ")");
   }
   arrive_ = static_cast<Counter*>(base_);
+  peers_ = reinterpret_cast<Peer*>(static_cast<unsigned char*>(base_) +
+                                   static_cast<size_t>(size_) * sizeof(Counter));
   small_ = static_cast<unsigned char*>(base_) + header;
   slots_ = small_ + small;
   result_ = slots_ + static_cast<size_t>(size_) * chunk_;
@@ -87,6 +91,38 @@ ShmSegment::ShmSegment(Communicator& comm, size_t chunk_bytes)
     for (int r = 0; r < size_; ++r) new (&arrive_[r]) Counter{{0}};
   }
   MPI_Barrier(comm.mpi_comm());
+
+  // Probe cross-memory attach: read a word the next rank published.
+  static thread_local uint64_t probe_word;
+  probe_word = 0x5eed0000u + static_cast<uint64_t>(rank_);
+  peers_[rank_] = Peer{static_cast<int64_t>(::getpid()), reinterpret_cast<uint64_t>(&probe_word)};
+  MPI_Barrier(comm.mpi_comm());
+  const int next = (rank_ + 1) % size_;
+  uint64_t got = 0;
+  iovec local{&got, sizeof got}, remote{reinterpret_cast<void*>(peers_[next].address), sizeof got};
+  int ok_cma = ::process_vm_readv(static_cast<pid_t>(peers_[next].pid), &local, 1, &remote, 1, 0) ==
+                   static_cast<ssize_t>(sizeof got) &&
+               got == 0x5eed0000u + static_cast<uint64_t>(next);
+  int all_cma = 0;
+  MPI_Allreduce(&ok_cma, &all_cma, 1, MPI_INT, MPI_MIN, comm.mpi_comm());
+  cma_ = all_cma != 0;
+}
+
+void ShmSegment::read_from(int r, uint64_t address, void* dst, size_t bytes) {
+  auto* d = static_cast<unsigned char*>(dst);
+  while (bytes > 0) {
+    iovec local{d, bytes}, remote{reinterpret_cast<void*>(address), bytes};
+    const ssize_t n =
+        ::process_vm_readv(static_cast<pid_t>(peers_[r].pid), &local, 1, &remote, 1, 0);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      throw SystemError("shm: process_vm_readv from rank " + std::to_string(r) +
+                        " failed: " + std::strerror(errno));
+    }
+    d += n;
+    address += static_cast<uint64_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
 }
 
 ShmSegment::~ShmSegment() {
@@ -165,7 +201,8 @@ void ShmSegment::allreduce(const void* send, void* recv, size_t count, DType t, 
   }
 }
 
-void ShmSegment::reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op, int root) {
+void ShmSegment::reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op,
+                        int root) {
   const size_t es = size_of(t);
   const size_t per_chunk = chunk_ / es;
   const auto* in = static_cast<const unsigned char*>(send);
@@ -186,6 +223,19 @@ void ShmSegment::reduce(const void* send, void* recv, size_t count, DType t, Red
 }
 
 void ShmSegment::reduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) {
+  if (count * size_of(t) <= kSmallBytes) {
+    const uint64_t parity = small_ops_++ % 2;
+    const size_t es = size_of(t);
+    std::memcpy(small_slot(rank_, parity), send, count * es);
+    barrier("reduce_scatter");
+    const size_t off = block_offset(count, size_, rank_) * es;
+    std::vector<const void*> srcs(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) srcs[static_cast<size_t>(r)] = small_slot(r, parity) + off;
+    const size_t mine = block_count(count, size_, rank_);
+    reduce_many(recv, srcs.data(), size_, mine, t, op);
+    if (op == ReduceOp::avg) divide_by(recv, mine, t, size_);
+    return;
+  }
   // Round k: every rank stages piece k of every block (piece capacity
   // chunk/n); rank r reduces piece k of block r straight into its output.
   const size_t es = size_of(t);
@@ -207,8 +257,9 @@ void ShmSegment::reduce_scatter(const void* send, void* recv, size_t count, DTyp
     if (k0 < mine) {
       const size_t len = std::min(piece, mine - k0);
       for (int r = 0; r < size_; ++r) {
-        srcs[static_cast<size_t>(r)] = r == rank_ ? in + (block_offset(count, size_, rank_) + k0) * es
-                                                  : slot(r) + static_cast<size_t>(rank_) * piece * es;
+        srcs[static_cast<size_t>(r)] = r == rank_
+                                           ? in + (block_offset(count, size_, rank_) + k0) * es
+                                           : slot(r) + static_cast<size_t>(rank_) * piece * es;
       }
       reduce_many(out + k0 * es, srcs.data(), size_, len, t, op);
       if (op == ReduceOp::avg) divide_by(out + k0 * es, len, t, size_);
@@ -219,6 +270,34 @@ void ShmSegment::reduce_scatter(const void* send, void* recv, size_t count, DTyp
 
 void ShmSegment::allgather(const void* send, void* recv, size_t count, DType t) {
   const size_t es = size_of(t);
+  if (count * es <= kSmallBytes) {  // one barrier, alternate small slots
+    const uint64_t parity = small_ops_++ % 2;
+    const size_t mine = block_count(count, size_, rank_);
+    if (mine) std::memcpy(small_slot(rank_, parity), send, mine * es);
+    barrier("allgather");
+    auto* out = static_cast<unsigned char*>(recv);
+    for (int j = 0; j < size_; ++j) {
+      const size_t bc = block_count(count, size_, j);
+      unsigned char* dst = out + block_offset(count, size_, j) * es;
+      if (bc && dst != send) std::memcpy(dst, small_slot(j, parity), bc * es);
+    }
+    return;
+  }
+  if (cma_ && count * es > kCmaMinBytes) {
+    auto* out = static_cast<unsigned char*>(recv);
+    const size_t mine = block_count(count, size_, rank_);
+    unsigned char* my_block = out + block_offset(count, size_, rank_) * es;
+    peers_[rank_] = Peer{static_cast<int64_t>(::getpid()), reinterpret_cast<uint64_t>(send)};
+    barrier("allgather");
+    for (int s = 1; s < size_; ++s) {
+      const int j = (rank_ + s) % size_;  // start at different peers: no hot spot
+      const size_t bc = block_count(count, size_, j);
+      if (bc) read_from(j, peers_[j].address, out + block_offset(count, size_, j) * es, bc * es);
+    }
+    if (send != my_block && mine) std::memcpy(my_block, send, mine * es);
+    barrier("allgather");  // nobody reuses its send buffer before all have read it
+    return;
+  }
   const size_t per_chunk = chunk_ / es;
   const size_t largest = block_count(count, size_, 0);
   const auto* in = static_cast<const unsigned char*>(send);
@@ -226,12 +305,14 @@ void ShmSegment::allgather(const void* send, void* recv, size_t count, DType t) 
   const size_t my_count = block_count(count, size_, rank_);
   const bool in_place = in == out + block_offset(count, size_, rank_) * es;
   for (size_t k0 = 0; k0 < largest; k0 += per_chunk) {
-    if (k0 < my_count) std::memcpy(slot(rank_), in + k0 * es, std::min(per_chunk, my_count - k0) * es);
+    if (k0 < my_count)
+      std::memcpy(slot(rank_), in + k0 * es, std::min(per_chunk, my_count - k0) * es);
     barrier("allgather");
     for (int j = 0; j < size_; ++j) {
       const size_t bc = block_count(count, size_, j);
       if (k0 >= bc || (j == rank_ && in_place)) continue;
-      std::memcpy(out + (block_offset(count, size_, j) + k0) * es, slot(j), std::min(per_chunk, bc - k0) * es);
+      std::memcpy(out + (block_offset(count, size_, j) + k0) * es, slot(j),
+                  std::min(per_chunk, bc - k0) * es);
     }
     barrier("allgather");
   }
@@ -239,6 +320,21 @@ void ShmSegment::allgather(const void* send, void* recv, size_t count, DType t) 
 
 void ShmSegment::broadcast(void* buf, size_t count, DType t, int root) {
   const size_t es = size_of(t);
+  if (count * es <= kSmallBytes) {
+    const uint64_t parity = small_ops_++ % 2;
+    if (rank_ == root) std::memcpy(small_slot(root, parity), buf, count * es);
+    barrier("broadcast");
+    if (rank_ != root) std::memcpy(buf, small_slot(root, parity), count * es);
+    return;
+  }
+  if (cma_ && count * es > kCmaMinBytes) {
+    if (rank_ == root)
+      peers_[root] = Peer{static_cast<int64_t>(::getpid()), reinterpret_cast<uint64_t>(buf)};
+    barrier("broadcast");
+    if (rank_ != root) read_from(root, peers_[root].address, buf, count * es);
+    barrier("broadcast");
+    return;
+  }
   const size_t per_chunk = chunk_ / es;
   auto* data = static_cast<unsigned char*>(buf);
   for (size_t off = 0; off < count; off += per_chunk) {
