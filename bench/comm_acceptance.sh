@@ -2,7 +2,7 @@
 # The collectives issue's 2-rank acceptance: shm against MPI's own collective
 # for all-reduce, reduce-scatter and all-gather from 8 B to 256 MiB, RUNS times
 # (default 3); prints the median busbw of each and the ratio.
-# Usage: bench/comm_acceptance.sh [RUNS] [RANKS] [EXTRA anvil flags...]
+# Usage: [COMM_SIZES="-b 1M -e 256M -f 2"] bench/comm_acceptance.sh [RUNS] [RANKS] [EXTRA anvil flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-3}
@@ -12,7 +12,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for i in $(seq "$runs"); do
   build/anvil bench comm --np "$np" --op allreduce,reduce_scatter,allgather --algo shm \
-    -b 8 -e 256M -f 8 -n 8 -w 2 --json "$@" > "$tmp/run$i.json"
+    ${COMM_SIZES:--b 8 -e 256M -f 8} -n 8 -w 2 --json "$@" > "$tmp/run$i.json"
 done
 python3 - "$tmp" <<'PY'
 import json, statistics, sys, glob

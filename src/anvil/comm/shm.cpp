@@ -164,61 +164,54 @@ void ShmSegment::allreduce_small(const void* send, void* recv, size_t count, DTy
 
 void ShmSegment::allreduce(const void* send, void* recv, size_t count, DType t, ReduceOp op) {
   if (count * size_of(t) <= kSmallBytes) return allreduce_small(send, recv, count, t, op);
+  reduce_pipeline(send, recv, count, t, op, -1);
+}
+
+void ShmSegment::reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op,
+                        int root) {
+  reduce_pipeline(send, recv, count, t, op, root);
+}
+
+void ShmSegment::reduce_pipeline(const void* send, void* recv, size_t count, DType t, ReduceOp op,
+                                 int root) {
   // Per chunk, rank r owns portion r. Only the portions other ranks reduce
   // are staged; rank r reads its own portion straight from its send buffer,
-  // writes the reduced portion to its output and publishes it in the result
-  // slot, from which the others copy it. Per byte of message each rank moves
-  // ~2 bytes in and ~2 out (for n = 2), against ~3 and ~3 for stage-all.
+  // reduces it into its output (or, for a reduce on another root, into the
+  // result slot) and publishes it in the result slot, from which the ranks
+  // that want the result copy the other portions. Per byte of message each
+  // rank moves ~2 bytes in and ~2 out (n = 2), against ~3 and ~3 for stage-all.
   const size_t es = size_of(t);
   const size_t per_chunk = chunk_ / es;
+  const bool wants_result = root < 0 || rank_ == root;
   const auto* in = static_cast<const unsigned char*>(send);
   auto* out = static_cast<unsigned char*>(recv);
+  const char* what = root < 0 ? "allreduce" : "reduce";
   std::vector<const void*> srcs(static_cast<size_t>(size_));
   for (size_t off = 0; off < count; off += per_chunk) {
     const size_t len = std::min(per_chunk, count - off);
     const unsigned char* chunk_in = in + off * es;
-    unsigned char* chunk_out = out + off * es;
     for (int j = 0; j < size_; ++j) {
       if (j == rank_) continue;
       const size_t po = block_offset(len, size_, j) * es;
       std::memcpy(slot(rank_) + po, chunk_in + po, block_count(len, size_, j) * es);
     }
-    barrier("allreduce");
+    barrier(what);
     const size_t po = block_offset(len, size_, rank_) * es;
     const size_t pc = block_count(len, size_, rank_);
     for (int r = 0; r < size_; ++r) {
       srcs[static_cast<size_t>(r)] = r == rank_ ? chunk_in + po : slot(r) + po;
     }
-    reduce_many(chunk_out + po, srcs.data(), size_, pc, t, op);
-    if (op == ReduceOp::avg) divide_by(chunk_out + po, pc, t, size_);
-    std::memcpy(result_ + po, chunk_out + po, pc * es);
-    barrier("allreduce");
+    unsigned char* mine = wants_result ? out + off * es + po : result_ + po;
+    reduce_many(mine, srcs.data(), size_, pc, t, op);
+    if (op == ReduceOp::avg) divide_by(mine, pc, t, size_);
+    if (mine != result_ + po && root < 0) std::memcpy(result_ + po, mine, pc * es);
+    barrier(what);
+    if (!wants_result) continue;
     for (int j = 0; j < size_; ++j) {
       if (j == rank_) continue;
       const size_t pj = block_offset(len, size_, j) * es;
-      std::memcpy(chunk_out + pj, result_ + pj, block_count(len, size_, j) * es);
+      std::memcpy(out + off * es + pj, result_ + pj, block_count(len, size_, j) * es);
     }
-  }
-}
-
-void ShmSegment::reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op,
-                        int root) {
-  const size_t es = size_of(t);
-  const size_t per_chunk = chunk_ / es;
-  const auto* in = static_cast<const unsigned char*>(send);
-  auto* out = static_cast<unsigned char*>(recv);
-  std::vector<const void*> srcs(static_cast<size_t>(size_));
-  for (size_t off = 0; off < count; off += per_chunk) {
-    const size_t len = std::min(per_chunk, count - off);
-    std::memcpy(slot(rank_), in + off * es, len * es);
-    barrier("reduce");
-    const size_t po = block_offset(len, size_, rank_) * es;
-    const size_t pc = block_count(len, size_, rank_);
-    for (int r = 0; r < size_; ++r) srcs[static_cast<size_t>(r)] = slot(r) + po;
-    reduce_many(result_ + po, srcs.data(), size_, pc, t, op);
-    if (op == ReduceOp::avg) divide_by(result_ + po, pc, t, size_);
-    barrier("reduce");
-    if (rank_ == root) std::memcpy(out + off * es, result_, len * es);
   }
 }
 

@@ -67,6 +67,8 @@ class ShmSegment {
     return small_ + (static_cast<size_t>(r) * 2 + parity) * kSmallBytes;
   }
   void allreduce_small(const void* send, void* recv, size_t count, DType t, ReduceOp op);
+  // The chunked all-reduce; with root >= 0 only that rank receives (reduce).
+  void reduce_pipeline(const void* send, void* recv, size_t count, DType t, ReduceOp op, int root);
 
  public:
   static constexpr size_t kSmallBytes = 16 * 1024;
