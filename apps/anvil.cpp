@@ -249,11 +249,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"sum", "max", "min", "avg"}))
       ->capture_default_str();
   comm_cmd
-      ->add_option("--algo", copt.algos,
-                   "Algorithms to time next to mpi: ring, rhd, tree, pairwise, shm (default: all "
-                   "that implement the op)")
+      ->add_option(
+          "--algo", copt.algos,
+          "Algorithms to time next to mpi: ring, rhd, tree, pairwise, shm, hier (default: all "
+          "that implement the op)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"mpi", "ring", "rhd", "tree", "pairwise", "shm"}));
+      ->check(CLI::IsMember({"mpi", "ring", "rhd", "tree", "pairwise", "shm", "hier"}));
   comm_cmd->add_option("-n,--iters", copt.iters, "Timed iterations per size")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -270,6 +271,11 @@ int main(int argc, char** argv) {
                    "Seconds before a stuck collective fails, naming the op, step and missing ranks")
       ->check(CLI::Range(0.1, 86400.0))
       ->capture_default_str();
+  int ranks_per_node = 0;
+  comm_cmd
+      ->add_option("--ranks-per-node", ranks_per_node,
+                   "Simulate nodes of N consecutive ranks for --algo hier (default: real nodes)")
+      ->check(CLI::PositiveNumber);
   comm_cmd
       ->add_option("--np", comm_np, "Launch N ranks with mpirun (when not already under mpirun)")
       ->check(CLI::Range(1, 1024));
@@ -337,7 +343,7 @@ int main(int argc, char** argv) {
       int rank = 0;
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       try {
-        anvil::comm::Communicator world(MPI_COMM_WORLD);
+        anvil::comm::Communicator world(MPI_COMM_WORLD, ranks_per_node);
         const auto result = anvil::bench::run_comm_bench(world, copt);
         if (rank == 0) {
           if (!comm_profile.empty()) {

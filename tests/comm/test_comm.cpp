@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "anvil/base/bf16.hpp"
+#include "anvil/base/error.hpp"
 #include "anvil/comm/check.hpp"
 #include "anvil/comm/communicator.hpp"
 
@@ -79,6 +80,36 @@ TEST(Collectives, AllreduceExact) {
       }
     }
   }
+}
+
+TEST(Collectives, HierarchicalAllreduceOnSimulatedNodesExact) {
+  const int n = g_comm->size();
+  for (int rpn = 1; rpn <= n; ++rpn) {
+    if (n % rpn != 0) continue;
+    Communicator sim(MPI_COMM_WORLD, rpn);
+    sim.set_timeout(120);
+    for (DType t : kDtypes) {
+      for (ReduceOp rop : ops_for(t)) {
+        for (size_t count : counts_for(n)) {
+          auto buf = filled(count, t, sim.rank());
+          sim.allreduce(buf.data(), buf.data(), count, t, rop, Algo::hier);
+          size_t wrong = 0;
+          for (size_t i = 0; i < count; ++i) wrong += get(buf, i, t) != expected(i, n, t, rop);
+          EXPECT_EQ(wrong, 0u) << label(
+              Op::allreduce, Algo::hier, t, count, true,
+              " " + to_string(rop) + " ranks_per_node=" + std::to_string(rpn));
+        }
+      }
+    }
+  }
+}
+
+TEST(Collectives, HierarchicalRejectsRanksPerNodeThatDoNotDivide) {
+  const int n = g_comm->size();
+  if (n < 2) GTEST_SKIP() << "needs 2 ranks";
+  Communicator sim(MPI_COMM_WORLD, n + 1);
+  float x = 1.0f;
+  EXPECT_THROW(sim.allreduce(&x, &x, 1, DType::f32, ReduceOp::sum, Algo::hier), InputError);
 }
 
 TEST(Collectives, ReduceScatterExact) {

@@ -222,7 +222,7 @@ CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
     for (Algo a : comm::algorithms_for(op)) {
       if (a == Algo::mpi) continue;
       if (!asked.empty() && std::find(asked.begin(), asked.end(), a) == asked.end()) continue;
-      if (a == Algo::shm && !c.single_node()) continue;
+      if (a == Algo::shm && !c.single_node()) continue;  // hier handles several nodes
       algos.push_back(a);
     }
     for (int64_t bytes : sizes) {

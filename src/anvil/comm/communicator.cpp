@@ -109,6 +109,8 @@ std::string to_string(Algo a) {
       return "pairwise";
     case Algo::shm:
       return "shm";
+    case Algo::hier:
+      return "hier";
   }
   return "?";
 }
@@ -132,10 +134,12 @@ std::string to_string(Op op) {
 }
 
 Algo parse_algo(const std::string& name, const std::string& flag) {
-  for (Algo a : {Algo::mpi, Algo::ring, Algo::rhd, Algo::tree, Algo::pairwise, Algo::shm}) {
+  for (Algo a :
+       {Algo::mpi, Algo::ring, Algo::rhd, Algo::tree, Algo::pairwise, Algo::shm, Algo::hier}) {
     if (to_string(a) == name) return a;
   }
-  throw InputError(flag + ": expected mpi, ring, rhd, tree, pairwise or shm, got '" + name + "'");
+  throw InputError(flag + ": expected mpi, ring, rhd, tree, pairwise, shm or hier, got '" + name +
+                   "'");
 }
 
 Op parse_op(const std::string& name, const std::string& flag) {
@@ -152,7 +156,7 @@ Op parse_op(const std::string& name, const std::string& flag) {
 std::vector<Algo> algorithms_for(Op op) {
   switch (op) {
     case Op::allreduce:
-      return {Algo::mpi, Algo::ring, Algo::rhd, Algo::shm};
+      return {Algo::mpi, Algo::ring, Algo::rhd, Algo::shm, Algo::hier};
     case Op::reduce_scatter:
       return {Algo::mpi, Algo::ring, Algo::shm};
     case Op::allgather:
@@ -169,7 +173,7 @@ std::vector<Algo> algorithms_for(Op op) {
 
 // ---- Communicator ------------------------------------------------------------
 
-Communicator::Communicator(MPI_Comm comm) {
+Communicator::Communicator(MPI_Comm comm, int ranks_per_node) : ranks_per_node_(ranks_per_node) {
   MPI_Comm_dup(comm, &comm_);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
@@ -185,6 +189,8 @@ Communicator::Communicator(MPI_Comm comm) {
 
 Communicator::~Communicator() {
   shm_.reset();
+  node_.reset();
+  cross_.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
@@ -262,6 +268,10 @@ void Communicator::allreduce(const void* send, void* recv, size_t count, DType t
   check_op(t, op);
   const size_t bytes = count * size_of(t);
   if (algo == Algo::shm) return shm().allreduce(send, recv, count, t, op);
+  if (algo == Algo::hier) {
+    if (send != recv && bytes) std::memcpy(recv, send, bytes);
+    return hier_allreduce(recv, count, t, op);
+  }
   if (algo == Algo::mpi) {
     MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, mpi_count(count), mpi_type(t),
                   mpi_op(t, op), comm_);
@@ -276,6 +286,59 @@ void Communicator::allreduce(const void* send, void* recv, size_t count, DType t
     }
   }
   if (op == ReduceOp::avg) divide_by(recv, count, t, size_);
+}
+
+void Communicator::hier_allreduce(void* data, size_t count, DType t, ReduceOp op) {
+  if (!node_) {
+    int color = 0;
+    if (ranks_per_node_ > 0) {
+      if (size_ % ranks_per_node_ != 0) {
+        throw InputError("--ranks-per-node: " + std::to_string(ranks_per_node_) +
+                         " does not divide the " + std::to_string(size_) + " ranks");
+      }
+      color = rank_ / ranks_per_node_;
+    } else {
+      // Real nodes: number them by their lowest world rank.
+      MPI_Comm shared;
+      MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &shared);
+      MPI_Allreduce(&rank_, &color, 1, MPI_INT, MPI_MIN, shared);
+      MPI_Comm_free(&shared);
+    }
+    MPI_Comm node, cross;
+    MPI_Comm_split(comm_, color, rank_, &node);
+    int local = 0, local_size = 0;
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_size(node, &local_size);
+    int min_size = 0, max_size = 0;
+    MPI_Allreduce(&local_size, &min_size, 1, MPI_INT, MPI_MIN, comm_);
+    MPI_Allreduce(&local_size, &max_size, 1, MPI_INT, MPI_MAX, comm_);
+    if (min_size != max_size) {
+      MPI_Comm_free(&node);
+      throw InputError("--algo hier: nodes hold different numbers of ranks (" +
+                       std::to_string(min_size) + " to " + std::to_string(max_size) + ")");
+    }
+    MPI_Comm_split(comm_, local, rank_, &cross);
+    node_ = std::make_unique<Communicator>(node);
+    cross_ = std::make_unique<Communicator>(cross);
+    MPI_Comm_free(&node);
+    MPI_Comm_free(&cross);
+  }
+  node_->set_timeout(timeout_s_);
+  cross_->set_timeout(timeout_s_);
+  // Inside the node: each local rank ends with its block reduced over the node.
+  const int local = node_->rank(), local_size = node_->size();
+  const size_t es = size_of(t);
+  const ReduceOp inner = op == ReduceOp::avg ? ReduceOp::sum : op;
+  unsigned char* block =
+      static_cast<unsigned char*>(data) + block_offset(count, local_size, local) * es;
+  const size_t mine = block_count(count, local_size, local);
+  std::vector<unsigned char> staged(mine * es + 1);
+  node_->reduce_scatter(data, staged.data(), count, t, inner, Algo::shm);
+  // Across nodes: the ranks holding the same block reduce it among themselves.
+  cross_->allreduce(staged.data(), staged.data(), mine, t, inner, Algo::ring);
+  if (op == ReduceOp::avg) divide_by(staged.data(), mine, t, size_);
+  if (mine) std::memcpy(block, staged.data(), mine * es);
+  node_->allgather(block, data, count, t, Algo::shm);
 }
 
 void Communicator::reduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op,

@@ -12,6 +12,10 @@
 //   pairwise  all-to-all(v): n-1 exchange steps with peers rank +/- s
 //   shm       shared memory inside a node: chunked and pipelined, every rank
 //             reducing its share of each chunk in parallel (see shm.hpp)
+//   hier      two levels (all-reduce): shm reduce-scatter inside each node,
+//             ring all-reduce of each block across nodes among the ranks with
+//             the same local index, shm all-gather inside each node. Nodes are
+//             found with MPI_COMM_TYPE_SHARED, or simulated with ranks_per_node
 //
 // Semantics follow NCCL: reduce-scatter and all-gather split `count`
 // elements into blocks with block_count/block_offset (types.hpp); in-place
@@ -35,7 +39,7 @@
 
 namespace anvil::comm {
 
-enum class Algo { mpi, ring, rhd, tree, pairwise, shm };
+enum class Algo { mpi, ring, rhd, tree, pairwise, shm, hier };
 enum class Op { allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall };
 
 std::string to_string(Algo a);
@@ -55,7 +59,9 @@ class ShmSegment;
 class Communicator {
  public:
   // Duplicates `comm` (anvil's traffic never mixes with the caller's).
-  explicit Communicator(MPI_Comm comm = MPI_COMM_WORLD);
+  // ranks_per_node > 0 simulates nodes of that many consecutive ranks for
+  // `hier` (one machine standing in for several); 0 finds the real nodes.
+  explicit Communicator(MPI_Comm comm = MPI_COMM_WORLD, int ranks_per_node = 0);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -93,12 +99,15 @@ class Communicator {
 
  private:
   void wait_all(MPI_Request* reqs, int n, const int* peers, const char* what, int step);
+  void hier_allreduce(void* data, size_t count, DType t, ReduceOp op);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   bool single_node_ = true;
   double timeout_s_ = 60.0;
   std::unique_ptr<ShmSegment> shm_;
+  int ranks_per_node_ = 0;
+  std::unique_ptr<Communicator> node_, cross_;  // for hier, made on first use
 };
 
 // Owns MPI for the process: MPI_Init on construction (if needed), MPI_Finalize
