@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -343,16 +344,18 @@ int main(int argc, char** argv) {
       int rank = 0;
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       try {
+        // Check the profile before minutes of measuring, not after.
+        std::optional<anvil::plan::HwProfile> profile;
+        if (!comm_profile.empty()) profile = anvil::plan::load_hw_profile(comm_profile);
         anvil::comm::Communicator world(MPI_COMM_WORLD, ranks_per_node);
         const auto result = anvil::bench::run_comm_bench(world, copt);
         if (rank == 0) {
-          if (!comm_profile.empty()) {
-            auto profile = anvil::plan::load_hw_profile(comm_profile);
-            auto& entry = profile.comm["ranks"][std::to_string(result.ranks)];
+          if (profile) {
+            auto& entry = profile->comm["ranks"][std::to_string(result.ranks)];
             for (const auto& f : result.fits) {
               entry[f.op][f.algo] = {{"alpha_us", f.alpha_us}, {"bandwidth_gbs", f.bandwidth_gbs}};
             }
-            anvil::plan::save_hw_profile(profile, comm_profile);
+            anvil::plan::save_hw_profile(*profile, comm_profile);
           }
           const auto j = result.to_json();
           if (!cout_flags.out.empty()) anvil::write_file_atomic(cout_flags.out, j.dump(2) + "\n");
