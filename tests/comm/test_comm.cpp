@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 #include <vector>
 
@@ -110,6 +111,17 @@ TEST(Collectives, HierarchicalRejectsRanksPerNodeThatDoNotDivide) {
   Communicator sim(MPI_COMM_WORLD, n + 1);
   float x = 1.0f;
   EXPECT_THROW(sim.allreduce(&x, &x, 1, DType::f32, ReduceOp::sum, Algo::hier), InputError);
+}
+
+TEST(Collectives, SharedMemoryLeavesNoNameBehind) {
+  // The segment is unlinked as soon as every rank has mapped it: nothing in
+  // /dev/shm can outlive the job, however it ends.
+  Communicator& c = *g_comm;
+  float x = 1.0f;
+  c.allreduce(&x, &x, 1, DType::f32, ReduceOp::sum, Algo::shm);
+  const std::string name = c.shm().name();
+  EXPECT_EQ(name.rfind("/anvil-", 0), 0u) << name;
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm" + name)) << name;
 }
 
 TEST(Collectives, ReduceScatterExact) {
