@@ -3,8 +3,11 @@
 // counts not divisible by the rank count, in place and out of place, every
 // root. Input values are small integers, so every reduction order gives the
 // same exact answer in every dtype (bf16 included).
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -16,6 +19,7 @@
 #include "anvil/base/error.hpp"
 #include "anvil/comm/check.hpp"
 #include "anvil/comm/communicator.hpp"
+#include "anvil/comm/shm.hpp"
 
 namespace anvil::comm {
 namespace {
@@ -122,6 +126,21 @@ TEST(Collectives, SharedMemoryLeavesNoNameBehind) {
   const std::string name = c.shm().name();
   EXPECT_EQ(name.rfind("/anvil-", 0), 0u) << name;
   EXPECT_FALSE(std::filesystem::exists("/dev/shm" + name)) << name;
+}
+
+TEST(Collectives, StaleSegmentsOfDeadJobsAreRemoved) {
+  // A name as a killed job would leave it: pid 0x7fffffff cannot be alive.
+  const char* stale = "/anvil-2147483646-deadbeef";
+  if (g_comm->rank() == 0) {
+    const int fd = ::shm_open(stale, O_CREAT | O_RDWR, 0600);
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+  }
+  Communicator fresh(MPI_COMM_WORLD);
+  float x = 1.0f;
+  fresh.allreduce(&x, &x, 1, DType::f32, ReduceOp::sum, Algo::shm);
+  EXPECT_EQ(x, static_cast<float>(g_comm->size()));
+  EXPECT_FALSE(std::filesystem::exists(std::string("/dev/shm") + stale));
 }
 
 TEST(Collectives, ReduceScatterExact) {

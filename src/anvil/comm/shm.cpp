@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <new>
 #include <random>
 #include <vector>
@@ -33,6 +35,21 @@ size_t chunk_from_env(size_t asked) {
   return kDefaultChunk;
 }
 
+// A job killed after rank 0 created its segment but before every rank had
+// opened it leaves the name behind; names carry the creator's pid, so remove
+// those whose creator is gone. (Our own names never collide: O_EXCL.)
+void remove_stale_segments() {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("anvil-", 0) != 0) continue;
+    const long pid = std::atol(name.c_str() + 6);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      ::shm_unlink(("/" + name).c_str());
+    }
+  }
+}
+
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -49,6 +66,7 @@ ShmSegment::ShmSegment(Communicator& comm, size_t chunk_bytes)
   char name[64] = {};
   int fd = -1;
   if (rank_ == 0) {
+    remove_stale_segments();
     std::random_device rd;
     for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
       std::snprintf(name, sizeof name, "/anvil-%d-%08x", static_cast<int>(::getpid()), rd());
