@@ -258,7 +258,7 @@ TEST(Collectives, AlltoallAndAlltoallvExact) {
           std::vector<unsigned char> send(total * es + 1), out(total * es + 1);
           for (int q = 0; q < n; ++q)
             for (size_t j = 0; j < count; ++j)
-              put(send, q * count + j, t, (r * 8 + q) % 100 + static_cast<double>(j % 3));
+              put(send, q * count + j, t, check::alltoall_value(r, q, j));
           void* recv = in_place ? send.data() : out.data();
           c.alltoall(send.data(), recv, count, t, a);
           std::vector<unsigned char> res(total * es + 1);
@@ -266,7 +266,7 @@ TEST(Collectives, AlltoallAndAlltoallvExact) {
           size_t wrong = 0;
           for (int q = 0; q < n; ++q)
             for (size_t j = 0; j < count; ++j)
-              wrong += get(res, q * count + j, t) != (q * 8 + r) % 100 + static_cast<double>(j % 3);
+              wrong += get(res, q * count + j, t) != check::alltoall_value(q, r, j);
           EXPECT_EQ(wrong, 0u) << label(Op::alltoall, a, t, count, in_place);
         }
       }

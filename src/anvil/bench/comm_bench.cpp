@@ -79,7 +79,7 @@ int64_t check_op(Communicator& c, Op op, Algo a, Buffers& b, size_t count, DType
     for (int q = 0; q < n; ++q)
       for (size_t j = 0; j < count; ++j)
         comm::check::put(b.send.data(), static_cast<size_t>(q) * count + j, t,
-                         (r * 8 + q) % 100 + static_cast<double>(j % 3));
+                         comm::check::alltoall_value(r, q, j));
   } else {
     fill(b.send, count, t, r);
   }
@@ -121,7 +121,7 @@ int64_t check_op(Communicator& c, Op op, Algo a, Buffers& b, size_t count, DType
       for (int q = 0; q < n; ++q)
         for (size_t j = 0; j < count; ++j)
           wrong += comm::check::get(res, static_cast<size_t>(q) * count + j, t) !=
-                   (q * 8 + r) % 100 + static_cast<double>(j % 3);
+                   comm::check::alltoall_value(q, r, j);
       break;
     }
   }

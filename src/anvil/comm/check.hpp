@@ -40,6 +40,12 @@ inline double expected(size_t i, int n, DType t, ReduceOp op) {
   return 0;
 }
 
+// All-to-all: element j of the block rank `from` sends to rank `to`; small
+// integers (exact in bf16) that say who sent it to whom.
+inline double alltoall_value(int from, int to, size_t j) {
+  return (from * 8 + to) % 100 + static_cast<double>(j % 3);
+}
+
 // Element i of a typed buffer, as a double; and its setter.
 double get(const void* buf, size_t i, DType t);
 void put(void* buf, size_t i, DType t, double v);
