@@ -250,12 +250,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"sum", "max", "min", "avg"}))
       ->capture_default_str();
   comm_cmd
-      ->add_option(
-          "--algo", copt.algos,
-          "Algorithms to time next to mpi: ring, rhd, tree, pairwise, shm, hier (default: all "
-          "that implement the op)")
+      ->add_option("--algo", copt.algos,
+                   "Algorithms to time next to mpi: ring, rhd, tree, pairwise, shm, hier, auto "
+                   "(default: all "
+                   "that implement the op)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"mpi", "ring", "rhd", "tree", "pairwise", "shm", "hier"}));
+      ->check(CLI::IsMember({"mpi", "ring", "rhd", "tree", "pairwise", "shm", "hier", "auto"}));
   comm_cmd->add_option("-n,--iters", copt.iters, "Timed iterations per size")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -277,6 +277,11 @@ int main(int argc, char** argv) {
       ->add_option("--ranks-per-node", ranks_per_node,
                    "Simulate nodes of N consecutive ranks for --algo hier (default: real nodes)")
       ->check(CLI::PositiveNumber);
+  std::string tuning_out;
+  comm_cmd->add_option(
+      "--tuning-out", tuning_out,
+      "Write the table --algo auto uses (fastest algorithm per op and size; load it "
+      "with ANVIL_COMM_TUNING=FILE)");
   comm_cmd
       ->add_option("--np", comm_np, "Launch N ranks with mpirun (when not already under mpirun)")
       ->check(CLI::Range(1, 1024));
@@ -357,6 +362,7 @@ int main(int argc, char** argv) {
             }
             anvil::plan::save_hw_profile(*profile, comm_profile);
           }
+          if (!tuning_out.empty()) anvil::bench::tuning_from(result).save(tuning_out);
           const auto j = result.to_json();
           if (!cout_flags.out.empty()) anvil::write_file_atomic(cout_flags.out, j.dump(2) + "\n");
           std::cout << (cout_flags.json  ? j.dump(2) + "\n"

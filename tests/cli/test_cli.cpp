@@ -140,6 +140,22 @@ TEST(Cli, CommBenchRunsUnderMpirunAndChecksExactly) {
   EXPECT_FALSE(j["fits"].empty());
 }
 
+TEST(Cli, CommBenchWritesTheAutoTuningTable) {
+  const auto out = std::filesystem::temp_directory_path() /
+                   ("anvil-tune-" + std::to_string(::getpid()) + ".json");
+  const CliRun r =
+      anvil("bench comm --np 2 --op allreduce -b 8 -e 1K -f 8 -n 1 -w 0 --csv --tuning-out " +
+                out.string(),
+            false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(std::ifstream(out));
+  EXPECT_EQ(j["format"], "anvil-comm-tuning");
+  ASSERT_FALSE(j["rows"].empty());
+  EXPECT_EQ(j["rows"][0]["op"], "allreduce");
+  EXPECT_EQ(j["rows"][0]["ranks"], 2);
+  std::filesystem::remove(out);
+}
+
 TEST(Cli, CommBenchRejectsBadFlags) {
   expect_usage_error("bench comm --op allsum", "--op");
   expect_usage_error("bench comm --algo magic", "--algo");

@@ -143,6 +143,31 @@ TEST(Collectives, StaleSegmentsOfDeadJobsAreRemoved) {
   EXPECT_FALSE(std::filesystem::exists(std::string("/dev/shm") + stale));
 }
 
+TEST(Tuning, AutoPicksTheTableRowThenTheBuiltInRule) {
+  TuningTable t;
+  t.rows = {{Op::allreduce, 4, 1024, Algo::rhd}, {Op::allreduce, 4, int64_t{1} << 40, Algo::shm}};
+  EXPECT_EQ(t.pick(Op::allreduce, 4, 100, true), Algo::rhd);
+  EXPECT_EQ(t.pick(Op::allreduce, 4, 4096, true), Algo::shm);
+  EXPECT_EQ(t.pick(Op::allreduce, 4, 4096, false), Algo::hier);  // shm row needs one node
+  EXPECT_EQ(t.pick(Op::allreduce, 2, 100, true), Algo::shm);     // no row for 2 ranks
+  EXPECT_EQ(t.pick(Op::alltoall, 4, 100, true), Algo::mpi);
+  EXPECT_EQ(t.pick(Op::broadcast, 4, 100, false), Algo::mpi);
+}
+
+TEST(Tuning, TableFileRoundTripAndErrors) {
+  TuningTable t;
+  t.rows = {{Op::reduce_scatter, 2, 4096, Algo::ring}, {Op::reduce_scatter, 2, 1 << 30, Algo::shm}};
+  const std::string path = "/tmp/anvil-tuning-" + std::to_string(::getpid()) + "-" +
+                           std::to_string(g_comm->rank()) + ".json";
+  t.save(path);
+  const TuningTable back = TuningTable::load(path);
+  ASSERT_EQ(back.rows.size(), 2u);
+  EXPECT_EQ(back.rows[0].algo, Algo::ring);
+  EXPECT_EQ(back.rows[1].max_bytes, 1 << 30);
+  std::filesystem::remove(path);
+  EXPECT_THROW(TuningTable::load("/nonexistent/tuning.json"), InputError);
+}
+
 TEST(Collectives, ReduceScatterExact) {
   Communicator& c = *g_comm;
   const int n = c.size(), r = c.rank();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "anvil/base/error.hpp"
@@ -145,6 +146,41 @@ double bus_factor(Op op, int n) {
       return 1.0;
   }
   return 1.0;
+}
+
+comm::TuningTable tuning_from(const CommBenchResult& result) {
+  comm::TuningTable table;
+  std::vector<std::string> ops;
+  for (const auto& p : result.points) {
+    if (std::find(ops.begin(), ops.end(), p.op) == ops.end()) ops.push_back(p.op);
+  }
+  for (const auto& op_name : ops) {
+    const Op op = comm::parse_op(op_name, "op");
+    std::vector<int64_t> sizes;
+    for (const auto& p : result.points) {
+      if (p.op == op_name && std::find(sizes.begin(), sizes.end(), p.bytes) == sizes.end())
+        sizes.push_back(p.bytes);
+    }
+    std::sort(sizes.begin(), sizes.end());
+    for (int64_t bytes : sizes) {
+      const CommPoint* best = nullptr;
+      for (const auto& p : result.points) {
+        if (p.op != op_name || p.bytes != bytes || p.algo == "auto" || p.wrong > 0) continue;
+        if (!best || p.p50_us < best->p50_us) best = &p;
+      }
+      if (!best) continue;
+      const Algo a = comm::parse_algo(best->algo, "algo");
+      if (!table.rows.empty() && table.rows.back().op == op && table.rows.back().algo == a) {
+        table.rows.back().max_bytes = bytes;
+      } else {
+        table.rows.push_back({op, result.ranks, bytes, a});
+      }
+    }
+    if (!table.rows.empty() && table.rows.back().op == op) {
+      table.rows.back().max_bytes = std::numeric_limits<int64_t>::max();
+    }
+  }
+  return table;
 }
 
 AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& pts) {

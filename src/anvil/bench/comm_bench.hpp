@@ -65,6 +65,11 @@ struct CommBenchResult {
 
 double bus_factor(comm::Op op, int n);
 
+// The `auto` table from a run: per op and size the algorithm with the best
+// busbw (auto itself excluded), adjacent sizes with the same winner merged,
+// the last row covering every larger size.
+comm::TuningTable tuning_from(const CommBenchResult& result);
+
 // Collective over the communicator; every rank returns the same result.
 CommBenchResult run_comm_bench(comm::Communicator& comm, const CommBenchOptions& options);
 

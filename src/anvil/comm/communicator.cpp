@@ -2,13 +2,17 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "anvil/base/bf16.hpp"
 #include "anvil/base/error.hpp"
+#include "anvil/base/files.hpp"
 #include "anvil/comm/algorithms.hpp"
 #include "anvil/comm/reduce.hpp"
 #include "anvil/comm/shm.hpp"
@@ -111,6 +115,8 @@ std::string to_string(Algo a) {
       return "shm";
     case Algo::hier:
       return "hier";
+    case Algo::automatic:
+      return "auto";
   }
   return "?";
 }
@@ -134,12 +140,12 @@ std::string to_string(Op op) {
 }
 
 Algo parse_algo(const std::string& name, const std::string& flag) {
-  for (Algo a :
-       {Algo::mpi, Algo::ring, Algo::rhd, Algo::tree, Algo::pairwise, Algo::shm, Algo::hier}) {
+  for (Algo a : {Algo::mpi, Algo::ring, Algo::rhd, Algo::tree, Algo::pairwise, Algo::shm, Algo::hier,
+                 Algo::automatic}) {
     if (to_string(a) == name) return a;
   }
-  throw InputError(flag + ": expected mpi, ring, rhd, tree, pairwise, shm or hier, got '" + name +
-                   "'");
+  throw InputError(flag + ": expected mpi, ring, rhd, tree, pairwise, shm, hier or auto, got '" +
+                   name + "'");
 }
 
 Op parse_op(const std::string& name, const std::string& flag) {
@@ -156,19 +162,78 @@ Op parse_op(const std::string& name, const std::string& flag) {
 std::vector<Algo> algorithms_for(Op op) {
   switch (op) {
     case Op::allreduce:
-      return {Algo::mpi, Algo::ring, Algo::rhd, Algo::shm, Algo::hier};
+      return {Algo::mpi, Algo::ring, Algo::rhd, Algo::shm, Algo::hier, Algo::automatic};
     case Op::reduce_scatter:
-      return {Algo::mpi, Algo::ring, Algo::shm};
+      return {Algo::mpi, Algo::ring, Algo::shm, Algo::automatic};
     case Op::allgather:
-      return {Algo::mpi, Algo::ring, Algo::shm};
+      return {Algo::mpi, Algo::ring, Algo::shm, Algo::automatic};
     case Op::broadcast:
-      return {Algo::mpi, Algo::tree, Algo::shm};
+      return {Algo::mpi, Algo::tree, Algo::shm, Algo::automatic};
     case Op::reduce:
-      return {Algo::mpi, Algo::tree, Algo::shm};
+      return {Algo::mpi, Algo::tree, Algo::shm, Algo::automatic};
     case Op::alltoall:
-      return {Algo::mpi, Algo::pairwise};
+      return {Algo::mpi, Algo::pairwise, Algo::automatic};
   }
   return {};
+}
+
+// ---- auto ----------------------------------------------------------------------
+
+Algo TuningTable::pick(Op op, int ranks, size_t bytes, bool single_node) const {
+  for (const auto& r : rows) {
+    if (r.op == op && r.ranks == ranks && static_cast<int64_t>(bytes) <= r.max_bytes) {
+      const bool needs_one_node = r.algo == Algo::shm;
+      if (!needs_one_node || single_node) return r.algo;
+    }
+  }
+  if (single_node) return op == Op::alltoall ? Algo::mpi : Algo::shm;
+  return op == Op::allreduce ? Algo::hier : Algo::mpi;
+}
+
+TuningTable TuningTable::load(const std::string& path) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(path + ": not a tuning table (" + e.what() + ")");
+  }
+  if (!j.is_object() || j.value("format", "") != "anvil-comm-tuning" || !j.contains("rows") ||
+      !j["rows"].is_array()) {
+    throw InputError(path + ": expected {\"format\": \"anvil-comm-tuning\", \"rows\": [...]}");
+  }
+  TuningTable t;
+  for (size_t i = 0; i < j["rows"].size(); ++i) {
+    const auto& r = j["rows"][i];
+    const std::string where = path + ": rows[" + std::to_string(i) + "]";
+    try {
+      const Algo a = parse_algo(r.at("algo").get<std::string>(), where + ".algo");
+      if (a == Algo::automatic) throw InputError(where + ".algo: auto cannot choose itself");
+      t.rows.push_back({parse_op(r.at("op").get<std::string>(), where + ".op"),
+                        r.at("ranks").get<int>(), r.at("max_bytes").get<int64_t>(), a});
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(where + ": expected op, ranks, max_bytes, algo (" + e.what() + ")");
+    }
+  }
+  std::stable_sort(t.rows.begin(), t.rows.end(), [](const TuningRow& a, const TuningRow& b) {
+    return a.max_bytes < b.max_bytes;
+  });
+  return t;
+}
+
+void TuningTable::save(const std::string& path) const {
+  nlohmann::json j = {
+      {"format", "anvil-comm-tuning"}, {"version", 1}, {"rows", nlohmann::json::array()}};
+  for (const auto& r : rows) {
+    j["rows"].push_back({{"op", to_string(r.op)},
+                         {"ranks", r.ranks},
+                         {"max_bytes", r.max_bytes},
+                         {"algo", to_string(r.algo)}});
+  }
+  write_file_atomic(path, j.dump(2) + "\n");
+}
+
+Algo Communicator::resolve(Op op, Algo algo, size_t bytes) const {
+  return algo == Algo::automatic ? tuning_.pick(op, size_, bytes, single_node_) : algo;
 }
 
 // ---- Communicator ------------------------------------------------------------
@@ -185,6 +250,7 @@ Communicator::Communicator(MPI_Comm comm, int ranks_per_node) : ranks_per_node_(
   int local = node_size == size_, all = 0;
   MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_MIN, comm_);
   single_node_ = all != 0;
+  if (const char* path = std::getenv("ANVIL_COMM_TUNING")) tuning_ = TuningTable::load(path);
 }
 
 Communicator::~Communicator() {
@@ -265,6 +331,7 @@ void Communicator::barrier() {
 
 void Communicator::allreduce(const void* send, void* recv, size_t count, DType t, ReduceOp op,
                              Algo algo) {
+  algo = resolve(Op::allreduce, algo, count * size_of(t));
   check_op(t, op);
   const size_t bytes = count * size_of(t);
   if (algo == Algo::shm) return shm().allreduce(send, recv, count, t, op);
@@ -343,6 +410,7 @@ void Communicator::hier_allreduce(void* data, size_t count, DType t, ReduceOp op
 
 void Communicator::reduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op,
                                   Algo algo) {
+  algo = resolve(Op::reduce_scatter, algo, count * size_of(t));
   check_op(t, op);
   const size_t es = size_of(t);
   const size_t mine = block_count(count, size_, rank_);
@@ -373,6 +441,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t count, DT
 }
 
 void Communicator::allgather(const void* send, void* recv, size_t count, DType t, Algo algo) {
+  algo = resolve(Op::allgather, algo, count * size_of(t));
   const size_t es = size_of(t);
   const size_t mine = block_count(count, size_, rank_);
   auto* my_block = static_cast<unsigned char*>(recv) + block_offset(count, size_, rank_) * es;
@@ -395,6 +464,7 @@ void Communicator::allgather(const void* send, void* recv, size_t count, DType t
 }
 
 void Communicator::broadcast(void* buf, size_t count, DType t, int root, Algo algo) {
+  algo = resolve(Op::broadcast, algo, count * size_of(t));
   if (root < 0 || root >= size_) {
     throw InputError("--root: expected 0.." + std::to_string(size_ - 1) + ", got " +
                      std::to_string(root));
@@ -411,6 +481,7 @@ void Communicator::broadcast(void* buf, size_t count, DType t, int root, Algo al
 
 void Communicator::reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op,
                           int root, Algo algo) {
+  algo = resolve(Op::reduce, algo, count * size_of(t));
   check_op(t, op);
   if (root < 0 || root >= size_) {
     throw InputError("--root: expected 0.." + std::to_string(size_ - 1) + ", got " +
@@ -434,6 +505,7 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DType t, R
 }
 
 void Communicator::alltoall(const void* send, void* recv, size_t count, DType t, Algo algo) {
+  algo = resolve(Op::alltoall, algo, count * size_of(t) * static_cast<size_t>(size_));
   std::vector<size_t> counts(static_cast<size_t>(size_), count),
       offsets(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) offsets[static_cast<size_t>(r)] = static_cast<size_t>(r) * count;
@@ -443,6 +515,9 @@ void Communicator::alltoall(const void* send, void* recv, size_t count, DType t,
 void Communicator::alltoallv(const void* send, const size_t* send_counts,
                              const size_t* send_offsets, void* recv, const size_t* recv_counts,
                              const size_t* recv_offsets, DType t, Algo algo) {
+  // Per-rank counts differ, so auto decides by the rank count alone: every
+  // rank must pick the same algorithm.
+  algo = resolve(Op::alltoall, algo, 0);
   const size_t es = size_of(t);
   size_t send_extent = 0, recv_extent = 0;
   for (int r = 0; r < size_; ++r) {

@@ -16,6 +16,9 @@
 //             ring all-reduce of each block across nodes among the ranks with
 //             the same local index, shm all-gather inside each node. Nodes are
 //             found with MPI_COMM_TYPE_SHARED, or simulated with ranks_per_node
+//   auto      per (op, ranks, size) from a tuning table that `anvil bench comm
+//             --tuning-out` writes (ANVIL_COMM_TUNING names it); without one:
+//             shm on one node (mpi for all-to-all), hier/mpi across nodes
 //
 // Semantics follow NCCL: reduce-scatter and all-gather split `count`
 // elements into blocks with block_count/block_offset (types.hpp); in-place
@@ -39,7 +42,7 @@
 
 namespace anvil::comm {
 
-enum class Algo { mpi, ring, rhd, tree, pairwise, shm, hier };
+enum class Algo { mpi, ring, rhd, tree, pairwise, shm, hier, automatic };
 enum class Op { allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall };
 
 std::string to_string(Algo a);
@@ -48,6 +51,24 @@ Algo parse_algo(const std::string& name, const std::string& flag);
 Op parse_op(const std::string& name, const std::string& flag);
 // The algorithms implemented for an op.
 std::vector<Algo> algorithms_for(Op op);
+
+// What `auto` runs: for an op and rank count, the first row whose max_bytes
+// covers the message. The JSON format is in docs/comm.md.
+struct TuningRow {
+  Op op;
+  int ranks = 1;
+  int64_t max_bytes = 0;
+  Algo algo = Algo::mpi;
+};
+
+class TuningTable {
+ public:
+  std::vector<TuningRow> rows;
+  // The row's algorithm, or the built-in rule when no row covers the call.
+  Algo pick(Op op, int ranks, size_t bytes, bool single_node) const;
+  static TuningTable load(const std::string& path);  // throws InputError naming the path
+  void save(const std::string& path) const;          // atomic
+};
 
 class CommTimeout : public std::runtime_error {
  public:
@@ -96,6 +117,9 @@ class Communicator {
   [[noreturn]] void fail_timeout(const std::string& what, int step,
                                  const std::vector<int>& missing) const;
   ShmSegment& shm();
+  void set_tuning(TuningTable table) { tuning_ = std::move(table); }
+  // The algorithm a call with `algo` runs (resolves auto).
+  Algo resolve(Op op, Algo algo, size_t bytes) const;
 
  private:
   void wait_all(MPI_Request* reqs, int n, const int* peers, const char* what, int step);
@@ -107,6 +131,7 @@ class Communicator {
   double timeout_s_ = 60.0;
   std::unique_ptr<ShmSegment> shm_;
   int ranks_per_node_ = 0;
+  TuningTable tuning_;
   std::unique_ptr<Communicator> node_, cross_;  // for hier, made on first use
 };
 
