@@ -61,12 +61,17 @@ void dispatch_op(T* dst, const void* const* srcs, int n, size_t count, ReduceOp 
 void reduce_many(void* dst, const void* const* srcs_in, int n, size_t count, DType t, ReduceOp op) {
   if (count == 0 || n <= 0) return;
   // dst may be one of the sources (in place): combine that one first, before
-  // dst is overwritten.
-  std::vector<const void*> order(srcs_in, srcs_in + n);
+  // dst is overwritten. Only that rare case copies the list; the hot path
+  // (every ring step, every shm chunk) allocates nothing.
+  const void* const* srcs = srcs_in;
+  std::vector<const void*> reordered;
   for (int k = 1; k < n; ++k) {
-    if (order[static_cast<size_t>(k)] == dst) std::swap(order[0], order[static_cast<size_t>(k)]);
+    if (srcs_in[k] != dst) continue;
+    reordered.assign(srcs_in, srcs_in + n);
+    std::swap(reordered[0], reordered[static_cast<size_t>(k)]);
+    srcs = reordered.data();
+    break;
   }
-  const void* const* srcs = order.data();
   switch (t) {
     case DType::f32:
       return dispatch_op(static_cast<float*>(dst), srcs, n, count, op);
