@@ -24,8 +24,11 @@
 #include "anvil/bench/hw_report.hpp"
 #include "anvil/bench/membw_bench.hpp"
 #include "anvil/comm/communicator.hpp"
+#include "anvil/data/tokens.hpp"
+#include "anvil/eval/generate.hpp"
 #include "anvil/kernels/blas.hpp"
 #include "anvil/plan/hw_profile.hpp"
+#include "anvil/train/trainer.hpp"
 
 namespace {
 
@@ -126,7 +129,7 @@ bool stderr_is_terminal() {
 int main(int argc, char** argv) {
   CLI::App app{
       "anvil: a training stack for Mixture-of-Experts language models (after ZAYA1).\n"
-      "Microbenchmarks, hardware profiles and (in later releases) the trainer."};
+      "Microbenchmarks, hardware profiles, a decoder trainer and sampling."};
   app.set_version_flag("--version", std::string("anvil ") + "0.1.0");
   app.require_subcommand(1);
 
@@ -290,6 +293,87 @@ int main(int argc, char** argv) {
       "Write the alpha-beta fits into this hardware profile (from anvil hw --profile)");
   cout_flags.add_to(comm_cmd);
 
+  // anvil train
+  auto* train =
+      app.add_subcommand("train", "Train a decoder from a config on a token file or text");
+  anvil::train::TrainOptions topt;
+  std::string train_json_out;
+  train->add_option("--config", topt.config, "Model config JSON (configs/*.json)")->required();
+  train->add_option("--set", topt.overrides, "Override a config key: --set key=value (repeatable)");
+  train->add_option("--data", topt.data,
+                    "Token file (anvil data tokenize) or raw text (byte tokenizer); "
+                    "omitted: random tokens, for throughput only");
+  train->add_option("--batch,-B", topt.batch, "Sequences per micro-batch")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--seq,-T", topt.seq, "Tokens per sequence (default: the config's seq_len)")
+      ->check(CLI::PositiveNumber);
+  train
+      ->add_option("--accum", topt.accum,
+                   "Micro-batches per optimizer step (gradient accumulation)")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--steps", topt.steps, "Optimizer steps in the whole run")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--lr", topt.schedule.lr, "Peak learning rate");
+  train->add_option("--schedule", topt.schedule.kind,
+                    "Learning-rate schedule: cosine | wsd | constant");
+  train->add_option("--warmup", topt.schedule.warmup, "Linear warmup steps")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--min-lr-ratio", topt.schedule.min_lr_ratio, "Final lr as a fraction of --lr");
+  train->add_option("--decay-fraction", topt.schedule.decay_fraction,
+                    "WSD: the fraction of steps at the end that decays");
+  train->add_option("--weight-decay", topt.adamw.weight_decay, "AdamW decoupled weight decay")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--beta1", topt.adamw.beta1, "AdamW beta1")->check(CLI::Range(0.0, 1.0));
+  train->add_option("--beta2", topt.adamw.beta2, "AdamW beta2")->check(CLI::Range(0.0, 1.0));
+  train->add_option("--clip", topt.clip, "Global gradient-norm clip (0: off)")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--seed", topt.seed, "Seed for init and data order");
+  train->add_option("--val-fraction", topt.val_fraction, "Tail of the data held out for validation")
+      ->check(CLI::Range(0.0, 0.5));
+  train->add_option("--val-every", topt.val_every, "Validate every N steps (and at the end)")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--val-batches", topt.val_batches, "Validation sequences")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--out", topt.out_dir, "Run directory: checkpoints (step-*) and metrics.jsonl");
+  train->add_option("--ckpt-every", topt.ckpt_every, "Checkpoint every N steps (and at the end)")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--keep", topt.keep, "Checkpoints kept (newest)")->check(CLI::PositiveNumber);
+  train->add_option("--resume", topt.resume,
+                    "Continue from a checkpoint dir, a run dir, or 'latest' (the newest in --out)");
+  train
+      ->add_option("--log-every", topt.log_every,
+                   "Progress lines every N steps when not on a terminal")
+      ->check(CLI::PositiveNumber);
+  train
+      ->add_option("--peak-gflops", topt.peak_gflops,
+                   "sgemm peak for MFU (default: measured at start)")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--json-out", train_json_out,
+                    "Write a JSON summary (losses, tokens/s, MFU, RSS)");
+
+  // anvil generate
+  auto* gen = app.add_subcommand("generate", "Sample text from a checkpoint (KV cache)");
+  anvil::eval::GenerateOptions genopt;
+  std::vector<int32_t> gen_prompt_tokens;
+  gen->add_option("--checkpoint", genopt.checkpoint, "Checkpoint dir or run dir (its newest step)")
+      ->required();
+  gen->add_option("--prompt", genopt.prompt, "Prompt text (byte tokenizer)");
+  gen->add_option("--prompt-tokens", gen_prompt_tokens, "Prompt as token ids")->delimiter(',');
+  gen->add_option("--max-new", genopt.max_new, "Tokens to generate")->check(CLI::PositiveNumber);
+  gen->add_option("--temperature", genopt.temperature, "Sampling temperature (0: greedy)")
+      ->check(CLI::NonNegativeNumber);
+  gen->add_option("--top-k", genopt.top_k, "Sample among the k most likely (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  gen->add_option("--seed", genopt.seed, "Sampling seed");
+
+  // anvil data tokenize
+  auto* data_cmd = app.add_subcommand("data", "Training data");
+  data_cmd->require_subcommand(1);
+  auto* tokenize = data_cmd->add_subcommand("tokenize", "Text -> token file (byte tokenizer)");
+  std::string tok_in, tok_out;
+  tokenize->add_option("--text", tok_in, "UTF-8 text file")->required();
+  tokenize->add_option("--out", tok_out, "Token file to write (format: docs/train.md)")->required();
+
   try {
     try {
       app.parse(argc, argv);
@@ -304,8 +388,10 @@ int main(int argc, char** argv) {
       // CLI11 reports a missing subcommand before an unknown word; name the word.
       const auto rest = app.remaining(true);
       if (std::string(e.get_name()) == "RequiredError" && msg == "A subcommand is required") {
-        const std::string where = *bench ? "anvil bench" : "anvil";
-        const std::string expected = *bench ? "gemm, membw, comm" : "hw, bench";
+        const std::string where = *bench ? "anvil bench" : *data_cmd ? "anvil data" : "anvil";
+        const std::string expected = *bench      ? "gemm, membw, comm"
+                                     : *data_cmd ? "tokenize"
+                                                 : "hw, bench, train, generate, data";
         msg = rest.empty()
                   ? where + ": expected a command (" + expected + ")"
                   : where + ": unknown command '" + rest.front() + "' (expected " + expected + ")";
@@ -378,6 +464,50 @@ int main(int argc, char** argv) {
         if (rank == 0) std::cerr << "anvil: error: " << e.what() << "\n";
         return 2;
       }
+      return 0;
+    }
+    if (*train) {
+      if (topt.schedule.total <= 1) topt.schedule.total = topt.steps;
+      const auto r = anvil::train::run_training(topt);
+      if (!train_json_out.empty()) {
+        nlohmann::json j = {{"losses", r.losses},
+                            {"step_seconds", r.step_seconds},
+                            {"first_step", r.first_step},
+                            {"val_loss", r.val_loss},
+                            {"tokens_per_second", r.tokens_per_second},
+                            {"mfu", r.mfu},
+                            {"flops_per_token", r.flops_per_token},
+                            {"peak_gflops", r.peak_gflops},
+                            {"planned_bytes", r.planned_bytes},
+                            {"peak_rss_bytes", r.peak_rss_bytes},
+                            {"checkpoint", r.last_checkpoint}};
+        anvil::write_file_atomic(train_json_out, j.dump(2) + "\n");
+      }
+      return 0;
+    }
+    if (*gen) {
+      genopt.prompt_tokens = gen_prompt_tokens;
+      if (genopt.prompt.empty() && genopt.prompt_tokens.empty()) {
+        throw InputError("generate: expected --prompt TEXT or --prompt-tokens IDS");
+      }
+      std::cout << genopt.prompt << std::flush;
+      const auto r = anvil::eval::generate(genopt, [&](int32_t t) {
+        if (genopt.prompt_tokens.empty()) {
+          std::cout << static_cast<char>(t & 0xff) << std::flush;
+        } else {
+          std::cout << t << " " << std::flush;
+        }
+      });
+      std::cout << "\n";
+      std::cerr << r.tokens.size() << " tokens at " << static_cast<int>(r.tokens_per_second)
+                << " tokens/s\n";
+      return 0;
+    }
+    if (*tokenize) {
+      const auto tokens = anvil::data::encode_bytes(anvil::read_file(tok_in));
+      anvil::data::write_token_file(tok_out, tokens, 256);
+      std::cerr << "wrote " << tok_out << ": " << tokens.size()
+                << " tokens (bytes, vocabulary 256)\n";
       return 0;
     }
     if (*membw) {

@@ -19,16 +19,20 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
-void fsync_directory(const std::filesystem::path& dir) {
+}  // namespace
+
+void fsync_directory(const std::string& dir) {
   const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd < 0) return;  // best effort: some file systems refuse directory fds
   ::fsync(fd);
   ::close(fd);
 }
 
-}  // namespace
-
 void write_file_atomic(const std::string& path, std::string_view contents) {
+  write_file_atomic(path, std::vector<std::string_view>{contents});
+}
+
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
   const std::filesystem::path target(path);
   const std::filesystem::path dir = target.parent_path();
   std::string tmpl = (dir.empty() ? std::string(".") : dir.string()) + "/." +
@@ -41,16 +45,18 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
     ::unlink(tmpl.c_str());
     throw SystemError(path + ": " + what + ": " + reason);
   };
-  const char* p = contents.data();
-  size_t left = contents.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail("write failed");
+  for (const auto& contents : pieces) {
+    const char* p = contents.data();
+    size_t left = contents.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd, p, left);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        fail("write failed");
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
     }
-    p += n;
-    left -= static_cast<size_t>(n);
   }
   if (::fchmod(fd, 0644) != 0) fail("chmod failed");
   if (::fsync(fd) != 0) fail("fsync failed");
@@ -63,7 +69,7 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
     ::unlink(tmpl.c_str());
     throw SystemError(path + ": rename failed: " + reason);
   }
-  fsync_directory(dir);
+  fsync_directory(dir.string());
 }
 
 std::string read_file(const std::string& path) {

@@ -23,6 +23,13 @@ int64_t positive(const json& v, const std::string& where, int64_t min = 1) {
   return v.get<int64_t>();
 }
 
+double positive_real(const json& v, const std::string& where) {
+  if (!v.is_number() || !(v.get<double>() > 0)) {
+    throw InputError(where + ": expected a number > 0, got " + v.dump());
+  }
+  return v.get<double>();
+}
+
 std::string one_of(const json& v, const std::string& where, std::vector<std::string> allowed) {
   if (v.is_string()) {
     for (const auto& a : allowed) {
@@ -78,6 +85,17 @@ const std::map<std::string, Setter>& schema() {
          if (!v.is_boolean()) throw InputError(w + ": expected true or false, got " + v.dump());
          c.tied_embeddings = v.get<bool>();
        }},
+      {"bias",
+       [](ModelConfig& c, const json& v, const std::string& w) {
+         if (!v.is_boolean()) throw InputError(w + ": expected true or false, got " + v.dump());
+         c.bias = v.get<bool>();
+       }},
+      {"norm_eps", [](ModelConfig& c, const json& v,
+                      const std::string& w) { c.norm_eps = positive_real(v, w); }},
+      {"rope_theta", [](ModelConfig& c, const json& v,
+                        const std::string& w) { c.rope_theta = positive_real(v, w); }},
+      {"rotary_dim", [](ModelConfig& c, const json& v,
+                        const std::string& w) { c.rotary_dim = positive(v, w, 0); }},
       {"n_experts", [](ModelConfig& c, const json& v,
                        const std::string& w) { c.n_experts = positive(v, w, 0); }},
       {"expert_ffn_hidden", [](ModelConfig& c, const json& v,
@@ -107,6 +125,13 @@ void validate(const ModelConfig& c, const std::string& origin) {
   }
   if (c.attention == "mha" && c.n_kv_heads != c.n_heads) {
     throw InputError(origin + ": attention \"mha\" needs n_kv_heads == n_heads; use \"gqa\"");
+  }
+  if (c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0) {
+    throw InputError(origin + ": rotary_dim (" + std::to_string(c.rotary_dim) +
+                     ") must be even and <= head_dim (" + std::to_string(c.head_dim) + ")");
+  }
+  if (c.norm == "layernorm" && !c.bias) {
+    throw InputError(origin + ": norm \"layernorm\" has a bias; use \"rmsnorm\" with bias false");
   }
   if (c.n_experts > 0 && c.expert_ffn_hidden == 0) {
     throw InputError(origin + ": expert_ffn_hidden: expected >= 1 when n_experts > 0");
@@ -151,6 +176,36 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 
 ModelConfig load_model_config(const std::string& path, const std::vector<std::string>& overrides) {
   return parse_model_config(read_file(path), path, overrides);
+}
+
+}  // namespace anvil::model
+
+namespace anvil::model {
+
+std::string model_config_to_json(const ModelConfig& c) {
+  nlohmann::json j = {{"name", c.name},
+                      {"d_model", c.d_model},
+                      {"n_layers", c.n_layers},
+                      {"n_heads", c.n_heads},
+                      {"n_kv_heads", c.n_kv_heads},
+                      {"head_dim", c.head_dim},
+                      {"vocab_size", c.vocab_size},
+                      {"seq_len", c.seq_len},
+                      {"ffn_hidden", c.ffn_hidden},
+                      {"mlp", c.mlp},
+                      {"norm", c.norm},
+                      {"position", c.position},
+                      {"attention", c.attention},
+                      {"tied_embeddings", c.tied_embeddings},
+                      {"bias", c.bias},
+                      {"norm_eps", c.norm_eps},
+                      {"rope_theta", c.rope_theta},
+                      {"rotary_dim", c.rotary_dim},
+                      {"n_experts", c.n_experts},
+                      {"expert_ffn_hidden", c.expert_ffn_hidden},
+                      {"top_k", c.top_k},
+                      {"router_dim", c.router_dim}};
+  return j.dump(2);
 }
 
 }  // namespace anvil::model

@@ -25,6 +25,10 @@ struct ModelConfig {
   std::string position = "learned";  // learned | rope
   std::string attention = "mha";     // mha | gqa | cca
   bool tied_embeddings = true;
+  bool bias = true;             // biases on linear layers and LayerNorm (GPT-2 yes, Llama no)
+  double norm_eps = 1e-5;       // LayerNorm / RMSNorm epsilon
+  double rope_theta = 10000.0;  // RoPE base
+  int64_t rotary_dim = 0;       // dims per head that RoPE rotates (0: all; partial rotary if less)
   // Mixture of experts (n_experts == 0: dense).
   int64_t n_experts = 0;
   int64_t expert_ffn_hidden = 0;  // per expert, per SwiGLU branch
@@ -39,5 +43,9 @@ ModelConfig load_model_config(const std::string& path,
 // Parses a JSON object text; `origin` names it in errors.
 ModelConfig parse_model_config(const std::string& json_text, const std::string& origin,
                                const std::vector<std::string>& overrides = {});
+
+// The inverse of parse_model_config: every key, so a checkpoint records the
+// exact shape it was trained with.
+std::string model_config_to_json(const ModelConfig& config);
 
 }  // namespace anvil::model

@@ -1,0 +1,117 @@
+#include "anvil/ckpt/checkpoint.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "anvil/base/error.hpp"
+#include "anvil/base/files.hpp"
+#include "anvil/ckpt/safetensors.hpp"
+
+namespace anvil::ckpt {
+namespace fs = std::filesystem;
+namespace {
+
+std::string step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::vector<fs::path> step_dirs(const fs::path& run_dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run_dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && n.rfind("step-", 0) == 0) out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& run_dir, int64_t step, const CheckpointData& d,
+                            int keep) {
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  if (ec) throw SystemError(run_dir + ": cannot create directory: " + ec.message());
+  const fs::path final_dir = fs::path(run_dir) / step_name(step);
+  char tmp_name[64];
+  std::snprintf(tmp_name, sizeof tmp_name, ".step-%08lld.tmp-%d", static_cast<long long>(step),
+                static_cast<int>(::getpid()));
+  const fs::path tmp_dir = fs::path(run_dir) / tmp_name;
+  fs::remove_all(tmp_dir, ec);
+  fs::create_directory(tmp_dir, ec);
+  if (ec) throw SystemError(tmp_dir.string() + ": cannot create directory: " + ec.message());
+  try {
+    std::vector<TensorRef> weights, moments;
+    for (const auto& s : d.registry->specs()) {
+      weights.push_back({s.name, s.shape, d.params + s.offset});
+      if (d.exp_avg != nullptr) {
+        moments.push_back({s.name + ".exp_avg", s.shape, d.exp_avg + s.offset});
+        moments.push_back({s.name + ".exp_avg_sq", s.shape, d.exp_avg_sq + s.offset});
+      }
+    }
+    const std::map<std::string, std::string> meta = {{"format", "anvil-checkpoint"},
+                                                     {"version", "1"}};
+    write_safetensors((tmp_dir / "model.safetensors").string(), weights, meta);
+    if (!moments.empty()) {
+      write_safetensors((tmp_dir / "optimizer.safetensors").string(), moments, meta);
+    }
+    write_file_atomic((tmp_dir / "state.json").string(), d.state_json);
+    fsync_directory(tmp_dir.string());
+    fs::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier run
+    fs::rename(tmp_dir, final_dir);
+    fsync_directory(run_dir);
+  } catch (...) {
+    fs::remove_all(tmp_dir, ec);
+    throw;
+  }
+  auto dirs = step_dirs(run_dir);
+  if (keep > 0 && static_cast<int>(dirs.size()) > keep) {
+    for (size_t i = 0; i + keep < dirs.size(); ++i) fs::remove_all(dirs[i], ec);
+  }
+  return final_dir.string();
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  const fs::path p(path);
+  if (fs::exists(p / "state.json")) return p.string();
+  if (!fs::is_directory(p)) {
+    throw InputError(path +
+                     ": not a checkpoint or run directory (expected a directory holding "
+                     "state.json or step-* checkpoints)");
+  }
+  const auto dirs = step_dirs(p);
+  if (dirs.empty()) throw InputError(path + ": holds no step-* checkpoint");
+  return dirs.back().string();
+}
+
+std::string read_state_json(const std::string& checkpoint_dir) {
+  return read_file((fs::path(checkpoint_dir) / "state.json").string());
+}
+
+void load_checkpoint(const std::string& dir, const model::ParamRegistry& registry, float* params,
+                     float* exp_avg, float* exp_avg_sq) {
+  {
+    const auto w = read_safetensors((fs::path(dir) / "model.safetensors").string());
+    for (const auto& s : registry.specs()) {
+      const auto& t = w.get(s.name, s.shape);
+      std::memcpy(params + s.offset, t.data.data(), t.data.size() * sizeof(float));
+    }
+  }
+  if (exp_avg == nullptr) return;
+  const auto o = read_safetensors((fs::path(dir) / "optimizer.safetensors").string());
+  for (const auto& s : registry.specs()) {
+    const auto& m = o.get(s.name + ".exp_avg", s.shape);
+    const auto& v = o.get(s.name + ".exp_avg_sq", s.shape);
+    std::memcpy(exp_avg + s.offset, m.data.data(), m.data.size() * sizeof(float));
+    std::memcpy(exp_avg_sq + s.offset, v.data.data(), v.data.size() * sizeof(float));
+  }
+}
+
+}  // namespace anvil::ckpt

@@ -1,0 +1,41 @@
+// Training checkpoints: one directory per step under a run directory,
+//   <run>/step-00000100/model.safetensors      parameters, Hugging Face names
+//   <run>/step-00000100/optimizer.safetensors  <name>.exp_avg, <name>.exp_avg_sq
+//   <run>/step-00000100/state.json             step, config, options, data
+// A checkpoint is written under a temporary name, fsynced and renamed, so a
+// directory named step-* is always complete; older ones beyond `keep` are
+// removed after the new one is in place.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "anvil/model/params.hpp"
+
+namespace anvil::ckpt {
+
+struct CheckpointData {
+  const model::ParamRegistry* registry = nullptr;
+  const float* params = nullptr;
+  const float* exp_avg = nullptr;  // null: no optimizer state
+  const float* exp_avg_sq = nullptr;
+  std::string state_json;
+};
+
+// Writes <run_dir>/step-NNNNNNNN and returns its path; keeps the newest `keep`.
+std::string save_checkpoint(const std::string& run_dir, int64_t step, const CheckpointData& data,
+                            int keep);
+
+// "latest" or a run directory -> its newest step-* directory; a step-*
+// directory -> itself. Throws InputError when there is none.
+std::string resolve_checkpoint(const std::string& path);
+
+std::string read_state_json(const std::string& checkpoint_dir);
+
+// Loads parameters (and optimizer moments when the pointers are non-null)
+// into arenas laid out by `registry`; names and shapes must match exactly.
+void load_checkpoint(const std::string& checkpoint_dir, const model::ParamRegistry& registry,
+                     float* params, float* exp_avg, float* exp_avg_sq);
+
+}  // namespace anvil::ckpt

@@ -1,0 +1,44 @@
+// The safetensors format (Hugging Face): an 8-byte little-endian header
+// length, a JSON header {name: {dtype, shape, data_offsets: [begin, end]},
+// "__metadata__": {string: string}}, then the raw little-endian data.
+// anvil writes F32 (and reads F32 and BF16, widening BF16 to float), so its
+// weights load in Python with the `safetensors` package or a few lines of
+// numpy, and Hugging Face checkpoints load here.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace anvil::ckpt {
+
+struct TensorRef {
+  std::string name;
+  std::vector<int64_t> shape;
+  const float* data;
+};
+
+// Writes atomically (temporary name, fsync, rename). Tensors keep the given
+// order in the data section; the header is sorted by name as the format's
+// reference writer does.
+void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+struct LoadedTensor {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+struct SafetensorsFile {
+  std::map<std::string, LoadedTensor> tensors;
+  std::map<std::string, std::string> metadata;
+  // Throws InputError naming the file and tensor when absent or of another shape.
+  const LoadedTensor& get(const std::string& name, const std::vector<int64_t>& shape) const;
+  std::string path;
+};
+
+// Reads a whole file; throws InputError naming the file on any malformation.
+SafetensorsFile read_safetensors(const std::string& path);
+
+}  // namespace anvil::ckpt

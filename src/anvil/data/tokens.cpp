@@ -1,0 +1,119 @@
+#include "anvil/data/tokens.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string_view>
+
+#include "anvil/base/error.hpp"
+#include "anvil/base/files.hpp"
+
+namespace anvil::data {
+namespace {
+
+constexpr char kMagic[8] = {'A', 'N', 'V', 'I', 'L', 'T', 'O', 'K'};
+constexpr size_t kHeader = 64;
+
+template <typename T>
+T read_le(const unsigned char* p) {
+  T v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(p[i]) << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+TokenData::TokenData(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw InputError(path + ": cannot open (" + std::strerror(errno) + ")");
+  struct stat st {};
+  ::fstat(fd, &st);
+  map_size_ = static_cast<size_t>(st.st_size);
+  if (map_size_ == 0) {
+    ::close(fd);
+    throw InputError(path + ": empty file (expected a token file or text)");
+  }
+  map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    throw SystemError(path + ": mmap failed (" + std::strerror(errno) + ")");
+  }
+  const auto* bytes = static_cast<const unsigned char*>(map_);
+  if (map_size_ >= kHeader && std::memcmp(bytes, kMagic, 8) == 0) {
+    const auto version = read_le<uint32_t>(bytes + 8);
+    width_ = static_cast<int>(read_le<uint32_t>(bytes + 12));
+    vocab_ = static_cast<int64_t>(read_le<uint64_t>(bytes + 16));
+    count_ = static_cast<int64_t>(read_le<uint64_t>(bytes + 24));
+    auto bad = [&](const std::string& why) {
+      ::munmap(map_, map_size_);
+      map_ = nullptr;
+      return InputError(path + ": " + why);
+    };
+    if (version != 1) throw bad("token file version " + std::to_string(version) + " (expected 1)");
+    if (width_ != 2 && width_ != 4)
+      throw bad("bytes per token " + std::to_string(width_) + " (expected 2 or 4)");
+    if (kHeader + static_cast<size_t>(count_) * width_ != map_size_) {
+      throw bad("holds " + std::to_string(map_size_ - kHeader) + " token bytes, header says " +
+                std::to_string(count_) + " tokens of " + std::to_string(width_) + " bytes");
+    }
+    tokens_ = bytes + kHeader;
+    tokenizer_ = "file";
+    return;
+  }
+  // Raw text: one token per byte.
+  owned_.assign(bytes, bytes + map_size_);
+  ::munmap(map_, map_size_);
+  map_ = nullptr;
+  tokens_ = owned_.data();
+  width_ = 2;
+  count_ = static_cast<int64_t>(owned_.size());
+  vocab_ = 256;
+  tokenizer_ = "bytes";
+}
+
+TokenData::~TokenData() {
+  if (map_ != nullptr) ::munmap(map_, map_size_);
+}
+
+void TokenData::copy(int32_t* out, int64_t begin, int64_t n) const {
+  for (int64_t i = 0; i < n; ++i) out[i] = (*this)[begin + i];
+}
+
+std::vector<int32_t> encode_bytes(const std::string& text) {
+  return std::vector<int32_t>(reinterpret_cast<const unsigned char*>(text.data()),
+                              reinterpret_cast<const unsigned char*>(text.data()) + text.size());
+}
+
+std::string decode_bytes(const std::vector<int32_t>& tokens) {
+  std::string s;
+  s.reserve(tokens.size());
+  for (int32_t t : tokens) s.push_back(static_cast<char>(t & 0xff));
+  return s;
+}
+
+void write_token_file(const std::string& path, const std::vector<int32_t>& tokens,
+                      int64_t vocab_size) {
+  const int width = vocab_size <= 65536 ? 2 : 4;
+  std::string header(kHeader, '\0');
+  std::memcpy(header.data(), kMagic, 8);
+  auto put = [&](size_t at, uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) header[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  put(8, 1, 4);
+  put(12, static_cast<uint64_t>(width), 4);
+  put(16, static_cast<uint64_t>(vocab_size), 8);
+  put(24, tokens.size(), 8);
+  std::string body(tokens.size() * width, '\0');
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const auto t = static_cast<uint32_t>(tokens[i]);
+    for (int b = 0; b < width; ++b) body[i * width + b] = static_cast<char>((t >> (8 * b)) & 0xff);
+  }
+  write_file_atomic(path, std::vector<std::string_view>{header, body});
+}
+
+}  // namespace anvil::data

@@ -1,0 +1,57 @@
+// Training tokens: a binary token file (memory-mapped) or raw text read
+// through the byte-level tokenizer (one token per byte, vocabulary 256).
+//
+// Token file format "anvil-tokens" v1 (little-endian), 64-byte header:
+//   0  char[8]  magic "ANVILTOK"
+//   8  u32      version (1)
+//  12  u32      bytes per token (2 = uint16, 4 = uint32)
+//  16  u64      vocabulary size (every token is < this)
+//  24  u64      number of tokens
+//  32  u8[32]   zero
+//  64  tokens
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace anvil::data {
+
+class TokenData {
+ public:
+  // A token file (by its magic) or, otherwise, UTF-8 text tokenized by bytes.
+  explicit TokenData(const std::string& path);
+  ~TokenData();
+  TokenData(const TokenData&) = delete;
+  TokenData& operator=(const TokenData&) = delete;
+
+  int64_t size() const { return count_; }
+  int64_t vocab_size() const { return vocab_; }
+  const std::string& tokenizer() const { return tokenizer_; }  // "bytes" or "file"
+  int32_t operator[](int64_t i) const {
+    return width_ == 2 ? reinterpret_cast<const uint16_t*>(tokens_)[i]
+                       : static_cast<int32_t>(reinterpret_cast<const uint32_t*>(tokens_)[i]);
+  }
+  // Copies tokens [begin, begin + n) into out.
+  void copy(int32_t* out, int64_t begin, int64_t n) const;
+
+ private:
+  int64_t count_ = 0;
+  int64_t vocab_ = 0;
+  int width_ = 2;
+  std::string tokenizer_;
+  const void* tokens_ = nullptr;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  std::vector<uint16_t> owned_;
+};
+
+// Byte-level tokenizer.
+std::vector<int32_t> encode_bytes(const std::string& text);
+std::string decode_bytes(const std::vector<int32_t>& tokens);
+
+// Writes a token file atomically.
+void write_token_file(const std::string& path, const std::vector<int32_t>& tokens,
+                      int64_t vocab_size);
+
+}  // namespace anvil::data

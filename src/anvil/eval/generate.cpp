@@ -1,0 +1,87 @@
+#include "anvil/eval/generate.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "anvil/base/error.hpp"
+#include "anvil/base/rng.hpp"
+#include "anvil/ckpt/checkpoint.hpp"
+#include "anvil/data/tokens.hpp"
+#include "anvil/model/config.hpp"
+#include "anvil/model/decoder.hpp"
+
+namespace anvil::eval {
+
+int32_t sample_token(float* logits, int64_t V, double temperature, int64_t top_k, uint64_t seed,
+                     uint64_t index) {
+  if (temperature <= 0) {
+    return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
+  }
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  const int64_t k = top_k > 0 ? std::min(top_k, V) : V;
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  const double maxv = logits[order[0]];
+  std::vector<double> p(static_cast<size_t>(k));
+  double sum = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    p[i] = std::exp((logits[order[i]] - maxv) / temperature);
+    sum += p[i];
+  }
+  double u = random_unit(seed, stream_id("sample"), index) * sum;
+  for (int64_t i = 0; i < k; ++i) {
+    u -= p[i];
+    if (u <= 0) return order[i];
+  }
+  return order[k - 1];
+}
+
+GenerateResult generate(const GenerateOptions& o, const std::function<void(int32_t)>& on_token) {
+  const std::string dir = ckpt::resolve_checkpoint(o.checkpoint);
+  const auto state = nlohmann::json::parse(ckpt::read_state_json(dir));
+  const model::ModelConfig config =
+      model::parse_model_config(state.at("config").dump(), dir + "/state.json");
+  GenerateResult r;
+  r.tokenizer = state.value("tokenizer", "random");
+  std::vector<int32_t> prompt = o.prompt_tokens;
+  if (prompt.empty()) {
+    if (r.tokenizer != "bytes") {
+      throw InputError("--prompt: the checkpoint's tokenizer is '" + r.tokenizer +
+                       "', not bytes; give token ids with --prompt-tokens");
+    }
+    prompt = data::encode_bytes(o.prompt);
+  }
+  if (prompt.empty()) throw InputError("--prompt: expected at least one token");
+  if (o.max_new < 1) throw InputError("--max-new: expected >= 1");
+  const int64_t total =
+      std::min<int64_t>(config.seq_len, static_cast<int64_t>(prompt.size()) + o.max_new);
+  if (static_cast<int64_t>(prompt.size()) >= config.seq_len) {
+    throw InputError("--prompt: " + std::to_string(prompt.size()) +
+                     " tokens leave no room in the context of " + std::to_string(config.seq_len));
+  }
+  model::Decoder model(config, 1, 1, /*training=*/false);
+  ckpt::load_checkpoint(dir, model.registry(), model.params(), nullptr, nullptr);
+  model.start_decode(total);
+  std::vector<float> logits(static_cast<size_t>(config.vocab_size));
+  int64_t pos = 0;
+  for (int32_t t : prompt) model.decode_step(t, pos++, logits.data());
+  const auto t0 = std::chrono::steady_clock::now();
+  while (pos < total) {
+    const int32_t next = sample_token(logits.data(), config.vocab_size, o.temperature, o.top_k,
+                                      o.seed, static_cast<uint64_t>(pos));
+    r.tokens.push_back(next);
+    if (on_token) on_token(next);
+    if (pos + 1 < total) model.decode_step(next, pos, logits.data());
+    ++pos;
+  }
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.tokens_per_second = dt > 0 ? static_cast<double>(r.tokens.size()) / dt : 0;
+  if (r.tokenizer == "bytes") r.text = data::decode_bytes(r.tokens);
+  return r;
+}
+
+}  // namespace anvil::eval

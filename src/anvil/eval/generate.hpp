@@ -1,0 +1,38 @@
+// `anvil generate`: sampling from a checkpoint with a KV cache: greedy
+// (temperature 0), temperature, and top-k. The prompt is fed one token at a
+// time through the same decode path as the sampled tokens.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace anvil::eval {
+
+struct GenerateOptions {
+  std::string checkpoint;              // checkpoint dir or run dir (newest step)
+  std::string prompt;                  // text (byte tokenizer) ...
+  std::vector<int32_t> prompt_tokens;  // ... or token ids
+  int64_t max_new = 200;
+  double temperature = 0.8;  // 0: greedy
+  int64_t top_k = 40;        // 0: all
+  uint64_t seed = 1;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // the new tokens
+  std::string text;             // decoded when the tokenizer is bytes
+  std::string tokenizer;
+  double tokens_per_second = 0;
+};
+
+// `on_token` (may be empty) sees each new token as it is sampled.
+GenerateResult generate(const GenerateOptions& options,
+                        const std::function<void(int32_t)>& on_token = {});
+
+// Picks the next token from logits [V] (modified in place).
+int32_t sample_token(float* logits, int64_t V, double temperature, int64_t top_k, uint64_t seed,
+                     uint64_t index);
+
+}  // namespace anvil::eval

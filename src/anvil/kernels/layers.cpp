@@ -1,0 +1,320 @@
+// Embedding, norms, linear, activations, residual and RoPE: see layers.hpp.
+// Attention and the classifier loss live in attention.cpp and loss.cpp.
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "anvil/kernels/gemm.hpp"
+#include "anvil/kernels/layers.hpp"
+
+namespace anvil::kernels {
+namespace {
+
+// Per-thread partial sums for parameter gradients that every row adds to
+// (norm weights, biases), reduced in thread order so results are
+// deterministic for a given thread count.
+class PartialSums {
+ public:
+  PartialSums(int64_t width, int n_arrays)
+      : width_(width), n_arrays_(n_arrays), threads_(omp_get_max_threads()) {
+    data_.assign(static_cast<size_t>(width_ * n_arrays_ * threads_), 0.0f);
+  }
+  float* mine(int array) {
+    return data_.data() + (static_cast<int64_t>(omp_get_thread_num()) * n_arrays_ + array) * width_;
+  }
+  void add_to(float* dst, int array) const {
+    if (dst == nullptr) return;
+    for (int t = 0; t < threads_; ++t) {
+      const float* src = data_.data() + (static_cast<int64_t>(t) * n_arrays_ + array) * width_;
+      for (int64_t i = 0; i < width_; ++i) dst[i] += src[i];
+    }
+  }
+
+ private:
+  int64_t width_;
+  int n_arrays_;
+  int threads_;
+  std::vector<float> data_;
+};
+
+}  // namespace
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                       int64_t B, int64_t T, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < B * T; ++n) {
+    const float* e = wte + static_cast<int64_t>(tokens[n]) * C;
+    float* o = out + n * C;
+    if (wpe != nullptr) {
+      const float* p = wpe + (n % T) * C;
+#pragma omp simd
+      for (int64_t i = 0; i < C; ++i) o[i] = e[i] + p[i];
+    } else {
+#pragma omp simd
+      for (int64_t i = 0; i < C; ++i) o[i] = e[i];
+    }
+  }
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                        int64_t B, int64_t T, int64_t C) {
+  // Rows sharing a token add to the same embedding row, so threads split the
+  // feature axis instead of the rows: no races, a fixed order of additions.
+#pragma omp parallel
+  {
+    const int nt = omp_get_num_threads();
+    const int id = omp_get_thread_num();
+    const int64_t c0 = C * id / nt, c1 = C * (id + 1) / nt;
+    for (int64_t n = 0; n < B * T; ++n) {
+      const float* d = dout + n * C;
+      float* e = dwte + static_cast<int64_t>(tokens[n]) * C;
+      for (int64_t i = c0; i < c1; ++i) e[i] += d[i];
+      if (dwpe != nullptr) {
+        float* p = dwpe + (n % T) * C;
+        for (int64_t i = c0; i < c1; ++i) p[i] += d[i];
+      }
+    }
+  }
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int64_t C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = inp + n * C;
+    float m = 0.0f;
+#pragma omp simd reduction(+ : m)
+    for (int64_t i = 0; i < C; ++i) m += x[i];
+    m /= static_cast<float>(C);
+    float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+    for (int64_t i = 0; i < C; ++i) v += (x[i] - m) * (x[i] - m);
+    v /= static_cast<float>(C);
+    const float s = 1.0f / std::sqrt(v + eps);
+    float* o = out + n * C;
+#pragma omp simd
+    for (int64_t i = 0; i < C; ++i) o[i] = (x[i] - m) * s * weight[i] + bias[i];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int64_t N, int64_t C) {
+  PartialSums sums(C, 2);
+#pragma omp parallel
+  {
+    float* dw = sums.mine(0);
+    float* db = sums.mine(1);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const float* x = inp + n * C;
+      const float* d = dout + n * C;
+      const float m = mean[n], s = rstd[n];
+      float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
+      for (int64_t i = 0; i < C; ++i) {
+        const float norm = (x[i] - m) * s;
+        const float dnorm = weight[i] * d[i];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * norm;
+      }
+      dnorm_mean /= static_cast<float>(C);
+      dnorm_norm_mean /= static_cast<float>(C);
+      float* dx = dinp + n * C;
+#pragma omp simd
+      for (int64_t i = 0; i < C; ++i) {
+        const float norm = (x[i] - m) * s;
+        const float dnorm = weight[i] * d[i];
+        db[i] += d[i];
+        dw[i] += norm * d[i];
+        dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+      }
+    }
+  }
+  sums.add_to(dweight, 0);
+  sums.add_to(dbias, 1);
+}
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
+                     int64_t C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = inp + n * C;
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t i = 0; i < C; ++i) ss += x[i] * x[i];
+    const float s = 1.0f / std::sqrt(ss / static_cast<float>(C) + eps);
+    float* o = out + n * C;
+#pragma omp simd
+    for (int64_t i = 0; i < C; ++i) o[i] = x[i] * s * weight[i];
+    rstd[n] = s;
+  }
+}
+
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int64_t N, int64_t C) {
+  PartialSums sums(C, 1);
+#pragma omp parallel
+  {
+    float* dw = sums.mine(0);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const float* x = inp + n * C;
+      const float* d = dout + n * C;
+      const float s = rstd[n];
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t i = 0; i < C; ++i) dot += weight[i] * d[i] * x[i] * s;
+      dot /= static_cast<float>(C);
+      float* dx = dinp + n * C;
+#pragma omp simd
+      for (int64_t i = 0; i < C; ++i) {
+        const float norm = x[i] * s;
+        dw[i] += norm * d[i];
+        dx[i] += (weight[i] * d[i] - norm * dot) * s;
+      }
+    }
+  }
+  sums.add_to(dweight, 0);
+}
+
+void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                    int64_t IC, int64_t OC) {
+  gemm(false, true, N, OC, IC, 1.0f, inp, IC, weight, IC, 0.0f, out, OC);
+  if (bias == nullptr) return;
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    float* o = out + n * OC;
+#pragma omp simd
+    for (int64_t j = 0; j < OC; ++j) o[j] += bias[j];
+  }
+}
+
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int64_t N, int64_t IC, int64_t OC) {
+  if (dinp != nullptr) gemm(false, false, N, IC, OC, 1.0f, dout, OC, weight, IC, 1.0f, dinp, IC);
+  gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+  if (dbias == nullptr) return;
+  PartialSums sums(OC, 1);
+#pragma omp parallel
+  {
+    float* db = sums.mine(0);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const float* d = dout + n * OC;
+#pragma omp simd
+      for (int64_t j = 0; j < OC; ++j) db[j] += d[j];
+    }
+  }
+  sums.add_to(dbias, 0);
+}
+
+namespace {
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+}  // namespace
+
+void gelu_forward(float* out, const float* inp, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    out[i] = 0.5f * x * (1.0f + std::tanh(u));
+  }
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    const float t = std::tanh(u);
+    const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    dinp[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+  }
+}
+
+void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* g = inp + n * 2 * F;
+    const float* u = g + F;
+    float* o = out + n * F;
+#pragma omp simd
+    for (int64_t i = 0; i < F; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+}
+
+void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N, int64_t F) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* g = inp + n * 2 * F;
+    const float* u = g + F;
+    const float* d = dout + n * F;
+    float* dg = dinp + n * 2 * F;
+    float* du = dg + F;
+#pragma omp simd
+    for (int64_t i = 0; i < F; ++i) {
+      const float sig = 1.0f / (1.0f + std::exp(-g[i]));
+      const float silu = g[i] * sig;
+      du[i] += d[i] * silu;
+      dg[i] += d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
+    }
+  }
+}
+
+void residual_forward(float* out, const float* a, const float* b, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+namespace {
+
+// sign = +1 rotates by the position's angle, -1 by its inverse (backward).
+void rope_apply(float* x, int64_t N, int64_t T, int64_t pos0, int64_t n_heads, int64_t head_dim,
+                int64_t rotary_dim, int64_t row_stride, float theta, float sign) {
+  const int64_t half = rotary_dim / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq[i] = static_cast<float>(
+        1.0 / std::pow(static_cast<double>(theta), static_cast<double>(2 * i) / rotary_dim));
+  }
+#pragma omp parallel
+  {
+    std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const float pos = static_cast<float>(pos0 + n % T);
+      for (int64_t i = 0; i < half; ++i) {
+        const float angle = pos * inv_freq[i];
+        cs[i] = std::cos(angle);
+        sn[i] = sign * std::sin(angle);
+      }
+      for (int64_t h = 0; h < n_heads; ++h) {
+        float* v = x + n * row_stride + h * head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = v[i], b = v[i + half];
+          v[i] = a * cs[i] - b * sn[i];
+          v[i + half] = b * cs[i] + a * sn[i];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void rope_forward(float* x, int64_t N, int64_t T, int64_t pos0, int64_t n_heads, int64_t head_dim,
+                  int64_t rotary_dim, int64_t row_stride, float theta) {
+  rope_apply(x, N, T, pos0, n_heads, head_dim, rotary_dim, row_stride, theta, 1.0f);
+}
+
+void rope_backward(float* dx, int64_t N, int64_t T, int64_t pos0, int64_t n_heads, int64_t head_dim,
+                   int64_t rotary_dim, int64_t row_stride, float theta) {
+  rope_apply(dx, N, T, pos0, n_heads, head_dim, rotary_dim, row_stride, theta, -1.0f);
+}
+
+}  // namespace anvil::kernels

@@ -1,0 +1,84 @@
+// The layers of a decoder as free forward/backward pairs over contiguous fp32
+// memory, in llm.c's shape: X_forward(out, ..., inp, params, sizes) and
+// X_backward(dinp, dparams, dout, ..., inp, params, sizes). Backward
+// ACCUMULATES (+=) into every gradient it writes, so callers zero gradient
+// buffers once per step and several consumers of one tensor just add up.
+// Rows are tokens: N = B*T rows of C features, row-major.
+// Each kernel is OpenMP-parallel over rows (or heads) with a static schedule,
+// so results are bit-identical from run to run on the same thread count.
+#pragma once
+
+#include <cstdint>
+
+namespace anvil::kernels {
+
+// ---- embedding: out[n, :] = wte[tok[n], :] (+ wpe[n % T, :] when wpe) ----
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                       int64_t B, int64_t T, int64_t C);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                        int64_t B, int64_t T, int64_t C);
+
+// ---- LayerNorm (weight, bias) and RMSNorm (weight only) over the last axis ----
+// mean/rstd: per-row statistics saved for backward (mean unused by RMSNorm).
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int64_t C, float eps);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int64_t N, int64_t C);
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
+                     int64_t C, float eps);
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int64_t N, int64_t C);
+
+// ---- linear: out[N, OC] = inp[N, IC] W^T (+ bias), W is [OC, IC] (PyTorch layout) ----
+void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                    int64_t IC, int64_t OC);
+// dinp may be null (first layer); dbias may be null (no bias).
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int64_t N, int64_t IC, int64_t OC);
+
+// ---- activations ----
+// GELU, tanh approximation (GPT-2's "gelu_new").
+void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+// SwiGLU: inp rows are [gate (F) | up (F)]; out[n, f] = silu(gate) * up.
+void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F);
+void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N, int64_t F);
+
+// ---- residual: out = a + b ----
+void residual_forward(float* out, const float* a, const float* b, int64_t n);
+
+// ---- RoPE, NeoX (rotate-half) layout, on the first `rotary_dim` dims of each head ----
+// x rows hold `n_heads` heads of `head_dim`; `row_stride` floats between rows;
+// position of row n is n % T (+ pos0 for decode). In place; backward rotates
+// the gradient by the inverse angle (also in place).
+void rope_forward(float* x, int64_t N, int64_t T, int64_t pos0, int64_t n_heads, int64_t head_dim,
+                  int64_t rotary_dim, int64_t row_stride, float theta);
+void rope_backward(float* dx, int64_t N, int64_t T, int64_t pos0, int64_t n_heads, int64_t head_dim,
+                   int64_t rotary_dim, int64_t row_stride, float theta);
+
+// ---- causal attention, GQA, computed row by row with an online softmax ----
+// qkv rows are [q (Hq*D) | k (Hkv*D) | v (Hkv*D)]; out rows are Hq*D.
+// lse[b, h, t] (log-sum-exp of the scaled scores) is saved for backward,
+// which recomputes the probabilities as flash attention does: no T x T matrix
+// is ever stored.
+void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t Hq,
+                       int64_t Hkv, int64_t D);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
+// One query row per head against a KV cache of `len` positions (decode).
+// q: [Hq*D]; kcache/vcache: [len, Hkv*D]; out: [Hq*D].
+void attention_decode(float* out, const float* q, const float* kcache, const float* vcache,
+                      int64_t len, int64_t Hq, int64_t Hkv, int64_t D);
+
+// ---- fused classifier + softmax cross-entropy, chunked over rows ----
+// logits = x W^T for W [V, C]; loss = mean over rows with target >= 0 of
+// -log softmax(logits)[target]. The V-wide logits exist for `chunk` rows at a
+// time (scratch: chunk * V floats). When dx is non-null the gradient of the
+// mean loss is produced in the same pass: dx += dlogits W, dW += dlogits^T x.
+// Returns the summed loss (not the mean) and writes the count of scored rows.
+double classifier_loss(float* dx, float* dweight, const float* x, const float* weight,
+                       const int32_t* targets, int64_t N, int64_t C, int64_t V, float* scratch,
+                       int64_t chunk, int64_t* scored, float grad_scale);
+
+}  // namespace anvil::kernels

@@ -1,0 +1,63 @@
+// The classifier and the softmax cross-entropy fused, chunked over rows: the
+// [rows, V] logits exist for one chunk at a time and turn into their own
+// gradient in place, so a 50k vocabulary costs chunk*V floats, not N*V.
+#include <cmath>
+#include <vector>
+
+#include "anvil/kernels/gemm.hpp"
+#include "anvil/kernels/layers.hpp"
+
+namespace anvil::kernels {
+
+double classifier_loss(float* dx, float* dweight, const float* x, const float* weight,
+                       const int32_t* targets, int64_t N, int64_t C, int64_t V, float* scratch,
+                       int64_t chunk, int64_t* scored, float grad_scale) {
+  double total = 0.0;
+  int64_t count = 0;
+  std::vector<double> row_loss(static_cast<size_t>(chunk));
+  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+    const int64_t rows = std::min(chunk, N - r0);
+    gemm(false, true, rows, V, C, 1.0f, x + r0 * C, C, weight, C, 0.0f, scratch, V);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* logits = scratch + r * V;
+      const int32_t target = targets[r0 + r];
+      float maxv = logits[0];
+      for (int64_t j = 1; j < V; ++j) maxv = std::max(maxv, logits[j]);
+      const float target_logit = target >= 0 ? logits[target] - maxv : 0.0f;
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < V; ++j) {
+        logits[j] = std::exp(logits[j] - maxv);
+        sum += logits[j];
+      }
+      if (target < 0) {
+        row_loss[r] = 0.0;
+        if (dx != nullptr) {
+          for (int64_t j = 0; j < V; ++j) logits[j] = 0.0f;
+        }
+        continue;
+      }
+      row_loss[r] = std::log(static_cast<double>(sum)) - target_logit;
+      if (dx != nullptr) {
+        const float inv = grad_scale / sum;
+#pragma omp simd
+        for (int64_t j = 0; j < V; ++j) logits[j] *= inv;
+        logits[target] -= grad_scale;
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      if (targets[r0 + r] < 0) continue;
+      total += row_loss[r];
+      ++count;
+    }
+    if (dx != nullptr) {
+      gemm(false, false, rows, C, V, 1.0f, scratch, V, weight, C, 1.0f, dx + r0 * C, C);
+      gemm(true, false, V, C, rows, 1.0f, scratch, V, x + r0 * C, C, 1.0f, dweight, C);
+    }
+  }
+  if (scored != nullptr) *scored = count;
+  return total;
+}
+
+}  // namespace anvil::kernels

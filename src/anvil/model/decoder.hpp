@@ -1,0 +1,108 @@
+// A dense pre-norm decoder (GPT-2 and Llama families) as explicit forward and
+// backward passes over planned memory. The Decoder owns three arenas sized
+// from the config and the micro-batch shape before the first step:
+// parameters, gradients (when training) and activations. Nothing is
+// allocated per step. Parameter names follow Hugging Face (see params.hpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "anvil/model/config.hpp"
+#include "anvil/model/params.hpp"
+#include "anvil/tensor/arena.hpp"
+
+namespace anvil::model {
+
+// Builds the registry of a dense decoder: names, shapes, init, decay flags.
+ParamRegistry decoder_registry(const ModelConfig& config);
+
+// Model FLOPs of one training token (forward + backward = 3x forward) at
+// sequence length T: 6 per weight of every matrix multiply (the classifier
+// included, embedding lookups not) plus causal attention's QK^T and PV.
+double training_flops_per_token(const ModelConfig& config, int64_t T);
+
+struct MemoryPlan {
+  size_t parameters = 0;
+  size_t gradients = 0;
+  size_t activations = 0;
+};
+
+class Decoder {
+ public:
+  // B x T: the largest micro-batch forward() will see. training=false skips
+  // the gradient arena and the activations backward needs beyond one chunk.
+  Decoder(const ModelConfig& config, int64_t B, int64_t T, bool training);
+
+  const ModelConfig& config() const { return config_; }
+  const ParamRegistry& registry() const { return registry_; }
+  float* params() { return params_.f(); }
+  float* grads() { return grads_.f(); }
+  const MemoryPlan& plan() const { return plan_; }
+  static MemoryPlan plan_for(const ModelConfig& config, int64_t B, int64_t T, bool training);
+
+  void zero_grads();
+  // Forward over tokens [B, T]. With targets (-1 = not scored) returns the
+  // summed cross-entropy and the scored-row count; when `backward` is set the
+  // gradients of (loss_sum * grad_scale) are ADDED to grads() in the same call
+  // (the classifier is fused with the loss, see kernels/loss.cpp).
+  double forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
+                 int64_t* scored);
+  double forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
+                          float grad_scale, int64_t* scored);
+  // After forward(): the logits [B*T, V] of every row (tests and evaluation).
+  void logits(float* out, int64_t B, int64_t T);
+
+  // Decode with a KV cache of up to `max_len` positions; one token at a time.
+  void start_decode(int64_t max_len);
+  // Feeds `token` at position `pos` (== number of tokens fed so far) and
+  // writes the next-token logits [V].
+  void decode_step(int32_t token, int64_t pos, float* logits);
+
+ private:
+  struct Layer {
+    const float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *o_w, *o_b, *ln2_w, *ln2_b, *up_w, *up_b, *down_w,
+        *down_b;
+  };
+  struct LayerActs {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *lse, *mid, *ln2, *ln2_mean, *ln2_rstd, *fch,
+        *fca;
+  };
+  Layer layer(int64_t l, const float* base) const;
+  Layer layer_params(int64_t l) const { return layer(l, params_.f()); }
+  Layer layer_grads(int64_t l) { return layer(l, grads_.f()); }
+  const float* param(const std::string& name, const float* base) const;
+  void norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                    const float* b, int64_t N) const;
+  void norm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                     const float* w, const float* mean, const float* rstd, int64_t N) const;
+  void run_forward(const int32_t* tokens, int64_t B, int64_t T);
+  void run_backward(const int32_t* tokens, int64_t B, int64_t T);
+  const float* classifier_weight(const float* base) const;
+
+  struct Buffer {
+    tensor::Arena arena;
+    float* f() const { return reinterpret_cast<float*>(arena.base()); }
+  };
+
+  ModelConfig config_;
+  ParamRegistry registry_;
+  MemoryPlan plan_;
+  int64_t B_, T_;
+  int64_t C_, Hq_, Hkv_, D_, Q_, F_, F2_, V_, L_, rotary_;
+  bool training_;
+  Buffer params_, grads_;
+  tensor::Arena acts_;
+  std::vector<float*> x_;  // residual stream before each layer, and after the last
+  std::vector<LayerActs> acts_by_layer_;
+  float *lnf_, *lnf_mean_, *lnf_rstd_, *loss_scratch_;
+  float *d_res_, *d_ln_, *d_qkv_, *d_att_, *d_fch_, *d_fca_, *d_lnf_;
+  int64_t loss_chunk_;
+  // Decode state.
+  tensor::Arena cache_;
+  int64_t cache_len_ = 0;
+  std::vector<float*> kcache_, vcache_;
+};
+
+}  // namespace anvil::model

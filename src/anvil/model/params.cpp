@@ -1,0 +1,67 @@
+#include "anvil/model/params.hpp"
+
+#include "anvil/base/error.hpp"
+#include "anvil/base/rng.hpp"
+#include "anvil/tensor/tensor.hpp"
+
+namespace anvil::model {
+
+const ParamSpec& ParamRegistry::add(std::string name, std::vector<int64_t> shape, Init init,
+                                    float init_std, bool weight_decay) {
+  if (find(name) != nullptr) throw InputError("parameter " + name + " registered twice");
+  ParamSpec spec;
+  spec.name = std::move(name);
+  spec.shape = std::move(shape);
+  spec.init = init;
+  spec.init_std = init_std;
+  spec.weight_decay = weight_decay;
+  spec.offset = total_;
+  spec.numel = tensor::numel(spec.shape);
+  total_ += spec.numel;
+  specs_.push_back(std::move(spec));
+  return specs_.back();
+}
+
+const ParamSpec* ParamRegistry::find(const std::string& name) const {
+  for (const auto& s : specs_) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+const ParamSpec& ParamRegistry::get(const std::string& name) const {
+  const ParamSpec* s = find(name);
+  if (s == nullptr) throw InputError("no parameter named " + name);
+  return *s;
+}
+
+void ParamRegistry::initialize(float* params, uint64_t seed) const {
+  for (const auto& s : specs_) {
+    float* p = params + s.offset;
+    const uint64_t stream = stream_id(s.name);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < s.numel; ++i) {
+      switch (s.init) {
+        case Init::zeros:
+          p[i] = 0.0f;
+          break;
+        case Init::ones:
+          p[i] = 1.0f;
+          break;
+        case Init::normal:
+          p[i] = static_cast<float>(s.init_std * random_normal(seed, stream, i));
+          break;
+      }
+    }
+  }
+}
+
+std::string to_string(Sharding sharding) {
+  switch (sharding) {
+    case Sharding::replicated:
+      return "replicated";
+  }
+  return "?";
+}
+
+}  // namespace anvil::model

@@ -1,0 +1,53 @@
+// The parameter registry: every parameter's global name (Hugging Face style,
+// e.g. model.layers.3.self_attn.q_proj.weight), global shape, init rule,
+// weight-decay flag and sharding rule, and its offset in the flat parameter
+// arena. Gradients and optimizer state use the same offsets in arenas of
+// their own. Checkpoints, the optimizer and (later) ZeRO and expert
+// parallelism all iterate this one list.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace anvil::model {
+
+enum class Init { normal, zeros, ones };
+// How a parameter is laid out across ranks. Only replicated exists so far;
+// expert-axis and ZeRO flat ranges are the next rules to add.
+enum class Sharding { replicated };
+
+struct ParamSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  Init init = Init::normal;
+  float init_std = 0.02f;
+  bool weight_decay = true;
+  Sharding sharding = Sharding::replicated;
+  int64_t offset = 0;  // floats from the start of the arena
+  int64_t numel = 0;
+};
+
+class ParamRegistry {
+ public:
+  // Parameters are laid out in the order they are added, with no padding, so
+  // consecutive adds are contiguous (the trainer fuses q/k/v that way).
+  const ParamSpec& add(std::string name, std::vector<int64_t> shape, Init init,
+                       float init_std = 0.0f, bool weight_decay = false);
+  const std::vector<ParamSpec>& specs() const { return specs_; }
+  int64_t total() const { return total_; }
+  // Throws InputError naming the parameter when absent.
+  const ParamSpec& get(const std::string& name) const;
+  const ParamSpec* find(const std::string& name) const;
+  // Fills `params` from `seed`: each parameter draws from its own stream keyed
+  // by its name, so init does not depend on the order of the registry.
+  void initialize(float* params, uint64_t seed) const;
+
+ private:
+  std::vector<ParamSpec> specs_;
+  int64_t total_ = 0;
+};
+
+std::string to_string(Sharding sharding);
+
+}  // namespace anvil::model

@@ -1,0 +1,99 @@
+#include "anvil/optim/adamw.hpp"
+
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "anvil/base/error.hpp"
+
+namespace anvil::optim {
+
+size_t AdamW::state_bytes_for(const model::ParamRegistry& registry) {
+  return 2 * tensor::Arena::rounded(static_cast<size_t>(registry.total()) * sizeof(float));
+}
+
+AdamW::AdamW(const model::ParamRegistry& registry, AdamWConfig config)
+    : registry_(registry),
+      config_(config),
+      m_("adamw.exp_avg", static_cast<size_t>(registry.total()) * sizeof(float)),
+      v_("adamw.exp_avg_sq", static_cast<size_t>(registry.total()) * sizeof(float)) {}
+
+void AdamW::update(float* params, const float* grads, float lr, int64_t step) {
+  const float b1 = config_.beta1, b2 = config_.beta2, eps = config_.eps;
+  const float bc1 = 1.0f - std::pow(b1, static_cast<float>(step));
+  const float bc2_sqrt = std::sqrt(1.0f - std::pow(b2, static_cast<float>(step)));
+  const float step_size = lr / bc1;
+  float* m = exp_avg();
+  float* v = exp_avg_sq();
+  for (const auto& s : registry_.specs()) {
+    const float decay = s.weight_decay ? 1.0f - lr * config_.weight_decay : 1.0f;
+    float* p = params + s.offset;
+    const float* g = grads + s.offset;
+    float* ms = m + s.offset;
+    float* vs = v + s.offset;
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < s.numel; ++i) {
+      p[i] *= decay;
+      ms[i] = b1 * ms[i] + (1.0f - b1) * g[i];
+      vs[i] = b2 * vs[i] + (1.0f - b2) * g[i] * g[i];
+      p[i] -= step_size * ms[i] / (std::sqrt(vs[i]) / bc2_sqrt + eps);
+    }
+  }
+}
+
+double global_norm(const float* grads, int64_t n) {
+  std::vector<double> partial(static_cast<size_t>(omp_get_max_threads()), 0.0);
+#pragma omp parallel
+  {
+    double s = 0.0;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(grads[i]) * grads[i];
+    partial[static_cast<size_t>(omp_get_thread_num())] = s;
+  }
+  double total = 0.0;
+  for (double s : partial) total += s;
+  return std::sqrt(total);
+}
+
+double clip_global_norm(float* grads, int64_t n, double max_norm) {
+  const double norm = global_norm(grads, n);
+  const double coef = max_norm / (norm + 1e-6);
+  if (max_norm > 0 && coef < 1.0) {
+    const auto c = static_cast<float>(coef);
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) grads[i] *= c;
+  }
+  return norm;
+}
+
+double Schedule::at(int64_t step) const {
+  if (warmup > 0 && step < warmup) return lr * static_cast<double>(step + 1) / warmup;
+  const double min_lr = lr * min_lr_ratio;
+  if (kind == "constant") return lr;
+  if (kind == "wsd") {
+    const auto decay_steps = static_cast<int64_t>(std::ceil(decay_fraction * total));
+    const int64_t decay_start = total - decay_steps;
+    if (step < decay_start || decay_steps == 0) return lr;
+    const double frac = static_cast<double>(step - decay_start + 1) / decay_steps;
+    return lr + (min_lr - lr) * std::min(1.0, frac);
+  }
+  const int64_t span = std::max<int64_t>(1, total - warmup);
+  const double frac = std::min(1.0, static_cast<double>(step - warmup) / span);
+  return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * frac));
+}
+
+void validate(const Schedule& s, const std::string& flag) {
+  if (s.kind != "cosine" && s.kind != "wsd" && s.kind != "constant") {
+    throw InputError(flag + ": expected cosine, wsd or constant, got '" + s.kind + "'");
+  }
+  if (!(s.lr > 0)) throw InputError("--lr: expected a number > 0");
+  if (s.min_lr_ratio < 0 || s.min_lr_ratio > 1) {
+    throw InputError("--min-lr-ratio: expected a number in [0, 1]");
+  }
+  if (s.decay_fraction < 0 || s.decay_fraction > 1) {
+    throw InputError("--decay-fraction: expected a number in [0, 1]");
+  }
+}
+
+}  // namespace anvil::optim

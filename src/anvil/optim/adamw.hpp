@@ -1,0 +1,58 @@
+// AdamW (decoupled weight decay, bias correction) over the flat parameter
+// arena, with the exact update order of torch.optim.AdamW so the two agree
+// step for step; global-norm gradient clipping; learning-rate schedules.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "anvil/model/params.hpp"
+#include "anvil/tensor/arena.hpp"
+
+namespace anvil::optim {
+
+struct AdamWConfig {
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;  // applied to parameters whose registry flag says so
+};
+
+class AdamW {
+ public:
+  AdamW(const model::ParamRegistry& registry, AdamWConfig config);
+  // One step at learning rate `lr`; `step` counts from 1 (bias correction).
+  void update(float* params, const float* grads, float lr, int64_t step);
+  // First and second moments, same offsets as the parameters.
+  float* exp_avg() { return reinterpret_cast<float*>(m_.base()); }
+  float* exp_avg_sq() { return reinterpret_cast<float*>(v_.base()); }
+  size_t state_bytes() const { return m_.capacity() + v_.capacity(); }
+  static size_t state_bytes_for(const model::ParamRegistry& registry);
+
+ private:
+  const model::ParamRegistry& registry_;
+  AdamWConfig config_;
+  tensor::Arena m_, v_;
+};
+
+// The L2 norm of all gradients (accumulated in double, deterministically).
+double global_norm(const float* grads, int64_t n);
+// Scales grads so their global norm is at most max_norm (as
+// torch.nn.utils.clip_grad_norm_ does); returns the norm before clipping.
+double clip_global_norm(float* grads, int64_t n, double max_norm);
+
+struct Schedule {
+  std::string kind = "cosine";  // cosine | wsd | constant
+  double lr = 3e-4;
+  double min_lr_ratio = 0.1;    // the final lr as a fraction of lr
+  int64_t warmup = 0;           // steps of linear warmup from 0
+  int64_t total = 1;            // steps in the run
+  double decay_fraction = 0.2;  // WSD: the final fraction of steps that decays
+  // The learning rate at `step` (0-based).
+  double at(int64_t step) const;
+};
+
+// Throws InputError naming `flag` for an unknown schedule.
+void validate(const Schedule& schedule, const std::string& flag);
+
+}  // namespace anvil::optim

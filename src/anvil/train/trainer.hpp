@@ -1,0 +1,57 @@
+// `anvil train`: the training loop. Reads tokens (token file or raw text),
+// builds the decoder and AdamW on planned memory, prints the memory plan,
+// then steps: micro-batches with gradient accumulation, global-norm clipping,
+// the learning-rate schedule, a live progress line and a JSONL metrics log,
+// periodic validation and checkpoints. Batches are a pure function of
+// (seed, step), so a resumed run continues the exact trajectory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "anvil/optim/adamw.hpp"
+
+namespace anvil::train {
+
+struct TrainOptions {
+  std::string config;                  // path to a model config JSON
+  std::vector<std::string> overrides;  // --set key=value
+  std::string data;                    // token file or text; empty: random tokens (benchmarks)
+  int64_t batch = 4;
+  int64_t seq = 0;  // 0: the config's seq_len
+  int64_t accum = 1;
+  int64_t steps = 100;
+  optim::Schedule schedule;
+  optim::AdamWConfig adamw;
+  double clip = 1.0;  // 0: off
+  uint64_t seed = 1234;
+  double val_fraction = 0.05;
+  int64_t val_every = 0;  // steps; 0: only at the end
+  int64_t val_batches = 8;
+  std::string out_dir;     // checkpoints and metrics; empty: none written
+  int64_t ckpt_every = 0;  // 0: only at the end (when out_dir is set)
+  int keep = 3;
+  std::string resume;      // checkpoint dir, run dir or "latest" (= out_dir)
+  int64_t log_every = 10;  // lines when stdout is not a terminal
+  double peak_gflops = 0;  // 0: measure a 2048^3 sgemm at start
+  bool quiet = false;
+};
+
+struct TrainResult {
+  std::vector<double> losses;  // per step run in this call
+  std::vector<double> step_seconds;
+  double val_loss = -1;
+  double tokens_per_second = 0;  // median over the steps after the first
+  double mfu = 0;                // at that median
+  double flops_per_token = 0;
+  double peak_gflops = 0;
+  size_t planned_bytes = 0;
+  size_t peak_rss_bytes = 0;
+  int64_t first_step = 0;
+  std::string last_checkpoint;
+};
+
+TrainResult run_training(const TrainOptions& options);
+
+}  // namespace anvil::train
