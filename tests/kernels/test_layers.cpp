@@ -1,0 +1,218 @@
+// Every layer's backward against central finite differences of its forward:
+// the objective is sum(out * R) for a fixed random R, so dL/dout = R.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "anvil/kernels/layers.hpp"
+
+namespace anvil::kernels {
+namespace {
+
+std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+double weighted_sum(const std::vector<float>& out, const std::vector<float>& r) {
+  double s = 0;
+  for (size_t i = 0; i < out.size(); ++i) s += static_cast<double>(out[i]) * r[i];
+  return s;
+}
+
+// Checks grad[i] against (L(x + h e_i) - L(x - h e_i)) / 2h at every index
+// (or a strided sample of them for large inputs).
+void expect_matches_finite_differences(const char* what, std::vector<float>& x,
+                                       const std::vector<float>& grad,
+                                       const std::function<double()>& objective, float h = 1e-2f,
+                                       double tol = 2e-2) {
+  ASSERT_EQ(x.size(), grad.size());
+  const size_t stride = std::max<size_t>(1, x.size() / 200);
+  double max_err = 0, max_grad = 0;
+  for (size_t i = 0; i < x.size(); i += stride) {
+    const float saved = x[i];
+    x[i] = saved + h;
+    const double up = objective();
+    x[i] = saved - h;
+    const double down = objective();
+    x[i] = saved;
+    const double numeric = (up - down) / (2.0 * h);
+    max_err = std::max(max_err, std::abs(numeric - grad[i]));
+    max_grad = std::max(max_grad, std::abs(static_cast<double>(grad[i])));
+  }
+  EXPECT_LE(max_err, tol * std::max(1.0, max_grad))
+      << what << ": max |numeric - analytic| " << max_err << " (max |grad| " << max_grad << ")";
+}
+
+TEST(LayerGradients, LayerNormMatchesFiniteDifferences) {
+  const int64_t N = 5, C = 24;
+  auto x = random_vector(N * C, 1), w = random_vector(C, 2), b = random_vector(C, 3);
+  const auto r = random_vector(N * C, 4);
+  std::vector<float> out(N * C), mean(N), rstd(N);
+  auto objective = [&] {
+    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                      1e-5f);
+    return weighted_sum(out, r);
+  };
+  objective();
+  std::vector<float> dx(N * C), dw(C), db(C);
+  layernorm_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), mean.data(),
+                     rstd.data(), N, C);
+  expect_matches_finite_differences("dx", x, dx, objective);
+  expect_matches_finite_differences("dweight", w, dw, objective);
+  expect_matches_finite_differences("dbias", b, db, objective);
+}
+
+TEST(LayerGradients, RmsNormMatchesFiniteDifferences) {
+  const int64_t N = 5, C = 24;
+  auto x = random_vector(N * C, 1), w = random_vector(C, 2);
+  const auto r = random_vector(N * C, 4);
+  std::vector<float> out(N * C), rstd(N);
+  auto objective = [&] {
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+    return weighted_sum(out, r);
+  };
+  objective();
+  std::vector<float> dx(N * C), dw(C);
+  rmsnorm_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), rstd.data(), N, C);
+  expect_matches_finite_differences("dx", x, dx, objective);
+  expect_matches_finite_differences("dweight", w, dw, objective);
+}
+
+TEST(LayerGradients, LinearMatchesFiniteDifferences) {
+  const int64_t N = 7, IC = 13, OC = 11;
+  auto x = random_vector(N * IC, 1), w = random_vector(OC * IC, 2), b = random_vector(OC, 3);
+  const auto r = random_vector(N * OC, 4);
+  std::vector<float> out(N * OC);
+  auto objective = [&] {
+    linear_forward(out.data(), x.data(), w.data(), b.data(), N, IC, OC);
+    return weighted_sum(out, r);
+  };
+  std::vector<float> dx(N * IC), dw(OC * IC), db(OC);
+  linear_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), N, IC, OC);
+  expect_matches_finite_differences("dx", x, dx, objective);
+  expect_matches_finite_differences("dweight", w, dw, objective);
+  expect_matches_finite_differences("dbias", b, db, objective);
+}
+
+TEST(LayerGradients, GeluAndSwigluMatchFiniteDifferences) {
+  const int64_t N = 4, F = 17;
+  auto x = random_vector(N * F, 1, 2.0f);
+  const auto r = random_vector(N * F, 2);
+  std::vector<float> out(N * F);
+  auto gelu = [&] {
+    gelu_forward(out.data(), x.data(), N * F);
+    return weighted_sum(out, r);
+  };
+  std::vector<float> dx(N * F);
+  gelu_backward(dx.data(), x.data(), r.data(), N * F);
+  expect_matches_finite_differences("gelu", x, dx, gelu, 1e-3f);
+
+  auto gu = random_vector(N * 2 * F, 3, 2.0f);
+  auto swiglu = [&] {
+    swiglu_forward(out.data(), gu.data(), N, F);
+    return weighted_sum(out, r);
+  };
+  std::vector<float> dgu(N * 2 * F);
+  swiglu_backward(dgu.data(), r.data(), gu.data(), N, F);
+  expect_matches_finite_differences("swiglu", gu, dgu, swiglu, 1e-3f);
+}
+
+TEST(LayerGradients, EmbeddingMatchesFiniteDifferences) {
+  const int64_t B = 2, T = 5, C = 6, V = 9;
+  auto wte = random_vector(V * C, 1), wpe = random_vector(T * C, 2);
+  const std::vector<int32_t> tokens = {3, 1, 3, 8, 0, 3, 3, 2, 1, 7};  // repeats accumulate
+  const auto r = random_vector(B * T * C, 3);
+  std::vector<float> out(B * T * C);
+  auto objective = [&] {
+    embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    return weighted_sum(out, r);
+  };
+  std::vector<float> dwte(V * C), dwpe(T * C);
+  embedding_backward(dwte.data(), dwpe.data(), r.data(), tokens.data(), B, T, C);
+  expect_matches_finite_differences("dwte", wte, dwte, objective);
+  expect_matches_finite_differences("dwpe", wpe, dwpe, objective);
+}
+
+TEST(LayerGradients, RopeBackwardIsTheInverseRotationsGradient) {
+  const int64_t N = 6, T = 3, H = 2, D = 8, stride = 2 * H * D;  // rows wider than the heads
+  for (int64_t rotary : {int64_t{8}, int64_t{4}}) {
+    auto x = random_vector(N * stride, 1);
+    const auto r = random_vector(N * stride, 2);
+    auto objective = [&] {
+      std::vector<float> y = x;
+      rope_forward(y.data(), N, T, 5, H, D, rotary, stride, 10000.0f);
+      return weighted_sum(y, r);
+    };
+    std::vector<float> dx = r;
+    rope_backward(dx.data(), N, T, 5, H, D, rotary, stride, 10000.0f);
+    expect_matches_finite_differences("rope", x, dx, objective);
+  }
+}
+
+TEST(LayerGradients, GroupedQueryAttentionMatchesFiniteDifferences) {
+  // T above the 64-key tile, so the online softmax crosses tiles.
+  const int64_t B = 2, T = 70, Hq = 4, Hkv = 2, D = 8, Q = (Hq + 2 * Hkv) * D;
+  auto qkv = random_vector(B * T * Q, 1);
+  const auto r = random_vector(B * T * Hq * D, 2);
+  std::vector<float> out(B * T * Hq * D), lse(B * Hq * T);
+  auto objective = [&] {
+    attention_forward(out.data(), lse.data(), qkv.data(), B, T, Hq, Hkv, D);
+    return weighted_sum(out, r);
+  };
+  objective();
+  std::vector<float> dqkv(B * T * Q);
+  attention_backward(dqkv.data(), r.data(), qkv.data(), out.data(), lse.data(), B, T, Hq, Hkv, D);
+  expect_matches_finite_differences("dqkv", qkv, dqkv, objective);
+}
+
+TEST(LayerGradients, AttentionIsCausalAndDecodeMatchesTheFullPass) {
+  const int64_t T = 70, Hq = 4, Hkv = 2, D = 8, Q = (Hq + 2 * Hkv) * D;
+  auto qkv = random_vector(T * Q, 1);
+  std::vector<float> out(T * Hq * D), lse(Hq * T);
+  attention_forward(out.data(), lse.data(), qkv.data(), 1, T, Hq, Hkv, D);
+  std::vector<float> kc(T * Hkv * D), vc(T * Hkv * D), one(Hq * D);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < Hkv * D; ++i) {
+      kc[t * Hkv * D + i] = qkv[t * Q + Hq * D + i];
+      vc[t * Hkv * D + i] = qkv[t * Q + (Hq + Hkv) * D + i];
+    }
+    attention_decode(one.data(), &qkv[t * Q], kc.data(), vc.data(), t + 1, Hq, Hkv, D);
+    for (int64_t i = 0; i < Hq * D; ++i) EXPECT_NEAR(one[i], out[t * Hq * D + i], 1e-5);
+  }
+  // Changing the last token's keys and values leaves earlier outputs alone.
+  std::vector<float> changed = qkv, out2(out.size());
+  for (int64_t i = Hq * D; i < Q; ++i) changed[(T - 1) * Q + i] += 1.0f;
+  attention_forward(out2.data(), lse.data(), changed.data(), 1, T, Hq, Hkv, D);
+  for (int64_t i = 0; i < (T - 1) * Hq * D; ++i) EXPECT_EQ(out2[i], out[i]);
+}
+
+TEST(LayerGradients, ClassifierLossMatchesFiniteDifferencesAcrossChunks) {
+  const int64_t N = 9, C = 6, V = 11, chunk = 4;
+  auto x = random_vector(N * C, 1), w = random_vector(V * C, 2);
+  const std::vector<int32_t> targets = {1, 0, -1, 10, 5, 5, -1, 3, 7};
+  std::vector<float> scratch(chunk * V);
+  auto objective = [&] {
+    int64_t scored = 0;
+    return classifier_loss(nullptr, nullptr, x.data(), w.data(), targets.data(), N, C, V,
+                           scratch.data(), chunk, &scored, 0.0f) /
+           7.0;
+  };
+  int64_t scored = 0;
+  std::vector<float> dx(N * C), dw(V * C);
+  const double loss = classifier_loss(dx.data(), dw.data(), x.data(), w.data(), targets.data(), N,
+                                      C, V, scratch.data(), chunk, &scored, 1.0f / 7.0f);
+  EXPECT_EQ(scored, 7);
+  EXPECT_NEAR(loss / 7.0, objective(), 1e-9);
+  expect_matches_finite_differences("dx", x, dx, objective, 1e-2f, 1e-2);
+  expect_matches_finite_differences("dweight", w, dw, objective, 1e-2f, 1e-2);
+}
+
+}  // namespace
+}  // namespace anvil::kernels

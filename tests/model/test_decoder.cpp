@@ -1,0 +1,173 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "anvil/base/error.hpp"
+#include "anvil/base/files.hpp"
+#include "anvil/ckpt/safetensors.hpp"
+#include "anvil/data/tokens.hpp"
+#include "anvil/model/config.hpp"
+#include "anvil/model/decoder.hpp"
+#include "anvil/optim/adamw.hpp"
+
+namespace anvil::model {
+namespace {
+
+ModelConfig preset(const std::string& name, std::vector<std::string> overrides = {}) {
+  return load_model_config(std::string(ANVIL_SOURCE_DIR) + "/configs/" + name + ".json", overrides);
+}
+
+TEST(Registry, Gpt2PresetHasHuggingFaceNamesAndTheGpt2ParameterCount) {
+  const auto r = decoder_registry(preset("gpt2-124m"));
+  // GPT-2 small with a 50304 vocabulary and 1024 positions: 124,475,904 parameters.
+  EXPECT_EQ(r.total(), 124475904);
+  EXPECT_EQ(r.get("model.layers.3.self_attn.q_proj.weight").shape,
+            (std::vector<int64_t>{768, 768}));
+  EXPECT_TRUE(r.get("model.layers.3.self_attn.q_proj.weight").weight_decay);
+  EXPECT_FALSE(r.get("model.layers.3.self_attn.q_proj.bias").weight_decay);
+  EXPECT_EQ(r.find("lm_head.weight"), nullptr);  // tied
+  EXPECT_EQ(to_string(r.get("model.norm.weight").sharding), "replicated");
+}
+
+TEST(Registry, FusedProjectionsAreContiguous) {
+  const auto r = decoder_registry(preset("llama-style"));
+  const auto& q = r.get("model.layers.0.self_attn.q_proj.weight");
+  const auto& k = r.get("model.layers.0.self_attn.k_proj.weight");
+  const auto& v = r.get("model.layers.0.self_attn.v_proj.weight");
+  EXPECT_EQ(k.offset, q.offset + q.numel);
+  EXPECT_EQ(v.offset, k.offset + k.numel);
+  const auto& gate = r.get("model.layers.0.mlp.gate_proj.weight");
+  EXPECT_EQ(r.get("model.layers.0.mlp.up_proj.weight").offset, gate.offset + gate.numel);
+  EXPECT_NE(r.find("lm_head.weight"), nullptr);
+  EXPECT_EQ(r.find("model.layers.0.self_attn.q_proj.bias"), nullptr);
+}
+
+TEST(Registry, InitDependsOnTheNameNotTheOrder) {
+  ParamRegistry a, b;
+  a.add("x", {4}, Init::normal, 1.0f);
+  a.add("y", {4}, Init::normal, 1.0f);
+  b.add("y", {4}, Init::normal, 1.0f);
+  b.add("x", {4}, Init::normal, 1.0f);
+  std::vector<float> pa(8), pb(8);
+  a.initialize(pa.data(), 9);
+  b.initialize(pb.data(), 9);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(pa[i], pb[4 + i]);
+    EXPECT_EQ(pa[4 + i], pb[i]);
+  }
+  EXPECT_THROW(a.add("x", {1}, Init::zeros), InputError);
+}
+
+TEST(Decoder, ArenasAreExactlyThePlan) {
+  const auto c = preset("gpt2-124m", {"n_layers=2", "vocab_size=300", "seq_len=64"});
+  Decoder d(c, 2, 64, true);
+  const auto p = Decoder::plan_for(c, 2, 64, true);
+  EXPECT_EQ(p.parameters, d.plan().parameters);
+  EXPECT_GE(p.parameters, static_cast<size_t>(d.registry().total()) * 4);
+  EXPECT_LT(p.parameters, static_cast<size_t>(d.registry().total()) * 4 + 64);
+  EXPECT_EQ(Decoder::plan_for(c, 2, 64, false).gradients, 0u);
+  EXPECT_LT(Decoder::plan_for(c, 2, 64, false).activations, p.activations);
+}
+
+TEST(Decoder, RejectsTokensOutsideTheVocabularyAndOversizedBatches) {
+  const auto c = preset("gpt2-124m", {"n_layers=1", "vocab_size=50", "seq_len=8", "d_model=32",
+                                      "n_heads=2", "n_kv_heads=2", "head_dim=16", "ffn_hidden=64"});
+  Decoder d(c, 1, 8, true);
+  std::vector<int32_t> tokens(8, 1), targets(8, 2);
+  int64_t scored = 0;
+  tokens[3] = 50;
+  EXPECT_THROW(d.forward(tokens.data(), targets.data(), 1, 8, &scored), InputError);
+  tokens[3] = 1;
+  EXPECT_THROW(d.forward(tokens.data(), targets.data(), 2, 8, &scored), InputError);
+  EXPECT_THROW(Decoder(c, 1, 9, true), InputError);
+}
+
+TEST(Decoder, ZayaLayersAreRefusedWithAClearError) {
+  EXPECT_THROW(decoder_registry(preset("zaya1-base")), InputError);
+}
+
+TEST(Decoder, FlopsPerTokenCountsSixPerWeightPlusAttention) {
+  const auto c = preset("gpt2-124m");
+  // 85M matrix weights + 38.6M classifier = 123.6M; 6x = 741.9 MFLOP, plus attention.
+  const double matmul = 12.0 * (768.0 * 2304 + 768.0 * 768 + 2 * 768.0 * 3072) + 50304.0 * 768;
+  EXPECT_NEAR(training_flops_per_token(c, 1), 6 * matmul + 3 * 12 * 4 * 768.0, 1.0);
+}
+
+TEST(Config, NewKeysAreValidated) {
+  EXPECT_THROW(preset("llama-style", {"rotary_dim=7"}), InputError);
+  EXPECT_THROW(preset("llama-style", {"rotary_dim=128"}), InputError);
+  EXPECT_THROW(preset("llama-style", {"norm_eps=0"}), InputError);
+  EXPECT_THROW(preset("gpt2-124m", {"bias=false"}), InputError);  // LayerNorm has a bias
+  const auto c = preset("llama-style", {"rope_theta=500000"});
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(parse_model_config(model_config_to_json(c), "round trip").rope_theta, 500000.0);
+}
+
+TEST(Safetensors, RoundTripsAndNamesTheFileOnBadInput) {
+  const std::string path = testing::TempDir() + "/t.safetensors";
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {-1.5f};
+  ckpt::write_safetensors(path, {{"a", {2, 3}, a.data()}, {"b", {1}, b.data()}}, {{"k", "v"}});
+  const auto f = ckpt::read_safetensors(path);
+  EXPECT_EQ(f.get("a", {2, 3}).data, a);
+  EXPECT_EQ(f.get("b", {1}).data, b);
+  EXPECT_EQ(f.metadata.at("k"), "v");
+  EXPECT_THROW(f.get("a", {3, 2}), InputError);
+  EXPECT_THROW(f.get("c", {1}), InputError);
+  write_file_atomic(path, std::string("\x05\0\0\0\0\0\0\0{bad}", 13));
+  EXPECT_THROW(ckpt::read_safetensors(path), InputError);
+}
+
+TEST(TokenFile, RoundTripsAndTextIsReadAsBytes) {
+  const std::string dir = testing::TempDir();
+  data::write_token_file(dir + "/t.tok", {0, 5, 65535, 7}, 65536);
+  data::TokenData t(dir + "/t.tok");
+  EXPECT_EQ(t.size(), 4);
+  EXPECT_EQ(t[2], 65535);
+  EXPECT_EQ(t.tokenizer(), "file");
+  data::write_token_file(dir + "/w.tok", {70000, 1}, 100000);  // needs 4-byte tokens
+  EXPECT_EQ(data::TokenData(dir + "/w.tok")[0], 70000);
+  write_file_atomic(dir + "/x.txt", "Hi!");
+  data::TokenData text(dir + "/x.txt");
+  EXPECT_EQ(text.tokenizer(), "bytes");
+  EXPECT_EQ(text.size(), 3);
+  EXPECT_EQ(text[1], 'i');
+  std::string broken(64 + 3, '\0');
+  broken.replace(0, 8, "ANVILTOK");
+  broken[8] = 1;
+  broken[12] = 2;
+  broken[24] = 2;  // says 2 tokens, holds 1.5
+  write_file_atomic(dir + "/b.tok", broken);
+  EXPECT_THROW(data::TokenData(dir + "/b.tok"), InputError);
+}
+
+TEST(Schedule, WarmupCosineAndWsd) {
+  optim::Schedule s;
+  s.lr = 1.0;
+  s.min_lr_ratio = 0.1;
+  s.warmup = 10;
+  s.total = 110;
+  EXPECT_DOUBLE_EQ(s.at(0), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(9), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(10), 1.0);
+  EXPECT_NEAR(s.at(60), 0.55, 1e-12);
+  EXPECT_NEAR(s.at(110), 0.1, 1e-12);
+  s.kind = "wsd";
+  s.decay_fraction = 0.2;  // decay over the last 22 steps
+  EXPECT_DOUBLE_EQ(s.at(87), 1.0);
+  EXPECT_NEAR(s.at(109), 0.1, 1e-12);
+  s.kind = "linear";
+  EXPECT_THROW(optim::validate(s, "--schedule"), InputError);
+}
+
+TEST(Clipping, ScalesToTheMaxNormLikeTorch) {
+  std::vector<float> g = {3, 4};
+  EXPECT_DOUBLE_EQ(optim::clip_global_norm(g.data(), 2, 1.0), 5.0);
+  EXPECT_NEAR(g[0], 0.6, 1e-6);
+  EXPECT_NEAR(g[1], 0.8, 1e-6);
+  std::vector<float> small = {0.3f, 0.4f};
+  optim::clip_global_norm(small.data(), 2, 1.0);
+  EXPECT_EQ(small[0], 0.3f);
+}
+
+}  // namespace
+}  // namespace anvil::model
