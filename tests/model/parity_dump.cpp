@@ -72,8 +72,9 @@ int main(int argc, char** argv) {
     const double l =
         model.forward_backward(tokens.data(), targets.data(), B, T, 1.0f / scored, &scored);
     losses.push_back(static_cast<float>(l / scored));
-    anvil::optim::clip_global_norm(model.grads(), model.registry().total(), 1.0);
-    adamw.update(model.params(), model.grads(), 1e-3f, step + 1);
+    const double norm = anvil::optim::global_norm(model.grads(), model.registry().total());
+    adamw.update(model.params(), model.grads(), 1e-3f, step + 1,
+                 anvil::optim::clip_coefficient(norm, 1.0));
   }
   results.push_back({"adamw_losses", {10}, losses.data()});
 

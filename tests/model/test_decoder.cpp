@@ -159,14 +159,20 @@ TEST(Schedule, WarmupCosineAndWsd) {
   EXPECT_THROW(optim::validate(s, "--schedule"), InputError);
 }
 
-TEST(Clipping, ScalesToTheMaxNormLikeTorch) {
+TEST(Clipping, CoefficientIsTorchsAndAdamWAppliesIt) {
   std::vector<float> g = {3, 4};
-  EXPECT_DOUBLE_EQ(optim::clip_global_norm(g.data(), 2, 1.0), 5.0);
-  EXPECT_NEAR(g[0], 0.6, 1e-6);
-  EXPECT_NEAR(g[1], 0.8, 1e-6);
-  std::vector<float> small = {0.3f, 0.4f};
-  optim::clip_global_norm(small.data(), 2, 1.0);
-  EXPECT_EQ(small[0], 0.3f);
+  EXPECT_DOUBLE_EQ(optim::global_norm(g.data(), 2), 5.0);
+  EXPECT_NEAR(optim::clip_coefficient(5.0, 1.0), 0.2, 1e-7);
+  EXPECT_EQ(optim::clip_coefficient(0.5, 1.0), 1.0f);
+  EXPECT_EQ(optim::clip_coefficient(5.0, 0.0), 1.0f);  // off
+  // One AdamW step with scaled gradients equals one with pre-scaled ones.
+  ParamRegistry r;
+  r.add("w", {2}, Init::zeros, 0.0f, true);
+  optim::AdamW a(r, {}), b(r, {});
+  std::vector<float> pa = {1, 1}, pb = {1, 1}, scaled = {0.6f, 0.8f};
+  a.update(pa.data(), g.data(), 0.1f, 1, 0.2f);
+  b.update(pb.data(), scaled.data(), 0.1f, 1);
+  EXPECT_EQ(pa, pb);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "anvil/kernels/fast_math.hpp"
 #include "anvil/kernels/gemm.hpp"
 #include "anvil/kernels/layers.hpp"
 
@@ -222,7 +223,7 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
     const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    out[i] = 0.5f * x * (1.0f + std::tanh(u));
+    out[i] = 0.5f * x * (1.0f + fast_tanh(u));
   }
 }
 
@@ -231,7 +232,7 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) 
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
     const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    const float t = std::tanh(u);
+    const float t = fast_tanh(u);
     const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
     dinp[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
   }
@@ -244,7 +245,7 @@ void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F) {
     const float* u = g + F;
     float* o = out + n * F;
 #pragma omp simd
-    for (int64_t i = 0; i < F; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    for (int64_t i = 0; i < F; ++i) o[i] = g[i] * fast_sigmoid(g[i]) * u[i];
   }
 }
 
@@ -258,7 +259,7 @@ void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N
     float* du = dg + F;
 #pragma omp simd
     for (int64_t i = 0; i < F; ++i) {
-      const float sig = 1.0f / (1.0f + std::exp(-g[i]));
+      const float sig = fast_sigmoid(g[i]);
       const float silu = g[i] * sig;
       du[i] += d[i] * silu;
       dg[i] += d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "anvil/kernels/fast_math.hpp"
 #include "anvil/kernels/gemm.hpp"
 #include "anvil/kernels/layers.hpp"
 
@@ -23,12 +24,13 @@ double classifier_loss(float* dx, float* dweight, const float* x, const float* w
       float* logits = scratch + r * V;
       const int32_t target = targets[r0 + r];
       float maxv = logits[0];
+#pragma omp simd reduction(max : maxv)
       for (int64_t j = 1; j < V; ++j) maxv = std::max(maxv, logits[j]);
       const float target_logit = target >= 0 ? logits[target] - maxv : 0.0f;
       float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j < V; ++j) {
-        logits[j] = std::exp(logits[j] - maxv);
+        logits[j] = fast_exp(logits[j] - maxv);
         sum += logits[j];
       }
       if (target < 0) {

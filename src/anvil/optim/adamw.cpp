@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -19,7 +20,7 @@ AdamW::AdamW(const model::ParamRegistry& registry, AdamWConfig config)
       m_("adamw.exp_avg", static_cast<size_t>(registry.total()) * sizeof(float)),
       v_("adamw.exp_avg_sq", static_cast<size_t>(registry.total()) * sizeof(float)) {}
 
-void AdamW::update(float* params, const float* grads, float lr, int64_t step) {
+void AdamW::update(float* params, const float* grads, float lr, int64_t step, float grad_scale) {
   const float b1 = config_.beta1, b2 = config_.beta2, eps = config_.eps;
   const float bc1 = 1.0f - std::pow(b1, static_cast<float>(step));
   const float bc2_sqrt = std::sqrt(1.0f - std::pow(b2, static_cast<float>(step)));
@@ -34,9 +35,10 @@ void AdamW::update(float* params, const float* grads, float lr, int64_t step) {
     float* vs = v + s.offset;
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < s.numel; ++i) {
+      const float gi = g[i] * grad_scale;
       p[i] *= decay;
-      ms[i] = b1 * ms[i] + (1.0f - b1) * g[i];
-      vs[i] = b2 * vs[i] + (1.0f - b2) * g[i] * g[i];
+      ms[i] = b1 * ms[i] + (1.0f - b1) * gi;
+      vs[i] = b2 * vs[i] + (1.0f - b2) * gi * gi;
       p[i] -= step_size * ms[i] / (std::sqrt(vs[i]) / bc2_sqrt + eps);
     }
   }
@@ -46,25 +48,23 @@ double global_norm(const float* grads, int64_t n) {
   std::vector<double> partial(static_cast<size_t>(omp_get_max_threads()), 0.0);
 #pragma omp parallel
   {
+    // A fixed slice per thread and a fixed vector order inside it: the same
+    // bits on every run with the same thread count.
+    const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+    const int64_t begin = n * id / nt, end = n * (id + 1) / nt;
     double s = 0.0;
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(grads[i]) * grads[i];
-    partial[static_cast<size_t>(omp_get_thread_num())] = s;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = begin; i < end; ++i) s += static_cast<double>(grads[i]) * grads[i];
+    partial[static_cast<size_t>(id)] = s;
   }
   double total = 0.0;
   for (double s : partial) total += s;
   return std::sqrt(total);
 }
 
-double clip_global_norm(float* grads, int64_t n, double max_norm) {
-  const double norm = global_norm(grads, n);
-  const double coef = max_norm / (norm + 1e-6);
-  if (max_norm > 0 && coef < 1.0) {
-    const auto c = static_cast<float>(coef);
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) grads[i] *= c;
-  }
-  return norm;
+float clip_coefficient(double norm, double max_norm) {
+  if (max_norm <= 0) return 1.0f;
+  return static_cast<float>(std::min(1.0, max_norm / (norm + 1e-6)));
 }
 
 double Schedule::at(int64_t step) const {

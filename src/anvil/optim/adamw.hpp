@@ -22,7 +22,9 @@ class AdamW {
  public:
   AdamW(const model::ParamRegistry& registry, AdamWConfig config);
   // One step at learning rate `lr`; `step` counts from 1 (bias correction).
-  void update(float* params, const float* grads, float lr, int64_t step);
+  // The gradients are multiplied by `grad_scale` as they are read (gradient
+  // clipping without a separate pass over them).
+  void update(float* params, const float* grads, float lr, int64_t step, float grad_scale = 1.0f);
   // First and second moments, same offsets as the parameters.
   float* exp_avg() { return reinterpret_cast<float*>(m_.base()); }
   float* exp_avg_sq() { return reinterpret_cast<float*>(v_.base()); }
@@ -37,9 +39,10 @@ class AdamW {
 
 // The L2 norm of all gradients (accumulated in double, deterministically).
 double global_norm(const float* grads, int64_t n);
-// Scales grads so their global norm is at most max_norm (as
-// torch.nn.utils.clip_grad_norm_ does); returns the norm before clipping.
-double clip_global_norm(float* grads, int64_t n, double max_norm);
+// The factor torch.nn.utils.clip_grad_norm_ scales gradients by so their
+// global norm is at most max_norm: min(1, max_norm / (norm + 1e-6)); 1 when
+// max_norm <= 0 (clipping off).
+float clip_coefficient(double norm, double max_norm);
 
 struct Schedule {
   std::string kind = "cosine";  // cosine | wsd | constant

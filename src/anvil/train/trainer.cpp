@@ -255,9 +255,10 @@ TrainResult run_training(const TrainOptions& o) {
       scored_total += scored;
     }
     const double loss = loss_sum / static_cast<double>(scored_total);
-    const double norm = optim::clip_global_norm(model.grads(), model.registry().total(), o.clip);
+    const double norm = optim::global_norm(model.grads(), model.registry().total());
     const double lr = o.schedule.at(step);
-    adamw.update(model.params(), model.grads(), static_cast<float>(lr), step + 1);
+    adamw.update(model.params(), model.grads(), static_cast<float>(lr), step + 1,
+                 optim::clip_coefficient(norm, o.clip));
     const double dt = now() - t0;
     result.losses.push_back(loss);
     result.step_seconds.push_back(dt);

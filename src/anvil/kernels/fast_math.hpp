@@ -1,0 +1,43 @@
+// exp, tanh and sigmoid written so that GCC vectorises loops calling them
+// (no libm call inside the loop): exp(x) = 2^k * p(r) with r = x - k ln2 in
+// [-ln2/2, ln2/2] and p a degree-6 Taylor polynomial, relative error < 2e-7
+// over the clamped range. Used by GELU, SiLU, softmax and attention, where
+// libm's scalar expf/tanhf measured ~10% of a GPT-2 training step.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace anvil::kernels {
+
+#pragma omp declare simd
+inline float fast_exp(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  // Round to nearest by the 1.5 * 2^23 trick: a plain add the vectoriser
+  // keeps in registers (roundf is a libm call unless -ffast-math).
+  const float k = (x * 1.4426950408889634f + 12582912.0f) - 12582912.0f;
+  // ln2 split in two for an exact k*ln2 subtraction.
+  const float r = (x - k * 0.693145751953125f) - k * 1.428606765330187e-06f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+#pragma omp declare simd
+inline float fast_tanh(float x) {
+  const float e = fast_exp(2.0f * x);
+  return 1.0f - 2.0f / (e + 1.0f);
+}
+
+#pragma omp declare simd
+inline float fast_sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
+
+}  // namespace anvil::kernels
