@@ -10,6 +10,8 @@ packages=(
   libopenmpi-dev openmpi-bin
   nlohmann-json3-dev libcli11-dev
   libgtest-dev
+  python3-torch            # the PyTorch reference in the parity tests and the training baseline
+  bible-kjv                # public-domain English text for the training demo (`bible` prints it)
 )
 
 missing=()

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Training throughput of anvil vs PyTorch (Debian python3-torch) on gpt2-124m,
+# B=4, T=64 and T=256, 2 threads, the same OpenBLAS core type for both,
+# interleaved run by run. Prints a table and writes bench/results/train_throughput.json.
+# Usage: bench/train_throughput.sh [RUNS (default 3)] [ANVIL_STEPS (default 8)] [TORCH_STEPS (default 3)]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${1:-3}
+anvil_steps=${2:-8}
+torch_steps=${3:-3}
+anvil=build/anvil
+[ -x "$anvil" ] || scripts/build.sh
+python=/usr/bin/python3
+"$python" -c "import torch" 2>/dev/null || { echo "python3-torch is missing: run scripts/install-deps.sh" >&2; exit 1; }
+export OMP_NUM_THREADS=2
+# The core type anvil picks from CPUID; PyTorch's OpenBLAS gets the same.
+coretype=$("$anvil" hw --json | "$python" -c "import json,sys; print(json.load(sys.stdin)['blas']['corename'])")
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+for T in 64 256; do
+  for r in $(seq 1 "$runs"); do
+    echo "T=$T run $r/$runs: anvil ($anvil_steps steps)" >&2
+    "$anvil" train --config configs/gpt2-124m.json -B 4 -T "$T" --steps "$anvil_steps" \
+      --json-out "$out/anvil-$T-$r.json" > /dev/null
+    echo "T=$T run $r/$runs: pytorch ($torch_steps steps, OPENBLAS_CORETYPE=$coretype)" >&2
+    OPENBLAS_CORETYPE=$coretype "$python" bench/torch_train_gpt2.py -B 4 -T "$T" \
+      --steps "$torch_steps" --threads 2 > "$out/torch-$T-$r.json"
+  done
+done
+mkdir -p bench/results
+"$python" - "$out" "$runs" "$coretype" <<'PY'
+import json, statistics, sys, os
+out, runs, coretype = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+rows = []
+print(f"gpt2-124m, B=4, 2 threads, OpenBLAS core type {coretype}; medians of {runs} runs")
+print(f"{'T':>4} {'anvil tok/s':>12} {'anvil MFU':>10} {'torch tok/s':>12} {'torch MFU':>10} {'anvil/torch':>12} {'anvil/llm.c*':>13}")
+llmc = {64: 41.0}  # llm.c train_gpt2.c, B=4 T=64, 2 threads, as measured in issue 4 (not in this run)
+for T in (64, 256):
+    a = [json.load(open(f"{out}/anvil-{T}-{r}.json")) for r in range(1, runs + 1)]
+    t = [json.load(open(f"{out}/torch-{T}-{r}.json")) for r in range(1, runs + 1)]
+    atps = statistics.median(x["tokens_per_second"] for x in a)
+    amfu = statistics.median(x["mfu"] for x in a)
+    peak = statistics.median(x["peak_gflops"] for x in a)
+    fpt = a[0]["flops_per_token"]
+    ttps = statistics.median(x["tokens_per_second"] for x in t)
+    tmfu = ttps * fpt / (peak * 1e9)
+    ratio_llmc = f"{atps / llmc[T]:.1f}x" if T in llmc else "-"
+    print(f"{T:>4} {atps:>12.1f} {100*amfu:>9.1f}% {ttps:>12.1f} {100*tmfu:>9.1f}% {atps/ttps:>11.1f}x {ratio_llmc:>13}")
+    rows.append({"T": T, "anvil_tokens_per_s": atps, "anvil_mfu": amfu, "torch_tokens_per_s": ttps,
+                 "torch_mfu": tmfu, "ratio": atps / ttps, "peak_gflops": peak,
+                 "anvil_runs": [x["tokens_per_second"] for x in a],
+                 "torch_runs": [x["tokens_per_second"] for x in t],
+                 "peak_rss_bytes": statistics.median(x["peak_rss_bytes"] for x in a),
+                 "planned_bytes": a[0]["planned_bytes"]})
+print("* llm.c is not in Debian and this machine has no network: its 41 tok/s (B=4, T=64) is the")
+print("  figure measured on this machine type in issue 4, not a measurement from this run.")
+print("MFU: model FLOPs (6 per weight + attention) per second over the sgemm peak anvil measured at start.")
+json.dump({"coretype": coretype, "runs": runs, "rows": rows}, open("bench/results/train_throughput.json", "w"), indent=2)
+PY
