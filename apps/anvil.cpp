@@ -346,8 +346,11 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   train
       ->add_option("--peak-gflops", topt.peak_gflops,
-                   "sgemm peak for MFU (default: measured at start)")
+                   "GEMM peak for MFU (default: a 2048^3 GEMM in --precision, measured at start)")
       ->check(CLI::NonNegativeNumber);
+  train->add_option("--precision", topt.precision,
+                    "fp32, or bf16: bf16 GEMM inputs with fp32 accumulation, master weights and "
+                    "gradients (AVX512_BF16 via oneDNN)");
   train->add_option("--json-out", train_json_out,
                     "Write a JSON summary (losses, tokens/s, MFU, RSS)");
 
@@ -500,7 +503,8 @@ int main(int argc, char** argv) {
       });
       std::cout << "\n";
       std::cerr << r.tokens.size() << " tokens at " << static_cast<int>(r.tokens_per_second)
-                << " tokens/s\n";
+                << " tokens/s" << (r.capped ? " (stopped at the model's context length)" : "")
+                << "\n";
       return 0;
     }
     if (*tokenize) {

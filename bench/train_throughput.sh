@@ -2,12 +2,16 @@
 # Training throughput of anvil vs PyTorch (Debian python3-torch) on gpt2-124m,
 # B=4, T=64 and T=256, 2 threads, the same OpenBLAS core type for both,
 # interleaved run by run. Prints a table and writes bench/results/train_throughput.json.
-# Usage: bench/train_throughput.sh [RUNS (default 3)] [ANVIL_STEPS (default 8)] [TORCH_STEPS (default 3)]
+# PyTorch also runs once per shape with OPENBLAS_CORETYPE=Prescott: the kernels
+# Debian's OpenBLAS falls back to on CPUs it does not know (the Intel model 207
+# of DESIGN.md, where issue 4 measured PyTorch at ~23 tokens/s); 0 skips it.
+# Usage: bench/train_throughput.sh [RUNS (default 3)] [ANVIL_STEPS (default 8)] [TORCH_STEPS (default 3)] [PRESCOTT_RUNS (default 1)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-3}
 anvil_steps=${2:-8}
 torch_steps=${3:-3}
+prescott_runs=${4:-1}
 anvil=build/anvil
 [ -x "$anvil" ] || scripts/build.sh
 python=/usr/bin/python3
@@ -26,6 +30,11 @@ for T in 64 256; do
     OPENBLAS_CORETYPE=$coretype "$python" bench/torch_train_gpt2.py -B 4 -T "$T" \
       --steps "$torch_steps" --threads 2 > "$out/torch-$T-$r.json"
   done
+  for r in $(seq 1 "$prescott_runs"); do
+    echo "T=$T run $r/$prescott_runs: pytorch (1 step, OPENBLAS_CORETYPE=Prescott)" >&2
+    OPENBLAS_CORETYPE=Prescott "$python" bench/torch_train_gpt2.py -B 4 -T "$T" \
+      --steps 1 --threads 2 > "$out/prescott-$T-$r.json"
+  done
 done
 mkdir -p bench/results
 "$python" - "$out" "$runs" "$coretype" <<'PY'
@@ -33,7 +42,7 @@ import json, statistics, sys, os
 out, runs, coretype = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 rows = []
 print(f"gpt2-124m, B=4, 2 threads, OpenBLAS core type {coretype}; medians of {runs} runs")
-print(f"{'T':>4} {'anvil tok/s':>12} {'anvil MFU':>10} {'torch tok/s':>12} {'torch MFU':>10} {'anvil/torch':>12} {'anvil/llm.c*':>13}")
+print(f"{'T':>4} {'anvil tok/s':>12} {'anvil MFU':>10} {'torch tok/s':>12} {'torch MFU':>10} {'anvil/torch':>12} {'torch-Prescott tok/s':>21} {'anvil/torch-Prescott':>21} {'anvil/llm.c*':>13}")
 llmc = {64: 41.0}  # llm.c train_gpt2.c, B=4 T=64, 2 threads, as measured in issue 4 (not in this run)
 for T in (64, 256):
     a = [json.load(open(f"{out}/anvil-{T}-{r}.json")) for r in range(1, runs + 1)]
@@ -45,11 +54,15 @@ for T in (64, 256):
     ttps = statistics.median(x["tokens_per_second"] for x in t)
     tmfu = ttps * fpt / (peak * 1e9)
     ratio_llmc = f"{atps / llmc[T]:.1f}x" if T in llmc else "-"
-    print(f"{T:>4} {atps:>12.1f} {100*amfu:>9.1f}% {ttps:>12.1f} {100*tmfu:>9.1f}% {atps/ttps:>11.1f}x {ratio_llmc:>13}")
+    pres = [json.load(open(f"{out}/{n}")) for n in sorted(os.listdir(out))
+            if n.startswith(f"prescott-{T}-")]
+    ptps = statistics.median(x["tokens_per_second"] for x in pres) if pres else float("nan")
+    print(f"{T:>4} {atps:>12.1f} {100*amfu:>9.1f}% {ttps:>12.1f} {100*tmfu:>9.1f}% {atps/ttps:>11.1f}x {ptps:>21.1f} {atps/ptps:>20.1f}x {ratio_llmc:>13}")
     rows.append({"T": T, "anvil_tokens_per_s": atps, "anvil_mfu": amfu, "torch_tokens_per_s": ttps,
                  "torch_mfu": tmfu, "ratio": atps / ttps, "peak_gflops": peak,
                  "anvil_runs": [x["tokens_per_second"] for x in a],
                  "torch_runs": [x["tokens_per_second"] for x in t],
+                 "torch_prescott_runs": [x["tokens_per_second"] for x in pres],
                  "peak_rss_bytes": statistics.median(x["peak_rss_bytes"] for x in a),
                  "planned_bytes": a[0]["planned_bytes"]})
 print("* llm.c is not in Debian and this machine has no network: its 41 tok/s (B=4, T=64) is the")

@@ -214,5 +214,50 @@ TEST(LayerGradients, ClassifierLossMatchesFiniteDifferencesAcrossChunks) {
   expect_matches_finite_differences("dweight", w, dw, objective, 1e-2f, 1e-2);
 }
 
+// The bf16 path must compute exactly the fp32 product of bf16-rounded
+// inputs (fp32 accumulation), so it is compared with that, not with a
+// tolerance for rounding.
+std::vector<float> rounded_to_bf16(const std::vector<float>& v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = to_float(to_bf16(v[i]));
+  return r;
+}
+
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, static_cast<double>(std::abs(a[i] - b[i])));
+    scale = std::max(scale, static_cast<double>(std::abs(b[i])));
+  }
+  EXPECT_LE(worst, 1e-5 * scale) << what;
+}
+
+TEST(MixedPrecision, Bf16LinearIsTheFp32ProductOfBf16RoundedInputs) {
+  const int64_t N = 37, IC = 70, OC = 45;
+  const auto x = random_vector(N * IC, 1), w = random_vector(OC * IC, 2),
+             d = random_vector(N * OC, 3);
+  std::vector<bf16> w16(OC * IC), a(N * std::max(IC, OC)), b(N * std::max(IC, OC));
+  convert_to_bf16(w16.data(), w.data(), OC * IC);
+  for (int64_t i = 0; i < OC * IC; ++i) EXPECT_EQ(w16[i].bits, to_bf16(w[i]).bits);
+  Bf16Scratch scratch{a.data(), b.data(), static_cast<int64_t>(a.size())};
+  const auto xr = rounded_to_bf16(x), wr = rounded_to_bf16(w), dr = rounded_to_bf16(d);
+  std::vector<float> ref(N * OC), y16(N * OC);
+  linear_forward(ref.data(), xr.data(), wr.data(), nullptr, N, IC, OC);
+  linear_forward(y16.data(), x.data(), MatmulWeight(w.data(), w16.data()), nullptr, N, IC, OC,
+                 &scratch);
+  expect_close(y16, ref, "forward");
+  std::vector<float> dx_ref(N * IC), dw_ref(OC * IC), dx16(N * IC), dw16(OC * IC);
+  linear_backward(dx_ref.data(), dw_ref.data(), nullptr, dr.data(), xr.data(), wr.data(), N, IC,
+                  OC);
+  linear_backward(dx16.data(), dw16.data(), nullptr, d.data(), x.data(),
+                  MatmulWeight(w.data(), w16.data()), N, IC, OC, &scratch);
+  expect_close(dx16, dx_ref, "dinp");
+  expect_close(dw16, dw_ref, "dweight");
+  Bf16Scratch small{a.data(), b.data(), 10};
+  EXPECT_THROW(linear_forward(y16.data(), x.data(), MatmulWeight(w.data(), w16.data()), nullptr, N,
+                              IC, OC, &small),
+               std::logic_error);
+}
+
 }  // namespace
 }  // namespace anvil::kernels

@@ -53,6 +53,35 @@ TEST(Trainer, SameSeedGivesIdenticalLossesAndLossGoesDown) {
   EXPECT_GT(a.val_loss, 0);
 }
 
+TEST(Trainer, Bf16MatmulsTrainCloseToFp32AndResumeExactly) {
+  auto o = tiny("");
+  const auto fp32 = run_training(o);
+  o.precision = "bf16";
+  const auto bf16 = run_training(o);
+  ASSERT_EQ(bf16.losses.size(), fp32.losses.size());
+  for (size_t i = 0; i < fp32.losses.size(); ++i) EXPECT_NEAR(bf16.losses[i], fp32.losses[i], 0.05);
+  EXPECT_LT(bf16.losses.back(), bf16.losses.front());
+  // Resume in bf16 is exact too: the bf16 copy is rebuilt from the fp32 masters.
+  const std::string dir = testing::TempDir() + "/resume_bf16";
+  fs::remove_all(dir);
+  auto first = o;
+  first.out_dir = dir;
+  first.steps = 5;
+  const auto a = run_training(first);
+  auto second = o;
+  second.out_dir = dir;
+  second.resume = "latest";
+  const auto b = run_training(second);
+  std::vector<double> joined = a.losses;
+  joined.insert(joined.end(), b.losses.begin(), b.losses.end());
+  EXPECT_EQ(joined, bf16.losses);
+  auto mismatched = o;
+  mismatched.out_dir = dir;
+  mismatched.resume = "latest";
+  mismatched.precision = "fp32";
+  EXPECT_THROW(run_training(mismatched), InputError);
+}
+
 TEST(Trainer, ResumeContinuesTheExactTrajectory) {
   const std::string dir = testing::TempDir() + "/resume_run";
   fs::remove_all(dir);

@@ -63,6 +63,7 @@ GenerateResult generate(const GenerateOptions& o, const std::function<void(int32
     throw InputError("--prompt: " + std::to_string(prompt.size()) +
                      " tokens leave no room in the context of " + std::to_string(config.seq_len));
   }
+  r.capped = static_cast<int64_t>(prompt.size()) + o.max_new > config.seq_len;
   model::Decoder model(config, 1, 1, /*training=*/false);
   ckpt::load_checkpoint(dir, model.registry(), model.params(), nullptr, nullptr);
   model.start_decode(total);

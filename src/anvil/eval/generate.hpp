@@ -25,6 +25,7 @@ struct GenerateResult {
   std::string text;             // decoded when the tokenizer is bytes
   std::string tokenizer;
   double tokens_per_second = 0;
+  bool capped = false;  // the context (seq_len) ended generation before max_new
 };
 
 // `on_token` (may be empty) sees each new token as it is sampled.

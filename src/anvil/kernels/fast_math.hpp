@@ -38,6 +38,8 @@ inline float fast_tanh(float x) {
 }
 
 #pragma omp declare simd
-inline float fast_sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
+inline float fast_sigmoid(float x) {
+  return 1.0f / (1.0f + fast_exp(-x));
+}
 
 }  // namespace anvil::kernels

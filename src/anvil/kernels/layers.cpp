@@ -2,7 +2,12 @@
 // Attention and the classifier loss live in attention.cpp and loss.cpp.
 #include <omp.h>
 
+#include <immintrin.h>
+
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "anvil/kernels/fast_math.hpp"
@@ -182,9 +187,41 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
   sums.add_to(dweight, 0);
 }
 
-void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
-                    int64_t IC, int64_t OC) {
-  gemm(false, true, N, OC, IC, 1.0f, inp, IC, weight, IC, 0.0f, out, OC);
+void convert_to_bf16(bf16* dst, const float* src, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i0 = 0; i0 < n; i0 += 4096) {
+    const int64_t i1 = std::min(n, i0 + 4096);
+    int64_t i = i0;
+#if defined(__AVX512BF16__)
+    for (; i + 16 <= i1; i += 16) {
+      const __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + i));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), reinterpret_cast<const __m256i&>(v));
+    }
+#endif
+    for (; i < i1; ++i) dst[i] = to_bf16(src[i]);
+  }
+}
+
+namespace {
+
+void check_scratch(const Bf16Scratch* s, int64_t need) {
+  if (s == nullptr || s->capacity < need) {
+    throw std::logic_error("bf16 matmul: scratch of " + std::to_string(s ? s->capacity : 0) +
+                           " elements, need " + std::to_string(need));
+  }
+}
+
+}  // namespace
+
+void linear_forward(float* out, const float* inp, MatmulWeight weight, const float* bias, int64_t N,
+                    int64_t IC, int64_t OC, Bf16Scratch* scratch) {
+  if (weight.bf16_copy != nullptr) {
+    check_scratch(scratch, N * IC);
+    convert_to_bf16(scratch->a, inp, N * IC);
+    gemm(false, true, N, OC, IC, 1.0f, scratch->a, IC, weight.bf16_copy, IC, 0.0f, out, OC);
+  } else {
+    gemm(false, true, N, OC, IC, 1.0f, inp, IC, weight.f32, IC, 0.0f, out, OC);
+  }
   if (bias == nullptr) return;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
@@ -195,9 +232,21 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
 }
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t N, int64_t IC, int64_t OC) {
-  if (dinp != nullptr) gemm(false, false, N, IC, OC, 1.0f, dout, OC, weight, IC, 1.0f, dinp, IC);
-  gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+                     MatmulWeight weight, int64_t N, int64_t IC, int64_t OC, Bf16Scratch* scratch) {
+  if (weight.bf16_copy != nullptr) {
+    check_scratch(scratch, std::max(N * IC, N * OC));
+    convert_to_bf16(scratch->b, dout, N * OC);
+    convert_to_bf16(scratch->a, inp, N * IC);
+    if (dinp != nullptr) {
+      gemm(false, false, N, IC, OC, 1.0f, scratch->b, OC, weight.bf16_copy, IC, 1.0f, dinp, IC);
+    }
+    gemm(true, false, OC, IC, N, 1.0f, scratch->b, OC, scratch->a, IC, 1.0f, dweight, IC);
+  } else {
+    if (dinp != nullptr) {
+      gemm(false, false, N, IC, OC, 1.0f, dout, OC, weight.f32, IC, 1.0f, dinp, IC);
+    }
+    gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+  }
   if (dbias == nullptr) return;
   PartialSums sums(OC, 1);
 #pragma omp parallel

@@ -10,7 +10,28 @@
 
 #include <cstdint>
 
+#include "anvil/base/bf16.hpp"
+
 namespace anvil::kernels {
+
+// A matrix-multiply weight: fp32, and optionally its bf16 copy. With the copy
+// (mixed precision) the GEMM takes bf16 inputs — the activation side is
+// converted into Bf16Scratch on the fly — and accumulates in fp32; gradients
+// stay fp32. Without it everything is fp32.
+struct MatmulWeight {
+  MatmulWeight(const float* w) : f32(w) {}  // NOLINT: fp32 is the plain case
+  MatmulWeight(const float* w, const bf16* low) : f32(w), bf16_copy(low) {}
+  const float* f32;
+  const bf16* bf16_copy = nullptr;
+};
+struct Bf16Scratch {
+  bf16* a = nullptr;     // the converted input rows
+  bf16* b = nullptr;     // the converted output gradient rows
+  int64_t capacity = 0;  // elements in each
+};
+
+// dst = bf16(src), round to nearest even; vectorised with AVX512_BF16 where built for it.
+void convert_to_bf16(bf16* dst, const float* src, int64_t n);
 
 // ---- embedding: out[n, :] = wte[tok[n], :] (+ wpe[n % T, :] when wpe) ----
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
@@ -31,11 +52,13 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
                       const float* weight, const float* rstd, int64_t N, int64_t C);
 
 // ---- linear: out[N, OC] = inp[N, IC] W^T (+ bias), W is [OC, IC] (PyTorch layout) ----
-void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
-                    int64_t IC, int64_t OC);
+// `scratch` is needed only when the weight has a bf16 copy.
+void linear_forward(float* out, const float* inp, MatmulWeight weight, const float* bias,
+                    int64_t N, int64_t IC, int64_t OC, Bf16Scratch* scratch = nullptr);
 // dinp may be null (first layer); dbias may be null (no bias).
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t N, int64_t IC, int64_t OC);
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, MatmulWeight weight, int64_t N, int64_t IC, int64_t OC,
+                     Bf16Scratch* scratch = nullptr);
 
 // ---- activations ----
 // GELU, tanh approximation (GPT-2's "gelu_new").
@@ -77,8 +100,9 @@ void attention_decode(float* out, const float* q, const float* kcache, const flo
 // time (scratch: chunk * V floats). When dx is non-null the gradient of the
 // mean loss is produced in the same pass: dx += dlogits W, dW += dlogits^T x.
 // Returns the summed loss (not the mean) and writes the count of scored rows.
-double classifier_loss(float* dx, float* dweight, const float* x, const float* weight,
+double classifier_loss(float* dx, float* dweight, const float* x, MatmulWeight weight,
                        const int32_t* targets, int64_t N, int64_t C, int64_t V, float* scratch,
-                       int64_t chunk, int64_t* scored, float grad_scale);
+                       int64_t chunk, int64_t* scored, float grad_scale,
+                       Bf16Scratch* low = nullptr);
 
 }  // namespace anvil::kernels

@@ -1,7 +1,9 @@
 // The classifier and the softmax cross-entropy fused, chunked over rows: the
 // [rows, V] logits exist for one chunk at a time and turn into their own
 // gradient in place, so a 50k vocabulary costs chunk*V floats, not N*V.
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 #include "anvil/kernels/fast_math.hpp"
@@ -10,15 +12,24 @@
 
 namespace anvil::kernels {
 
-double classifier_loss(float* dx, float* dweight, const float* x, const float* weight,
+double classifier_loss(float* dx, float* dweight, const float* x, MatmulWeight weight,
                        const int32_t* targets, int64_t N, int64_t C, int64_t V, float* scratch,
-                       int64_t chunk, int64_t* scored, float grad_scale) {
+                       int64_t chunk, int64_t* scored, float grad_scale, Bf16Scratch* low) {
+  const bool mixed = weight.bf16_copy != nullptr;
+  if (mixed && (low == nullptr || low->capacity < std::min(chunk, N) * std::max(C, V))) {
+    throw std::logic_error("classifier_loss: bf16 scratch too small");
+  }
   double total = 0.0;
   int64_t count = 0;
   std::vector<double> row_loss(static_cast<size_t>(chunk));
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int64_t rows = std::min(chunk, N - r0);
-    gemm(false, true, rows, V, C, 1.0f, x + r0 * C, C, weight, C, 0.0f, scratch, V);
+    if (mixed) {
+      convert_to_bf16(low->a, x + r0 * C, rows * C);
+      gemm(false, true, rows, V, C, 1.0f, low->a, C, weight.bf16_copy, C, 0.0f, scratch, V);
+    } else {
+      gemm(false, true, rows, V, C, 1.0f, x + r0 * C, C, weight.f32, C, 0.0f, scratch, V);
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       float* logits = scratch + r * V;
@@ -53,8 +64,12 @@ double classifier_loss(float* dx, float* dweight, const float* x, const float* w
       total += row_loss[r];
       ++count;
     }
-    if (dx != nullptr) {
-      gemm(false, false, rows, C, V, 1.0f, scratch, V, weight, C, 1.0f, dx + r0 * C, C);
+    if (dx != nullptr && mixed) {
+      convert_to_bf16(low->b, scratch, rows * V);
+      gemm(false, false, rows, C, V, 1.0f, low->b, V, weight.bf16_copy, C, 1.0f, dx + r0 * C, C);
+      gemm(true, false, V, C, rows, 1.0f, low->b, V, low->a, C, 1.0f, dweight, C);
+    } else if (dx != nullptr) {
+      gemm(false, false, rows, C, V, 1.0f, scratch, V, weight.f32, C, 1.0f, dx + r0 * C, C);
       gemm(true, false, V, C, rows, 1.0f, scratch, V, x + r0 * C, C, 1.0f, dweight, C);
     }
   }

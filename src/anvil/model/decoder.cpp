@@ -127,7 +127,31 @@ void layout_activations(Take take, int64_t L, int64_t N, int64_t BHT, int64_t C,
 
 }  // namespace
 
-MemoryPlan Decoder::plan_for(const ModelConfig& c, int64_t B, int64_t T, bool training) {
+Precision parse_precision(const std::string& text, const std::string& flag) {
+  if (text == "fp32") return Precision::fp32;
+  if (text == "bf16") return Precision::bf16;
+  throw InputError(flag + ": expected fp32 or bf16, got '" + text + "'");
+}
+
+std::string to_string(Precision precision) {
+  return precision == Precision::bf16 ? "bf16" : "fp32";
+}
+
+namespace {
+
+// Elements in each of the two bf16 conversion buffers: the widest linear
+// input or output over N rows, or a classifier chunk.
+int64_t bf16_scratch_elements(const ModelConfig& c, int64_t N, int64_t chunk) {
+  const int64_t Q = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim;
+  const int64_t F2 = c.mlp == "swiglu" ? 2 * c.ffn_hidden : c.ffn_hidden;
+  const int64_t width = std::max({c.d_model, Q, c.n_heads * c.head_dim, F2});
+  return std::max(N * width, std::min(N, chunk) * std::max(c.d_model, c.vocab_size));
+}
+
+}  // namespace
+
+MemoryPlan Decoder::plan_for(const ModelConfig& c, int64_t B, int64_t T, bool training,
+                             Precision precision) {
   const ParamRegistry r = decoder_registry(c);
   MemoryPlan p;
   p.parameters = tensor::Arena::rounded(static_cast<size_t>(r.total()) * sizeof(float));
@@ -146,16 +170,24 @@ MemoryPlan Decoder::plan_for(const ModelConfig& c, int64_t B, int64_t T, bool tr
       c.n_layers, N, B* c.n_heads* T, c.d_model, Q, c.n_heads* c.head_dim, c.ffn_hidden, F2,
       c.vocab_size, kLossChunk, training, &x, &layers, &rest);
   p.activations = bytes;
+  if (precision == Precision::bf16) {
+    p.low_precision =
+        tensor::Arena::rounded(static_cast<size_t>(r.total()) * sizeof(bf16)) +
+        2 * tensor::Arena::rounded(static_cast<size_t>(bf16_scratch_elements(c, N, kLossChunk)) *
+                                   sizeof(bf16));
+  }
   return p;
 }
 
-Decoder::Decoder(const ModelConfig& config, int64_t B, int64_t T, bool training)
+Decoder::Decoder(const ModelConfig& config, int64_t B, int64_t T, bool training,
+                 Precision precision)
     : config_(config),
       registry_(decoder_registry(config)),
-      plan_(plan_for(config, B, T, training)),
+      plan_(plan_for(config, B, T, training, precision)),
       B_(B),
       T_(T),
-      training_(training) {
+      training_(training),
+      precision_(precision) {
   if (T > config.seq_len) {
     throw InputError("sequence length " + std::to_string(T) + " exceeds the config's seq_len " +
                      std::to_string(config.seq_len));
@@ -193,6 +225,24 @@ Decoder::Decoder(const ModelConfig& config, int64_t B, int64_t T, bool training)
   d_fch_ = rest[8];
   d_fca_ = rest[9];
   d_lnf_ = rest[10];
+  if (precision == Precision::bf16) {
+    low_ = tensor::Arena("bf16 weights and scratch", plan_.low_precision);
+    weights_bf16_ = static_cast<bf16*>(low_.take_bytes(registry_.total() * sizeof(bf16)));
+    scratch_.capacity = bf16_scratch_elements(config, B * T, loss_chunk_);
+    scratch_.a = static_cast<bf16*>(low_.take_bytes(scratch_.capacity * sizeof(bf16)));
+    scratch_.b = static_cast<bf16*>(low_.take_bytes(scratch_.capacity * sizeof(bf16)));
+  }
+}
+
+kernels::MatmulWeight Decoder::matmul_weight(const float* w) const {
+  if (weights_bf16_ == nullptr) return {w};
+  return {w, weights_bf16_ + (w - params_.f())};
+}
+
+void Decoder::refresh_low_precision() {
+  if (weights_bf16_ == nullptr || !low_stale_) return;
+  kernels::convert_to_bf16(weights_bf16_, params_.f(), registry_.total());
+  low_stale_ = false;
 }
 
 const float* Decoder::param(const std::string& name, const float* base) const {
@@ -257,6 +307,7 @@ void Decoder::run_forward(const int32_t* tokens, int64_t B, int64_t T) {
     }
   }
   const int64_t N = B * T;
+  refresh_low_precision();
   const float* P = params_.f();
   kernels::embedding_forward(x_[0], tokens, param("model.embed_tokens.weight", P),
                              param("model.embed_positions.weight", P), B, T, C_);
@@ -265,22 +316,23 @@ void Decoder::run_forward(const int32_t* tokens, int64_t B, int64_t T) {
     const Layer p = layer_params(l);
     const LayerActs& a = acts_by_layer_[l];
     norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_[l], p.ln1_w, p.ln1_b, N);
-    kernels::linear_forward(a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C_, Q_);
+    kernels::linear_forward(a.qkv, a.ln1, matmul_weight(p.qkv_w), p.qkv_b, N, C_, Q_, &scratch_);
     if (config_.position == "rope") {
       kernels::rope_forward(a.qkv, N, T, 0, Hq_, D_, rotary_, Q_, theta);
       kernels::rope_forward(a.qkv + Hq_ * D_, N, T, 0, Hkv_, D_, rotary_, Q_, theta);
     }
     kernels::attention_forward(a.att, a.lse, a.qkv, B, T, Hq_, Hkv_, D_);
-    kernels::linear_forward(a.mid, a.att, p.o_w, p.o_b, N, Hq_ * D_, C_);
+    kernels::linear_forward(a.mid, a.att, matmul_weight(p.o_w), p.o_b, N, Hq_ * D_, C_, &scratch_);
     kernels::residual_forward(a.mid, a.mid, x_[l], N * C_);
     norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, p.ln2_w, p.ln2_b, N);
-    kernels::linear_forward(a.fch, a.ln2, p.up_w, p.up_b, N, C_, F2_);
+    kernels::linear_forward(a.fch, a.ln2, matmul_weight(p.up_w), p.up_b, N, C_, F2_, &scratch_);
     if (config_.mlp == "swiglu") {
       kernels::swiglu_forward(a.fca, a.fch, N, F_);
     } else {
       kernels::gelu_forward(a.fca, a.fch, N * F_);
     }
-    kernels::linear_forward(x_[l + 1], a.fca, p.down_w, p.down_b, N, F_, C_);
+    kernels::linear_forward(x_[l + 1], a.fca, matmul_weight(p.down_w), p.down_b, N, F_, C_,
+                            &scratch_);
     kernels::residual_forward(x_[l + 1], x_[l + 1], a.mid, N * C_);
   }
   norm_forward(lnf_, lnf_mean_, lnf_rstd_, x_[L_], param("model.norm.weight", P),
@@ -290,8 +342,9 @@ void Decoder::run_forward(const int32_t* tokens, int64_t B, int64_t T) {
 double Decoder::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
                         int64_t* scored) {
   run_forward(tokens, B, T);
-  return kernels::classifier_loss(nullptr, nullptr, lnf_, classifier_weight(params_.f()), targets,
-                                  B * T, C_, V_, loss_scratch_, loss_chunk_, scored, 0.0f);
+  return kernels::classifier_loss(nullptr, nullptr, lnf_,
+                                  matmul_weight(classifier_weight(params_.f())), targets, B * T, C_,
+                                  V_, loss_scratch_, loss_chunk_, scored, 0.0f, &scratch_);
 }
 
 double Decoder::forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B,
@@ -326,8 +379,8 @@ void Decoder::run_backward(const int32_t* tokens, int64_t B, int64_t T) {
     const LayerActs& a = acts_by_layer_[l];
     // x[l+1] = mid + down(act(up(norm2(mid))))
     zero(d_fca_, N * F_);
-    kernels::linear_backward(d_fca_, mut(g.down_w), mut(g.down_b), d_res_, a.fca, p.down_w, N, F_,
-                             C_);
+    kernels::linear_backward(d_fca_, mut(g.down_w), mut(g.down_b), d_res_, a.fca,
+                             matmul_weight(p.down_w), N, F_, C_, &scratch_);
     zero(d_fch_, N * F2_);
     if (config_.mlp == "swiglu") {
       kernels::swiglu_backward(d_fch_, d_fca_, a.fch, N, F_);
@@ -335,12 +388,14 @@ void Decoder::run_backward(const int32_t* tokens, int64_t B, int64_t T) {
       kernels::gelu_backward(d_fch_, a.fch, d_fca_, N * F_);
     }
     zero(d_ln_, N * C_);
-    kernels::linear_backward(d_ln_, mut(g.up_w), mut(g.up_b), d_fch_, a.ln2, p.up_w, N, C_, F2_);
+    kernels::linear_backward(d_ln_, mut(g.up_w), mut(g.up_b), d_fch_, a.ln2, matmul_weight(p.up_w),
+                             N, C_, F2_, &scratch_);
     norm_backward(d_res_, mut(g.ln2_w), mut(g.ln2_b), d_ln_, a.mid, p.ln2_w, a.ln2_mean, a.ln2_rstd,
                   N);
     // mid = x[l] + o(attention(rope(qkv(norm1(x[l])))))
     zero(d_att_, N * Hq_ * D_);
-    kernels::linear_backward(d_att_, mut(g.o_w), mut(g.o_b), d_res_, a.att, p.o_w, N, Hq_ * D_, C_);
+    kernels::linear_backward(d_att_, mut(g.o_w), mut(g.o_b), d_res_, a.att, matmul_weight(p.o_w), N,
+                             Hq_ * D_, C_, &scratch_);
     zero(d_qkv_, N * Q_);
     kernels::attention_backward(d_qkv_, d_att_, a.qkv, a.att, a.lse, B, T, Hq_, Hkv_, D_);
     if (config_.position == "rope") {
@@ -348,7 +403,8 @@ void Decoder::run_backward(const int32_t* tokens, int64_t B, int64_t T) {
       kernels::rope_backward(d_qkv_ + Hq_ * D_, N, T, 0, Hkv_, D_, rotary_, Q_, theta);
     }
     zero(d_ln_, N * C_);
-    kernels::linear_backward(d_ln_, mut(g.qkv_w), mut(g.qkv_b), d_qkv_, a.ln1, p.qkv_w, N, C_, Q_);
+    kernels::linear_backward(d_ln_, mut(g.qkv_w), mut(g.qkv_b), d_qkv_, a.ln1,
+                             matmul_weight(p.qkv_w), N, C_, Q_, &scratch_);
     norm_backward(d_res_, mut(g.ln1_w), mut(g.ln1_b), d_ln_, x_[l], p.ln1_w, a.ln1_mean, a.ln1_rstd,
                   N);
   }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "anvil/kernels/layers.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/params.hpp"
 #include "anvil/tensor/arena.hpp"
@@ -23,24 +24,39 @@ ParamRegistry decoder_registry(const ModelConfig& config);
 // included, embedding lookups not) plus causal attention's QK^T and PV.
 double training_flops_per_token(const ModelConfig& config, int64_t T);
 
+// How the decoder's matrix multiplies run: fp32 throughout, or bf16 inputs
+// with fp32 accumulation (fp32 master weights, fp32 gradients; a bf16 copy
+// of the weights is refreshed whenever params() was handed out).
+enum class Precision { fp32, bf16 };
+Precision parse_precision(const std::string& text, const std::string& flag);
+std::string to_string(Precision precision);
+
 struct MemoryPlan {
   size_t parameters = 0;
   size_t gradients = 0;
   size_t activations = 0;
+  size_t low_precision = 0;  // bf16 weight copy and conversion scratch (bf16 only)
 };
 
 class Decoder {
  public:
   // B x T: the largest micro-batch forward() will see. training=false skips
   // the gradient arena and the activations backward needs beyond one chunk.
-  Decoder(const ModelConfig& config, int64_t B, int64_t T, bool training);
+  Decoder(const ModelConfig& config, int64_t B, int64_t T, bool training,
+          Precision precision = Precision::fp32);
 
   const ModelConfig& config() const { return config_; }
   const ParamRegistry& registry() const { return registry_; }
-  float* params() { return params_.f(); }
+  // Mutable access marks the bf16 weight copy stale (refreshed on the next forward).
+  float* params() {
+    low_stale_ = true;
+    return params_.f();
+  }
+  Precision precision() const { return precision_; }
   float* grads() { return grads_.f(); }
   const MemoryPlan& plan() const { return plan_; }
-  static MemoryPlan plan_for(const ModelConfig& config, int64_t B, int64_t T, bool training);
+  static MemoryPlan plan_for(const ModelConfig& config, int64_t B, int64_t T, bool training,
+                             Precision precision = Precision::fp32);
 
   void zero_grads();
   // Forward over tokens [B, T]. With targets (-1 = not scored) returns the
@@ -70,6 +86,8 @@ class Decoder {
         *fca;
   };
   Layer layer(int64_t l, const float* base) const;
+  kernels::MatmulWeight matmul_weight(const float* w) const;
+  void refresh_low_precision();
   Layer layer_params(int64_t l) const { return layer(l, params_.f()); }
   Layer layer_grads(int64_t l) { return layer(l, grads_.f()); }
   const float* param(const std::string& name, const float* base) const;
@@ -92,6 +110,11 @@ class Decoder {
   int64_t B_, T_;
   int64_t C_, Hq_, Hkv_, D_, Q_, F_, F2_, V_, L_, rotary_;
   bool training_;
+  Precision precision_;
+  tensor::Arena low_;  // bf16 weight copy + conversion scratch
+  bf16* weights_bf16_ = nullptr;
+  kernels::Bf16Scratch scratch_;
+  bool low_stale_ = true;
   Buffer params_, grads_;
   tensor::Arena acts_;
   std::vector<float*> x_;  // residual stream before each layer, and after the last

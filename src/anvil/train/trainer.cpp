@@ -37,14 +37,21 @@ extern "C" void on_stop_signal(int) {
   g_stop.store(true);
 }
 
-// The sgemm rate MFU is measured against: best of a few 2048^3 products.
-double measure_peak_gflops() {
+// The GEMM rate MFU is measured against: best of a few 2048^3 products in
+// the precision the matrix multiplies run in (fp32, or bf16 inputs).
+double measure_peak_gflops(model::Precision precision) {
   const int64_t n = 2048;
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  std::vector<bf16> a16(precision == model::Precision::bf16 ? n * n : 0, to_bf16(0.5f));
+  std::vector<bf16> b16(a16.size(), to_bf16(0.25f));
   double best = 1e30;
   for (int i = 0; i < 4; ++i) {
     const double t0 = now();
-    kernels::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    if (precision == model::Precision::bf16) {
+      kernels::gemm(false, false, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f, c.data(), n);
+    } else {
+      kernels::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    }
     best = std::min(best, now() - t0);
   }
   return 2.0 * n * n * n / best / 1e9;
@@ -134,14 +141,16 @@ TrainResult run_training(const TrainOptions& o) {
   optim::validate(o.schedule, "--schedule");
   Batches batches(o.data, config.vocab_size, o.seed, T, o.val_fraction);
 
+  const model::Precision precision = model::parse_precision(o.precision, "--precision");
   TrainResult result;
-  result.peak_gflops = o.peak_gflops > 0 ? o.peak_gflops : measure_peak_gflops();
+  result.peak_gflops = o.peak_gflops > 0 ? o.peak_gflops : measure_peak_gflops(precision);
   result.flops_per_token = model::training_flops_per_token(config, T);
 
-  model::Decoder model(config, B, T, /*training=*/true);
+  model::Decoder model(config, B, T, /*training=*/true, precision);
   optim::AdamW adamw(model.registry(), o.adamw);
   const auto& plan = model.plan();
-  result.planned_bytes = plan.parameters + plan.gradients + adamw.state_bytes() + plan.activations;
+  result.planned_bytes = plan.parameters + plan.gradients + adamw.state_bytes() + plan.activations +
+                         plan.low_precision;
   const bool tty = ::isatty(STDOUT_FILENO) != 0;
   if (!o.quiet) {
     std::printf("model %s: %s parameters (%lld tensors), batch %lldx%lld, accum %lld\n",
@@ -154,9 +163,9 @@ TrainResult run_training(const TrainOptions& o) {
         human_bytes(adamw.state_bytes()).c_str(), human_bytes(plan.activations).c_str(),
         human_bytes(result.planned_bytes).c_str());
     std::printf(
-        "data: %s (%s); MFU against a measured sgemm peak of %.1f GFLOP/s; %.3f GFLOP/token\n",
+        "data: %s (%s); MFU against a measured %s GEMM peak of %.1f GFLOP/s; %.3f GFLOP/token\n",
         o.data.empty() ? "random tokens" : o.data.c_str(), batches.tokenizer().c_str(),
-        result.peak_gflops, result.flops_per_token / 1e9);
+        o.precision.c_str(), result.peak_gflops, result.flops_per_token / 1e9);
     std::fflush(stdout);
   }
 
@@ -172,10 +181,12 @@ TrainResult run_training(const TrainOptions& o) {
                        o.config + " with the given --set overrides");
     }
     if (state.at("seed").get<uint64_t>() != o.seed || state.at("batch").get<int64_t>() != B ||
-        state.at("seq").get<int64_t>() != T || state.at("accum").get<int64_t>() != o.accum) {
-      throw InputError("--resume " + resume_from +
-                       ": seed, batch, seq and accum must match the checkpoint's to continue its "
-                       "trajectory");
+        state.at("seq").get<int64_t>() != T || state.at("accum").get<int64_t>() != o.accum ||
+        state.value("precision", "fp32") != o.precision) {
+      throw InputError(
+          "--resume " + resume_from +
+          ": seed, batch, seq, accum and precision must match the checkpoint's to continue its "
+          "trajectory");
     }
     ckpt::load_checkpoint(resume_from, model.registry(), model.params(), adamw.exp_avg(),
                           adamw.exp_avg_sq());
@@ -203,6 +214,7 @@ TrainResult run_training(const TrainOptions& o) {
               {"batch", B},
               {"seq", T},
               {"accum", o.accum},
+              {"precision", o.precision},
               {"data", o.data},
               {"tokenizer", batches.tokenizer()},
               {"schedule",
