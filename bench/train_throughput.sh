@@ -23,9 +23,11 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for T in 64 256; do
   for r in $(seq 1 "$runs"); do
-    echo "T=$T run $r/$runs: anvil ($anvil_steps steps)" >&2
-    "$anvil" train --config configs/gpt2-124m.json -B 4 -T "$T" --steps "$anvil_steps" \
-      --json-out "$out/anvil-$T-$r.json" > /dev/null
+    for p in fp32 bf16; do
+      echo "T=$T run $r/$runs: anvil $p ($anvil_steps steps)" >&2
+      "$anvil" train --config configs/gpt2-124m.json -B 4 -T "$T" --steps "$anvil_steps" \
+        --precision $p --json-out "$out/anvil-$p-$T-$r.json" > /dev/null
+    done
     echo "T=$T run $r/$runs: pytorch ($torch_steps steps, OPENBLAS_CORETYPE=$coretype)" >&2
     OPENBLAS_CORETYPE=$coretype "$python" bench/torch_train_gpt2.py -B 4 -T "$T" \
       --steps "$torch_steps" --threads 2 > "$out/torch-$T-$r.json"
@@ -42,31 +44,33 @@ import json, statistics, sys, os
 out, runs, coretype = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 rows = []
 print(f"gpt2-124m, B=4, 2 threads, OpenBLAS core type {coretype}; medians of {runs} runs")
-print(f"{'T':>4} {'anvil tok/s':>12} {'anvil MFU':>10} {'torch tok/s':>12} {'torch MFU':>10} {'anvil/torch':>12} {'torch-Prescott tok/s':>21} {'anvil/torch-Prescott':>21} {'anvil/llm.c*':>13}")
+print(f"{'T':>4} {'precision':>9} {'anvil tok/s':>12} {'MFU':>6} {'torch tok/s':>12} {'anvil/torch':>12} {'torch-Prescott tok/s':>21} {'anvil/torch-Prescott':>21} {'anvil/llm.c*':>13} {'RSS/plan':>9}")
 llmc = {64: 41.0}  # llm.c train_gpt2.c, B=4 T=64, 2 threads, as measured in issue 4 (not in this run)
 for T in (64, 256):
-    a = [json.load(open(f"{out}/anvil-{T}-{r}.json")) for r in range(1, runs + 1)]
     t = [json.load(open(f"{out}/torch-{T}-{r}.json")) for r in range(1, runs + 1)]
-    atps = statistics.median(x["tokens_per_second"] for x in a)
-    amfu = statistics.median(x["mfu"] for x in a)
-    peak = statistics.median(x["peak_gflops"] for x in a)
-    fpt = a[0]["flops_per_token"]
     ttps = statistics.median(x["tokens_per_second"] for x in t)
-    tmfu = ttps * fpt / (peak * 1e9)
-    ratio_llmc = f"{atps / llmc[T]:.1f}x" if T in llmc else "-"
     pres = [json.load(open(f"{out}/{n}")) for n in sorted(os.listdir(out))
             if n.startswith(f"prescott-{T}-")]
     ptps = statistics.median(x["tokens_per_second"] for x in pres) if pres else float("nan")
-    print(f"{T:>4} {atps:>12.1f} {100*amfu:>9.1f}% {ttps:>12.1f} {100*tmfu:>9.1f}% {atps/ttps:>11.1f}x {ptps:>21.1f} {atps/ptps:>20.1f}x {ratio_llmc:>13}")
-    rows.append({"T": T, "anvil_tokens_per_s": atps, "anvil_mfu": amfu, "torch_tokens_per_s": ttps,
-                 "torch_mfu": tmfu, "ratio": atps / ttps, "peak_gflops": peak,
-                 "anvil_runs": [x["tokens_per_second"] for x in a],
-                 "torch_runs": [x["tokens_per_second"] for x in t],
-                 "torch_prescott_runs": [x["tokens_per_second"] for x in pres],
-                 "peak_rss_bytes": statistics.median(x["peak_rss_bytes"] for x in a),
-                 "planned_bytes": a[0]["planned_bytes"]})
+    for p in ("fp32", "bf16"):
+        a = [json.load(open(f"{out}/anvil-{p}-{T}-{r}.json")) for r in range(1, runs + 1)]
+        atps = statistics.median(x["tokens_per_second"] for x in a)
+        amfu = statistics.median(x["mfu"] for x in a)
+        peak = statistics.median(x["peak_gflops"] for x in a)
+        rss = statistics.median(x["peak_rss_bytes"] / x["planned_bytes"] for x in a)
+        ratio_llmc = f"{atps / llmc[T]:.1f}x" if T in llmc else "-"
+        print(f"{T:>4} {p:>9} {atps:>12.1f} {100*amfu:>5.1f}% {ttps:>12.1f} {atps/ttps:>11.1f}x "
+              f"{ptps:>21.1f} {atps/ptps:>20.1f}x {ratio_llmc:>13} {rss:>9.3f}")
+        rows.append({"T": T, "precision": p, "anvil_tokens_per_s": atps, "anvil_mfu": amfu,
+                     "peak_gflops": peak, "torch_tokens_per_s": ttps, "ratio": atps / ttps,
+                     "torch_prescott_tokens_per_s": ptps,
+                     "anvil_runs": [x["tokens_per_second"] for x in a],
+                     "torch_runs": [x["tokens_per_second"] for x in t],
+                     "torch_prescott_runs": [x["tokens_per_second"] for x in pres],
+                     "peak_rss_over_plan": rss, "planned_bytes": a[0]["planned_bytes"]})
 print("* llm.c is not in Debian and this machine has no network: its 41 tok/s (B=4, T=64) is the")
 print("  figure measured on this machine type in issue 4, not a measurement from this run.")
-print("MFU: model FLOPs (6 per weight + attention) per second over the sgemm peak anvil measured at start.")
+print("MFU: model FLOPs (6 per weight + attention) per second over the 2048^3 GEMM peak anvil measured")
+print("at start in the same precision (fp32 sgemm; bf16-input GEMM for bf16). torch runs fp32.")
 json.dump({"coretype": coretype, "runs": runs, "rows": rows}, open("bench/results/train_throughput.json", "w"), indent=2)
 PY

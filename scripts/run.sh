@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Quick start: install what is missing, build, and run the main job on its
-# default: describe the machine, then a short GEMM benchmark with baselines.
+# default: describe the machine, train a small byte-level decoder on the King
+# James Bible for ~3 minutes (checkpoints in runs/quickstart), and sample
+# from it. Extra arguments go to `anvil train` (e.g. --steps 300 --precision bf16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
 build/anvil hw
 echo
-build/anvil bench gemm --sizes 256,1024,2048
+scripts/kjv-text.sh
+build/anvil train --config configs/byte-small.json --data data/kjv.txt -B 16 -T 256 \
+  --steps 150 --lr 2e-3 --warmup 20 --val-every 50 --out runs/quickstart "$@"
+echo
+build/anvil generate --checkpoint runs/quickstart --prompt "And it came to pass" --max-new 200
