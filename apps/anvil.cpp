@@ -27,6 +27,8 @@
 #include "anvil/data/tokens.hpp"
 #include "anvil/eval/generate.hpp"
 #include "anvil/kernels/blas.hpp"
+#include "anvil/model/config.hpp"
+#include "anvil/model/param_count.hpp"
 #include "anvil/plan/hw_profile.hpp"
 #include "anvil/train/trainer.hpp"
 
@@ -369,6 +371,17 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   gen->add_option("--seed", genopt.seed, "Sampling seed");
 
+  // anvil size
+  auto* size_cmd =
+      app.add_subcommand("size", "Count a config's parameters: total and active, per component");
+  std::string size_config;
+  std::vector<std::string> size_overrides;
+  bool size_json = false;
+  size_cmd->add_option("--config", size_config, "Model config JSON (configs/*.json)")->required();
+  size_cmd->add_option("--set", size_overrides,
+                       "Override a config key: --set key=value (repeatable)");
+  size_cmd->add_flag("--json", size_json, "Print JSON instead of the table");
+
   // anvil data tokenize
   auto* data_cmd = app.add_subcommand("data", "Training data");
   data_cmd->require_subcommand(1);
@@ -394,7 +407,7 @@ int main(int argc, char** argv) {
         const std::string where = *bench ? "anvil bench" : *data_cmd ? "anvil data" : "anvil";
         const std::string expected = *bench      ? "gemm, membw, comm"
                                      : *data_cmd ? "tokenize"
-                                                 : "hw, bench, train, generate, data";
+                                                 : "hw, bench, train, generate, size, data";
         msg = rest.empty()
                   ? where + ": expected a command (" + expected + ")"
                   : where + ": unknown command '" + rest.front() + "' (expected " + expected + ")";
@@ -505,6 +518,12 @@ int main(int argc, char** argv) {
       std::cerr << r.tokens.size() << " tokens at " << static_cast<int>(r.tokens_per_second)
                 << " tokens/s" << (r.capped ? " (stopped at the model's context length)" : "")
                 << "\n";
+      return 0;
+    }
+    if (*size_cmd) {
+      const auto count = anvil::model::count_parameters(
+          anvil::model::load_model_config(size_config, size_overrides));
+      std::cout << (size_json ? count.to_json() : count.text());
       return 0;
     }
     if (*tokenize) {

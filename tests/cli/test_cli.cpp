@@ -59,6 +59,59 @@ TEST(Cli, RejectsBadFlagsAndValuesWithOneLineAndStatus2) {
   expect_usage_error("frobnicate", "frobnicate");
 }
 
+TEST(Cli, TrainGenerateAndSizeRejectBadInputWithOneLine) {
+  const std::string cfg = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/gpt2-tiny.json";
+  expect_usage_error("train", "--config");
+  expect_usage_error("train --config /nonexistent.json", "/nonexistent.json");
+  expect_usage_error("train --config " + cfg + " --set d_model=0", "d_model");
+  expect_usage_error("train --config " + cfg + " --set colour=blue", "colour");
+  expect_usage_error("train --config " + cfg + " --seq 71", "--seq");
+  expect_usage_error("train --config " + cfg + " --schedule linear", "--schedule");
+  expect_usage_error("train --config " + cfg + " --precision fp8", "--precision");
+  expect_usage_error("train --config " + cfg + " --data /nonexistent.txt", "/nonexistent.txt");
+  expect_usage_error("train --config " + cfg + " --steps 0", "--steps");
+  expect_usage_error("train --config " + cfg + " --resume /nonexistent-run", "/nonexistent-run");
+  expect_usage_error("generate --checkpoint /nonexistent-run --prompt hi", "/nonexistent-run");
+  expect_usage_error("size --config /nonexistent.json", "/nonexistent.json");
+  expect_usage_error("data tokenize --text /nonexistent.txt --out x.tok", "/nonexistent.txt");
+  expect_usage_error("data frobnicate", "frobnicate");
+}
+
+TEST(Cli, TrainsOnTextCheckpointsAndGenerates) {
+  const std::string dir = testing::TempDir() + "/cli_train";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream text(dir + "/text.txt");
+    for (int i = 0; i < 300; ++i)
+      text << "the quick brown fox jumps over the lazy dog " << i << "\n";
+  }
+  const std::string cfg = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/gpt2-tiny.json";
+  const CliRun t = anvil("train --config " + cfg + " --set vocab_size=256 --data " + dir +
+                             "/text.txt -B 2 -T 32 --steps 6 --peak-gflops 1 --out " + dir +
+                             "/run --json-out " + dir + "/summary.json",
+                         false);
+  ASSERT_EQ(t.status, 0) << t.out;
+  EXPECT_NE(t.out.find("memory plan: parameters"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("step 6/6"), std::string::npos) << t.out;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/run/step-00000006/model.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/run/step-00000006/optimizer.safetensors"));
+  std::ifstream metrics(dir + "/run/metrics.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(metrics, line); ++lines) {
+    EXPECT_TRUE(nlohmann::json::parse(line).contains("loss"));
+  }
+  EXPECT_EQ(lines, 6);
+  const auto summary = nlohmann::json::parse(std::ifstream(dir + "/summary.json"));
+  EXPECT_EQ(summary["losses"].size(), 6u);
+  const CliRun g = anvil("generate --checkpoint " + dir + "/run --prompt the --max-new 10", false);
+  ASSERT_EQ(g.status, 0);
+  EXPECT_EQ(g.out.size(), std::string("the").size() + 10 + 1);  // prompt, 10 bytes, newline
+  const CliRun s = anvil("size --config " + cfg + " --json", false);
+  ASSERT_EQ(s.status, 0);
+  EXPECT_GT(nlohmann::json::parse(s.out)["total"].get<int64_t>(), 0);
+}
+
 TEST(Cli, NoSubcommandIsAUsageError) {
   const CliRun r = anvil("", true);
   EXPECT_EQ(r.status, 2);

@@ -8,6 +8,7 @@
 #include "anvil/data/tokens.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/decoder.hpp"
+#include "anvil/model/param_count.hpp"
 #include "anvil/optim/adamw.hpp"
 
 namespace anvil::model {
@@ -27,6 +28,24 @@ TEST(Registry, Gpt2PresetHasHuggingFaceNamesAndTheGpt2ParameterCount) {
   EXPECT_FALSE(r.get("model.layers.3.self_attn.q_proj.bias").weight_decay);
   EXPECT_EQ(r.find("lm_head.weight"), nullptr);  // tied
   EXPECT_EQ(to_string(r.get("model.norm.weight").sharding), "replicated");
+}
+
+TEST(ParamCount, Zaya1BaseMatchesThePublishedCountsExactly) {
+  // ../shared/ZAYA1.md section 1 (published: 8.3B total, 760M active).
+  const auto n = count_parameters(preset("zaya1-base"));
+  EXPECT_EQ(n.non_embedding_total, 8303355728);
+  EXPECT_EQ(n.non_embedding_active, 753608528);
+  EXPECT_EQ(n.embedding, 537133056);
+}
+
+TEST(ParamCount, DenseCountsAreTheRegistrys) {
+  const auto c = preset("gpt2-124m");
+  const auto n = count_parameters(c);
+  EXPECT_EQ(n.total(), decoder_registry(c).total());
+  EXPECT_EQ(n.embedding, 50304 * 768 + 1024 * 768);  // tokens + positions
+  EXPECT_EQ(n.active(), n.total());
+  const auto untied = count_parameters(preset("llama-style"));
+  EXPECT_EQ(untied.embedding, 2 * 50304 * 768);  // embedding + lm head
 }
 
 TEST(Registry, FusedProjectionsAreContiguous) {
