@@ -17,6 +17,7 @@
 
 #include "anvil/base/bf16.hpp"
 #include "anvil/base/error.hpp"
+#include "anvil/comm/async.hpp"
 #include "anvil/comm/check.hpp"
 #include "anvil/comm/communicator.hpp"
 #include "anvil/comm/shm.hpp"
@@ -370,11 +371,100 @@ TEST(Collectives, MismatchedCollectiveTimesOutNamingOpStepAndRanks) {
   c.barrier();
 }
 
+TEST(Async, StartedCollectivesRunWhileTheCallerComputesAndCommunicates) {
+  Communicator& c = *g_comm;
+  const int n = c.size(), r = c.rank();
+  AsyncCommunicator async(MPI_COMM_WORLD);
+  async.set_timeout(120);
+  // Several in flight at once, of every algorithm, f32 and bf16, in place and not.
+  const size_t count = 100003;
+  std::vector<std::vector<unsigned char>> sends, recvs;
+  std::vector<CommRequest> requests;
+  std::vector<std::pair<Algo, DType>> runs;
+  for (Algo a : algorithms_for(Op::allreduce)) {
+    for (DType t : {DType::f32, DType::bf16}) {
+      sends.push_back(filled(count, t, r));
+      recvs.emplace_back(sends.back().size());
+      runs.emplace_back(a, t);
+    }
+  }
+  for (size_t i = 0; i < runs.size(); ++i) {
+    requests.push_back(async.start_allreduce(sends[i].data(), recvs[i].data(), count,
+                                             runs[i].second, ReduceOp::sum, runs[i].first));
+  }
+  // Meanwhile this thread computes and runs a blocking collective of its own.
+  double busy = 0;
+  for (int i = 0; i < 2000000; ++i) busy += 1.0 / (i + 1);
+  float x = static_cast<float>(r + 1);
+  c.allreduce(&x, &x, 1, DType::f32, ReduceOp::sum, Algo::ring);
+  EXPECT_EQ(x, static_cast<float>(n * (n + 1) / 2));
+  EXPECT_GT(busy, 1.0);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    requests[i].wait();
+    EXPECT_TRUE(requests[i].test());
+    size_t wrong = 0;
+    for (size_t k = 0; k < count; ++k)
+      wrong += get(recvs[i], k, runs[i].second) != expected(k, n, runs[i].second, ReduceOp::sum);
+    EXPECT_EQ(wrong, 0u) << label(Op::allreduce, runs[i].first, runs[i].second, count, false,
+                                  " (started)");
+  }
+}
+
+TEST(Async, ReduceScatterAllgatherAndBroadcastStartAndWait) {
+  const int n = g_comm->size(), r = g_comm->rank();
+  AsyncCommunicator async(MPI_COMM_WORLD);
+  const size_t count = static_cast<size_t>(n) * 1000 + 3;
+  auto send = filled(count, DType::f32, r);
+  std::vector<float> block(block_count(count, n, r) + 1), gathered(count);
+  std::vector<float> bcast(777, r == n - 1 ? 5.0f : 0.0f);
+  const size_t mine = block_count(count, n, r), off = block_offset(count, n, r);
+  std::vector<float> own(mine);
+  for (size_t i = 0; i < mine; ++i) own[i] = static_cast<float>(value(r, off + i));
+  auto rs = async.start_reduce_scatter(send.data(), block.data(), count, DType::f32, ReduceOp::sum,
+                                       Algo::shm);
+  auto ag = async.start_allgather(own.data(), gathered.data(), count, DType::f32, Algo::ring);
+  auto bc = async.start_broadcast(bcast.data(), bcast.size(), DType::f32, n - 1, Algo::tree);
+  bc.wait();
+  ag.wait();
+  rs.wait();
+  size_t wrong = 0;
+  for (size_t i = 0; i < mine; ++i)
+    wrong += block[i] != expected(off + i, n, DType::f32, ReduceOp::sum);
+  for (int q = 0; q < n; ++q)
+    for (size_t i = block_offset(count, n, q);
+         i < block_offset(count, n, q) + block_count(count, n, q); ++i)
+      wrong += gathered[i] != value(q, i);
+  for (float v : bcast) wrong += v != 5.0f;
+  EXPECT_EQ(wrong, 0u);
+  CommRequest none;
+  none.wait();  // a default request is done
+  EXPECT_TRUE(none.test());
+}
+
+TEST(Async, AStuckCollectiveFailsAtWaitNotInAHang) {
+  Communicator& c = *g_comm;
+  if (c.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  AsyncCommunicator async(MPI_COMM_WORLD);
+  float x = 1.0f;
+  async.start_allreduce(&x, &x, 1, DType::f32, ReduceOp::sum, Algo::ring).wait();
+  async.set_timeout(1.0);
+  if (c.rank() == 0) {
+    auto lonely = async.start_allreduce(&x, &x, 1, DType::f32, ReduceOp::sum, Algo::ring);
+    try {
+      lonely.wait();
+      ADD_FAILURE() << "expected a timeout";
+    } catch (const CommTimeout& e) {
+      EXPECT_NE(std::string(e.what()).find("allreduce"), std::string::npos) << e.what();
+    }
+  }
+  c.barrier();
+}
+
 }  // namespace
 }  // namespace anvil::comm
 
 int main(int argc, char** argv) {
-  anvil::comm::MpiRuntime mpi(&argc, &argv);
+  anvil::comm::MpiRuntime mpi(&argc, &argv, /*thread_multiple=*/true);
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

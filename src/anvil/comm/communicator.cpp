@@ -551,12 +551,13 @@ void Communicator::alltoallv(const void* send, const size_t* send_counts,
 
 // ---- MpiRuntime --------------------------------------------------------------
 
-MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+MpiRuntime::MpiRuntime(int* argc, char*** argv, bool thread_multiple) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Init_thread(argc, argv, thread_multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED,
+                    &provided);
     owns_ = true;
   }
   // An MPI error is a bug or a dead peer: stop the job with MPI's message.

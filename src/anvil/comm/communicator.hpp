@@ -136,10 +136,11 @@ class Communicator {
 };
 
 // Owns MPI for the process: MPI_Init on construction (if needed), MPI_Finalize
-// on destruction. Created once, in main.
+// on destruction. Created once, in main. thread_multiple asks for
+// MPI_THREAD_MULTIPLE (needed by AsyncCommunicator); otherwise FUNNELED.
 class MpiRuntime {
  public:
-  MpiRuntime(int* argc, char*** argv);
+  MpiRuntime(int* argc, char*** argv, bool thread_multiple = false);
   ~MpiRuntime();
   MpiRuntime(const MpiRuntime&) = delete;
   MpiRuntime& operator=(const MpiRuntime&) = delete;
