@@ -277,6 +277,9 @@ int main(int argc, char** argv) {
                    "Seconds before a stuck collective fails, naming the op, step and missing ranks")
       ->check(CLI::Range(0.1, 86400.0))
       ->capture_default_str();
+  comm_cmd->add_option("--stall-rank", copt.stall_rank,
+                       "Testing aid: this rank never joins, so the others show the --timeout "
+                       "error (op, step, missing ranks) and the job ends");
   int ranks_per_node = 0;
   comm_cmd
       ->add_option("--ranks-per-node", ranks_per_node,
@@ -473,7 +476,9 @@ int main(int argc, char** argv) {
         }
       } catch (const anvil::comm::CommTimeout& e) {
         // Every rank says what it waited for; give the others time to say it too.
-        std::cerr << "anvil: error: " << e.what() << "\n";
+        const std::string line = std::string("anvil: error: ") + e.what() + "\n";
+        std::fputs(line.c_str(), stderr);  // one write: ranks' lines do not interleave
+        std::fflush(stderr);
         std::this_thread::sleep_for(std::chrono::seconds(2));
         MPI_Abort(MPI_COMM_WORLD, 3);
       } catch (const anvil::InputError& e) {

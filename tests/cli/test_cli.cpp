@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -216,6 +217,28 @@ TEST(Cli, CommBenchRejectsBadFlags) {
   expect_usage_error("bench comm -b 1M -e 1K", "-b/-e");
   expect_usage_error("bench comm --dtype i32 --redop avg", "--redop avg");
   expect_usage_error("bench comm --root 5", "--root");
+}
+
+TEST(Cli, AStuckRankEndsTheJobWithinTheTimeoutNamingOpAndRanks) {
+  // --stall-rank 1: rank 1 never joins; ranks 0 and 2 must each say so.
+  for (const std::string algo : {"ring", "shm", "mpi"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const CliRun r = anvil(
+        "bench comm --np 3 --algo " + algo + " -b 1K -e 1K -n 2 -w 1 --timeout 2 --stall-rank 1",
+        true);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_NE(r.status, 0) << algo;
+    EXPECT_LT(seconds, 30) << algo;
+    for (const std::string rank : {"rank 0: ", "rank 2: "}) {
+      const std::string what = algo == "mpi" ? "allreduce(mpi) did not finish within 2 s"
+                                             : "allreduce(" + algo + ") timed out after 2 s";
+      EXPECT_NE(r.out.find(rank + what), std::string::npos) << algo << ":\n" << r.out;
+    }
+    if (algo != "mpi") {
+      EXPECT_NE(r.out.find("rank(s) 1 did not arrive"), std::string::npos) << r.out;
+    }
+  }
 }
 
 TEST(Cli, MembwCsvHasOneRowPerMeasurement) {

@@ -1,10 +1,12 @@
 #include "anvil/bench/comm_bench.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <thread>
 
 #include "anvil/base/error.hpp"
 #include "anvil/bench/measure.hpp"
@@ -238,6 +240,10 @@ CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
   std::vector<Algo> asked;
   for (const auto& name : o.algos) asked.push_back(comm::parse_algo(name, "--algo"));
   c.set_timeout(o.timeout_s);
+  if (o.stall_rank >= c.size()) {
+    throw InputError("--stall-rank: expected 0.." + std::to_string(c.size() - 1) + ", got " +
+                     std::to_string(o.stall_rank));
+  }
 
   CommBenchResult result;
   result.ranks = c.size();
@@ -261,6 +267,8 @@ CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
       if (a == Algo::shm && !c.single_node()) continue;  // hier handles several nodes
       algos.push_back(a);
     }
+    // Shared-memory setup is collective and slow-ish: not part of any timing.
+    if (std::find(algos.begin(), algos.end(), Algo::shm) != algos.end()) c.shm();
     for (int64_t bytes : sizes) {
       const size_t count = count_for(op, bytes, t, n);
       const size_t total = op == Op::alltoall ? count * static_cast<size_t>(n) : count;
@@ -271,6 +279,11 @@ CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
         std::vector<double> times;
         for (int it = 0; it < o.warmup + o.iters; ++it) {
           c.barrier();
+          if (c.rank() == o.stall_rank && a == algos.back()) {
+            // A hung rank in the last algorithm measured (the one --algo names):
+            // the others must end within --timeout, naming the op.
+            std::this_thread::sleep_for(std::chrono::duration<double>(3 * o.timeout_s + 10));
+          }
           const double t0 = now_seconds();
           run_op(c, op, a, b, count, t, rop, o.root, o.in_place);
           const double dt = now_seconds() - t0;

@@ -35,6 +35,7 @@ struct CommBenchOptions {
   bool in_place = false;
   int root = 0;
   double timeout_s = 60;
+  int stall_rank = -1;  // testing aid: this rank never joins the last algorithm's first call
 };
 
 struct CommPoint {

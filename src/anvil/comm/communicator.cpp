@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -140,8 +141,8 @@ std::string to_string(Op op) {
 }
 
 Algo parse_algo(const std::string& name, const std::string& flag) {
-  for (Algo a : {Algo::mpi, Algo::ring, Algo::rhd, Algo::tree, Algo::pairwise, Algo::shm, Algo::hier,
-                 Algo::automatic}) {
+  for (Algo a : {Algo::mpi, Algo::ring, Algo::rhd, Algo::tree, Algo::pairwise, Algo::shm,
+                 Algo::hier, Algo::automatic}) {
     if (to_string(a) == name) return a;
   }
   throw InputError(flag + ": expected mpi, ring, rhd, tree, pairwise, shm, hier or auto, got '" +
@@ -238,6 +239,37 @@ Algo Communicator::resolve(Op op, Algo algo, size_t bytes) const {
 
 // ---- Communicator ------------------------------------------------------------
 
+double MpiWatchdog::now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+MpiWatchdog::MpiWatchdog(int rank, double timeout_s)
+    : rank_(rank), timeout_s_(timeout_s), thread_([this] { run(); }) {}
+
+MpiWatchdog::~MpiWatchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
+void MpiWatchdog::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop_; })) {
+    const double deadline = deadline_.load();
+    if (deadline > 0 && now() > deadline) {
+      std::fprintf(stderr,
+                   "anvil: error: rank %d: %s did not finish within %g s (MPI's own collective "
+                   "cannot say which ranks did not arrive); ending the job\n",
+                   rank_, what_.load(), timeout_s_);
+      std::fflush(stderr);
+      std::_Exit(3);  // mpirun then ends the other ranks
+    }
+  }
+}
+
 Communicator::Communicator(MPI_Comm comm, int ranks_per_node) : ranks_per_node_(ranks_per_node) {
   MPI_Comm_dup(comm, &comm_);
   MPI_Comm_rank(comm_, &rank_);
@@ -266,17 +298,22 @@ ShmSegment& Communicator::shm() {
   if (!single_node_) {
     throw InputError("--algo shm: the ranks of this communicator span more than one node");
   }
-  if (!shm_) shm_ = std::make_unique<ShmSegment>(*this);
+  // Setting up the segment is collective (blocking MPI calls): under the watchdog.
+  if (!shm_) blocking_mpi("shm segment setup", [&] { shm_ = std::make_unique<ShmSegment>(*this); });
   return *shm_;
 }
 
 void Communicator::fail_timeout(const std::string& what, int step,
                                 const std::vector<int>& missing) const {
   std::string ranks;
-  for (int m : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(m);
+  for (int m : missing) {
+    if (m >= 0) ranks += (ranks.empty() ? "" : ", ") + std::to_string(m);
+  }
   throw CommTimeout("rank " + std::to_string(rank_) + ": " + what + " timed out after " +
                     std::to_string(static_cast<int>(timeout_s_)) + " s at step " +
-                    std::to_string(step) + "; rank(s) " + (ranks.empty() ? "?" : ranks) +
+                    std::to_string(step) + "; " +
+                    (ranks.empty() ? std::string("some rank (a barrier does not say which)")
+                                   : "rank(s) " + ranks) +
                     " did not arrive");
 }
 
@@ -340,8 +377,10 @@ void Communicator::allreduce(const void* send, void* recv, size_t count, DType t
     return hier_allreduce(recv, count, t, op);
   }
   if (algo == Algo::mpi) {
-    MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, mpi_count(count), mpi_type(t),
-                  mpi_op(t, op), comm_);
+    blocking_mpi("allreduce(mpi)", [&] {
+      MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, mpi_count(count), mpi_type(t),
+                    mpi_op(t, op), comm_);
+    });
   } else {
     if (send != recv && bytes) std::memcpy(recv, send, bytes);
     if (algo == Algo::ring) {
@@ -355,41 +394,43 @@ void Communicator::allreduce(const void* send, void* recv, size_t count, DType t
   if (op == ReduceOp::avg) divide_by(recv, count, t, size_);
 }
 
-void Communicator::hier_allreduce(void* data, size_t count, DType t, ReduceOp op) {
-  if (!node_) {
-    int color = 0;
-    if (ranks_per_node_ > 0) {
-      if (size_ % ranks_per_node_ != 0) {
-        throw InputError("--ranks-per-node: " + std::to_string(ranks_per_node_) +
-                         " does not divide the " + std::to_string(size_) + " ranks");
-      }
-      color = rank_ / ranks_per_node_;
-    } else {
-      // Real nodes: number them by their lowest world rank.
-      MPI_Comm shared;
-      MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &shared);
-      MPI_Allreduce(&rank_, &color, 1, MPI_INT, MPI_MIN, shared);
-      MPI_Comm_free(&shared);
+void Communicator::make_hier_communicators() {
+  int color = 0;
+  if (ranks_per_node_ > 0) {
+    if (size_ % ranks_per_node_ != 0) {
+      throw InputError("--ranks-per-node: " + std::to_string(ranks_per_node_) +
+                       " does not divide the " + std::to_string(size_) + " ranks");
     }
-    MPI_Comm node, cross;
-    MPI_Comm_split(comm_, color, rank_, &node);
-    int local = 0, local_size = 0;
-    MPI_Comm_rank(node, &local);
-    MPI_Comm_size(node, &local_size);
-    int min_size = 0, max_size = 0;
-    MPI_Allreduce(&local_size, &min_size, 1, MPI_INT, MPI_MIN, comm_);
-    MPI_Allreduce(&local_size, &max_size, 1, MPI_INT, MPI_MAX, comm_);
-    if (min_size != max_size) {
-      MPI_Comm_free(&node);
-      throw InputError("--algo hier: nodes hold different numbers of ranks (" +
-                       std::to_string(min_size) + " to " + std::to_string(max_size) + ")");
-    }
-    MPI_Comm_split(comm_, local, rank_, &cross);
-    node_ = std::make_unique<Communicator>(node);
-    cross_ = std::make_unique<Communicator>(cross);
-    MPI_Comm_free(&node);
-    MPI_Comm_free(&cross);
+    color = rank_ / ranks_per_node_;
+  } else {
+    // Real nodes: number them by their lowest world rank.
+    MPI_Comm shared;
+    MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &shared);
+    MPI_Allreduce(&rank_, &color, 1, MPI_INT, MPI_MIN, shared);
+    MPI_Comm_free(&shared);
   }
+  MPI_Comm node, cross;
+  MPI_Comm_split(comm_, color, rank_, &node);
+  int local = 0, local_size = 0;
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_size(node, &local_size);
+  int min_size = 0, max_size = 0;
+  MPI_Allreduce(&local_size, &min_size, 1, MPI_INT, MPI_MIN, comm_);
+  MPI_Allreduce(&local_size, &max_size, 1, MPI_INT, MPI_MAX, comm_);
+  if (min_size != max_size) {
+    MPI_Comm_free(&node);
+    throw InputError("--algo hier: nodes hold different numbers of ranks (" +
+                     std::to_string(min_size) + " to " + std::to_string(max_size) + ")");
+  }
+  MPI_Comm_split(comm_, local, rank_, &cross);
+  node_ = std::make_unique<Communicator>(node);
+  cross_ = std::make_unique<Communicator>(cross);
+  MPI_Comm_free(&node);
+  MPI_Comm_free(&cross);
+}
+
+void Communicator::hier_allreduce(void* data, size_t count, DType t, ReduceOp op) {
+  if (!node_) blocking_mpi("hier setup", [&] { make_hier_communicators(); });
   node_->set_timeout(timeout_s_);
   cross_->set_timeout(timeout_s_);
   // Inside the node: each local rank ends with its block reduced over the node.
@@ -428,7 +469,9 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t count, DT
                     static_cast<const unsigned char*>(send) + count * es);
       in = staged.data();
     }
-    MPI_Reduce_scatter(in, recv, counts.data(), mpi_type(t), mpi_op(t, op), comm_);
+    blocking_mpi("reduce_scatter(mpi)", [&] {
+      MPI_Reduce_scatter(in, recv, counts.data(), mpi_type(t), mpi_op(t, op), comm_);
+    });
   } else if (algo == Algo::ring) {
     std::vector<unsigned char> work(static_cast<const unsigned char*>(send),
                                     static_cast<const unsigned char*>(send) + count * es);
@@ -453,8 +496,10 @@ void Communicator::allgather(const void* send, void* recv, size_t count, DType t
       counts[static_cast<size_t>(r)] = mpi_count(block_count(count, size_, r));
       displs[static_cast<size_t>(r)] = mpi_count(block_offset(count, size_, r));
     }
-    MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, counts[static_cast<size_t>(rank_)], mpi_type(t),
-                   recv, counts.data(), displs.data(), mpi_type(t), comm_);
+    blocking_mpi("allgather(mpi)", [&] {
+      MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, counts[static_cast<size_t>(rank_)],
+                     mpi_type(t), recv, counts.data(), displs.data(), mpi_type(t), comm_);
+    });
   } else if (algo == Algo::ring) {
     if (!in_place && mine) std::memcpy(my_block, send, mine * es);
     algo::ring_allgather_inplace(*this, recv, count, t, "allgather(ring)");
@@ -471,7 +516,8 @@ void Communicator::broadcast(void* buf, size_t count, DType t, int root, Algo al
   }
   if (algo == Algo::shm) return shm().broadcast(buf, count, t, root);
   if (algo == Algo::mpi) {
-    MPI_Bcast(buf, mpi_count(count), mpi_type(t), root, comm_);
+    blocking_mpi("broadcast(mpi)",
+                 [&] { MPI_Bcast(buf, mpi_count(count), mpi_type(t), root, comm_); });
   } else if (algo == Algo::tree) {
     algo::tree_broadcast(*this, buf, count, t, root);
   } else {
@@ -491,8 +537,10 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DType t, R
   if (algo == Algo::shm) return shm().reduce(send, recv, count, t, op, root);
   if (algo == Algo::mpi) {
     const bool in_place = rank_ == root && send == recv;
-    MPI_Reduce(in_place ? MPI_IN_PLACE : send, recv, mpi_count(count), mpi_type(t), mpi_op(t, op),
-               root, comm_);
+    blocking_mpi("reduce(mpi)", [&] {
+      MPI_Reduce(in_place ? MPI_IN_PLACE : send, recv, mpi_count(count), mpi_type(t), mpi_op(t, op),
+                 root, comm_);
+    });
   } else if (algo == Algo::tree) {
     std::vector<unsigned char> acc(static_cast<const unsigned char*>(send),
                                    static_cast<const unsigned char*>(send) + bytes);
@@ -539,8 +587,10 @@ void Communicator::alltoallv(const void* send, const size_t* send_counts,
       rc[r] = mpi_count(recv_counts[r]);
       ro[r] = mpi_count(recv_offsets[r]);
     }
-    MPI_Alltoallv(send, sc.data(), so.data(), mpi_type(t), recv, rc.data(), ro.data(), mpi_type(t),
-                  comm_);
+    blocking_mpi("alltoall(mpi)", [&] {
+      MPI_Alltoallv(send, sc.data(), so.data(), mpi_type(t), recv, rc.data(), ro.data(),
+                    mpi_type(t), comm_);
+    });
   } else if (algo == Algo::pairwise) {
     algo::pairwise_alltoallv(*this, send, send_counts, send_offsets, recv, recv_counts,
                              recv_offsets, t);

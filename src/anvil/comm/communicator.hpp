@@ -28,14 +28,21 @@
 //
 // No silent hangs: every wait has a deadline (set_timeout); past it the call
 // throws CommTimeout naming the op, the algorithm, the step and the ranks
-// that did not arrive.
+// that did not arrive. The `mpi` algorithm calls the library's blocking
+// collectives (the baseline must stay the library's own code path), which
+// cannot be interrupted: a watchdog thread ends the process past the
+// deadline with a message naming the op (MPI does not say who is missing).
 #pragma once
 
 #include <mpi.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "anvil/comm/types.hpp"
@@ -77,6 +84,31 @@ class CommTimeout : public std::runtime_error {
 
 class ShmSegment;
 
+// Ends the process when an armed blocking MPI call outlives its deadline.
+class MpiWatchdog {
+ public:
+  MpiWatchdog(int rank, double timeout_s);
+  ~MpiWatchdog();
+  void arm(const char* what) {
+    what_.store(what);
+    deadline_.store(now() + timeout_s_);
+  }
+  void disarm() { deadline_.store(0.0); }
+  void set_timeout(double s) { timeout_s_ = s; }
+  static double now();
+
+ private:
+  void run();
+  int rank_;
+  double timeout_s_;
+  std::atomic<const char*> what_{""};
+  std::atomic<double> deadline_{0.0};
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 class Communicator {
  public:
   // Duplicates `comm` (anvil's traffic never mixes with the caller's).
@@ -90,7 +122,10 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return size_; }
   MPI_Comm mpi_comm() const { return comm_; }
-  void set_timeout(double seconds) { timeout_s_ = seconds; }
+  void set_timeout(double seconds) {
+    timeout_s_ = seconds;
+    if (watchdog_) watchdog_->set_timeout(seconds);
+  }
   double timeout() const { return timeout_s_; }
   // True when every rank of this communicator shares one node (shm works).
   bool single_node() const { return single_node_; }
@@ -124,6 +159,21 @@ class Communicator {
  private:
   void wait_all(MPI_Request* reqs, int n, const int* peers, const char* what, int step);
   void hier_allreduce(void* data, size_t count, DType t, ReduceOp op);
+  void make_hier_communicators();  // node_ and cross_ (collective)
+  // Arms the watchdog around one blocking library collective.
+  template <typename Call>
+  void blocking_mpi(const char* what, Call call) {
+    if (!watchdog_) watchdog_ = std::make_unique<MpiWatchdog>(rank_, timeout_s_);
+    watchdog_->arm(what);
+    try {
+      call();
+    } catch (...) {
+      watchdog_->disarm();
+      throw;
+    }
+    watchdog_->disarm();
+  }
+  std::unique_ptr<MpiWatchdog> watchdog_;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
