@@ -353,6 +353,11 @@ int main(int argc, char** argv) {
       ->add_option("--peak-gflops", topt.peak_gflops,
                    "GEMM peak for MFU (default: a 2048^3 GEMM in --precision, measured at start)")
       ->check(CLI::NonNegativeNumber);
+  train->add_option("--optimizer", topt.optimizer,
+                    "adamw, or muon: Muon (Newton-Schulz, RMS-matched to AdamW, one --lr) for the "
+                    "blocks' weight matrices and AdamW for embeddings, LM head, norms and biases");
+  train->add_option("--muon-momentum", topt.muon.momentum, "Muon momentum (Nesterov)")
+      ->check(CLI::Range(0.0, 1.0));
   train->add_option("--precision", topt.precision,
                     "fp32, or bf16: bf16 GEMM inputs with fp32 accumulation, master weights and "
                     "gradients (AVX512_BF16 via oneDNN)");

@@ -12,6 +12,7 @@
 #include "anvil/model/config.hpp"
 #include "anvil/model/decoder.hpp"
 #include "anvil/optim/adamw.hpp"
+#include "anvil/optim/muon.hpp"
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -77,6 +78,23 @@ int main(int argc, char** argv) {
                  anvil::optim::clip_coefficient(norm, 1.0));
   }
   results.push_back({"adamw_losses", {10}, losses.data()});
+
+  // Ten Muon steps (block matrices) + AdamW (the rest) from the same init.
+  model.registry().initialize(model.params(), 7);
+  anvil::optim::AdamW rest(model.registry(), ac, /*skip_muon_group=*/true);
+  anvil::optim::Muon muon(model.registry(), {});
+  std::vector<float> muon_losses;
+  for (int step = 0; step < 10; ++step) {
+    model.zero_grads();
+    const double l =
+        model.forward_backward(tokens.data(), targets.data(), B, T, 1.0f / scored, &scored);
+    muon_losses.push_back(static_cast<float>(l / scored));
+    const double norm = anvil::optim::global_norm(model.grads(), model.registry().total());
+    const float coef = anvil::optim::clip_coefficient(norm, 1.0);
+    rest.update(model.params(), model.grads(), 1e-3f, step + 1, coef);
+    muon.update(model.params(), model.grads(), 1e-3f, coef);
+  }
+  results.push_back({"muon_losses", {10}, muon_losses.data()});
 
   // Decode with the KV cache must give the full forward's logits, row by row.
   anvil::model::Decoder infer(config, 1, 1, false);

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <random>
 #include <filesystem>
 
 #include "anvil/base/error.hpp"
@@ -10,6 +12,7 @@
 #include "anvil/model/decoder.hpp"
 #include "anvil/model/param_count.hpp"
 #include "anvil/optim/adamw.hpp"
+#include "anvil/optim/muon.hpp"
 
 namespace anvil::model {
 namespace {
@@ -46,6 +49,40 @@ TEST(ParamCount, DenseCountsAreTheRegistrys) {
   EXPECT_EQ(n.active(), n.total());
   const auto untied = count_parameters(preset("llama-style"));
   EXPECT_EQ(untied.embedding, 2 * 50304 * 768);  // embedding + lm head
+}
+
+TEST(Registry, MuonGroupIsTheBlocksWeightMatrices) {
+  const auto r = decoder_registry(preset("gpt2-124m"));
+  int64_t muon = 0;
+  for (const auto& s : r.specs()) {
+    const bool block_matrix = s.shape.size() == 2 && s.name.rfind("model.layers.", 0) == 0;
+    EXPECT_EQ(s.group == OptimizerGroup::muon, block_matrix) << s.name;
+    muon += s.group == OptimizerGroup::muon;
+  }
+  EXPECT_EQ(muon, 12 * 6);  // q, k, v, o, up, down per layer
+  EXPECT_EQ(r.get("model.embed_tokens.weight").group, OptimizerGroup::adamw);
+}
+
+TEST(Muon, NewtonSchulzOrthogonalisesAndIsTransposeSymmetric) {
+  const int64_t m = 12, n = 40;
+  std::vector<float> g(m * n), gt(n * m), out(m * n), out_t(n * m);
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal;
+  for (auto& v : g) v = normal(gen);  // well conditioned (a Gaussian 12 x 40)
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) gt[j * m + i] = g[i * n + j];
+  std::vector<float> x(m * n), y(m * n), a(m * m), b(m * m);
+  optim::newton_schulz(out.data(), g.data(), m, n, 5, x.data(), y.data(), a.data(), b.data());
+  optim::newton_schulz(out_t.data(), gt.data(), n, m, 5, x.data(), y.data(), a.data(), b.data());
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) EXPECT_NEAR(out[i * n + j], out_t[j * m + i], 1e-5);
+  // Rows come out near-orthonormal: the quintic iteration puts singular values in ~[0.7, 1.2].
+  for (int64_t i = 0; i < m; ++i) {
+    double d = 0;
+    for (int64_t j = 0; j < n; ++j) d += static_cast<double>(out[i * n + j]) * out[i * n + j];
+    EXPECT_GT(d, 0.4);
+    EXPECT_LT(d, 1.6);
+  }
 }
 
 TEST(Registry, FusedProjectionsAreContiguous) {

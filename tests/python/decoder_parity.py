@@ -91,6 +91,20 @@ def forward(cfg, w, tokens):
     return x @ head.t()
 
 
+def newton_schulz(g, steps=5):
+    """Muon's quintic Newton-Schulz orthogonalisation (Keller Jordan's coefficients)."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    x = g / (g.norm() + 1e-7)
+    transposed = g.shape[0] > g.shape[1]
+    if transposed:
+        x = x.t()
+    for _ in range(steps):
+        A = x @ x.t()
+        B = b * A + c * A @ A
+        x = a * x + B @ x
+    return x.t() if transposed else x
+
+
 def rel(a, b):
     # Relative to the reference's largest entry. A gradient that is zero in
     # exact arithmetic (the key bias: softmax ignores a shift shared by all
@@ -140,6 +154,34 @@ def main(dump):
         opt.step()
         losses.append(l.item())
     check("adamw_losses", got["adamw_losses"], torch.tensor(losses))
+
+    # Ten Muon steps on the block matrices, AdamW on the rest, same clipping.
+    w = {k: v.clone().requires_grad_(True) for k, v in weights.items()}
+    muon_params = {n: p for n, p in w.items() if p.dim() == 2 and n.startswith("model.layers.")}
+    rest = [p for n, p in w.items() if n not in muon_params]
+    opt = torch.optim.AdamW([{"params": [p for p in rest if p.dim() >= 2], "weight_decay": 0.1},
+                             {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+    buffers = {n: torch.zeros_like(p) for n, p in muon_params.items()}
+    losses = []
+    for _ in range(10):
+        opt.zero_grad()
+        for p in muon_params.values():
+            p.grad = None
+        logits = forward(cfg, w, tokens)
+        l = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1), ignore_index=-1)
+        l.backward()
+        torch.nn.utils.clip_grad_norm_(list(w.values()), 1.0)
+        opt.step()
+        with torch.no_grad():
+            for n, p in muon_params.items():
+                buf = buffers[n]
+                buf.mul_(0.95).add_(p.grad)
+                update = newton_schulz(p.grad + 0.95 * buf)
+                p.mul_(1 - 1e-3 * 0.1)
+                p.add_(update, alpha=-1e-3 * 0.2 * math.sqrt(max(p.shape)))
+        losses.append(l.item())
+    check("muon_losses", got["muon_losses"], torch.tensor(losses))
     check("decode_logits vs prefill", got["decode_logits"], got["prefill_logits"])
     if failures:
         print(f"{len(failures)} mismatches: {', '.join(failures[:5])}")

@@ -82,6 +82,33 @@ TEST(Trainer, Bf16MatmulsTrainCloseToFp32AndResumeExactly) {
   EXPECT_THROW(run_training(mismatched), InputError);
 }
 
+TEST(Trainer, MuonTrainsAndResumesExactly) {
+  auto o = tiny("");
+  o.optimizer = "muon";
+  const auto whole = run_training(o);
+  EXPECT_LT(whole.losses.back(), whole.losses.front());
+  EXPECT_NE(whole.losses, run_training(tiny("")).losses);  // not AdamW's trajectory
+  const std::string dir = testing::TempDir() + "/resume_muon";
+  fs::remove_all(dir);
+  auto first = o;
+  first.out_dir = dir;
+  first.steps = 3;
+  const auto a = run_training(first);
+  auto second = o;
+  second.out_dir = dir;
+  second.resume = "latest";
+  const auto b = run_training(second);
+  std::vector<double> joined = a.losses;
+  joined.insert(joined.end(), b.losses.begin(), b.losses.end());
+  EXPECT_EQ(joined, whole.losses);  // momentum buffers are in the checkpoint
+  auto adamw = tiny(dir);
+  adamw.resume = "latest";
+  EXPECT_THROW(run_training(adamw), InputError);
+  auto bad = tiny("");
+  bad.optimizer = "sgd";
+  EXPECT_THROW(run_training(bad), InputError);
+}
+
 TEST(Trainer, ResumeContinuesTheExactTrajectory) {
   const std::string dir = testing::TempDir() + "/resume_run";
   fs::remove_all(dir);

@@ -55,6 +55,9 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const Chec
         moments.push_back({s.name + ".exp_avg", s.shape, d.exp_avg + s.offset});
         moments.push_back({s.name + ".exp_avg_sq", s.shape, d.exp_avg_sq + s.offset});
       }
+      if (d.momentum != nullptr && s.group == model::OptimizerGroup::muon) {
+        moments.push_back({s.name + ".momentum_buffer", s.shape, d.momentum + s.offset});
+      }
     }
     const std::map<std::string, std::string> meta = {{"format", "anvil-checkpoint"},
                                                      {"version", "1"}};
@@ -96,7 +99,7 @@ std::string read_state_json(const std::string& checkpoint_dir) {
 }
 
 void load_checkpoint(const std::string& dir, const model::ParamRegistry& registry, float* params,
-                     float* exp_avg, float* exp_avg_sq) {
+                     float* exp_avg, float* exp_avg_sq, float* momentum) {
   {
     const auto w = read_safetensors((fs::path(dir) / "model.safetensors").string());
     for (const auto& s : registry.specs()) {
@@ -111,6 +114,10 @@ void load_checkpoint(const std::string& dir, const model::ParamRegistry& registr
     const auto& v = o.get(s.name + ".exp_avg_sq", s.shape);
     std::memcpy(exp_avg + s.offset, m.data.data(), m.data.size() * sizeof(float));
     std::memcpy(exp_avg_sq + s.offset, v.data.data(), v.data.size() * sizeof(float));
+    if (momentum != nullptr && s.group == model::OptimizerGroup::muon) {
+      const auto& b = o.get(s.name + ".momentum_buffer", s.shape);
+      std::memcpy(momentum + s.offset, b.data.data(), b.data.size() * sizeof(float));
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // Training checkpoints: one directory per step under a run directory,
 //   <run>/step-00000100/model.safetensors      parameters, Hugging Face names
 //   <run>/step-00000100/optimizer.safetensors  <name>.exp_avg, <name>.exp_avg_sq
+//                                               (+ <name>.momentum_buffer with Muon)
 //   <run>/step-00000100/state.json             step, config, options, data
 // A checkpoint is written under a temporary name, fsynced and renamed, so a
 // directory named step-* is always complete; older ones beyond `keep` are
@@ -20,6 +21,7 @@ struct CheckpointData {
   const float* params = nullptr;
   const float* exp_avg = nullptr;  // null: no optimizer state
   const float* exp_avg_sq = nullptr;
+  const float* momentum = nullptr;  // Muon's buffers (muon group), or null
   std::string state_json;
 };
 
@@ -36,6 +38,6 @@ std::string read_state_json(const std::string& checkpoint_dir);
 // Loads parameters (and optimizer moments when the pointers are non-null)
 // into arenas laid out by `registry`; names and shapes must match exactly.
 void load_checkpoint(const std::string& checkpoint_dir, const model::ParamRegistry& registry,
-                     float* params, float* exp_avg, float* exp_avg_sq);
+                     float* params, float* exp_avg, float* exp_avg_sq, float* momentum = nullptr);
 
 }  // namespace anvil::ckpt

@@ -44,30 +44,38 @@ ParamRegistry decoder_registry(const ModelConfig& c) {
   for (int64_t l = 0; l < c.n_layers; ++l) {
     norm(layer_name(l, "input_layernorm"));
     // q, k, v weights then biases, each group contiguous: one fused GEMM.
-    r.add(layer_name(l, "self_attn.q_proj.weight"), {qd, C}, Init::normal, std, true);
-    r.add(layer_name(l, "self_attn.k_proj.weight"), {kvd, C}, Init::normal, std, true);
-    r.add(layer_name(l, "self_attn.v_proj.weight"), {kvd, C}, Init::normal, std, true);
+    r.add(layer_name(l, "self_attn.q_proj.weight"), {qd, C}, Init::normal, std, true,
+          OptimizerGroup::muon);
+    r.add(layer_name(l, "self_attn.k_proj.weight"), {kvd, C}, Init::normal, std, true,
+          OptimizerGroup::muon);
+    r.add(layer_name(l, "self_attn.v_proj.weight"), {kvd, C}, Init::normal, std, true,
+          OptimizerGroup::muon);
     if (c.bias) {
       r.add(layer_name(l, "self_attn.q_proj.bias"), {qd}, Init::zeros);
       r.add(layer_name(l, "self_attn.k_proj.bias"), {kvd}, Init::zeros);
       r.add(layer_name(l, "self_attn.v_proj.bias"), {kvd}, Init::zeros);
     }
-    r.add(layer_name(l, "self_attn.o_proj.weight"), {C, qd}, Init::normal, resid_std, true);
+    r.add(layer_name(l, "self_attn.o_proj.weight"), {C, qd}, Init::normal, resid_std, true,
+          OptimizerGroup::muon);
     if (c.bias) r.add(layer_name(l, "self_attn.o_proj.bias"), {C}, Init::zeros);
     norm(layer_name(l, "post_attention_layernorm"));
     const int64_t F = c.ffn_hidden;
     if (c.mlp == "swiglu") {
-      r.add(layer_name(l, "mlp.gate_proj.weight"), {F, C}, Init::normal, std, true);
-      r.add(layer_name(l, "mlp.up_proj.weight"), {F, C}, Init::normal, std, true);
+      r.add(layer_name(l, "mlp.gate_proj.weight"), {F, C}, Init::normal, std, true,
+            OptimizerGroup::muon);
+      r.add(layer_name(l, "mlp.up_proj.weight"), {F, C}, Init::normal, std, true,
+            OptimizerGroup::muon);
       if (c.bias) {
         r.add(layer_name(l, "mlp.gate_proj.bias"), {F}, Init::zeros);
         r.add(layer_name(l, "mlp.up_proj.bias"), {F}, Init::zeros);
       }
     } else {
-      r.add(layer_name(l, "mlp.up_proj.weight"), {F, C}, Init::normal, std, true);
+      r.add(layer_name(l, "mlp.up_proj.weight"), {F, C}, Init::normal, std, true,
+            OptimizerGroup::muon);
       if (c.bias) r.add(layer_name(l, "mlp.up_proj.bias"), {F}, Init::zeros);
     }
-    r.add(layer_name(l, "mlp.down_proj.weight"), {C, F}, Init::normal, resid_std, true);
+    r.add(layer_name(l, "mlp.down_proj.weight"), {C, F}, Init::normal, resid_std, true,
+          OptimizerGroup::muon);
     if (c.bias) r.add(layer_name(l, "mlp.down_proj.bias"), {C}, Init::zeros);
   }
   norm("model.norm");

@@ -7,7 +7,7 @@
 namespace anvil::model {
 
 const ParamSpec& ParamRegistry::add(std::string name, std::vector<int64_t> shape, Init init,
-                                    float init_std, bool weight_decay) {
+                                    float init_std, bool weight_decay, OptimizerGroup group) {
   if (find(name) != nullptr) throw InputError("parameter " + name + " registered twice");
   ParamSpec spec;
   spec.name = std::move(name);
@@ -15,6 +15,7 @@ const ParamSpec& ParamRegistry::add(std::string name, std::vector<int64_t> shape
   spec.init = init;
   spec.init_std = init_std;
   spec.weight_decay = weight_decay;
+  spec.group = group;
   spec.offset = total_;
   spec.numel = tensor::numel(spec.shape);
   total_ += spec.numel;
@@ -62,6 +63,10 @@ std::string to_string(Sharding sharding) {
       return "replicated";
   }
   return "?";
+}
+
+std::string to_string(OptimizerGroup group) {
+  return group == OptimizerGroup::muon ? "muon" : "adamw";
 }
 
 }  // namespace anvil::model

@@ -13,6 +13,11 @@
 namespace anvil::model {
 
 enum class Init { normal, zeros, ones };
+// Which optimizer updates a parameter when the trainer runs Muon: the 2-D
+// weight matrices inside the blocks (Muon), everything else — embeddings, the
+// LM head, norms, biases, scales — AdamW. With plain AdamW every parameter
+// is AdamW's.
+enum class OptimizerGroup { adamw, muon };
 // How a parameter is laid out across ranks. Only replicated exists so far;
 // expert-axis and ZeRO flat ranges are the next rules to add.
 enum class Sharding { replicated };
@@ -24,6 +29,7 @@ struct ParamSpec {
   float init_std = 0.02f;
   bool weight_decay = true;
   Sharding sharding = Sharding::replicated;
+  OptimizerGroup group = OptimizerGroup::adamw;
   int64_t offset = 0;  // floats from the start of the arena
   int64_t numel = 0;
 };
@@ -33,7 +39,8 @@ class ParamRegistry {
   // Parameters are laid out in the order they are added, with no padding, so
   // consecutive adds are contiguous (the trainer fuses q/k/v that way).
   const ParamSpec& add(std::string name, std::vector<int64_t> shape, Init init,
-                       float init_std = 0.0f, bool weight_decay = false);
+                       float init_std = 0.0f, bool weight_decay = false,
+                       OptimizerGroup group = OptimizerGroup::adamw);
   const std::vector<ParamSpec>& specs() const { return specs_; }
   int64_t total() const { return total_; }
   // Throws InputError naming the parameter when absent.
@@ -49,5 +56,6 @@ class ParamRegistry {
 };
 
 std::string to_string(Sharding sharding);
+std::string to_string(OptimizerGroup group);
 
 }  // namespace anvil::model

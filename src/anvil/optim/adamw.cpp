@@ -14,9 +14,10 @@ size_t AdamW::state_bytes_for(const model::ParamRegistry& registry) {
   return 2 * tensor::Arena::rounded(static_cast<size_t>(registry.total()) * sizeof(float));
 }
 
-AdamW::AdamW(const model::ParamRegistry& registry, AdamWConfig config)
+AdamW::AdamW(const model::ParamRegistry& registry, AdamWConfig config, bool skip_muon_group)
     : registry_(registry),
       config_(config),
+      skip_muon_group_(skip_muon_group),
       m_("adamw.exp_avg", static_cast<size_t>(registry.total()) * sizeof(float)),
       v_("adamw.exp_avg_sq", static_cast<size_t>(registry.total()) * sizeof(float)) {}
 
@@ -28,6 +29,7 @@ void AdamW::update(float* params, const float* grads, float lr, int64_t step, fl
   float* m = exp_avg();
   float* v = exp_avg_sq();
   for (const auto& s : registry_.specs()) {
+    if (skip_muon_group_ && s.group == model::OptimizerGroup::muon) continue;
     const float decay = s.weight_decay ? 1.0f - lr * config_.weight_decay : 1.0f;
     float* p = params + s.offset;
     const float* g = grads + s.offset;

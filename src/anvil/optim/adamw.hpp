@@ -20,7 +20,8 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(const model::ParamRegistry& registry, AdamWConfig config);
+  // skip_muon_group: leave the muon group to Muon (their moments stay zero).
+  AdamW(const model::ParamRegistry& registry, AdamWConfig config, bool skip_muon_group = false);
   // One step at learning rate `lr`; `step` counts from 1 (bias correction).
   // The gradients are multiplied by `grad_scale` as they are read (gradient
   // clipping without a separate pass over them).
@@ -34,6 +35,7 @@ class AdamW {
  private:
   const model::ParamRegistry& registry_;
   AdamWConfig config_;
+  bool skip_muon_group_;
   tensor::Arena m_, v_;
 };
 

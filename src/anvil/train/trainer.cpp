@@ -147,10 +147,17 @@ TrainResult run_training(const TrainOptions& o) {
   result.flops_per_token = model::training_flops_per_token(config, T);
 
   model::Decoder model(config, B, T, /*training=*/true, precision);
-  optim::AdamW adamw(model.registry(), o.adamw);
+  if (o.optimizer != "adamw" && o.optimizer != "muon") {
+    throw InputError("--optimizer: expected adamw or muon, got '" + o.optimizer + "'");
+  }
+  const bool use_muon = o.optimizer == "muon";
+  optim::AdamW adamw(model.registry(), o.adamw, /*skip_muon_group=*/use_muon);
+  std::unique_ptr<optim::Muon> muon;
+  if (use_muon) muon = std::make_unique<optim::Muon>(model.registry(), o.muon);
+  const size_t optimizer_bytes = adamw.state_bytes() + (muon ? muon->state_bytes() : 0);
   const auto& plan = model.plan();
-  result.planned_bytes = plan.parameters + plan.gradients + adamw.state_bytes() + plan.activations +
-                         plan.low_precision;
+  result.planned_bytes =
+      plan.parameters + plan.gradients + optimizer_bytes + plan.activations + plan.low_precision;
   const bool tty = ::isatty(STDOUT_FILENO) != 0;
   if (!o.quiet) {
     std::printf("model %s: %s parameters (%lld tensors), batch %lldx%lld, accum %lld\n",
@@ -160,7 +167,7 @@ TrainResult run_training(const TrainOptions& o) {
     std::printf(
         "memory plan: parameters %s | gradients %s | optimizer %s | activations %s | total %s\n",
         human_bytes(plan.parameters).c_str(), human_bytes(plan.gradients).c_str(),
-        human_bytes(adamw.state_bytes()).c_str(), human_bytes(plan.activations).c_str(),
+        human_bytes(optimizer_bytes).c_str(), human_bytes(plan.activations).c_str(),
         human_bytes(result.planned_bytes).c_str());
     std::printf(
         "data: %s (%s); MFU against a measured %s GEMM peak of %.1f GFLOP/s; %.3f GFLOP/token\n",
@@ -182,14 +189,15 @@ TrainResult run_training(const TrainOptions& o) {
     }
     if (state.at("seed").get<uint64_t>() != o.seed || state.at("batch").get<int64_t>() != B ||
         state.at("seq").get<int64_t>() != T || state.at("accum").get<int64_t>() != o.accum ||
-        state.value("precision", "fp32") != o.precision) {
-      throw InputError(
-          "--resume " + resume_from +
-          ": seed, batch, seq, accum and precision must match the checkpoint's to continue its "
-          "trajectory");
+        state.value("precision", "fp32") != o.precision ||
+        state.value("optimizer", "adamw") != o.optimizer) {
+      throw InputError("--resume " + resume_from +
+                       ": seed, batch, seq, accum, precision and optimizer must match the "
+                       "checkpoint's to continue its "
+                       "trajectory");
     }
     ckpt::load_checkpoint(resume_from, model.registry(), model.params(), adamw.exp_avg(),
-                          adamw.exp_avg_sq());
+                          adamw.exp_avg_sq(), muon ? muon->momentum() : nullptr);
     start = state.at("step").get<int64_t>();
     if (!o.quiet)
       std::printf("resumed from %s at step %lld\n", resume_from.c_str(),
@@ -215,6 +223,7 @@ TrainResult run_training(const TrainOptions& o) {
               {"seq", T},
               {"accum", o.accum},
               {"precision", o.precision},
+              {"optimizer", o.optimizer},
               {"data", o.data},
               {"tokenizer", batches.tokenizer()},
               {"schedule",
@@ -226,7 +235,11 @@ TrainResult run_training(const TrainOptions& o) {
   };
   auto checkpoint = [&](int64_t step) {
     if (o.out_dir.empty()) return;
-    ckpt::CheckpointData d{&model.registry(), model.params(), adamw.exp_avg(), adamw.exp_avg_sq(),
+    ckpt::CheckpointData d{&model.registry(),
+                           model.params(),
+                           adamw.exp_avg(),
+                           adamw.exp_avg_sq(),
+                           muon ? muon->momentum() : nullptr,
                            state_json(step)};
     result.last_checkpoint = ckpt::save_checkpoint(o.out_dir, step, d, o.keep);
   };
@@ -269,8 +282,9 @@ TrainResult run_training(const TrainOptions& o) {
     const double loss = loss_sum / static_cast<double>(scored_total);
     const double norm = optim::global_norm(model.grads(), model.registry().total());
     const double lr = o.schedule.at(step);
-    adamw.update(model.params(), model.grads(), static_cast<float>(lr), step + 1,
-                 optim::clip_coefficient(norm, o.clip));
+    const float coef = optim::clip_coefficient(norm, o.clip);
+    adamw.update(model.params(), model.grads(), static_cast<float>(lr), step + 1, coef);
+    if (muon) muon->update(model.params(), model.grads(), static_cast<float>(lr), coef);
     const double dt = now() - t0;
     result.losses.push_back(loss);
     result.step_seconds.push_back(dt);

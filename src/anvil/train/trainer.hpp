@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "anvil/optim/adamw.hpp"
+#include "anvil/optim/muon.hpp"
 
 namespace anvil::train {
 
@@ -24,6 +25,8 @@ struct TrainOptions {
   int64_t steps = 100;
   optim::Schedule schedule;
   optim::AdamWConfig adamw;
+  std::string optimizer = "adamw";  // adamw | muon (block matrices; AdamW for the rest)
+  optim::MuonConfig muon;
   double clip = 1.0;  // 0: off
   uint64_t seed = 1234;
   double val_fraction = 0.05;

@@ -1,0 +1,106 @@
+#include "anvil/optim/muon.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "anvil/kernels/gemm.hpp"
+
+namespace anvil::optim {
+namespace {
+
+constexpr float kA = 3.4445f, kB = -4.7750f, kC = 2.0315f;
+
+}  // namespace
+
+void newton_schulz(float* out, const float* g, int64_t rows, int64_t cols, int steps, float* x,
+                   float* y, float* a, float* b) {
+  // Work on the wide orientation (r <= c) so the Gram matrices are r x r.
+  const bool transposed = rows > cols;
+  const int64_t r = transposed ? cols : rows, c = transposed ? rows : cols;
+  double norm2 = 0;
+  for (int64_t i = 0; i < rows * cols; ++i) norm2 += static_cast<double>(g[i]) * g[i];
+  const auto inv = static_cast<float>(1.0 / (std::sqrt(norm2) + 1e-7));
+  if (transposed) {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) x[j * rows + i] = g[i * cols + j] * inv;
+  } else {
+    for (int64_t i = 0; i < rows * cols; ++i) x[i] = g[i] * inv;
+  }
+  for (int s = 0; s < steps; ++s) {
+    kernels::gemm(false, true, r, r, c, 1.0f, x, c, x, c, 0.0f, a, r);  // A = X X^T
+    std::memcpy(b, a, static_cast<size_t>(r * r) * sizeof(float));
+    kernels::gemm(false, false, r, r, r, kC, a, r, a, r, kB, b, r);  // B = b A + c A A
+    std::memcpy(y, x, static_cast<size_t>(r * c) * sizeof(float));
+    kernels::gemm(false, false, r, c, r, 1.0f, b, r, x, c, kA, y, c);  // Y = a X + B X
+    std::swap(x, y);
+  }
+  if (transposed) {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = x[j * rows + i];
+  } else {
+    std::memcpy(out, x, static_cast<size_t>(rows * cols) * sizeof(float));
+  }
+}
+
+namespace {
+
+size_t largest_matrix(const model::ParamRegistry& registry) {
+  int64_t most = 0;
+  for (const auto& s : registry.specs()) {
+    if (s.group == model::OptimizerGroup::muon) most = std::max(most, s.numel);
+  }
+  return static_cast<size_t>(most);
+}
+
+size_t largest_gram(const model::ParamRegistry& registry) {
+  int64_t most = 0;
+  for (const auto& s : registry.specs()) {
+    if (s.group != model::OptimizerGroup::muon) continue;
+    const int64_t r = std::min(s.shape[0], s.numel / s.shape[0]);
+    most = std::max(most, r * r);
+  }
+  return static_cast<size_t>(most);
+}
+
+}  // namespace
+
+Muon::Muon(const model::ParamRegistry& registry, MuonConfig config)
+    : registry_(registry),
+      config_(config),
+      momentum_("muon.momentum_buffer", static_cast<size_t>(registry.total()) * sizeof(float)),
+      scratch_("muon scratch", tensor::Arena::rounded(largest_matrix(registry) * 4) * 3 +
+                                   tensor::Arena::rounded(largest_gram(registry) * 4) * 2) {
+  x_ = scratch_.take_floats(static_cast<int64_t>(largest_matrix(registry)));
+  y_ = scratch_.take_floats(static_cast<int64_t>(largest_matrix(registry)));
+  u_ = scratch_.take_floats(static_cast<int64_t>(largest_matrix(registry)));
+  a_ = scratch_.take_floats(static_cast<int64_t>(largest_gram(registry)));
+  b_ = scratch_.take_floats(static_cast<int64_t>(largest_gram(registry)));
+}
+
+void Muon::update(float* params, const float* grads, float lr, float grad_scale) {
+  const float mu = config_.momentum;
+  float* buf_all = momentum();
+  for (const auto& s : registry_.specs()) {
+    if (s.group != model::OptimizerGroup::muon) continue;
+    const int64_t rows = s.shape[0], cols = s.numel / rows;
+    float* p = params + s.offset;
+    const float* g = grads + s.offset;
+    float* buf = buf_all + s.offset;
+    float* update = u_;
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < s.numel; ++i) {
+      const float gi = g[i] * grad_scale;
+      buf[i] = mu * buf[i] + gi;
+      update[i] = config_.nesterov ? gi + mu * buf[i] : buf[i];
+    }
+    // In place is fine: newton_schulz reads its input before writing its output.
+    newton_schulz(update, update, rows, cols, config_.ns_steps, x_, y_, a_, b_);
+    const float scale = 0.2f * std::sqrt(static_cast<float>(std::max(rows, cols)));
+    const float decay = s.weight_decay ? 1.0f - lr * config_.weight_decay : 1.0f;
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < s.numel; ++i) p[i] = p[i] * decay - lr * scale * update[i];
+  }
+}
+
+}  // namespace anvil::optim

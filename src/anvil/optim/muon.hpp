@@ -1,0 +1,47 @@
+// Muon for the 2-D weight matrices of the blocks (the registry's muon group):
+// heavy-ball momentum (Nesterov by default), the update orthogonalised by 5
+// Newton–Schulz iterations (quintic, coefficients 3.4445, -4.7750, 2.0315),
+// scaled by 0.2 * sqrt(max(rows, cols)) so its RMS matches AdamW's and one
+// learning rate serves both, and decoupled weight decay. AdamW updates the
+// rest (see AdamW's `skip_muon_group`). The GEMMs of the iteration run on the
+// GEMM backend (fp32).
+#pragma once
+
+#include <cstdint>
+
+#include "anvil/model/params.hpp"
+#include "anvil/tensor/arena.hpp"
+
+namespace anvil::optim {
+
+struct MuonConfig {
+  float momentum = 0.95f;
+  bool nesterov = true;
+  int ns_steps = 5;
+  float weight_decay = 0.1f;
+};
+
+class Muon {
+ public:
+  Muon(const model::ParamRegistry& registry, MuonConfig config);
+  // Updates every muon-group parameter; gradients are scaled by grad_scale as read.
+  void update(float* params, const float* grads, float lr, float grad_scale = 1.0f);
+  // Momentum buffers, same offsets as the parameters (muon group only is used).
+  float* momentum() { return reinterpret_cast<float*>(momentum_.base()); }
+  size_t state_bytes() const { return momentum_.capacity() + scratch_.capacity(); }
+
+ private:
+  const model::ParamRegistry& registry_;
+  MuonConfig config_;
+  tensor::Arena momentum_, scratch_;
+  float *x_, *y_, *u_, *a_, *b_;
+};
+
+// out [rows, cols] = the Newton–Schulz approximation of U V^T for
+// G = U S V^T (G [rows, cols], row-major), with `steps` iterations. Scratch:
+// x and y of rows*cols floats, a and b of min(rows, cols)^2. `out` may be
+// `g` (the input is read before the output is written) but not x or y.
+void newton_schulz(float* out, const float* g, int64_t rows, int64_t cols, int steps, float* x,
+                   float* y, float* a, float* b);
+
+}  // namespace anvil::optim
