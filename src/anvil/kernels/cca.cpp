@@ -1,0 +1,225 @@
+// CCA's convolutions, mean skip path and per-head L2 norm; see cca.hpp.
+// Direct loops, parallel over rows or channels so that no two threads write
+// the same value (deterministic). The grouped convolution is a
+// group x group matrix per head and tap; a GEMM formulation is the obvious
+// next step once the layer is in a model and profiled.
+#include "anvil/kernels/cca.hpp"
+
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+namespace anvil::kernels {
+
+void cca_conv_forward(float* conv, float* D, const float* u, const float* w0, const float* b0,
+                      const float* w1, const float* b1, int64_t B, int64_t S, int64_t C,
+                      int64_t group) {
+  const int64_t N = B * S;
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const bool first = n % S == 0;
+    for (int64_t c = 0; c < C; ++c) {
+      const float older = first ? 0.0f : u[(n - 1) * C + c];
+      D[n * C + c] = w0[2 * c] * older + w0[2 * c + 1] * u[n * C + c] + b0[c];
+    }
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* prev = n % S == 0 ? b0 : D + (n - 1) * C;  // D_{-1} = b0
+    const float* cur = D + n * C;
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t base = c / group * group;
+      const float* w = w1 + c * group * 2;
+      float s = b1[c];
+      for (int64_t j = 0; j < group; ++j)
+        s += w[2 * j] * prev[base + j] + w[2 * j + 1] * cur[base + j];
+      conv[n * C + c] = s;
+    }
+  }
+}
+
+void cca_conv_backward(float* du, float* dw0, float* db0, float* dw1, float* db1,
+                       const float* dconv, const float* u, const float* D, const float* w0,
+                       const float* b0, const float* w1, int64_t B, int64_t S, int64_t C,
+                       int64_t group) {
+  const int64_t N = B * S;
+  // dD[n] = W1[:, :, 1]^T dconv[n] + W1[:, :, 0]^T dconv[n + 1] (same sequence).
+  std::vector<float> dD(static_cast<size_t>(N * C), 0.0f);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const bool has_next = (n + 1) % S != 0;
+    float* d = dD.data() + n * C;
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t base = c / group * group;
+      const float* w = w1 + c * group * 2;
+      const float now = dconv[n * C + c];
+      const float next = has_next ? dconv[(n + 1) * C + c] : 0.0f;
+      for (int64_t j = 0; j < group; ++j) d[base + j] += w[2 * j + 1] * now + w[2 * j] * next;
+    }
+  }
+  // The t = 0 rows' tap 0 saw D_{-1} = b0.
+  std::vector<float> db0_from_edge(static_cast<size_t>(C), 0.0f);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = b * S;
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t base = c / group * group;
+      const float* w = w1 + c * group * 2;
+      for (int64_t j = 0; j < group; ++j) db0_from_edge[base + j] += w[2 * j] * dconv[n * C + c];
+    }
+  }
+  // Weight and bias gradients: one thread per output channel.
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < C; ++c) {
+    const int64_t base = c / group * group;
+    float* dw = dw1 + c * group * 2;
+    float dbias = 0.0f;
+    for (int64_t n = 0; n < N; ++n) {
+      const float g = dconv[n * C + c];
+      if (g == 0.0f) continue;
+      dbias += g;
+      const float* prev = n % S == 0 ? b0 : D + (n - 1) * C;
+      const float* cur = D + n * C;
+      for (int64_t j = 0; j < group; ++j) {
+        dw[2 * j] += g * prev[base + j];
+        dw[2 * j + 1] += g * cur[base + j];
+      }
+    }
+    db1[c] += dbias;
+  }
+  // D -> u (rows), and w0, b0 (channels).
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const bool has_next = (n + 1) % S != 0;
+    for (int64_t c = 0; c < C; ++c) {
+      du[n * C + c] +=
+          w0[2 * c + 1] * dD[n * C + c] + (has_next ? w0[2 * c] * dD[(n + 1) * C + c] : 0.0f);
+    }
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < C; ++c) {
+    float d_older = 0.0f, d_now = 0.0f, d_bias = db0_from_edge[c];
+    for (int64_t n = 0; n < N; ++n) {
+      const float g = dD[n * C + c];
+      d_now += g * u[n * C + c];
+      if (n % S != 0) d_older += g * u[(n - 1) * C + c];
+      d_bias += g;
+    }
+    dw0[2 * c] += d_older;
+    dw0[2 * c + 1] += d_now;
+    db0[c] += d_bias;
+  }
+}
+
+void cca_mean_skip_forward(float* q_out, float* k_out, int64_t out_stride, const float* qp,
+                           const float* kp, int64_t qk_stride, const float* conv, int64_t N,
+                           int64_t Hq, int64_t Hkv, int64_t D) {
+  const int64_t g = Hq / Hkv;
+  const int64_t conv_stride = (Hq + Hkv) * D;
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* q = qp + n * qk_stride;
+    const float* k = kp + n * qk_stride;
+    const float* cq = conv + n * conv_stride;
+    const float* ck = cq + Hq * D;
+    float* qo = q_out + n * out_stride;
+    float* ko = k_out + n * out_stride;
+    for (int64_t j = 0; j < Hkv; ++j) {
+      for (int64_t i = 0; i < D; ++i) {
+        float mean = 0.0f;
+        for (int64_t a = 0; a < g; ++a) {
+          const int64_t h = j * g + a;
+          const float qm = 0.5f * (q[h * D + i] + k[j * D + i]);
+          qo[h * D + i] = cq[h * D + i] + qm;
+          mean += qm;
+        }
+        ko[j * D + i] = ck[j * D + i] + mean / static_cast<float>(g);
+      }
+    }
+  }
+}
+
+void cca_mean_skip_backward(float* dqp, float* dkp, float* dconv, const float* dq, const float* dk,
+                            int64_t out_stride, int64_t qk_stride, int64_t N, int64_t Hq,
+                            int64_t Hkv, int64_t D) {
+  const int64_t g = Hq / Hkv;
+  const int64_t conv_stride = (Hq + Hkv) * D;
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* dqo = dq + n * out_stride;
+    const float* dko = dk + n * out_stride;
+    float* dq_in = dqp + n * qk_stride;
+    float* dk_in = dkp + n * qk_stride;
+    float* dcq = dconv + n * conv_stride;
+    float* dck = dcq + Hq * D;
+    for (int64_t j = 0; j < Hkv; ++j) {
+      for (int64_t i = 0; i < D; ++i) {
+        const float from_k = dko[j * D + i] / static_cast<float>(g);  // d qm[h] from km[j]
+        dck[j * D + i] += dko[j * D + i];
+        float dkp_sum = 0.0f;
+        for (int64_t a = 0; a < g; ++a) {
+          const int64_t h = j * g + a;
+          const float dqm = dqo[h * D + i] + from_k;
+          dcq[h * D + i] += dqo[h * D + i];
+          dq_in[h * D + i] += 0.5f * dqm;
+          dkp_sum += 0.5f * dqm;
+        }
+        dk_in[j * D + i] += dkp_sum;
+      }
+    }
+  }
+}
+
+namespace {
+constexpr float kNormEps = 1e-12f;  // inside the sqrt: guards an all-zero head
+}
+
+void l2norm_heads_forward(float* y, float* norms, const float* x, const float* temp, int64_t N,
+                          int64_t heads, int64_t D, int64_t stride) {
+  const float root_d = std::sqrt(static_cast<float>(D));
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* v = x + n * stride + h * D;
+      float ss = 0.0f;
+      for (int64_t i = 0; i < D; ++i) ss += v[i] * v[i];
+      const float norm = std::sqrt(ss + kNormEps);
+      norms[n * heads + h] = norm;
+      const float scale = root_d / norm * (temp != nullptr ? temp[h] : 1.0f);
+      float* o = y + n * stride + h * D;
+      for (int64_t i = 0; i < D; ++i) o[i] = v[i] * scale;
+    }
+  }
+}
+
+void l2norm_heads_backward(float* dx, float* dtemp, const float* dy, const float* x,
+                           const float* norms, const float* temp, int64_t N, int64_t heads,
+                           int64_t D, int64_t stride) {
+  const float root_d = std::sqrt(static_cast<float>(D));
+  const int threads = omp_get_max_threads();
+  std::vector<double> partial(static_cast<size_t>(threads * heads), 0.0);
+#pragma omp parallel
+  {
+    double* mine = partial.data() + omp_get_thread_num() * heads;
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* v = x + n * stride + h * D;
+        const float* d = dy + n * stride + h * D;
+        const float norm = norms[n * heads + h];
+        float dot = 0.0f;  // x_hat . dy
+        for (int64_t i = 0; i < D; ++i) dot += v[i] / norm * d[i];
+        const float t = temp != nullptr ? temp[h] : 1.0f;
+        const float c = root_d * t / norm;
+        float* o = dx + n * stride + h * D;
+        for (int64_t i = 0; i < D; ++i) o[i] += c * (d[i] - v[i] / norm * dot);
+        mine[h] += static_cast<double>(root_d) * dot;  // d/dtemp of temp * sqrt(D) x_hat . dy
+      }
+    }
+  }
+  if (dtemp == nullptr) return;
+  for (int t = 0; t < threads; ++t)
+    for (int64_t h = 0; h < heads; ++h) dtemp[h] += static_cast<float>(partial[t * heads + h]);
+}
+
+}  // namespace anvil::kernels

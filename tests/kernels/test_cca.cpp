@@ -1,0 +1,146 @@
+// CCA's convolutions, mean skip path and L2 norm against finite differences,
+// and the convolution against a direct reading of ZAYA1.md's formula.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "anvil/kernels/cca.hpp"
+
+namespace anvil::kernels {
+namespace {
+
+std::vector<float> random_vector(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+double weighted_sum(const std::vector<float>& out, const std::vector<float>& r) {
+  double s = 0;
+  for (size_t i = 0; i < out.size(); ++i) s += static_cast<double>(out[i]) * r[i];
+  return s;
+}
+
+void expect_fd(const char* what, std::vector<float>& x, const std::vector<float>& grad,
+               const std::function<double()>& objective) {
+  const float h = 1e-2f;
+  double max_err = 0, max_grad = 0;
+  const size_t stride = std::max<size_t>(1, x.size() / 150);
+  for (size_t i = 0; i < x.size(); i += stride) {
+    const float saved = x[i];
+    x[i] = saved + h;
+    const double up = objective();
+    x[i] = saved - h;
+    const double down = objective();
+    x[i] = saved;
+    max_err = std::max(max_err, std::abs((up - down) / (2.0 * h) - grad[i]));
+    max_grad = std::max(max_grad, std::abs(static_cast<double>(grad[i])));
+  }
+  EXPECT_LE(max_err, 2e-2 * std::max(1.0, max_grad)) << what << " (max |grad| " << max_grad << ")";
+}
+
+TEST(Cca, ConvolutionsFollowTheSpecIncludingTheBiasEdge) {
+  const int64_t B = 2, S = 4, C = 6, G = 3;  // 2 groups of 3 channels
+  const auto u = random_vector(B * S * C, 1), w0 = random_vector(C * 2, 2),
+             b0 = random_vector(C, 3), w1 = random_vector(C * G * 2, 4), b1 = random_vector(C, 5);
+  std::vector<float> conv(B * S * C), D(B * S * C);
+  cca_conv_forward(conv.data(), D.data(), u.data(), w0.data(), b0.data(), w1.data(), b1.data(), B,
+                   S, C, G);
+  auto U = [&](int64_t b, int64_t t, int64_t c) { return t < 0 ? 0.0 : u[(b * S + t) * C + c]; };
+  auto Dref = [&](int64_t b, int64_t t, int64_t c) {  // t >= -1: D_{-1} = b0
+    return w0[2 * c] * U(b, t - 1, c) + w0[2 * c + 1] * U(b, t, c) + b0[c];
+  };
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < S; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        double s = b1[c];
+        for (int64_t j = 0; j < G; ++j) {
+          const int64_t k = c / G * G + j;
+          s += w1[(c * G + j) * 2] * Dref(b, t - 1, k) + w1[(c * G + j) * 2 + 1] * Dref(b, t, k);
+        }
+        EXPECT_NEAR(conv[(b * S + t) * C + c], s, 1e-5) << b << " " << t << " " << c;
+      }
+}
+
+TEST(Cca, ConvolutionBackwardMatchesFiniteDifferences) {
+  const int64_t B = 2, S = 5, C = 8, G = 4;
+  auto u = random_vector(B * S * C, 1), w0 = random_vector(C * 2, 2), b0 = random_vector(C, 3),
+       w1 = random_vector(C * G * 2, 4), b1 = random_vector(C, 5);
+  const auto r = random_vector(B * S * C, 6);
+  std::vector<float> conv(B * S * C), D(B * S * C);
+  auto objective = [&] {
+    cca_conv_forward(conv.data(), D.data(), u.data(), w0.data(), b0.data(), w1.data(), b1.data(), B,
+                     S, C, G);
+    return weighted_sum(conv, r);
+  };
+  objective();
+  std::vector<float> du(u.size()), dw0(w0.size()), db0(b0.size()), dw1(w1.size()), db1(b1.size());
+  cca_conv_backward(du.data(), dw0.data(), db0.data(), dw1.data(), db1.data(), r.data(), u.data(),
+                    D.data(), w0.data(), b0.data(), w1.data(), B, S, C, G);
+  expect_fd("du", u, du, objective);
+  expect_fd("dw0", w0, dw0, objective);
+  expect_fd("db0 (incl. the D_{-1} edge)", b0, db0, objective);
+  expect_fd("dw1", w1, dw1, objective);
+  expect_fd("db1", b1, db1, objective);
+}
+
+TEST(Cca, MeanSkipPathMatchesTheSpecAndFiniteDifferences) {
+  const int64_t N = 3, Hq = 4, Hkv = 2, D = 5, g = Hq / Hkv;
+  const int64_t qk_stride = (Hq + Hkv) * D, out_stride = (Hq + Hkv) * D + 3;
+  auto qkp = random_vector(N * qk_stride, 1);  // rows [qp | kp]
+  auto conv = random_vector(N * (Hq + Hkv) * D, 2);
+  const auto r = random_vector(N * out_stride, 3);
+  std::vector<float> out(N * out_stride);
+  auto objective = [&] {
+    cca_mean_skip_forward(out.data(), out.data() + Hq * D, out_stride, qkp.data(),
+                          qkp.data() + Hq * D, qk_stride, conv.data(), N, Hq, Hkv, D);
+    return weighted_sum(out, r);
+  };
+  objective();
+  // The spec, literally, for one entry: k[1][2] of row 2.
+  double mean = 0;
+  for (int64_t a = 0; a < g; ++a) {
+    mean += 0.5 * (qkp[2 * qk_stride + (g + a) * D + 2] + qkp[2 * qk_stride + Hq * D + D + 2]);
+  }
+  EXPECT_NEAR(out[2 * out_stride + Hq * D + D + 2],
+              conv[2 * (Hq + Hkv) * D + Hq * D + D + 2] + mean / g, 1e-5);
+  std::vector<float> dqkp(qkp.size()), dconv(conv.size());
+  cca_mean_skip_backward(dqkp.data(), dqkp.data() + Hq * D, dconv.data(), r.data(),
+                         r.data() + Hq * D, out_stride, qk_stride, N, Hq, Hkv, D);
+  expect_fd("dqp/dkp", qkp, dqkp, objective);
+  expect_fd("dconv", conv, dconv, objective);
+}
+
+TEST(Cca, HeadL2NormWithTemperatureMatchesFiniteDifferences) {
+  const int64_t N = 4, H = 2, D = 8, stride = H * D + 2;
+  auto x = random_vector(N * stride, 1), temp = random_vector(H, 2);
+  const auto r = random_vector(N * stride, 3);
+  std::vector<float> y(N * stride), norms(N * H);
+  auto objective = [&] {
+    l2norm_heads_forward(y.data(), norms.data(), x.data(), temp.data(), N, H, D, stride);
+    double s = 0;  // only the heads' columns count (the padding is not written)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < H * D; ++i)
+        s += static_cast<double>(y[n * stride + i]) * r[n * stride + i];
+    return s;
+  };
+  objective();
+  double len = 0;
+  for (int64_t i = 0; i < D; ++i) len += y[i] * y[i];
+  EXPECT_NEAR(std::sqrt(len), std::sqrt(static_cast<double>(D)) * std::abs(temp[0]), 1e-4);
+  std::vector<float> dx(x.size()), dtemp(H), rr = r;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = H * D; i < stride; ++i) rr[n * stride + i] = 0;
+  l2norm_heads_backward(dx.data(), dtemp.data(), rr.data(), x.data(), norms.data(), temp.data(), N,
+                        H, D, stride);
+  expect_fd("dx", x, dx, objective);
+  expect_fd("dtemp", temp, dtemp, objective);
+}
+
+}  // namespace
+}  // namespace anvil::kernels
