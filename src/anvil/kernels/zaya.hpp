@@ -1,0 +1,35 @@
+// ZAYA1's residual scaling and the router's element-wise parts
+// (../shared/ZAYA1.md sections 4 and 5), as forward/backward pairs over rows;
+// backward accumulates (+=).
+#pragma once
+
+#include <cstdint>
+
+namespace anvil::kernels {
+
+// merge(r, h) = (h + hb) * hs + (r + rb) * rs per channel (C wide rows).
+// r == nullptr: the first merge, (h + hb) * hs only (rs, rb unused).
+void residual_merge_forward(float* out, const float* r, const float* h, const float* hs,
+                            const float* hb, const float* rs, const float* rb, int64_t N,
+                            int64_t C);
+// dr/drs/drb are skipped when r is null.
+void residual_merge_backward(float* dr, float* dh, float* dhs, float* dhb, float* drs, float* drb,
+                             const float* dout, const float* r, const float* h, const float* hs,
+                             const float* hb, const float* rs, const float* rb, int64_t N,
+                             int64_t C);
+
+// GELU with the exact erf (the router MLP's activation): x * Phi(x).
+void gelu_erf_forward(float* out, const float* inp, int64_t n);
+void gelu_erf_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+
+// Router selection over E + 1 classes (index E = skip): p = softmax(logits),
+// choice = argmax_e (p_e + bias_e) (the bias steers selection only),
+// gate = p[choice] (unbiased, not renormalised). probs [N, E+1] is saved.
+void router_select_forward(int32_t* choice, float* gate, float* probs, const float* logits,
+                           const float* bias, int64_t N, int64_t classes);
+// The gradient reaches the logits only through the gate:
+// dlogits[n, e] += dgate[n] * p_c (1[e == c] - p_e), c = choice[n].
+void router_select_backward(float* dlogits, const float* dgate, const int32_t* choice,
+                            const float* probs, int64_t N, int64_t classes);
+
+}  // namespace anvil::kernels

@@ -1,0 +1,131 @@
+// Residual scaling, exact GELU and router selection against finite
+// differences and their definitions (ZAYA1.md sections 4 and 5).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "anvil/kernels/zaya.hpp"
+
+namespace anvil::kernels {
+namespace {
+
+std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+double weighted_sum(const std::vector<float>& out, const std::vector<float>& r) {
+  double s = 0;
+  for (size_t i = 0; i < out.size(); ++i) s += static_cast<double>(out[i]) * r[i];
+  return s;
+}
+
+void expect_fd(const char* what, std::vector<float>& x, const std::vector<float>& grad,
+               const std::function<double()>& objective, float h = 1e-2f) {
+  double max_err = 0, max_grad = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float saved = x[i];
+    x[i] = saved + h;
+    const double up = objective();
+    x[i] = saved - h;
+    const double down = objective();
+    x[i] = saved;
+    max_err = std::max(max_err, std::abs((up - down) / (2.0 * h) - grad[i]));
+    max_grad = std::max(max_grad, std::abs(static_cast<double>(grad[i])));
+  }
+  EXPECT_LE(max_err, 2e-2 * std::max(1.0, max_grad)) << what;
+}
+
+TEST(Zaya, ResidualMergeMatchesFiniteDifferencesWithAndWithoutResidual) {
+  const int64_t N = 5, C = 7;
+  auto r = random_vector(N * C, 1), h = random_vector(N * C, 2), hs = random_vector(C, 3),
+       hb = random_vector(C, 4), rs = random_vector(C, 5), rb = random_vector(C, 6);
+  const auto w = random_vector(N * C, 7);
+  std::vector<float> out(N * C);
+  for (bool first : {false, true}) {
+    auto objective = [&] {
+      residual_merge_forward(out.data(), first ? nullptr : r.data(), h.data(), hs.data(), hb.data(),
+                             rs.data(), rb.data(), N, C);
+      return weighted_sum(out, w);
+    };
+    objective();
+    EXPECT_NEAR(out[3], (h[3] + hb[3]) * hs[3] + (first ? 0.0f : (r[3] + rb[3]) * rs[3]), 1e-6);
+    std::vector<float> dr(N * C), dh(N * C), dhs(C), dhb(C), drs(C), drb(C);
+    residual_merge_backward(dr.data(), dh.data(), dhs.data(), dhb.data(), drs.data(), drb.data(),
+                            w.data(), first ? nullptr : r.data(), h.data(), hs.data(), hb.data(),
+                            rs.data(), rb.data(), N, C);
+    expect_fd("dh", h, dh, objective);
+    expect_fd("dhs", hs, dhs, objective);
+    expect_fd("dhb", hb, dhb, objective);
+    if (!first) {
+      expect_fd("dr", r, dr, objective);
+      expect_fd("drs", rs, drs, objective);
+      expect_fd("drb", rb, drb, objective);
+    }
+  }
+}
+
+TEST(Zaya, ExactGeluMatchesItsDefinitionAndFiniteDifferences) {
+  auto x = random_vector(50, 1, 2.0f);
+  const auto w = random_vector(50, 2);
+  std::vector<float> out(50);
+  auto objective = [&] {
+    gelu_erf_forward(out.data(), x.data(), 50);
+    return weighted_sum(out, w);
+  };
+  objective();
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_NEAR(out[i], 0.5 * x[i] * (1 + std::erf(x[i] / std::sqrt(2.0))), 1e-6);
+  }
+  std::vector<float> dx(50);
+  gelu_erf_backward(dx.data(), x.data(), w.data(), 50);
+  expect_fd("gelu_erf", x, dx, objective, 1e-3f);
+}
+
+TEST(Zaya, RouterSelectsWithTheBiasButGatesWithoutIt) {
+  const int64_t classes = 4;  // 3 experts + skip
+  // Row 0: expert 1 is likeliest; a bias of -1 on it and +0.5 on skip moves the choice to skip.
+  const std::vector<float> logits = {0.0f, 2.0f, 0.5f, 0.1f};
+  const std::vector<float> none = {0, 0, 0, 0}, steer = {0, -1.0f, 0, 0.5f};
+  int32_t choice = -1;
+  float gate = 0;
+  std::vector<float> probs(classes);
+  router_select_forward(&choice, &gate, probs.data(), logits.data(), none.data(), 1, classes);
+  EXPECT_EQ(choice, 1);
+  EXPECT_FLOAT_EQ(gate, probs[1]);
+  router_select_forward(&choice, &gate, probs.data(), logits.data(), steer.data(), 1, classes);
+  EXPECT_EQ(choice, 3);             // skip
+  EXPECT_FLOAT_EQ(gate, probs[3]);  // the unbiased probability
+}
+
+TEST(Zaya, RouterGateGradientMatchesFiniteDifferencesAtAFixedChoice) {
+  const int64_t N = 6, classes = 5;
+  auto logits = random_vector(N * classes, 1);
+  const auto bias = random_vector(classes, 2, 0.1f);
+  const auto w = random_vector(N, 3);
+  std::vector<int32_t> choice(N);
+  std::vector<float> gate(N), probs(N * classes);
+  router_select_forward(choice.data(), gate.data(), probs.data(), logits.data(), bias.data(), N,
+                        classes);
+  const auto fixed = choice;
+  auto objective = [&] {  // the gate of the choice made at the unperturbed point
+    std::vector<int32_t> c(N);
+    router_select_forward(c.data(), gate.data(), probs.data(), logits.data(), bias.data(), N,
+                          classes);
+    double s = 0;
+    for (int64_t n = 0; n < N; ++n) s += w[n] * probs[n * classes + fixed[n]];
+    return s;
+  };
+  std::vector<float> dlogits(N * classes);
+  router_select_backward(dlogits.data(), w.data(), choice.data(), probs.data(), N, classes);
+  expect_fd("dlogits", logits, dlogits, objective, 1e-3f);
+}
+
+}  // namespace
+}  // namespace anvil::kernels
