@@ -1,0 +1,125 @@
+#include "anvil/model/cca_layer.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "anvil/base/error.hpp"
+#include "anvil/kernels/cca.hpp"
+#include "anvil/kernels/layers.hpp"
+
+namespace anvil::model {
+
+CcaLayer::CcaLayer(CcaShape shape, int64_t B, int64_t S) : s_(shape), B_(B), S_(S), N_(B * S) {
+  if (s_.kv_heads != 2) {
+    throw InputError(
+        "CCA attention: n_kv_heads must be 2 (current- and previous-token values), got " +
+        std::to_string(s_.kv_heads));
+  }
+  if (s_.q_heads % s_.kv_heads != 0 || s_.rotary_dim > s_.head_dim || s_.rotary_dim % 2 != 0) {
+    throw InputError(
+        "CCA attention: needs n_heads divisible by 2 and an even rotary_dim <= head_dim");
+  }
+  const int64_t C = s_.channels(), d = s_.head_dim, Hq = s_.q_heads, Hkv = s_.kv_heads;
+  const int64_t qkv_width = (Hq + 2 * Hkv) * d;
+  auto sized = [](std::vector<float>& v, int64_t n) { v.assign(static_cast<size_t>(n), 0.0f); };
+  sized(u_, N_ * C);
+  sized(D_, N_ * C);
+  sized(conv_, N_ * C);
+  sized(qk_pre_, N_ * C);
+  sized(norms_, N_ * (Hq + Hkv));
+  sized(qkv_, N_ * qkv_width);
+  sized(xv2_, N_ * d);
+  sized(att_, N_ * Hq * d);
+  sized(lse_, B_ * Hq * S_);
+  sized(d_att_, N_ * Hq * d);
+  sized(d_qkv_, N_ * qkv_width);
+  sized(d_qk_pre_, N_ * C);
+  sized(d_u_, N_ * C);
+  sized(d_conv_, N_ * C);
+  sized(d_v_, N_ * d);
+}
+
+void CcaLayer::forward(float* out, const float* x, const CcaParams& p) {
+  const int64_t H = s_.hidden, C = s_.channels(), d = s_.head_dim;
+  const int64_t Hq = s_.q_heads, Hkv = s_.kv_heads, Cq = s_.q_latent();
+  const int64_t W = (Hq + 2 * Hkv) * d;  // the attention kernel's row: q | k | v
+  // 1. u = [qp | kp]; values.
+  kernels::linear_forward(u_.data(), x, p.wqk, nullptr, N_, H, C);
+  kernels::linear_forward(xv2_.data(), x, p.wv2, nullptr, N_, H, d);
+  std::vector<float>& vcur = d_v_;  // free until backward
+  kernels::linear_forward(vcur.data(), x, p.wv1, nullptr, N_, H, d);
+  for (int64_t n = 0; n < N_; ++n) {
+    float* v = qkv_.data() + n * W + (Hq + Hkv) * d;
+    std::memcpy(v, vcur.data() + n * d, d * sizeof(float));  // kv head 0: this token
+    if (n % S_ == 0) {
+      std::fill(v + d, v + 2 * d, 0.0f);  // x_{-1} = 0
+    } else {
+      std::memcpy(v + d, xv2_.data() + (n - 1) * d, d * sizeof(float));  // kv head 1: previous
+    }
+  }
+  // 2-4. Convolutions, mean skip path (pre-norm q | k into qk_pre).
+  kernels::cca_conv_forward(conv_.data(), D_.data(), u_.data(), p.conv0_w, p.conv0_b, p.conv1_w,
+                            p.conv1_b, B_, S_, C, d);
+  kernels::cca_mean_skip_forward(qk_pre_.data(), qk_pre_.data() + Cq, C, u_.data(), u_.data() + Cq,
+                                 C, conv_.data(), N_, Hq, Hkv, d);
+  // 5. L2 norm into the attention rows (keys times the temperature).
+  std::vector<float>& normed = d_qk_pre_;  // free until backward
+  kernels::l2norm_heads_forward(normed.data(), norms_.data(), qk_pre_.data(), nullptr, N_, Hq, d,
+                                C);
+  kernels::l2norm_heads_forward(normed.data() + Cq, norms_.data() + N_ * Hq, qk_pre_.data() + Cq,
+                                p.temp, N_, Hkv, d, C);
+  for (int64_t n = 0; n < N_; ++n) {
+    std::memcpy(qkv_.data() + n * W, normed.data() + n * C, C * sizeof(float));
+  }
+  // 6-9. RoPE, attention, output projection.
+  kernels::rope_forward(qkv_.data(), N_, S_, 0, Hq + Hkv, d, s_.rotary_dim, W, s_.rope_theta);
+  kernels::attention_forward(att_.data(), lse_.data(), qkv_.data(), B_, S_, Hq, Hkv, d);
+  kernels::linear_forward(out, att_.data(), p.wo, nullptr, N_, Cq, H);
+}
+
+void CcaLayer::backward(float* dx, const CcaParams& g, const float* dout, const float* x,
+                        const CcaParams& p) {
+  const int64_t H = s_.hidden, C = s_.channels(), d = s_.head_dim;
+  const int64_t Hq = s_.q_heads, Hkv = s_.kv_heads, Cq = s_.q_latent();
+  const int64_t W = (Hq + 2 * Hkv) * d;
+  auto zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
+  zero(d_att_);
+  kernels::linear_backward(d_att_.data(), g.wo, nullptr, dout, att_.data(), p.wo, N_, Cq, H);
+  zero(d_qkv_);
+  kernels::attention_backward(d_qkv_.data(), d_att_.data(), qkv_.data(), att_.data(), lse_.data(),
+                              B_, S_, Hq, Hkv, d);
+  kernels::rope_backward(d_qkv_.data(), N_, S_, 0, Hq + Hkv, d, s_.rotary_dim, W, s_.rope_theta);
+  // L2 norm backward: gather the q | k gradients into C-wide rows first.
+  std::vector<float>& d_normed = d_conv_;  // free until the mean-skip backward
+  for (int64_t n = 0; n < N_; ++n) {
+    std::memcpy(d_normed.data() + n * C, d_qkv_.data() + n * W, C * sizeof(float));
+  }
+  zero(d_qk_pre_);
+  kernels::l2norm_heads_backward(d_qk_pre_.data(), nullptr, d_normed.data(), qk_pre_.data(),
+                                 norms_.data(), nullptr, N_, Hq, d, C);
+  kernels::l2norm_heads_backward(d_qk_pre_.data() + Cq, g.temp, d_normed.data() + Cq,
+                                 qk_pre_.data() + Cq, norms_.data() + N_ * Hq, p.temp, N_, Hkv, d,
+                                 C);
+  zero(d_u_);
+  zero(d_conv_);  // d_normed is consumed
+  kernels::cca_mean_skip_backward(d_u_.data(), d_u_.data() + Cq, d_conv_.data(), d_qk_pre_.data(),
+                                  d_qk_pre_.data() + Cq, C, C, N_, Hq, Hkv, d);
+  kernels::cca_conv_backward(d_u_.data(), g.conv0_w, g.conv0_b, g.conv1_w, g.conv1_b,
+                             d_conv_.data(), u_.data(), D_.data(), p.conv0_w, p.conv0_b, p.conv1_w,
+                             B_, S_, C, d);
+  kernels::linear_backward(dx, g.wqk, nullptr, d_u_.data(), x, p.wqk, N_, H, C);
+  // Values: head 0 came from x_t Wv1^T, head 1 from x_{t-1} Wv2^T.
+  for (int64_t n = 0; n < N_; ++n) {
+    std::memcpy(d_v_.data() + n * d, d_qkv_.data() + n * W + (Hq + Hkv) * d, d * sizeof(float));
+  }
+  kernels::linear_backward(dx, g.wv1, nullptr, d_v_.data(), x, p.wv1, N_, H, d);
+  zero(d_v_);
+  for (int64_t n = 0; n < N_; ++n) {
+    if ((n + 1) % S_ == 0) continue;  // the last token of a sequence is nobody's previous
+    std::memcpy(d_v_.data() + n * d, d_qkv_.data() + (n + 1) * W + (Hq + Hkv + 1) * d,
+                d * sizeof(float));
+  }
+  kernels::linear_backward(dx, g.wv2, nullptr, d_v_.data(), x, p.wv2, N_, H, d);
+}
+
+}  // namespace anvil::model

@@ -1,0 +1,59 @@
+// ZAYA1's CCA attention layer (../shared/ZAYA1.md section 3, CCGQA form),
+// forward and backward over a batch [B, S] of rows of width H:
+//   u = x [Wq; Wk]^T (qp | kp), v_cur = x_t Wv1^T, v_prev = x_{t-1} Wv2^T,
+//   two causal convolutions on u, the q/k mean skip path, L2 norm per head
+//   (keys times a learned temperature), partial NeoX RoPE, causal GQA
+//   attention with kv head 0 = v_cur and 1 = v_prev, out = o Wo^T.
+// The kernels are in kernels/cca.hpp and kernels/layers.hpp; this class owns
+// the layer's activations for one batch shape and strings them together.
+// Decode (conv/previous-x state and KV cache) is the next step.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace anvil::model {
+
+struct CcaShape {
+  int64_t hidden = 2048;    // H
+  int64_t q_heads = 8;      // Hq
+  int64_t kv_heads = 2;     // must be 2: kv head 0 = current token, 1 = previous token
+  int64_t head_dim = 128;   // d
+  int64_t rotary_dim = 64;  // RoPE on the first rotary_dim channels of each head
+  float rope_theta = 10000.0f;
+  int64_t q_latent() const { return q_heads * head_dim; }
+  int64_t k_latent() const { return kv_heads * head_dim; }
+  int64_t channels() const { return q_latent() + k_latent(); }
+};
+
+// Pointers into the parameter (or gradient) arena, PyTorch layouts.
+struct CcaParams {
+  float* wqk;      // [Cq + Ck, H]: linear_q rows then linear_k rows (contiguous)
+  float* wv1;      // [d, H] val_proj1 (current token)
+  float* wv2;      // [d, H] val_proj2 (previous token)
+  float* conv0_w;  // [C, 1, 2]
+  float* conv0_b;  // [C]
+  float* conv1_w;  // [C, d, 2] (groups of d channels, one per head)
+  float* conv1_b;  // [C]
+  float* temp;     // [kv_heads] key temperature
+  float* wo;       // [H, Cq]
+};
+
+class CcaLayer {
+ public:
+  CcaLayer(CcaShape shape, int64_t B, int64_t S);
+  // out [B*S, H] = CCA(x); keeps what backward needs.
+  void forward(float* out, const float* x, const CcaParams& p);
+  // Adds the gradients of sum(out * dout) to dx and to the gradient arena `g`.
+  void backward(float* dx, const CcaParams& g, const float* dout, const float* x,
+                const CcaParams& p);
+
+ private:
+  CcaShape s_;
+  int64_t B_, S_, N_;
+  std::vector<float> u_, D_, conv_, qk_pre_, norms_, qkv_, xv2_, att_, lse_;
+  // Backward scratch.
+  std::vector<float> d_att_, d_qkv_, d_qk_pre_, d_u_, d_conv_, d_v_;
+};
+
+}  // namespace anvil::model
