@@ -1,0 +1,127 @@
+#include "anvil/model/zaya_moe_layer.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "anvil/kernels/layers.hpp"
+#include "anvil/kernels/moe.hpp"
+#include "anvil/kernels/zaya.hpp"
+
+namespace anvil::model {
+
+ZayaMoeLayer::ZayaMoeLayer(ZayaMoeShape shape, int64_t N) : s_(shape), N_(N) {
+  const int64_t R = s_.router_dim, K = s_.experts + 1, H = s_.hidden, F = s_.expert_ffn;
+  auto sized = [](std::vector<float>& v, int64_t n) { v.assign(static_cast<size_t>(n), 0.0f); };
+  for (auto* v : {&h_, &z0_, &a1_, &z1_, &a2_, &z2_}) sized(*v, N * R);
+  sized(rstd_, N);
+  sized(logits_, N * K);
+  sized(probs_, N * K);
+  sized(gate_, N);
+  choice_.assign(static_cast<size_t>(N), 0);
+  order_.assign(static_cast<size_t>(N), 0);
+  slot_.assign(static_cast<size_t>(N), 0);
+  offsets_.assign(static_cast<size_t>(s_.experts + 1), 0);
+  sized(xs_, N * H);
+  sized(y_, N * 2 * F);
+  sized(act_, N * F);
+  sized(ys_, N * H);
+}
+
+void ZayaMoeLayer::forward(float* out, float* rstate_out, const float* x, const float* rstate_prev,
+                           const ZayaMoeParams& p, const float* balancing_bias) {
+  const int64_t R = s_.router_dim, E = s_.experts, K = E + 1, H = s_.hidden, F = s_.expert_ffn;
+  // Router.
+  kernels::linear_forward(h_.data(), x, p.down_w, p.down_b, N_, H, R);
+  if (rstate_prev != nullptr) {
+    for (int64_t n = 0; n < N_; ++n)
+      for (int64_t c = 0; c < R; ++c) h_[n * R + c] += rstate_prev[n * R + c] * p.eda_scale[c];
+  }
+  std::memcpy(rstate_out, h_.data(), static_cast<size_t>(N_ * R) * sizeof(float));
+  kernels::rmsnorm_forward(z0_.data(), rstd_.data(), h_.data(), p.norm_w, N_, R, s_.norm_eps);
+  kernels::linear_forward(a1_.data(), z0_.data(), p.mlp0_w, p.mlp0_b, N_, R, R);
+  kernels::gelu_erf_forward(z1_.data(), a1_.data(), N_ * R);
+  kernels::linear_forward(a2_.data(), z1_.data(), p.mlp2_w, p.mlp2_b, N_, R, R);
+  kernels::gelu_erf_forward(z2_.data(), a2_.data(), N_ * R);
+  kernels::linear_forward(logits_.data(), z2_.data(), p.mlp4_w, nullptr, N_, R, K);
+  kernels::router_select_forward(choice_.data(), gate_.data(), probs_.data(), logits_.data(),
+                                 balancing_bias, N_, K);
+  // Dispatch and experts.
+  rows_ =
+      kernels::moe_dispatch(order_.data(), offsets_.data(), slot_.data(), choice_.data(), N_, 1, E);
+  stats_.tokens_per_class.assign(static_cast<size_t>(K), 0);
+  for (int64_t e = 0; e < E; ++e) stats_.tokens_per_class[e] = offsets_[e + 1] - offsets_[e];
+  stats_.tokens_per_class[E] = N_ - rows_;
+  kernels::moe_gather(xs_.data(), x, order_.data(), rows_, 1, H);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t b = offsets_[e], n = offsets_[e + 1] - b;
+    if (n == 0) continue;
+    kernels::linear_forward(y_.data() + b * 2 * F, xs_.data() + b * H, p.fc1 + e * 2 * F * H,
+                            nullptr, n, H, 2 * F);
+    kernels::swiglu_forward(act_.data() + b * F, y_.data() + b * 2 * F, n, F);
+    kernels::linear_forward(ys_.data() + b * H, act_.data() + b * F, p.fc2 + e * H * F, nullptr, n,
+                            F, H);
+  }
+  kernels::moe_combine_forward(out, ys_.data(), x, gate_.data(), slot_.data(), s_.skip_identity, N_,
+                               1, H);
+}
+
+void ZayaMoeLayer::backward(float* dx, float* drstate_prev, const ZayaMoeParams& g,
+                            const float* dout, const float* drstate_out, const float* x,
+                            const float* rstate_prev, const ZayaMoeParams& p) {
+  const int64_t R = s_.router_dim, E = s_.experts, K = E + 1, H = s_.hidden, F = s_.expert_ffn;
+  // Combine, experts, gather.
+  std::vector<float> dys(static_cast<size_t>(rows_ * H)), dgate(static_cast<size_t>(N_), 0.0f);
+  kernels::moe_combine_backward(dys.data(), dgate.data(), dx, dout, ys_.data(), x, gate_.data(),
+                                slot_.data(), s_.skip_identity, N_, 1, H);
+  std::vector<float> dact(static_cast<size_t>(rows_ * F), 0.0f),
+      dy(static_cast<size_t>(rows_ * 2 * F), 0.0f), dxs(static_cast<size_t>(rows_ * H), 0.0f);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t b = offsets_[e], n = offsets_[e + 1] - b;
+    if (n == 0) continue;
+    kernels::linear_backward(dact.data() + b * F, g.fc2 + e * H * F, nullptr, dys.data() + b * H,
+                             act_.data() + b * F, p.fc2 + e * H * F, n, F, H);
+    kernels::swiglu_backward(dy.data() + b * 2 * F, dact.data() + b * F, y_.data() + b * 2 * F, n,
+                             F);
+    kernels::linear_backward(dxs.data() + b * H, g.fc1 + e * 2 * F * H, nullptr,
+                             dy.data() + b * 2 * F, xs_.data() + b * H, p.fc1 + e * 2 * F * H, n, H,
+                             2 * F);
+  }
+  kernels::moe_gather_backward(dx, dxs.data(), slot_.data(), N_, 1, H);
+  // Router: only through the gate.
+  std::vector<float> dlogits(static_cast<size_t>(N_ * K), 0.0f),
+      d2(static_cast<size_t>(N_ * R), 0.0f), d1(static_cast<size_t>(N_ * R), 0.0f),
+      dh(static_cast<size_t>(N_ * R), 0.0f);
+  kernels::router_select_backward(dlogits.data(), dgate.data(), choice_.data(), probs_.data(), N_,
+                                  K);
+  kernels::linear_backward(d2.data(), g.mlp4_w, nullptr, dlogits.data(), z2_.data(), p.mlp4_w, N_,
+                           R, K);
+  std::vector<float> da(static_cast<size_t>(N_ * R), 0.0f);
+  kernels::gelu_erf_backward(da.data(), a2_.data(), d2.data(), N_ * R);
+  kernels::linear_backward(d1.data(), g.mlp2_w, g.mlp2_b, da.data(), z1_.data(), p.mlp2_w, N_, R,
+                           R);
+  std::fill(da.begin(), da.end(), 0.0f);
+  kernels::gelu_erf_backward(da.data(), a1_.data(), d1.data(), N_ * R);
+  std::fill(d2.begin(), d2.end(), 0.0f);  // now dz0
+  kernels::linear_backward(d2.data(), g.mlp0_w, g.mlp0_b, da.data(), z0_.data(), p.mlp0_w, N_, R,
+                           R);
+  kernels::rmsnorm_backward(dh.data(), g.norm_w, d2.data(), h_.data(), p.norm_w, rstd_.data(), N_,
+                            R);
+  if (drstate_out != nullptr) {
+    for (int64_t i = 0; i < N_ * R; ++i) dh[i] += drstate_out[i];
+  }
+  if (rstate_prev != nullptr) {
+    for (int64_t n = 0; n < N_; ++n) {
+      for (int64_t c = 0; c < R; ++c) {
+        drstate_prev[n * R + c] += dh[n * R + c] * p.eda_scale[c];
+      }
+    }
+    for (int64_t c = 0; c < R; ++c) {
+      float s = 0.0f;
+      for (int64_t n = 0; n < N_; ++n) s += dh[n * R + c] * rstate_prev[n * R + c];
+      g.eda_scale[c] += s;
+    }
+  }
+  kernels::linear_backward(dx, g.down_w, g.down_b, dh.data(), x, p.down_w, N_, H, R);
+}
+
+}  // namespace anvil::model

@@ -1,0 +1,71 @@
+// ZAYA1's MoE layer (../shared/ZAYA1.md section 4), training form, top-1:
+//   router: h0 = x Wd^T + bd; h = h0 + rstate_prev * g (EDA; not in the first
+//   MoE layer); rstate = h; z = RMSNorm(h); z = GELU(z W0^T + b0);
+//   z = GELU(z W1^T + b1); p = softmax(z W2^T) over E experts + skip;
+//   choice = argmax(p + balancing_bias); gate = p[choice];
+//   experts: SwiGLU (fc1 -> gate|up halves, fc2), dropless (kernels/moe.hpp);
+//   out = gate * E_choice(x), or gate * x (or 0) for the skip class.
+// Router, dispatch and expert compute are separate kernels (STYLE.md).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace anvil::model {
+
+struct ZayaMoeShape {
+  int64_t hidden = 2048;      // H
+  int64_t router_dim = 256;   // R
+  int64_t experts = 16;       // E (the skip class is E)
+  int64_t expert_ffn = 2048;  // F: fc1 is [2F, H], fc2 [H, F]
+  float norm_eps = 1e-5f;
+  bool skip_identity = true;  // skip output gate * x (the original) or 0 (later ports)
+};
+
+// Pointers into the parameter (or gradient) arena, PyTorch layouts.
+struct ZayaMoeParams {
+  float* down_w;     // [R, H]
+  float* down_b;     // [R]
+  float* eda_scale;  // [R] router_states_scale; null in the first MoE layer
+  float* norm_w;     // [R] rmsnorm_eda
+  float* mlp0_w;     // [R, R]
+  float* mlp0_b;     // [R]
+  float* mlp2_w;     // [R, R]
+  float* mlp2_b;     // [R]
+  float* mlp4_w;     // [E + 1, R]
+  float* fc1;        // [E, 2F, H] (expert e at e * 2F * H)
+  float* fc2;        // [E, H, F]
+};
+
+struct RouterStats {
+  std::vector<int64_t> tokens_per_class;  // E + 1 (the last is skip)
+};
+
+class ZayaMoeLayer {
+ public:
+  ZayaMoeLayer(ZayaMoeShape shape, int64_t N);
+  // out [N, H]; rstate_out [N, R] (the pre-norm router state for the next
+  // MoE layer); rstate_prev [N, R] or null (first MoE layer). balancing_bias
+  // [E + 1] steers selection only.
+  void forward(float* out, float* rstate_out, const float* x, const float* rstate_prev,
+               const ZayaMoeParams& p, const float* balancing_bias);
+  // Adds gradients of sum(out * dout) + sum(rstate_out * drstate_out) to dx,
+  // drstate_prev (when rstate_prev was given) and the gradient arena g.
+  void backward(float* dx, float* drstate_prev, const ZayaMoeParams& g, const float* dout,
+                const float* drstate_out, const float* x, const float* rstate_prev,
+                const ZayaMoeParams& p);
+  const RouterStats& stats() const { return stats_; }
+  const std::vector<int32_t>& choices() const { return choice_; }
+
+ private:
+  ZayaMoeShape s_;
+  int64_t N_;
+  std::vector<float> h_, rstd_, z0_, a1_, z1_, a2_, z2_, logits_, probs_, gate_;
+  std::vector<int32_t> choice_, order_, slot_;
+  std::vector<int64_t> offsets_;
+  int64_t rows_ = 0;
+  std::vector<float> xs_, y_, act_, ys_;
+  RouterStats stats_;
+};
+
+}  // namespace anvil::model

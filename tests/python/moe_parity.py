@@ -1,0 +1,83 @@
+#!/usr/bin/python3
+"""PyTorch reference of ZAYA1's MoE layer (router with EDA, skip class,
+biased top-1 with the unbiased gate; SwiGLU experts; skip output gate * x),
+written from ../shared/ZAYA1.md section 4. Checks anvil's expert choices
+(identical, some of them skip), outputs and every gradient within 1e-4.
+"""
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from decoder_parity import read_safetensors, rel
+
+TOL = 1e-4
+
+
+def moe(w, x, rstate_prev, E, Fh, a="model.layers.3.zaya_block."):
+    r = a + "router."
+    h = x @ w[r + "down_proj.weight"].t() + w[r + "down_proj.bias"]
+    h = h + rstate_prev * w[r + "router_states_scale"]          # EDA
+    rstate = h
+    z = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5) * w[r + "rmsnorm_eda.weight"]
+    z = F.gelu(z @ w[r + "router_mlp.0.weight"].t() + w[r + "router_mlp.0.bias"])  # exact erf
+    z = F.gelu(z @ w[r + "router_mlp.2.weight"].t() + w[r + "router_mlp.2.bias"])
+    p = (z @ w[r + "router_mlp.4.weight"].t()).softmax(-1)
+    choice = (p + w[r + "balancing_biases"]).argmax(-1)  # selection only
+    gate = p.gather(-1, choice[:, None])[:, 0]          # unbiased, not renormalised
+    out = torch.zeros_like(x)
+    for e in range(E + 1):
+        rows = (choice == e).nonzero()[:, 0]
+        if rows.numel() == 0:
+            continue
+        xe = x[rows]
+        if e == E:
+            ye = xe                                      # the skip class: gate * x
+        else:
+            ex = a + f"experts.local_experts.{e}."
+            y = xe @ w[ex + "linear_fc1.weight"].t()
+            ye = (F.silu(y[:, :Fh]) * y[:, Fh:]) @ w[ex + "linear_fc2.weight"].t()
+        out = out.index_add(0, rows, gate[rows, None] * ye)
+    return out, rstate, choice
+
+
+def main(path):
+    got, meta = read_safetensors(path + "/moe.safetensors")
+    E, Fh = int(meta["experts"]), int(meta["expert_ffn"])
+    names = [n for n in got if n.startswith("model.") and not n.endswith("balancing_biases")]
+    w = {n: got[n].clone().requires_grad_(True) for n in names}
+    bias_name = next(n for n in got if n.endswith("balancing_biases"))
+    w[bias_name] = got[bias_name]
+    x = got["x"].clone().requires_grad_(True)
+    rp = got["rstate_prev"].clone().requires_grad_(True)
+    out, rstate, choice = moe(w, x, rp, E, Fh)
+    ((out * got["r"]).sum() + (rstate * got["r2"]).sum()).backward()
+    failures = []
+    same = bool((choice.float() == got["choices"]).all())
+    skips = int((choice == E).sum())
+    print(f"{'ok' if same else 'FAIL':4} {'expert choices identical':60} ({skips} of {len(choice)} skip)")
+    used = len(set(choice.tolist()))
+    print(f"{'ok' if used == E + 1 else 'FAIL':4} {'every expert and the skip class chosen':60} ({used} of {E + 1})")
+    if not same or used != E + 1:
+        failures.append("choices")
+    pairs = [("out", got["out"], out.detach()), ("rstate", got["rstate"], rstate.detach()),
+             ("grad.x", got["grad.x"], x.grad), ("grad.rstate_prev", got["grad.rstate_prev"], rp.grad)]
+    # An expert no token chose has no torch gradient: anvil's is zero.
+    pairs += [("grad." + n, got["grad." + n],
+               w[n].grad if w[n].grad is not None else torch.zeros_like(w[n])) for n in names]
+    for name, a, b in pairs:
+        r = rel(a, b)
+        ok = r <= TOL
+        print(f"{'ok' if ok else 'FAIL':4} {name:60} rel {r:.2e}")
+        if not ok:
+            failures.append(name)
+    if failures:
+        print(f"{len(failures)} mismatches")
+        return 1
+    print("all match")
+    return 0
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(2)
+    sys.exit(main(sys.argv[1]))
