@@ -25,9 +25,8 @@ def rope_half(x, theta, rotary):
     return torch.cat([a * cos - b * sin, b * cos + a * sin, rest], dim=-1)
 
 
-def cca(w, x, Hq, Hkv, d, rotary, theta):
+def cca(w, x, Hq, Hkv, d, rotary, theta, p="model.layers.0.self_attn."):
     B, S, H = x.shape
-    p = "model.layers.0.self_attn."
     qp = x @ w[p + "qkv.linear_q.weight"].t()
     kp = x @ w[p + "qkv.linear_k.weight"].t()
     v_cur = x @ w[p + "qkv.val_proj1.weight"].t()

@@ -17,7 +17,8 @@ TOL = 1e-4
 def moe(w, x, rstate_prev, E, Fh, a="model.layers.3.zaya_block."):
     r = a + "router."
     h = x @ w[r + "down_proj.weight"].t() + w[r + "down_proj.bias"]
-    h = h + rstate_prev * w[r + "router_states_scale"]          # EDA
+    if rstate_prev is not None:                              # EDA (not in the first MoE layer)
+        h = h + rstate_prev * w[r + "router_states_scale"]
     rstate = h
     z = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5) * w[r + "rmsnorm_eda.weight"]
     z = F.gelu(z @ w[r + "router_mlp.0.weight"].t() + w[r + "router_mlp.0.bias"])  # exact erf

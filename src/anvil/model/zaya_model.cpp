@@ -1,0 +1,265 @@
+#include "anvil/model/zaya_model.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "anvil/base/error.hpp"
+#include "anvil/kernels/gemm.hpp"
+#include "anvil/kernels/layers.hpp"
+#include "anvil/kernels/zaya.hpp"
+
+namespace anvil::model {
+namespace {
+
+std::string layer(int64_t n, const std::string& rest) {
+  return "model.layers." + std::to_string(n) + "." + rest;
+}
+
+constexpr int64_t kLossChunk = 256;
+
+}  // namespace
+
+ParamRegistry zaya_registry(const ModelConfig& c) {
+  if (c.attention != "cca" || c.n_experts < 1 || c.n_kv_heads != 2 || c.router_dim < 1 ||
+      c.expert_ffn_hidden < 1 || c.top_k != 1 || !c.tied_embeddings) {
+    throw InputError("config " + c.name +
+                     ": ZAYA1 needs attention cca, n_kv_heads 2, n_experts >= 1, router_dim >= 1, "
+                     "expert_ffn_hidden >= 1, top_k 1 and tied embeddings");
+  }
+  const int64_t H = c.d_model, d = c.head_dim, Cq = c.n_heads * d, Ck = 2 * d, C = Cq + Ck;
+  const int64_t R = c.router_dim, E = c.n_experts, F = c.expert_ffn_hidden;
+  const float std = 0.02f;
+  const auto muon = OptimizerGroup::muon;
+  ParamRegistry r;
+  r.add("model.embed_tokens.weight", {c.vocab_size, H}, Init::normal, std, true);
+  auto res_scale = [&](const std::string& prefix, bool with_residual) {
+    r.add(prefix + "res_scale.hidden_states_scale", {H}, Init::ones);
+    r.add(prefix + "res_scale.hidden_states_bias", {H}, Init::zeros);
+    if (with_residual) {
+      r.add(prefix + "res_scale.residual_scale", {H}, Init::ones);
+      r.add(prefix + "res_scale.residual_bias", {H}, Init::zeros);
+    }
+  };
+  for (int64_t n = 0; n < 2 * c.n_layers; ++n) {
+    r.add(layer(n, "input_norm.weight"), {H}, Init::ones);
+    res_scale(layer(n, ""), n > 0);
+    if (n % 2 == 0) {
+      const std::string a = layer(n, "self_attn.");
+      r.add(a + "qkv.linear_q.weight", {Cq, H}, Init::normal, std, true, muon);
+      r.add(a + "qkv.linear_k.weight", {Ck, H}, Init::normal, std, true,
+            muon);  // after q: one GEMM
+      r.add(a + "qkv.val_proj1.weight", {d, H}, Init::normal, std, true, muon);
+      r.add(a + "qkv.val_proj2.weight", {d, H}, Init::normal, std, true, muon);
+      r.add(a + "qkv.conv_qk.0.weight", {C, 1, 2}, Init::normal, std, true);
+      r.add(a + "qkv.conv_qk.0.bias", {C}, Init::zeros);
+      r.add(a + "qkv.conv_qk.1.weight", {C, d, 2}, Init::normal, std, true);
+      r.add(a + "qkv.conv_qk.1.bias", {C}, Init::zeros);
+      r.add(a + "qkv.temp", {2}, Init::ones);
+      r.add(a + "o_proj.weight", {H, Cq}, Init::normal, std, true, muon);
+    } else {
+      const std::string a = layer(n, "zaya_block.router.");
+      r.add(a + "down_proj.weight", {R, H}, Init::normal, std, true, muon);
+      r.add(a + "down_proj.bias", {R}, Init::zeros);
+      if (n > 1) r.add(a + "router_states_scale", {R}, Init::ones);
+      r.add(a + "rmsnorm_eda.weight", {R}, Init::ones);
+      r.add(a + "router_mlp.0.weight", {R, R}, Init::normal, std, true, muon);
+      r.add(a + "router_mlp.0.bias", {R}, Init::zeros);
+      r.add(a + "router_mlp.2.weight", {R, R}, Init::normal, std, true, muon);
+      r.add(a + "router_mlp.2.bias", {R}, Init::zeros);
+      r.add(a + "router_mlp.4.weight", {E + 1, R}, Init::normal, std, true, muon);
+      const std::string ex = layer(n, "zaya_block.experts.local_experts.");
+      // All fc1 then all fc2: each a contiguous [E, ...] block for the layer.
+      for (int64_t e = 0; e < E; ++e) {
+        r.add(ex + std::to_string(e) + ".linear_fc1.weight", {2 * F, H}, Init::normal, std, true,
+              muon);
+      }
+      for (int64_t e = 0; e < E; ++e) {
+        r.add(ex + std::to_string(e) + ".linear_fc2.weight", {H, F}, Init::normal, std, true, muon);
+      }
+    }
+  }
+  r.add("model.final_norm.weight", {H}, Init::ones);
+  res_scale("model.", true);
+  return r;
+}
+
+ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T)
+    : c_(config),
+      registry_(zaya_registry(config)),
+      B_(B),
+      T_(T),
+      N_(B * T),
+      H_(config.d_model),
+      R_(config.router_dim),
+      layers_(2 * config.n_layers) {
+  if (T > config.seq_len) throw InputError("sequence length exceeds the config's seq_len");
+  params_.assign(static_cast<size_t>(registry_.total()), 0.0f);
+  grads_.assign(static_cast<size_t>(registry_.total()), 0.0f);
+  CcaShape cs;
+  cs.hidden = H_;
+  cs.q_heads = c_.n_heads;
+  cs.kv_heads = 2;
+  cs.head_dim = c_.head_dim;
+  cs.rotary_dim = c_.rotary_dim == 0 ? c_.head_dim : c_.rotary_dim;
+  cs.rope_theta = static_cast<float>(c_.rope_theta);
+  ZayaMoeShape ms;
+  ms.hidden = H_;
+  ms.router_dim = R_;
+  ms.experts = c_.n_experts;
+  ms.expert_ffn = c_.expert_ffn_hidden;
+  ms.norm_eps = static_cast<float>(c_.norm_eps);
+  for (int64_t n = 0; n < layers_; ++n) {
+    if (n % 2 == 0) {
+      cca_.push_back(std::make_unique<CcaLayer>(cs, B, T));
+    } else {
+      moe_.push_back(std::make_unique<ZayaMoeLayer>(ms, N_));
+      std::vector<float> bias(static_cast<size_t>(c_.n_experts + 1), 0.0f);
+      bias.back() = -1.0f;  // the original's init: skip starts disfavoured
+      biases_.push_back(bias);
+      rstate_.emplace_back(static_cast<size_t>(N_ * R_), 0.0f);
+    }
+    r_.emplace_back(static_cast<size_t>(N_ * H_), 0.0f);
+    x_.emplace_back(static_cast<size_t>(N_ * H_), 0.0f);
+    rstd_.emplace_back(static_cast<size_t>(N_), 0.0f);
+    h_.emplace_back(static_cast<size_t>(N_ * H_), 0.0f);
+  }
+  emb_.assign(static_cast<size_t>(N_ * H_), 0.0f);
+  rf_.assign(static_cast<size_t>(N_ * H_), 0.0f);
+  lnf_.assign(static_cast<size_t>(N_ * H_), 0.0f);
+  lnf_rstd_.assign(static_cast<size_t>(N_), 0.0f);
+  scratch_.assign(static_cast<size_t>(std::min(N_, kLossChunk) * c_.vocab_size), 0.0f);
+}
+
+float* ZayaModel::at(const std::string& name, float* base) const {
+  const ParamSpec* s = registry_.find(name);
+  return s == nullptr ? nullptr : base + s->offset;
+}
+
+CcaParams ZayaModel::cca_params(int64_t n, float* base) const {
+  const std::string a = layer(n, "self_attn.");
+  return {at(a + "qkv.linear_q.weight", base),  at(a + "qkv.val_proj1.weight", base),
+          at(a + "qkv.val_proj2.weight", base), at(a + "qkv.conv_qk.0.weight", base),
+          at(a + "qkv.conv_qk.0.bias", base),   at(a + "qkv.conv_qk.1.weight", base),
+          at(a + "qkv.conv_qk.1.bias", base),   at(a + "qkv.temp", base),
+          at(a + "o_proj.weight", base)};
+}
+
+ZayaMoeParams ZayaModel::moe_params(int64_t n, float* base) const {
+  const std::string a = layer(n, "zaya_block.router.");
+  const std::string ex = layer(n, "zaya_block.experts.local_experts.0.");
+  return {at(a + "down_proj.weight", base),    at(a + "down_proj.bias", base),
+          at(a + "router_states_scale", base), at(a + "rmsnorm_eda.weight", base),
+          at(a + "router_mlp.0.weight", base), at(a + "router_mlp.0.bias", base),
+          at(a + "router_mlp.2.weight", base), at(a + "router_mlp.2.bias", base),
+          at(a + "router_mlp.4.weight", base), at(ex + "linear_fc1.weight", base),
+          at(ex + "linear_fc2.weight", base)};
+}
+
+void ZayaModel::zero_grads() {
+  std::fill(grads_.begin(), grads_.end(), 0.0f);
+}
+
+void ZayaModel::run_forward(const int32_t* tokens) {
+  for (int64_t i = 0; i < N_; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= c_.vocab_size)
+      throw InputError("token outside the vocabulary");
+  }
+  float* P = params_.data();
+  const auto eps = static_cast<float>(c_.norm_eps);
+  kernels::embedding_forward(emb_.data(), tokens, at("model.embed_tokens.weight", P), nullptr, B_,
+                             T_, H_);
+  const float* h = emb_.data();
+  const float* r = nullptr;
+  for (int64_t n = 0; n < layers_; ++n) {
+    const std::string p = layer(n, "res_scale.");
+    kernels::residual_merge_forward(r_[n].data(), r, h, at(p + "hidden_states_scale", P),
+                                    at(p + "hidden_states_bias", P), at(p + "residual_scale", P),
+                                    at(p + "residual_bias", P), N_, H_);
+    kernels::rmsnorm_forward(x_[n].data(), rstd_[n].data(), r_[n].data(),
+                             at(layer(n, "input_norm.weight"), P), N_, H_, eps);
+    if (n % 2 == 0) {
+      cca_[n / 2]->forward(h_[n].data(), x_[n].data(), cca_params(n, P));
+    } else {
+      const int64_t m = n / 2;
+      moe_[m]->forward(h_[n].data(), rstate_[m].data(), x_[n].data(),
+                       m > 0 ? rstate_[m - 1].data() : nullptr, moe_params(n, P),
+                       biases_[m].data());
+    }
+    h = h_[n].data();
+    r = r_[n].data();
+  }
+  kernels::residual_merge_forward(rf_.data(), r, h, at("model.res_scale.hidden_states_scale", P),
+                                  at("model.res_scale.hidden_states_bias", P),
+                                  at("model.res_scale.residual_scale", P),
+                                  at("model.res_scale.residual_bias", P), N_, H_);
+  kernels::rmsnorm_forward(lnf_.data(), lnf_rstd_.data(), rf_.data(),
+                           at("model.final_norm.weight", P), N_, H_, eps);
+}
+
+double ZayaModel::forward(const int32_t* tokens, const int32_t* targets, int64_t* scored) {
+  run_forward(tokens);
+  return kernels::classifier_loss(nullptr, nullptr, lnf_.data(),
+                                  at("model.embed_tokens.weight", params_.data()), targets, N_, H_,
+                                  c_.vocab_size, scratch_.data(), kLossChunk, scored, 0.0f);
+}
+
+void ZayaModel::logits(float* out) {
+  kernels::gemm(false, true, N_, c_.vocab_size, H_, 1.0f, lnf_.data(), H_,
+                at("model.embed_tokens.weight", params_.data()), H_, 0.0f, out, c_.vocab_size);
+}
+
+double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets, float grad_scale,
+                                   int64_t* scored) {
+  run_forward(tokens);
+  float* P = params_.data();
+  float* G = grads_.data();
+  const auto zeros = [&] { return std::vector<float>(static_cast<size_t>(N_ * H_), 0.0f); };
+  std::vector<float> d_lnf = zeros(), d_rf = zeros();
+  const double loss =
+      kernels::classifier_loss(d_lnf.data(), at("model.embed_tokens.weight", G), lnf_.data(),
+                               at("model.embed_tokens.weight", P), targets, N_, H_, c_.vocab_size,
+                               scratch_.data(), kLossChunk, scored, grad_scale);
+  kernels::rmsnorm_backward(d_rf.data(), at("model.final_norm.weight", G), d_lnf.data(), rf_.data(),
+                            at("model.final_norm.weight", P), lnf_rstd_.data(), N_, H_);
+  // dr: gradient of the current merged residual; dh: of the current layer output.
+  std::vector<float> dr = zeros(), dh = zeros(), dx = zeros();
+  kernels::residual_merge_backward(
+      dr.data(), dh.data(), at("model.res_scale.hidden_states_scale", G),
+      at("model.res_scale.hidden_states_bias", G), at("model.res_scale.residual_scale", G),
+      at("model.res_scale.residual_bias", G), d_rf.data(), r_[layers_ - 1].data(),
+      h_[layers_ - 1].data(), at("model.res_scale.hidden_states_scale", P),
+      at("model.res_scale.hidden_states_bias", P), at("model.res_scale.residual_scale", P),
+      at("model.res_scale.residual_bias", P), N_, H_);
+  std::vector<std::vector<float>> drstate(moe_.size(),
+                                          std::vector<float>(static_cast<size_t>(N_ * R_), 0.0f));
+  for (int64_t n = layers_ - 1; n >= 0; --n) {
+    std::fill(dx.begin(), dx.end(), 0.0f);
+    if (n % 2 == 0) {
+      cca_[n / 2]->backward(dx.data(), cca_params(n, G), dh.data(), x_[n].data(), cca_params(n, P));
+    } else {
+      const int64_t m = n / 2;
+      moe_[m]->backward(dx.data(), m > 0 ? drstate[m - 1].data() : nullptr, moe_params(n, G),
+                        dh.data(), drstate[m].data(), x_[n].data(),
+                        m > 0 ? rstate_[m - 1].data() : nullptr, moe_params(n, P));
+    }
+    kernels::rmsnorm_backward(dr.data(), at(layer(n, "input_norm.weight"), G), dx.data(),
+                              r_[n].data(), at(layer(n, "input_norm.weight"), P), rstd_[n].data(),
+                              N_, H_);
+    // r_n = merge(r_{n-1}, h_{n-1}) (n = 0: merge(none, embedding)).
+    const std::string p = layer(n, "res_scale.");
+    std::vector<float> dr_prev = zeros(), dh_prev = zeros();
+    kernels::residual_merge_backward(
+        dr_prev.data(), dh_prev.data(), at(p + "hidden_states_scale", G),
+        at(p + "hidden_states_bias", G), at(p + "residual_scale", G), at(p + "residual_bias", G),
+        dr.data(), n > 0 ? r_[n - 1].data() : nullptr, n > 0 ? h_[n - 1].data() : emb_.data(),
+        at(p + "hidden_states_scale", P), at(p + "hidden_states_bias", P),
+        at(p + "residual_scale", P), at(p + "residual_bias", P), N_, H_);
+    dr.swap(dr_prev);
+    dh.swap(dh_prev);
+  }
+  kernels::embedding_backward(at("model.embed_tokens.weight", G), nullptr, dh.data(), tokens, B_,
+                              T_, H_);
+  return loss;
+}
+
+}  // namespace anvil::model

@@ -1,0 +1,60 @@
+// The ZAYA1 model (../shared/ZAYA1.md section 2): a tied token embedding,
+// 2L layers alternating CCA attention (even) and MoE (odd), each entered
+// through a residual-scaling merge and an RMSNorm, a final merge and norm,
+// and the fused classifier + cross-entropy. Parameters are registered under
+// the ZAYA1 checkpoint names (section 7), so weights move to and from the
+// public code. Training form (forward/backward over [B, T]); decode and the
+// trainer's use of it are the next steps (docs/zaya1.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "anvil/model/cca_layer.hpp"
+#include "anvil/model/config.hpp"
+#include "anvil/model/params.hpp"
+#include "anvil/model/zaya_moe_layer.hpp"
+
+namespace anvil::model {
+
+// The registry of a ZAYA1 config (attention "cca", n_experts > 0, n_kv_heads 2).
+ParamRegistry zaya_registry(const ModelConfig& config);
+
+class ZayaModel {
+ public:
+  ZayaModel(const ModelConfig& config, int64_t B, int64_t T);
+  const ParamRegistry& registry() const { return registry_; }
+  float* params() { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  // Steers expert selection only; [layers][E + 1], init 0 (skip -1, as the original).
+  std::vector<std::vector<float>>& balancing_biases() { return biases_; }
+  void zero_grads();
+  // Summed loss over rows with target >= 0; with backward, gradients of
+  // (loss * grad_scale) are added to grads().
+  double forward(const int32_t* tokens, const int32_t* targets, int64_t* scored);
+  double forward_backward(const int32_t* tokens, const int32_t* targets, float grad_scale,
+                          int64_t* scored);
+  void logits(float* out);  // after forward: [B*T, V]
+  const ZayaMoeLayer& moe_layer(int64_t m) const { return *moe_[m]; }
+
+ private:
+  CcaParams cca_params(int64_t n, float* base) const;
+  ZayaMoeParams moe_params(int64_t n, float* base) const;
+  float* at(const std::string& name, float* base) const;
+  void run_forward(const int32_t* tokens);
+
+  ModelConfig c_;
+  ParamRegistry registry_;
+  int64_t B_, T_, N_, H_, R_, layers_;
+  std::vector<float> params_, grads_;
+  std::vector<std::vector<float>> biases_;
+  std::vector<std::unique_ptr<CcaLayer>> cca_;
+  std::vector<std::unique_ptr<ZayaMoeLayer>> moe_;
+  // Per layer: merged residual r, normed input x, its rstd, layer output h;
+  // router states per MoE layer.
+  std::vector<std::vector<float>> r_, x_, rstd_, h_, rstate_;
+  std::vector<float> emb_, rf_, lnf_, lnf_rstd_, scratch_;
+};
+
+}  // namespace anvil::model
