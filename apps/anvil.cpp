@@ -337,7 +337,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 0.5));
   train->add_option("--val-every", topt.val_every, "Validate every N steps (and at the end)")
       ->check(CLI::NonNegativeNumber);
-  train->add_option("--val-batches", topt.val_batches, "Validation sequences")
+  train->add_option("--val-batches", topt.val_batches, "Validation sequences (rounded up to a multiple of --batch)")
       ->check(CLI::PositiveNumber);
   train->add_option("--out", topt.out_dir, "Run directory: checkpoints (step-*) and metrics.jsonl");
   train->add_option("--ckpt-every", topt.ckpt_every, "Checkpoint every N steps (and at the end)")
@@ -358,6 +358,11 @@ int main(int argc, char** argv) {
                     "blocks' weight matrices and AdamW for embeddings, LM head, norms and biases");
   train->add_option("--muon-momentum", topt.muon.momentum, "Muon momentum (Nesterov)")
       ->check(CLI::Range(0.0, 1.0));
+  train->add_option("--balancing", topt.balancing,
+                    "ZAYA1 expert-bias balancing after each step: pid (Adam on the biases with the "
+                    "load error as gradient), sign (sign updates), none");
+  train->add_option("--balance-lr", topt.balance_lr, "Rate of the expert-bias balancing")
+      ->check(CLI::NonNegativeNumber);
   train->add_option("--precision", topt.precision,
                     "fp32, or bf16: bf16 GEMM inputs with fp32 accumulation, master weights and "
                     "gradients (AVX512_BF16 via oneDNN)");

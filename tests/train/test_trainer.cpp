@@ -8,6 +8,7 @@
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
+#include "anvil/ckpt/safetensors.hpp"
 #include "anvil/train/trainer.hpp"
 
 namespace anvil::train {
@@ -106,6 +107,38 @@ TEST(Trainer, MuonTrainsAndResumesExactly) {
   EXPECT_THROW(run_training(adamw), InputError);
   auto bad = tiny("");
   bad.optimizer = "sgd";
+  EXPECT_THROW(run_training(bad), InputError);
+}
+
+TEST(Trainer, Zaya1TrainsBalancesAndResumesExactlyWithItsBiases) {
+  auto o = tiny("");
+  o.config = std::string(ANVIL_SOURCE_DIR) + "/configs/zaya-tiny.json";
+  o.batch = 4;
+  o.accum = 1;
+  o.steps = 10;
+  o.balance_lr = 0.05f;
+  const auto whole = run_training(o);
+  EXPECT_LT(whole.losses.back(), whole.losses.front());
+  const std::string dir = testing::TempDir() + "/resume_zaya";
+  fs::remove_all(dir);
+  auto first = o;
+  first.out_dir = dir;
+  first.steps = 4;
+  const auto a = run_training(first);
+  auto second = o;
+  second.out_dir = dir;
+  second.resume = "latest";
+  const auto b = run_training(second);
+  std::vector<double> joined = a.losses;
+  joined.insert(joined.end(), b.losses.begin(), b.losses.end());
+  EXPECT_EQ(joined, whole.losses);  // balancing biases and their Adam state are checkpointed
+  const auto w = ckpt::read_safetensors(dir + "/step-00000010/model.safetensors");
+  EXPECT_EQ(w.tensors.count("model.layers.1.zaya_block.router.balancing_biases"), 1u);
+  auto bf16 = o;
+  bf16.precision = "bf16";
+  EXPECT_THROW(run_training(bf16), InputError);
+  auto bad = o;
+  bad.balancing = "magic";
   EXPECT_THROW(run_training(bad), InputError);
 }
 

@@ -59,6 +59,9 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const Chec
         moments.push_back({s.name + ".momentum_buffer", s.shape, d.momentum + s.offset});
       }
     }
+    for (const auto& e : d.extra) {
+      (e.optimizer_state ? moments : weights).push_back({e.name, e.shape, e.data});
+    }
     const std::map<std::string, std::string> meta = {{"format", "anvil-checkpoint"},
                                                      {"version", "1"}};
     write_safetensors((tmp_dir / "model.safetensors").string(), weights, meta);
@@ -99,13 +102,22 @@ std::string read_state_json(const std::string& checkpoint_dir) {
 }
 
 void load_checkpoint(const std::string& dir, const model::ParamRegistry& registry, float* params,
-                     float* exp_avg, float* exp_avg_sq, float* momentum) {
+                     float* exp_avg, float* exp_avg_sq, float* momentum,
+                     const std::vector<model::ExtraTensor>& extra) {
+  auto load_extra = [&](const SafetensorsFile& file, bool optimizer_state) {
+    for (const auto& e : extra) {
+      if (e.optimizer_state != optimizer_state) continue;
+      const auto& t = file.get(e.name, e.shape);
+      std::memcpy(e.data, t.data.data(), t.data.size() * sizeof(float));
+    }
+  };
   {
     const auto w = read_safetensors((fs::path(dir) / "model.safetensors").string());
     for (const auto& s : registry.specs()) {
       const auto& t = w.get(s.name, s.shape);
       std::memcpy(params + s.offset, t.data.data(), t.data.size() * sizeof(float));
     }
+    load_extra(w, false);
   }
   if (exp_avg == nullptr) return;
   const auto o = read_safetensors((fs::path(dir) / "optimizer.safetensors").string());
@@ -119,6 +131,7 @@ void load_checkpoint(const std::string& dir, const model::ParamRegistry& registr
       std::memcpy(momentum + s.offset, b.data.data(), b.data.size() * sizeof(float));
     }
   }
+  load_extra(o, true);
 }
 
 }  // namespace anvil::ckpt

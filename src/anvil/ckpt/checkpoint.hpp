@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "anvil/model/params.hpp"
+#include "anvil/model/trainable.hpp"
 
 namespace anvil::ckpt {
 
@@ -21,7 +22,8 @@ struct CheckpointData {
   const float* params = nullptr;
   const float* exp_avg = nullptr;  // null: no optimizer state
   const float* exp_avg_sq = nullptr;
-  const float* momentum = nullptr;  // Muon's buffers (muon group), or null
+  const float* momentum = nullptr;        // Muon's buffers (muon group), or null
+  std::vector<model::ExtraTensor> extra;  // buffers outside the registry (ZAYA1's biases)
   std::string state_json;
 };
 
@@ -38,6 +40,7 @@ std::string read_state_json(const std::string& checkpoint_dir);
 // Loads parameters (and optimizer moments when the pointers are non-null)
 // into arenas laid out by `registry`; names and shapes must match exactly.
 void load_checkpoint(const std::string& checkpoint_dir, const model::ParamRegistry& registry,
-                     float* params, float* exp_avg, float* exp_avg_sq, float* momentum = nullptr);
+                     float* params, float* exp_avg, float* exp_avg_sq, float* momentum = nullptr,
+                     const std::vector<model::ExtraTensor>& extra = {});
 
 }  // namespace anvil::ckpt

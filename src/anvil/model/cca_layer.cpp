@@ -39,6 +39,15 @@ CcaLayer::CcaLayer(CcaShape shape, int64_t B, int64_t S) : s_(shape), B_(B), S_(
   sized(d_v_, N_ * d);
 }
 
+size_t CcaLayer::bytes() const {
+  size_t n = 0;
+  for (const auto* v : {&u_, &D_, &conv_, &qk_pre_, &norms_, &qkv_, &xv2_, &att_, &lse_, &d_att_,
+                        &d_qkv_, &d_qk_pre_, &d_u_, &d_conv_, &d_v_}) {
+    n += v->size() * sizeof(float);
+  }
+  return n;
+}
+
 void CcaLayer::forward(float* out, const float* x, const CcaParams& p) {
   const int64_t H = s_.hidden, C = s_.channels(), d = s_.head_dim;
   const int64_t Hq = s_.q_heads, Hkv = s_.kv_heads, Cq = s_.q_latent();

@@ -9,6 +9,7 @@
 // Decode (conv/previous-x state and KV cache) is the next step.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -47,6 +48,9 @@ class CcaLayer {
   // Adds the gradients of sum(out * dout) to dx and to the gradient arena `g`.
   void backward(float* dx, const CcaParams& g, const float* dout, const float* x,
                 const CcaParams& p);
+
+  // Bytes of the activations and scratch this layer holds.
+  size_t bytes() const;
 
  private:
   CcaShape s_;

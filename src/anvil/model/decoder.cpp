@@ -25,8 +25,9 @@ constexpr int64_t kLossChunk = 256;
 ParamRegistry decoder_registry(const ModelConfig& c) {
   if (c.attention == "cca" || c.n_experts > 0) {
     throw InputError("config " + c.name +
-                     ": the dense decoder has no CCA attention or experts (ZAYA1 layers are not "
-                     "built yet); use a dense preset such as configs/gpt2-124m.json");
+                     ": a CCA / MoE config is the ZAYA1 model, which trains (anvil train) but has "
+                     "no decode path yet; the dense decoder (configs/gpt2-124m.json, "
+                     "llama-style.json) does both");
   }
   ParamRegistry r;
   const float std = 0.02f;

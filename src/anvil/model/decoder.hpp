@@ -12,6 +12,7 @@
 #include "anvil/kernels/layers.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/params.hpp"
+#include "anvil/model/trainable.hpp"
 #include "anvil/tensor/arena.hpp"
 
 namespace anvil::model {
@@ -31,14 +32,7 @@ enum class Precision { fp32, bf16 };
 Precision parse_precision(const std::string& text, const std::string& flag);
 std::string to_string(Precision precision);
 
-struct MemoryPlan {
-  size_t parameters = 0;
-  size_t gradients = 0;
-  size_t activations = 0;
-  size_t low_precision = 0;  // bf16 weight copy and conversion scratch (bf16 only)
-};
-
-class Decoder {
+class Decoder : public TrainableModel {
  public:
   // B x T: the largest micro-batch forward() will see. training=false skips
   // the gradient arena and the activations backward needs beyond one chunk.
@@ -46,27 +40,27 @@ class Decoder {
           Precision precision = Precision::fp32);
 
   const ModelConfig& config() const { return config_; }
-  const ParamRegistry& registry() const { return registry_; }
+  const ParamRegistry& registry() const override { return registry_; }
   // Mutable access marks the bf16 weight copy stale (refreshed on the next forward).
-  float* params() {
+  float* params() override {
     low_stale_ = true;
     return params_.f();
   }
   Precision precision() const { return precision_; }
-  float* grads() { return grads_.f(); }
-  const MemoryPlan& plan() const { return plan_; }
+  float* grads() override { return grads_.f(); }
+  const MemoryPlan& plan() const override { return plan_; }
   static MemoryPlan plan_for(const ModelConfig& config, int64_t B, int64_t T, bool training,
                              Precision precision = Precision::fp32);
 
-  void zero_grads();
+  void zero_grads() override;
   // Forward over tokens [B, T]. With targets (-1 = not scored) returns the
   // summed cross-entropy and the scored-row count; when `backward` is set the
   // gradients of (loss_sum * grad_scale) are ADDED to grads() in the same call
   // (the classifier is fused with the loss, see kernels/loss.cpp).
   double forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
-                 int64_t* scored);
+                 int64_t* scored) override;
   double forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
-                          float grad_scale, int64_t* scored);
+                          float grad_scale, int64_t* scored) override;
   // After forward(): the logits [B*T, V] of every row (tests and evaluation).
   void logits(float* out, int64_t B, int64_t T);
 

@@ -1,6 +1,9 @@
 #include "anvil/model/zaya_model.hpp"
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "anvil/base/error.hpp"
@@ -83,9 +86,10 @@ ParamRegistry zaya_registry(const ModelConfig& c) {
   return r;
 }
 
-ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T)
+ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing balancing)
     : c_(config),
       registry_(zaya_registry(config)),
+      balancing_(std::move(balancing)),
       B_(B),
       T_(T),
       N_(B * T),
@@ -128,6 +132,139 @@ ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T)
   lnf_.assign(static_cast<size_t>(N_ * H_), 0.0f);
   lnf_rstd_.assign(static_cast<size_t>(N_), 0.0f);
   scratch_.assign(static_cast<size_t>(std::min(N_, kLossChunk) * c_.vocab_size), 0.0f);
+  if (balancing_.mode != "pid" && balancing_.mode != "sign" && balancing_.mode != "none") {
+    throw InputError("--balancing: expected pid, sign or none, got '" + balancing_.mode + "'");
+  }
+  const size_t K = static_cast<size_t>(c_.n_experts + 1);
+  for (size_t m = 0; m < moe_.size(); ++m) {
+    step_load_.emplace_back(K, 0);
+    last_load_.emplace_back(K, 0);
+    bias_m_.emplace_back(K, 0.0f);
+    bias_v_.emplace_back(K, 0.0f);
+  }
+  // What this model holds (its layers' buffers included); the backward pass
+  // also allocates transient scratch of a few layer activations.
+  plan_.parameters = params_.size() * sizeof(float);
+  plan_.gradients = grads_.size() * sizeof(float);
+  size_t acts = 0;
+  for (const auto* group : {&r_, &x_, &rstd_, &h_, &rstate_}) {
+    for (const auto& v : *group) acts += v.size() * sizeof(float);
+  }
+  acts +=
+      (emb_.size() + rf_.size() + lnf_.size() + lnf_rstd_.size() + scratch_.size()) * sizeof(float);
+  for (const auto& l : cca_) acts += l->bytes();
+  for (const auto& l : moe_) acts += l->bytes();
+  plan_.activations = acts;
+}
+
+void ZayaModel::check_shape(int64_t B, int64_t T) const {
+  if (B != B_ || T != T_) {
+    throw InputError("ZAYA1 model: batch " + std::to_string(B) + "x" + std::to_string(T) +
+                     " is not the planned " + std::to_string(B_) + "x" + std::to_string(T_));
+  }
+}
+
+double ZayaModel::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
+                          int64_t* scored) {
+  check_shape(B, T);
+  return forward(tokens, targets, scored);
+}
+
+double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B,
+                                   int64_t T, float grad_scale, int64_t* scored) {
+  check_shape(B, T);
+  const double loss = forward_backward(tokens, targets, grad_scale, scored);
+  for (size_t m = 0; m < moe_.size(); ++m) {
+    const auto& load = moe_[m]->stats().tokens_per_class;
+    for (size_t e = 0; e < load.size(); ++e) step_load_[m][e] += load[e];
+  }
+  return loss;
+}
+
+void ZayaModel::after_step(int64_t step) {
+  const int64_t E = c_.n_experts;
+  for (size_t m = 0; m < moe_.size(); ++m) {
+    auto& load = step_load_[m];
+    last_load_[m] = load;
+    int64_t routed = 0;
+    for (int64_t e = 0; e < E; ++e) routed += load[e];
+    if (routed > 0 && balancing_.mode != "none") {
+      auto& bias = biases_[m];
+      for (int64_t e = 0; e < E; ++e) {
+        const float error = static_cast<float>(load[e]) / static_cast<float>(routed) - 1.0f / E;
+        if (balancing_.mode == "sign") {
+          bias[e] += error < 0 ? balancing_.lr : (error > 0 ? -balancing_.lr : 0.0f);
+          continue;
+        }
+        // Adam on the bias with the load error as its gradient.
+        float& mo = bias_m_[m][e];
+        float& ve = bias_v_[m][e];
+        mo = 0.9f * mo + 0.1f * error;
+        ve = 0.999f * ve + 0.001f * error * error;
+        const float mh = mo / (1.0f - std::pow(0.9f, static_cast<float>(step)));
+        const float vh = ve / (1.0f - std::pow(0.999f, static_cast<float>(step)));
+        bias[e] -= balancing_.lr * mh / (std::sqrt(vh) + 1e-8f);
+      }
+    }
+    std::fill(load.begin(), load.end(), 0);
+  }
+}
+
+nlohmann::json ZayaModel::step_metrics() const {
+  nlohmann::json layers = nlohmann::json::array();
+  const int64_t E = c_.n_experts;
+  for (size_t m = 0; m < last_load_.size(); ++m) {
+    const auto& load = last_load_[m];
+    int64_t total = 0, routed = 0, lo = INT64_MAX, hi = 0;
+    for (int64_t e = 0; e <= E; ++e) total += load[e];
+    double entropy = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      routed += load[e];
+      lo = std::min(lo, load[e]);
+      hi = std::max(hi, load[e]);
+    }
+    for (int64_t e = 0; e < E && routed > 0; ++e) {
+      const double p = static_cast<double>(load[e]) / routed;
+      if (p > 0) entropy -= p * std::log(p);
+    }
+    layers.push_back({{"layer", 2 * m + 1},
+                      {"load", load},
+                      {"max_over_min", lo > 0 ? static_cast<double>(hi) / lo : -1.0},
+                      {"skip_rate", total > 0 ? static_cast<double>(load[E]) / total : 0.0},
+                      {"entropy", entropy}});
+  }
+  return {{"router", layers}};
+}
+
+std::string ZayaModel::progress_note() const {
+  // The worst layer's max/min expert load and the mean skip rate.
+  double worst = 1, skip = 0;
+  bool empty = false;
+  const auto metrics = step_metrics()["router"];
+  for (const auto& l : metrics) {
+    const double r = l["max_over_min"].get<double>();
+    if (r < 0) empty = true;
+    worst = std::max(worst, r);
+    skip += l["skip_rate"].get<double>();
+  }
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "load max/min %s | skip %.1f%%",
+                empty ? "inf" : (std::to_string(worst).substr(0, 4)).c_str(),
+                metrics.empty() ? 0.0 : 100 * skip / static_cast<double>(metrics.size()));
+  return buf;
+}
+
+std::vector<ExtraTensor> ZayaModel::extra_state() {
+  std::vector<ExtraTensor> out;
+  const int64_t K = c_.n_experts + 1;
+  for (size_t m = 0; m < biases_.size(); ++m) {
+    const std::string name =
+        layer(2 * static_cast<int64_t>(m) + 1, "zaya_block.router.balancing_biases");
+    out.push_back({name, {K}, biases_[m].data(), false});
+    out.push_back({name + ".exp_avg", {K}, bias_m_[m].data(), true});
+    out.push_back({name + ".exp_avg_sq", {K}, bias_v_[m].data(), true});
+  }
+  return out;
 }
 
 float* ZayaModel::at(const std::string& name, float* base) const {

@@ -14,6 +14,7 @@
 #include "anvil/model/cca_layer.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/params.hpp"
+#include "anvil/model/trainable.hpp"
 #include "anvil/model/zaya_moe_layer.hpp"
 
 namespace anvil::model {
@@ -21,17 +22,36 @@ namespace anvil::model {
 // The registry of a ZAYA1 config (attention "cca", n_experts > 0, n_kv_heads 2).
 ParamRegistry zaya_registry(const ModelConfig& config);
 
-class ZayaModel {
+// Expert-bias balancing (ZAYA1.md section 4), applied after each step from
+// the loads of the step's tokens: "pid" feeds the load error of each expert
+// (its share of the routed tokens minus 1/E) as the gradient of a small Adam
+// on the biases; "sign" moves each bias by rate * sign(1/E - load); "none".
+// The skip class's bias stays where it is.
+struct Balancing {
+  std::string mode = "pid";
+  float lr = 1e-3f;  // Adam lr (pid) or step (sign)
+};
+
+class ZayaModel : public TrainableModel {
  public:
-  ZayaModel(const ModelConfig& config, int64_t B, int64_t T);
-  const ParamRegistry& registry() const { return registry_; }
-  float* params() { return params_.data(); }
-  float* grads() { return grads_.data(); }
+  ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing balancing = {});
+  const ParamRegistry& registry() const override { return registry_; }
+  float* params() override { return params_.data(); }
+  float* grads() override { return grads_.data(); }
+  const MemoryPlan& plan() const override { return plan_; }
+  double forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
+                 int64_t* scored) override;
+  double forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
+                          float grad_scale, int64_t* scored) override;
+  void after_step(int64_t step) override;
+  nlohmann::json step_metrics() const override;
+  std::string progress_note() const override;
+  std::vector<ExtraTensor> extra_state() override;
   // Steers expert selection only; [layers][E + 1], init 0 (skip -1, as the original).
   std::vector<std::vector<float>>& balancing_biases() { return biases_; }
-  void zero_grads();
+  void zero_grads() override;
   // Summed loss over rows with target >= 0; with backward, gradients of
-  // (loss * grad_scale) are added to grads().
+  // (loss * grad_scale) are added to grads(). B and T must be the planned ones.
   double forward(const int32_t* tokens, const int32_t* targets, int64_t* scored);
   double forward_backward(const int32_t* tokens, const int32_t* targets, float grad_scale,
                           int64_t* scored);
@@ -44,8 +64,16 @@ class ZayaModel {
   float* at(const std::string& name, float* base) const;
   void run_forward(const int32_t* tokens);
 
+  void check_shape(int64_t B, int64_t T) const;
+
   ModelConfig c_;
   ParamRegistry registry_;
+  MemoryPlan plan_;
+  Balancing balancing_;
+  // Per MoE layer: tokens per class over the current step; the last step's
+  // loads (for metrics); Adam moments of the biases.
+  std::vector<std::vector<int64_t>> step_load_, last_load_;
+  std::vector<std::vector<float>> bias_m_, bias_v_;
   int64_t B_, T_, N_, H_, R_, layers_;
   std::vector<float> params_, grads_;
   std::vector<std::vector<float>> biases_;

@@ -27,6 +27,15 @@ ZayaMoeLayer::ZayaMoeLayer(ZayaMoeShape shape, int64_t N) : s_(shape), N_(N) {
   sized(ys_, N * H);
 }
 
+size_t ZayaMoeLayer::bytes() const {
+  size_t n = 0;
+  for (const auto* v : {&h_, &rstd_, &z0_, &a1_, &z1_, &a2_, &z2_, &logits_, &probs_, &gate_, &xs_,
+                        &y_, &act_, &ys_}) {
+    n += v->size() * sizeof(float);
+  }
+  return n + (choice_.size() + order_.size() + slot_.size()) * sizeof(int32_t);
+}
+
 void ZayaMoeLayer::forward(float* out, float* rstate_out, const float* x, const float* rstate_prev,
                            const ZayaMoeParams& p, const float* balancing_bias) {
   const int64_t R = s_.router_dim, E = s_.experts, K = E + 1, H = s_.hidden, F = s_.expert_ffn;

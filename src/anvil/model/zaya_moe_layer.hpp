@@ -8,6 +8,7 @@
 // Router, dispatch and expert compute are separate kernels (STYLE.md).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -56,6 +57,8 @@ class ZayaMoeLayer {
                 const ZayaMoeParams& p);
   const RouterStats& stats() const { return stats_; }
   const std::vector<int32_t>& choices() const { return choice_; }
+  // Bytes of the activations and scratch this layer holds.
+  size_t bytes() const;
 
  private:
   ZayaMoeShape s_;

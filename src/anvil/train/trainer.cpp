@@ -8,6 +8,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "anvil/kernels/gemm.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/decoder.hpp"
+#include "anvil/model/zaya_model.hpp"
 
 namespace anvil::train {
 namespace {
@@ -146,7 +148,17 @@ TrainResult run_training(const TrainOptions& o) {
   result.peak_gflops = o.peak_gflops > 0 ? o.peak_gflops : measure_peak_gflops(precision);
   result.flops_per_token = model::training_flops_per_token(config, T);
 
-  model::Decoder model(config, B, T, /*training=*/true, precision);
+  std::unique_ptr<model::TrainableModel> model_owner;
+  if (config.attention == "cca") {
+    if (precision != model::Precision::fp32) {
+      throw InputError("--precision bf16: the ZAYA1 model runs in fp32 only so far");
+    }
+    model_owner = std::make_unique<model::ZayaModel>(config, B, T,
+                                                     model::Balancing{o.balancing, o.balance_lr});
+  } else {
+    model_owner = std::make_unique<model::Decoder>(config, B, T, /*training=*/true, precision);
+  }
+  model::TrainableModel& model = *model_owner;
   if (o.optimizer != "adamw" && o.optimizer != "muon") {
     throw InputError("--optimizer: expected adamw or muon, got '" + o.optimizer + "'");
   }
@@ -197,7 +209,8 @@ TrainResult run_training(const TrainOptions& o) {
                        "trajectory");
     }
     ckpt::load_checkpoint(resume_from, model.registry(), model.params(), adamw.exp_avg(),
-                          adamw.exp_avg_sq(), muon ? muon->momentum() : nullptr);
+                          adamw.exp_avg_sq(), muon ? muon->momentum() : nullptr,
+                          model.extra_state());
     start = state.at("step").get<int64_t>();
     if (!o.quiet)
       std::printf("resumed from %s at step %lld\n", resume_from.c_str(),
@@ -240,6 +253,7 @@ TrainResult run_training(const TrainOptions& o) {
                            adamw.exp_avg(),
                            adamw.exp_avg_sq(),
                            muon ? muon->momentum() : nullptr,
+                           model.extra_state(),
                            state_json(step)};
     result.last_checkpoint = ckpt::save_checkpoint(o.out_dir, step, d, o.keep);
   };
@@ -248,12 +262,13 @@ TrainResult run_training(const TrainOptions& o) {
     std::vector<int32_t> tok(B * T), tgt(B * T);
     double sum = 0;
     int64_t count = 0;
-    for (int64_t i = 0; i < o.val_batches; i += B) {
-      const int64_t rows = std::min(B, o.val_batches - i);
-      for (int64_t r = 0; r < rows; ++r)
-        batches.val_row(i + r, o.val_batches, &tok[r * T], &tgt[r * T]);
+    // Whole micro-batches (--val-batches rounded up to a multiple of B), so
+    // every model runs the shape it planned for.
+    const int64_t val_rows = (o.val_batches + B - 1) / B * B;
+    for (int64_t i = 0; i < val_rows; i += B) {
+      for (int64_t r = 0; r < B; ++r) batches.val_row(i + r, val_rows, &tok[r * T], &tgt[r * T]);
       int64_t scored = 0;
-      sum += model.forward(tok.data(), tgt.data(), rows, T, &scored);
+      sum += model.forward(tok.data(), tgt.data(), B, T, &scored);
       count += scored;
     }
     return sum / static_cast<double>(count);
@@ -285,6 +300,7 @@ TrainResult run_training(const TrainOptions& o) {
     const float coef = optim::clip_coefficient(norm, o.clip);
     adamw.update(model.params(), model.grads(), static_cast<float>(lr), step + 1, coef);
     if (muon) muon->update(model.params(), model.grads(), static_cast<float>(lr), coef);
+    model.after_step(step + 1);
     const double dt = now() - t0;
     result.losses.push_back(loss);
     result.step_seconds.push_back(dt);
@@ -300,17 +316,22 @@ TrainResult run_training(const TrainOptions& o) {
                 {"seconds", dt},    {"tokens_per_s", tps},
                 {"mfu", mfu},       {"tokens", (step + 1) * static_cast<int64_t>(tokens_per_step)}};
       if (val >= 0) m["val_loss"] = val;
+      m.update(model.step_metrics());
       *metrics << m.dump() << "\n";
       metrics->flush();
     }
     if (!o.quiet) {
       const double eta = dt * static_cast<double>(o.steps - step - 1);
-      char line[256];
+      char line[384];
       std::snprintf(line, sizeof line,
                     "step %lld/%lld | loss %.4f | lr %.2e | grad-norm %.3f | %.0f tok/s | MFU "
                     "%.1f%% | ETA %s",
                     static_cast<long long>(step + 1), static_cast<long long>(o.steps), loss, lr,
                     norm, tps, 100 * mfu, format_eta(eta).c_str());
+      const std::string note = model.progress_note();
+      if (!note.empty()) {
+        std::strncat(line, (" | " + note).c_str(), sizeof line - std::strlen(line) - 1);
+      }
       if (tty) {
         std::printf("\r%s\x1b[K", line);
         if (val >= 0 || last) std::printf("\n");

@@ -35,9 +35,11 @@ struct TrainOptions {
   std::string out_dir;     // checkpoints and metrics; empty: none written
   int64_t ckpt_every = 0;  // 0: only at the end (when out_dir is set)
   int keep = 3;
-  std::string resume;              // checkpoint dir, run dir or "latest" (= out_dir)
-  int64_t log_every = 10;          // lines when stdout is not a terminal
-  double peak_gflops = 0;          // 0: measure a 2048^3 GEMM (in --precision) at start
+  std::string resume;             // checkpoint dir, run dir or "latest" (= out_dir)
+  int64_t log_every = 10;         // lines when stdout is not a terminal
+  double peak_gflops = 0;         // 0: measure a 2048^3 GEMM (in --precision) at start
+  std::string balancing = "pid";  // ZAYA1 expert-bias balancing: pid | sign | none
+  float balance_lr = 1e-3f;
   std::string precision = "fp32";  // fp32 | bf16 (bf16 GEMM inputs, fp32 master weights)
   bool quiet = false;
 };

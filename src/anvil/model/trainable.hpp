@@ -1,0 +1,57 @@
+// What the trainer needs from a model: the registry and flat parameter and
+// gradient arrays, the memory plan, forward (loss) and forward+backward over
+// a micro-batch, and hooks for state beyond the parameters (ZAYA1's
+// balancing biases: updated after each step, logged, checkpointed).
+// Decoder (dense GPT-2 / Llama) and ZayaModel implement it; make_model picks
+// by config.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "anvil/model/config.hpp"
+#include "anvil/model/params.hpp"
+
+namespace anvil::model {
+
+struct MemoryPlan {
+  size_t parameters = 0;
+  size_t gradients = 0;
+  size_t activations = 0;
+  size_t low_precision = 0;  // bf16 weight copy and conversion scratch (bf16 only)
+};
+
+// Named float buffers outside the registry (saved with the model's weights
+// or the optimizer's state).
+struct ExtraTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  float* data;
+  bool optimizer_state;  // false: model.safetensors; true: optimizer.safetensors
+};
+
+class TrainableModel {
+ public:
+  virtual ~TrainableModel() = default;
+  virtual const ParamRegistry& registry() const = 0;
+  virtual float* params() = 0;
+  virtual float* grads() = 0;
+  virtual const MemoryPlan& plan() const = 0;
+  virtual void zero_grads() = 0;
+  virtual double forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
+                         int64_t* scored) = 0;
+  virtual double forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B,
+                                  int64_t T, float grad_scale, int64_t* scored) = 0;
+  // After the optimizer step (ZAYA1: expert-bias balancing over the step's tokens).
+  virtual void after_step(int64_t /*step, from 1*/) {}
+  // Per-step metrics beyond the loss (ZAYA1: router load statistics).
+  virtual nlohmann::json step_metrics() const { return nlohmann::json::object(); }
+  // A short progress-line fragment ("" when none).
+  virtual std::string progress_note() const { return ""; }
+  virtual std::vector<ExtraTensor> extra_state() { return {}; }
+};
+
+}  // namespace anvil::model
