@@ -1,6 +1,8 @@
 // The dense decoder's forward and backward passes; layer math is in kernels/.
 #include "anvil/model/decoder.hpp"
 
+#include "anvil/model/param_count.hpp"
+
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -85,6 +87,17 @@ ParamRegistry decoder_registry(const ModelConfig& c) {
 }
 
 double training_flops_per_token(const ModelConfig& c, int64_t T) {
+  if (c.attention == "cca") {
+    // ZAYA1: the active weights (router and top-k experts included; the
+    // norms, scales and conv taps are a rounding error) plus the classifier.
+    const ParamCount n = count_parameters(c);
+    const double matmul = static_cast<double>(n.non_embedding_active) +
+                          static_cast<double>(c.vocab_size) * static_cast<double>(c.d_model);
+    const double attention = static_cast<double>(c.n_layers) * 4.0 *
+                             static_cast<double>(c.n_heads * c.head_dim) *
+                             (static_cast<double>(T) + 1) / 2;
+    return 6.0 * matmul + 3.0 * attention;
+  }
   const double C = static_cast<double>(c.d_model);
   const double qd = static_cast<double>(c.n_heads * c.head_dim);
   const double kvd = static_cast<double>(c.n_kv_heads * c.head_dim);
