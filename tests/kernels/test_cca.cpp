@@ -8,40 +8,17 @@
 #include <vector>
 
 #include "anvil/kernels/cca.hpp"
+#include "support/gradient_check.hpp"
 
 namespace anvil::kernels {
 namespace {
 
-std::vector<float> random_vector(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
-
-double weighted_sum(const std::vector<float>& out, const std::vector<float>& r) {
-  double s = 0;
-  for (size_t i = 0; i < out.size(); ++i) s += static_cast<double>(out[i]) * r[i];
-  return s;
-}
+using test_support::random_vector;
+using test_support::weighted_sum;
 
 void expect_fd(const char* what, std::vector<float>& x, const std::vector<float>& grad,
                const std::function<double()>& objective) {
-  const float h = 1e-2f;
-  double max_err = 0, max_grad = 0;
-  const size_t stride = std::max<size_t>(1, x.size() / 150);
-  for (size_t i = 0; i < x.size(); i += stride) {
-    const float saved = x[i];
-    x[i] = saved + h;
-    const double up = objective();
-    x[i] = saved - h;
-    const double down = objective();
-    x[i] = saved;
-    max_err = std::max(max_err, std::abs((up - down) / (2.0 * h) - grad[i]));
-    max_grad = std::max(max_grad, std::abs(static_cast<double>(grad[i])));
-  }
-  EXPECT_LE(max_err, 2e-2 * std::max(1.0, max_grad)) << what << " (max |grad| " << max_grad << ")";
+  test_support::expect_matches_finite_differences(what, x, grad, objective, 1e-2f, 2e-2, 150);
 }
 
 TEST(Cca, ConvolutionsFollowTheSpecIncludingTheBiasEdge) {

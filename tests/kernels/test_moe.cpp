@@ -11,17 +11,12 @@
 
 #include "anvil/kernels/layers.hpp"
 #include "anvil/kernels/moe.hpp"
+#include "support/gradient_check.hpp"
 
 namespace anvil::kernels {
 namespace {
 
-std::vector<float> random_vector(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
+using test_support::random_vector;
 
 std::vector<int32_t> random_choices(size_t n, int32_t classes, uint32_t seed) {
   std::mt19937 gen(seed);
@@ -115,18 +110,7 @@ TEST_P(MoeLayer, EqualsThePerTokenDefinitionAndMatchesFiniteDifferences) {
   }
   moe_gather_backward(dx.data(), dxs.data(), slot.data(), N, k, C);
   auto check = [&](const char* what, std::vector<float>& v, const std::vector<float>& g) {
-    double worst = 0, scale = 1;
-    for (size_t i = 0; i < v.size(); ++i) {
-      const float saved = v[i];
-      v[i] = saved + 1e-2f;
-      const double up = layer();
-      v[i] = saved - 1e-2f;
-      const double down = layer();
-      v[i] = saved;
-      worst = std::max(worst, std::abs((up - down) / 2e-2 - g[i]));
-      scale = std::max(scale, std::abs(static_cast<double>(g[i])));
-    }
-    EXPECT_LE(worst, 1e-2 * scale) << what;
+    test_support::expect_matches_finite_differences(what, v, g, layer, 1e-2f, 1e-2, v.size());
   };
   check("dx", x, dx);
   check("dgate", gate, dgate);

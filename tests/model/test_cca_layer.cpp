@@ -8,6 +8,7 @@
 
 #include "anvil/base/error.hpp"
 #include "anvil/model/cca_layer.hpp"
+#include "support/gradient_check.hpp"
 
 namespace anvil::model {
 namespace {
@@ -50,20 +51,7 @@ TEST(CcaLayer, BackwardMatchesFiniteDifferencesForInputAndEveryParameter) {
   std::vector<float> dx(N * H);
   layer.backward(dx.data(), params(gw), r.data(), x.data(), params(w));
   auto check = [&](const char* what, std::vector<float>& v, const std::vector<float>& g) {
-    const float h = 1e-2f;
-    double worst = 0, scale = 1e-3;
-    const size_t stride = std::max<size_t>(1, v.size() / 60);
-    for (size_t i = 0; i < v.size(); i += stride) {
-      const float saved = v[i];
-      v[i] = saved + h;
-      const double up = objective();
-      v[i] = saved - h;
-      const double down = objective();
-      v[i] = saved;
-      worst = std::max(worst, std::abs((up - down) / (2.0 * h) - g[i]));
-      scale = std::max(scale, std::abs(static_cast<double>(g[i])));
-    }
-    EXPECT_LE(worst, 3e-2 * std::max(1.0, scale)) << what << " (max |grad| " << scale << ")";
+    test_support::expect_matches_finite_differences(what, v, g, objective, 1e-2f, 3e-2, 60);
   };
   check("dx", x, dx);
   const char* names[] = {"wqk",     "wv1",     "wv2",  "conv0_w", "conv0_b",

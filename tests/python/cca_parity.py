@@ -10,9 +10,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from decoder_parity import read_safetensors, rel
+from decoder_parity import finish, read_safetensors, report
 
-TOL = 1e-4
 
 
 def rope_half(x, theta, rotary):
@@ -66,19 +65,9 @@ def main(path):
     out = cca(w, x, int(meta["q_heads"]), int(meta["kv_heads"]), int(meta["head_dim"]),
               int(meta["rotary_dim"]), float(meta["rope_theta"]))
     (out * got["r"]).sum().backward()
-    failures = []
-    for name, a, b in [("out", got["out"], out.detach()), ("grad.x", got["grad.x"], x.grad)] + \
-            [("grad." + n, got["grad." + n], w[n].grad) for n in names]:
-        r = rel(a, b)
-        ok = r <= TOL
-        print(f"{'ok' if ok else 'FAIL':4} {name:60} rel {r:.2e}")
-        if not ok:
-            failures.append(name)
-    if failures:
-        print(f"{len(failures)} mismatches")
-        return 1
-    print("all match")
-    return 0
+    pairs = [("out", got["out"], out.detach()), ("grad.x", got["grad.x"], x.grad)]
+    pairs += [("grad." + n, got["grad." + n], w[n].grad) for n in names]
+    return finish(report(pairs))
 
 
 if __name__ == "__main__":

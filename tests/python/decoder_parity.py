@@ -113,6 +113,27 @@ def rel(a, b):
     return (a - b).abs().max().item() / scale
 
 
+def report(pairs, tol=TOL):
+    """Prints one line per (name, anvil, reference) pair; returns the names that differ."""
+    failures = []
+    for name, a, b in pairs:
+        r = rel(a, b)
+        ok = r <= tol
+        print(f"{'ok' if ok else 'FAIL':4} {name:70} rel {r:.2e}")
+        if not ok:
+            failures.append(name)
+    return failures
+
+
+def finish(failures):
+    """The exit status: 0 when everything matched."""
+    if failures:
+        print(f"{len(failures)} mismatches: {', '.join(failures[:5])}")
+        return 1
+    print("all match")
+    return 0
+
+
 def main(dump):
     weights, _ = read_safetensors(dump + "/weights.safetensors")
     got, meta = read_safetensors(dump + "/anvil.safetensors")
@@ -122,11 +143,7 @@ def main(dump):
     failures = []
 
     def check(name, a, b):
-        r = rel(a, b)
-        status = "ok" if r <= TOL else "FAIL"
-        print(f"{status:4} {name:60} rel {r:.2e}")
-        if r > TOL:
-            failures.append(name)
+        failures.extend(report([(name, a, b)]))
 
     w = {k: v.clone().requires_grad_(True) for k, v in weights.items()}
     logits = forward(cfg, w, tokens)
@@ -183,11 +200,7 @@ def main(dump):
         losses.append(l.item())
     check("muon_losses", got["muon_losses"], torch.tensor(losses))
     check("decode_logits vs prefill", got["decode_logits"], got["prefill_logits"])
-    if failures:
-        print(f"{len(failures)} mismatches: {', '.join(failures[:5])}")
-        return 1
-    print("all match")
-    return 0
+    return finish(failures)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from decoder_parity import read_safetensors, rel
+from decoder_parity import finish, read_safetensors, report
 
-TOL = 1e-4
 
 
 def moe(w, x, rstate_prev, E, Fh, a="model.layers.3.zaya_block."):
@@ -66,17 +65,7 @@ def main(path):
     # An expert no token chose has no torch gradient: anvil's is zero.
     pairs += [("grad." + n, got["grad." + n],
                w[n].grad if w[n].grad is not None else torch.zeros_like(w[n])) for n in names]
-    for name, a, b in pairs:
-        r = rel(a, b)
-        ok = r <= TOL
-        print(f"{'ok' if ok else 'FAIL':4} {name:60} rel {r:.2e}")
-        if not ok:
-            failures.append(name)
-    if failures:
-        print(f"{len(failures)} mismatches")
-        return 1
-    print("all match")
-    return 0
+    return finish(failures + report(pairs))
 
 
 if __name__ == "__main__":

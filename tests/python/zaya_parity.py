@@ -12,10 +12,9 @@ import torch
 import torch.nn.functional as F
 
 from cca_parity import cca
-from decoder_parity import read_safetensors, rel
+from decoder_parity import finish, read_safetensors, report
 from moe_parity import moe
 
-TOL = 1e-4
 
 
 def rmsnorm(x, w, eps):
@@ -74,17 +73,7 @@ def main(path):
     pairs = [("logits", got["logits"], logits.detach()), ("loss", got["loss"], loss.detach().view(1))]
     pairs += [("grad." + n, got["grad." + n],
                w[n].grad if w[n].grad is not None else torch.zeros_like(w[n])) for n in names]
-    for name, a, b in pairs:
-        r = rel(a, b)
-        ok = r <= TOL
-        print(f"{'ok' if ok else 'FAIL':4} {name:70} rel {r:.2e}")
-        if not ok:
-            failures.append(name)
-    if failures:
-        print(f"{len(failures)} mismatches: {', '.join(failures[:5])}")
-        return 1
-    print("all match")
-    return 0
+    return finish(failures + report(pairs))
 
 
 if __name__ == "__main__":
