@@ -45,6 +45,24 @@ TrainOptions tiny(const std::string& run_dir) {
   return o;
 }
 
+// Runs `o` for `first_steps` into a fresh `dir`, then resumes it to o.steps;
+// returns the losses of both halves joined.
+std::vector<double> run_in_two_halves(const TrainOptions& o, const std::string& dir,
+                                      int64_t first_steps) {
+  fs::remove_all(dir);
+  auto first = o;
+  first.out_dir = dir;
+  first.steps = first_steps;
+  auto joined = run_training(first).losses;
+  auto second = o;
+  second.out_dir = dir;
+  second.resume = "latest";
+  const auto rest = run_training(second);
+  EXPECT_EQ(rest.first_step, first_steps);
+  joined.insert(joined.end(), rest.losses.begin(), rest.losses.end());
+  return joined;
+}
+
 TEST(Trainer, SameSeedGivesIdenticalLossesAndLossGoesDown) {
   const auto a = run_training(tiny(""));
   const auto b = run_training(tiny(""));
@@ -64,17 +82,7 @@ TEST(Trainer, Bf16MatmulsTrainCloseToFp32AndResumeExactly) {
   EXPECT_LT(bf16.losses.back(), bf16.losses.front());
   // Resume in bf16 is exact too: the bf16 copy is rebuilt from the fp32 masters.
   const std::string dir = testing::TempDir() + "/resume_bf16";
-  fs::remove_all(dir);
-  auto first = o;
-  first.out_dir = dir;
-  first.steps = 5;
-  const auto a = run_training(first);
-  auto second = o;
-  second.out_dir = dir;
-  second.resume = "latest";
-  const auto b = run_training(second);
-  std::vector<double> joined = a.losses;
-  joined.insert(joined.end(), b.losses.begin(), b.losses.end());
+  const auto joined = run_in_two_halves(o, dir, 5);
   EXPECT_EQ(joined, bf16.losses);
   auto mismatched = o;
   mismatched.out_dir = dir;
@@ -90,17 +98,7 @@ TEST(Trainer, MuonTrainsAndResumesExactly) {
   EXPECT_LT(whole.losses.back(), whole.losses.front());
   EXPECT_NE(whole.losses, run_training(tiny("")).losses);  // not AdamW's trajectory
   const std::string dir = testing::TempDir() + "/resume_muon";
-  fs::remove_all(dir);
-  auto first = o;
-  first.out_dir = dir;
-  first.steps = 3;
-  const auto a = run_training(first);
-  auto second = o;
-  second.out_dir = dir;
-  second.resume = "latest";
-  const auto b = run_training(second);
-  std::vector<double> joined = a.losses;
-  joined.insert(joined.end(), b.losses.begin(), b.losses.end());
+  const auto joined = run_in_two_halves(o, dir, 3);
   EXPECT_EQ(joined, whole.losses);  // momentum buffers are in the checkpoint
   auto adamw = tiny(dir);
   adamw.resume = "latest";
@@ -120,17 +118,7 @@ TEST(Trainer, Zaya1TrainsBalancesAndResumesExactlyWithItsBiases) {
   const auto whole = run_training(o);
   EXPECT_LT(whole.losses.back(), whole.losses.front());
   const std::string dir = testing::TempDir() + "/resume_zaya";
-  fs::remove_all(dir);
-  auto first = o;
-  first.out_dir = dir;
-  first.steps = 4;
-  const auto a = run_training(first);
-  auto second = o;
-  second.out_dir = dir;
-  second.resume = "latest";
-  const auto b = run_training(second);
-  std::vector<double> joined = a.losses;
-  joined.insert(joined.end(), b.losses.begin(), b.losses.end());
+  const auto joined = run_in_two_halves(o, dir, 4);
   EXPECT_EQ(joined, whole.losses);  // balancing biases and their Adam state are checkpointed
   const auto w = ckpt::read_safetensors(dir + "/step-00000010/model.safetensors");
   EXPECT_EQ(w.tensors.count("model.layers.1.zaya_block.router.balancing_biases"), 1u);
@@ -143,18 +131,9 @@ TEST(Trainer, Zaya1TrainsBalancesAndResumesExactlyWithItsBiases) {
 }
 
 TEST(Trainer, ResumeContinuesTheExactTrajectory) {
-  const std::string dir = testing::TempDir() + "/resume_run";
-  fs::remove_all(dir);
   const auto whole = run_training(tiny(""));
-  auto first = tiny(dir);
-  first.steps = 4;  // the schedule still spans 8 steps
-  const auto a = run_training(first);
-  auto second = tiny(dir);
-  second.resume = "latest";
-  const auto b = run_training(second);
-  EXPECT_EQ(b.first_step, 4);
-  std::vector<double> joined = a.losses;
-  joined.insert(joined.end(), b.losses.begin(), b.losses.end());
+  // 4 steps, then a resume for the other 4 (the schedule spans all 8 in both).
+  const auto joined = run_in_two_halves(tiny(""), testing::TempDir() + "/resume_run", 4);
   EXPECT_EQ(joined, whole.losses);  // bit-identical
 }
 
