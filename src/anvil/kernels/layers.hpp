@@ -53,11 +53,11 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
 
 // ---- linear: out[N, OC] = inp[N, IC] W^T (+ bias), W is [OC, IC] (PyTorch layout) ----
 // `scratch` is needed only when the weight has a bf16 copy.
-void linear_forward(float* out, const float* inp, MatmulWeight weight, const float* bias,
-                    int64_t N, int64_t IC, int64_t OC, Bf16Scratch* scratch = nullptr);
+void linear_forward(float* out, const float* inp, MatmulWeight weight, const float* bias, int64_t N,
+                    int64_t IC, int64_t OC, Bf16Scratch* scratch = nullptr);
 // dinp may be null (first layer); dbias may be null (no bias).
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, MatmulWeight weight, int64_t N, int64_t IC, int64_t OC,
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     MatmulWeight weight, int64_t N, int64_t IC, int64_t OC,
                      Bf16Scratch* scratch = nullptr);
 
 // ---- activations ----
@@ -100,6 +100,9 @@ void attention_decode(float* out, const float* q, const float* kcache, const flo
 // time (scratch: chunk * V floats). When dx is non-null the gradient of the
 // mean loss is produced in the same pass: dx += dlogits W, dW += dlogits^T x.
 // Returns the summed loss (not the mean) and writes the count of scored rows.
+// Rows of the classifier a caller should hand classifier_loss at once: bounds
+// the V-wide scratch (kClassifierChunk x V floats).
+constexpr int64_t kClassifierChunk = 256;
 double classifier_loss(float* dx, float* dweight, const float* x, MatmulWeight weight,
                        const int32_t* targets, int64_t N, int64_t C, int64_t V, float* scratch,
                        int64_t chunk, int64_t* scored, float grad_scale,

@@ -15,12 +15,11 @@
 namespace anvil::model {
 namespace {
 
-std::string layer_name(int64_t l, const std::string& rest) {
-  return "model.layers." + std::to_string(l) + "." + rest;
-}
+constexpr int64_t kLossChunk = kernels::kClassifierChunk;
 
-// Rows of the classifier handled at once: bounds the V-wide scratch.
-constexpr int64_t kLossChunk = 256;
+std::string layer_name(int64_t l, const std::string& rest) {
+  return layer_param_name(l, rest);
+}
 
 }  // namespace
 

@@ -57,6 +57,10 @@ void ParamRegistry::initialize(float* params, uint64_t seed) const {
   }
 }
 
+std::string layer_param_name(int64_t layer, const std::string& rest) {
+  return "model.layers." + std::to_string(layer) + "." + rest;
+}
+
 std::string to_string(Sharding sharding) {
   switch (sharding) {
     case Sharding::replicated:

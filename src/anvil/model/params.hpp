@@ -55,6 +55,9 @@ class ParamRegistry {
   int64_t total_ = 0;
 };
 
+// "model.layers.<layer>.<rest>": the Hugging Face prefix of a layer's parameters.
+std::string layer_param_name(int64_t layer, const std::string& rest);
+
 std::string to_string(Sharding sharding);
 std::string to_string(OptimizerGroup group);
 

@@ -14,11 +14,11 @@
 namespace anvil::model {
 namespace {
 
-std::string layer(int64_t n, const std::string& rest) {
-  return "model.layers." + std::to_string(n) + "." + rest;
-}
+constexpr int64_t kLossChunk = kernels::kClassifierChunk;
 
-constexpr int64_t kLossChunk = 256;
+std::string layer(int64_t n, const std::string& rest) {
+  return layer_param_name(n, rest);
+}
 
 }  // namespace
 
