@@ -17,10 +17,6 @@ namespace {
 
 constexpr int64_t kLossChunk = kernels::kClassifierChunk;
 
-std::string layer_name(int64_t l, const std::string& rest) {
-  return layer_param_name(l, rest);
-}
-
 }  // namespace
 
 ParamRegistry decoder_registry(const ModelConfig& c) {
@@ -44,41 +40,41 @@ ParamRegistry decoder_registry(const ModelConfig& c) {
     if (c.norm == "layernorm") r.add(name + ".bias", {C}, Init::zeros);
   };
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    norm(layer_name(l, "input_layernorm"));
+    norm(layer_param_name(l, "input_layernorm"));
     // q, k, v weights then biases, each group contiguous: one fused GEMM.
-    r.add(layer_name(l, "self_attn.q_proj.weight"), {qd, C}, Init::normal, std, true,
+    r.add(layer_param_name(l, "self_attn.q_proj.weight"), {qd, C}, Init::normal, std, true,
           OptimizerGroup::muon);
-    r.add(layer_name(l, "self_attn.k_proj.weight"), {kvd, C}, Init::normal, std, true,
+    r.add(layer_param_name(l, "self_attn.k_proj.weight"), {kvd, C}, Init::normal, std, true,
           OptimizerGroup::muon);
-    r.add(layer_name(l, "self_attn.v_proj.weight"), {kvd, C}, Init::normal, std, true,
+    r.add(layer_param_name(l, "self_attn.v_proj.weight"), {kvd, C}, Init::normal, std, true,
           OptimizerGroup::muon);
     if (c.bias) {
-      r.add(layer_name(l, "self_attn.q_proj.bias"), {qd}, Init::zeros);
-      r.add(layer_name(l, "self_attn.k_proj.bias"), {kvd}, Init::zeros);
-      r.add(layer_name(l, "self_attn.v_proj.bias"), {kvd}, Init::zeros);
+      r.add(layer_param_name(l, "self_attn.q_proj.bias"), {qd}, Init::zeros);
+      r.add(layer_param_name(l, "self_attn.k_proj.bias"), {kvd}, Init::zeros);
+      r.add(layer_param_name(l, "self_attn.v_proj.bias"), {kvd}, Init::zeros);
     }
-    r.add(layer_name(l, "self_attn.o_proj.weight"), {C, qd}, Init::normal, resid_std, true,
+    r.add(layer_param_name(l, "self_attn.o_proj.weight"), {C, qd}, Init::normal, resid_std, true,
           OptimizerGroup::muon);
-    if (c.bias) r.add(layer_name(l, "self_attn.o_proj.bias"), {C}, Init::zeros);
-    norm(layer_name(l, "post_attention_layernorm"));
+    if (c.bias) r.add(layer_param_name(l, "self_attn.o_proj.bias"), {C}, Init::zeros);
+    norm(layer_param_name(l, "post_attention_layernorm"));
     const int64_t F = c.ffn_hidden;
     if (c.mlp == "swiglu") {
-      r.add(layer_name(l, "mlp.gate_proj.weight"), {F, C}, Init::normal, std, true,
+      r.add(layer_param_name(l, "mlp.gate_proj.weight"), {F, C}, Init::normal, std, true,
             OptimizerGroup::muon);
-      r.add(layer_name(l, "mlp.up_proj.weight"), {F, C}, Init::normal, std, true,
+      r.add(layer_param_name(l, "mlp.up_proj.weight"), {F, C}, Init::normal, std, true,
             OptimizerGroup::muon);
       if (c.bias) {
-        r.add(layer_name(l, "mlp.gate_proj.bias"), {F}, Init::zeros);
-        r.add(layer_name(l, "mlp.up_proj.bias"), {F}, Init::zeros);
+        r.add(layer_param_name(l, "mlp.gate_proj.bias"), {F}, Init::zeros);
+        r.add(layer_param_name(l, "mlp.up_proj.bias"), {F}, Init::zeros);
       }
     } else {
-      r.add(layer_name(l, "mlp.up_proj.weight"), {F, C}, Init::normal, std, true,
+      r.add(layer_param_name(l, "mlp.up_proj.weight"), {F, C}, Init::normal, std, true,
             OptimizerGroup::muon);
-      if (c.bias) r.add(layer_name(l, "mlp.up_proj.bias"), {F}, Init::zeros);
+      if (c.bias) r.add(layer_param_name(l, "mlp.up_proj.bias"), {F}, Init::zeros);
     }
-    r.add(layer_name(l, "mlp.down_proj.weight"), {C, F}, Init::normal, resid_std, true,
+    r.add(layer_param_name(l, "mlp.down_proj.weight"), {C, F}, Init::normal, resid_std, true,
           OptimizerGroup::muon);
-    if (c.bias) r.add(layer_name(l, "mlp.down_proj.bias"), {C}, Init::zeros);
+    if (c.bias) r.add(layer_param_name(l, "mlp.down_proj.bias"), {C}, Init::zeros);
   }
   norm("model.norm");
   if (!c.tied_embeddings) r.add("lm_head.weight", {c.vocab_size, C}, Init::normal, std, true);
@@ -246,6 +242,10 @@ Decoder::Decoder(const ModelConfig& config, int64_t B, int64_t T, bool training,
   d_fch_ = rest[8];
   d_fca_ = rest[9];
   d_lnf_ = rest[10];
+  for (int64_t l = 0; l < L_; ++l) {
+    param_layers_.push_back(layer(l, params_.f()));
+    if (training) grad_layers_.push_back(layer(l, grads_.f()));
+  }
   if (precision == Precision::bf16) {
     low_ = tensor::Arena("bf16 weights and scratch", plan_.low_precision);
     weights_bf16_ = static_cast<bf16*>(low_.take_bytes(registry_.total() * sizeof(bf16)));
@@ -273,19 +273,19 @@ const float* Decoder::param(const std::string& name, const float* base) const {
 
 Decoder::Layer Decoder::layer(int64_t l, const float* base) const {
   Layer p{};
-  p.ln1_w = param(layer_name(l, "input_layernorm.weight"), base);
-  p.ln1_b = param(layer_name(l, "input_layernorm.bias"), base);
-  p.qkv_w = param(layer_name(l, "self_attn.q_proj.weight"), base);
-  p.qkv_b = param(layer_name(l, "self_attn.q_proj.bias"), base);
-  p.o_w = param(layer_name(l, "self_attn.o_proj.weight"), base);
-  p.o_b = param(layer_name(l, "self_attn.o_proj.bias"), base);
-  p.ln2_w = param(layer_name(l, "post_attention_layernorm.weight"), base);
-  p.ln2_b = param(layer_name(l, "post_attention_layernorm.bias"), base);
+  p.ln1_w = param(layer_param_name(l, "input_layernorm.weight"), base);
+  p.ln1_b = param(layer_param_name(l, "input_layernorm.bias"), base);
+  p.qkv_w = param(layer_param_name(l, "self_attn.q_proj.weight"), base);
+  p.qkv_b = param(layer_param_name(l, "self_attn.q_proj.bias"), base);
+  p.o_w = param(layer_param_name(l, "self_attn.o_proj.weight"), base);
+  p.o_b = param(layer_param_name(l, "self_attn.o_proj.bias"), base);
+  p.ln2_w = param(layer_param_name(l, "post_attention_layernorm.weight"), base);
+  p.ln2_b = param(layer_param_name(l, "post_attention_layernorm.bias"), base);
   const bool swiglu = config_.mlp == "swiglu";
-  p.up_w = param(layer_name(l, swiglu ? "mlp.gate_proj.weight" : "mlp.up_proj.weight"), base);
-  p.up_b = param(layer_name(l, swiglu ? "mlp.gate_proj.bias" : "mlp.up_proj.bias"), base);
-  p.down_w = param(layer_name(l, "mlp.down_proj.weight"), base);
-  p.down_b = param(layer_name(l, "mlp.down_proj.bias"), base);
+  p.up_w = param(layer_param_name(l, swiglu ? "mlp.gate_proj.weight" : "mlp.up_proj.weight"), base);
+  p.up_b = param(layer_param_name(l, swiglu ? "mlp.gate_proj.bias" : "mlp.up_proj.bias"), base);
+  p.down_w = param(layer_param_name(l, "mlp.down_proj.weight"), base);
+  p.down_b = param(layer_param_name(l, "mlp.down_proj.bias"), base);
   return p;
 }
 
@@ -334,7 +334,7 @@ void Decoder::run_forward(const int32_t* tokens, int64_t B, int64_t T) {
                              param("model.embed_positions.weight", P), B, T, C_);
   const auto theta = static_cast<float>(config_.rope_theta);
   for (int64_t l = 0; l < L_; ++l) {
-    const Layer p = layer_params(l);
+    const Layer& p = layer_params(l);
     const LayerActs& a = acts_by_layer_[l];
     norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_[l], p.ln1_w, p.ln1_b, N);
     kernels::linear_forward(a.qkv, a.ln1, matmul_weight(p.qkv_w), p.qkv_b, N, C_, Q_, &scratch_);
@@ -395,8 +395,8 @@ void Decoder::run_backward(const int32_t* tokens, int64_t B, int64_t T) {
                 d_lnf_, x_[L_], param("model.norm.weight", P), lnf_mean_, lnf_rstd_, N);
   const auto theta = static_cast<float>(config_.rope_theta);
   for (int64_t l = L_ - 1; l >= 0; --l) {
-    const Layer p = layer_params(l);
-    const Layer g = layer_grads(l);
+    const Layer& p = layer_params(l);
+    const Layer& g = layer_grads(l);
     const LayerActs& a = acts_by_layer_[l];
     // x[l+1] = mid + down(act(up(norm2(mid))))
     zero(d_fca_, N * F_);
@@ -473,7 +473,7 @@ void Decoder::decode_step(int32_t token, int64_t pos, float* logits) {
   const LayerActs& a = acts_by_layer_[0];
   const int64_t kv = Hkv_ * D_;
   for (int64_t l = 0; l < L_; ++l) {
-    const Layer p = layer_params(l);
+    const Layer& p = layer_params(l);
     norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1_w, p.ln1_b, 1);
     kernels::linear_forward(a.qkv, a.ln1, p.qkv_w, p.qkv_b, 1, C_, Q_);
     if (config_.position == "rope") {

@@ -83,8 +83,9 @@ class Decoder : public TrainableModel {
   Layer layer(int64_t l, const float* base) const;
   kernels::MatmulWeight matmul_weight(const float* w) const;
   void refresh_low_precision();
-  Layer layer_params(int64_t l) const { return layer(l, params_.f()); }
-  Layer layer_grads(int64_t l) { return layer(l, grads_.f()); }
+  // Resolved once at construction (the arenas never move).
+  const Layer& layer_params(int64_t l) const { return param_layers_[l]; }
+  const Layer& layer_grads(int64_t l) const { return grad_layers_[l]; }
   const float* param(const std::string& name, const float* base) const;
   void norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                     const float* b, int64_t N) const;
@@ -114,6 +115,7 @@ class Decoder : public TrainableModel {
   tensor::Arena acts_;
   std::vector<float*> x_;  // residual stream before each layer, and after the last
   std::vector<LayerActs> acts_by_layer_;
+  std::vector<Layer> param_layers_, grad_layers_;
   float *lnf_, *lnf_mean_, *lnf_rstd_, *loss_scratch_;
   float *d_res_, *d_ln_, *d_qkv_, *d_att_, *d_fch_, *d_fca_, *d_lnf_;
   int64_t loss_chunk_;

@@ -16,10 +16,6 @@ namespace {
 
 constexpr int64_t kLossChunk = kernels::kClassifierChunk;
 
-std::string layer(int64_t n, const std::string& rest) {
-  return layer_param_name(n, rest);
-}
-
 }  // namespace
 
 ParamRegistry zaya_registry(const ModelConfig& c) {
@@ -44,10 +40,10 @@ ParamRegistry zaya_registry(const ModelConfig& c) {
     }
   };
   for (int64_t n = 0; n < 2 * c.n_layers; ++n) {
-    r.add(layer(n, "input_norm.weight"), {H}, Init::ones);
-    res_scale(layer(n, ""), n > 0);
+    r.add(layer_param_name(n, "input_norm.weight"), {H}, Init::ones);
+    res_scale(layer_param_name(n, ""), n > 0);
     if (n % 2 == 0) {
-      const std::string a = layer(n, "self_attn.");
+      const std::string a = layer_param_name(n, "self_attn.");
       r.add(a + "qkv.linear_q.weight", {Cq, H}, Init::normal, std, true, muon);
       r.add(a + "qkv.linear_k.weight", {Ck, H}, Init::normal, std, true,
             muon);  // after q: one GEMM
@@ -60,7 +56,7 @@ ParamRegistry zaya_registry(const ModelConfig& c) {
       r.add(a + "qkv.temp", {2}, Init::ones);
       r.add(a + "o_proj.weight", {H, Cq}, Init::normal, std, true, muon);
     } else {
-      const std::string a = layer(n, "zaya_block.router.");
+      const std::string a = layer_param_name(n, "zaya_block.router.");
       r.add(a + "down_proj.weight", {R, H}, Init::normal, std, true, muon);
       r.add(a + "down_proj.bias", {R}, Init::zeros);
       if (n > 1) r.add(a + "router_states_scale", {R}, Init::ones);
@@ -70,7 +66,7 @@ ParamRegistry zaya_registry(const ModelConfig& c) {
       r.add(a + "router_mlp.2.weight", {R, R}, Init::normal, std, true, muon);
       r.add(a + "router_mlp.2.bias", {R}, Init::zeros);
       r.add(a + "router_mlp.4.weight", {E + 1, R}, Init::normal, std, true, muon);
-      const std::string ex = layer(n, "zaya_block.experts.local_experts.");
+      const std::string ex = layer_param_name(n, "zaya_block.experts.local_experts.");
       // All fc1 then all fc2: each a contiguous [E, ...] block for the layer.
       for (int64_t e = 0; e < E; ++e) {
         r.add(ex + std::to_string(e) + ".linear_fc1.weight", {2 * F, H}, Init::normal, std, true,
@@ -132,6 +128,15 @@ ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing 
   lnf_.assign(static_cast<size_t>(N_ * H_), 0.0f);
   lnf_rstd_.assign(static_cast<size_t>(N_), 0.0f);
   scratch_.assign(static_cast<size_t>(std::min(N_, kLossChunk) * c_.vocab_size), 0.0f);
+  for (int64_t n = 0; n < layers_; ++n) {
+    if (n % 2 == 0) {
+      cca_p_.push_back(cca_params(n, params_.data()));
+      cca_g_.push_back(cca_params(n, grads_.data()));
+    } else {
+      moe_p_.push_back(moe_params(n, params_.data()));
+      moe_g_.push_back(moe_params(n, grads_.data()));
+    }
+  }
   if (balancing_.mode != "pid" && balancing_.mode != "sign" && balancing_.mode != "none") {
     throw InputError("--balancing: expected pid, sign or none, got '" + balancing_.mode + "'");
   }
@@ -259,7 +264,7 @@ std::vector<ExtraTensor> ZayaModel::extra_state() {
   const int64_t K = c_.n_experts + 1;
   for (size_t m = 0; m < biases_.size(); ++m) {
     const std::string name =
-        layer(2 * static_cast<int64_t>(m) + 1, "zaya_block.router.balancing_biases");
+        layer_param_name(2 * static_cast<int64_t>(m) + 1, "zaya_block.router.balancing_biases");
     out.push_back({name, {K}, biases_[m].data(), false});
     out.push_back({name + ".exp_avg", {K}, bias_m_[m].data(), true});
     out.push_back({name + ".exp_avg_sq", {K}, bias_v_[m].data(), true});
@@ -273,7 +278,7 @@ float* ZayaModel::at(const std::string& name, float* base) const {
 }
 
 CcaParams ZayaModel::cca_params(int64_t n, float* base) const {
-  const std::string a = layer(n, "self_attn.");
+  const std::string a = layer_param_name(n, "self_attn.");
   return {at(a + "qkv.linear_q.weight", base),  at(a + "qkv.val_proj1.weight", base),
           at(a + "qkv.val_proj2.weight", base), at(a + "qkv.conv_qk.0.weight", base),
           at(a + "qkv.conv_qk.0.bias", base),   at(a + "qkv.conv_qk.1.weight", base),
@@ -282,8 +287,8 @@ CcaParams ZayaModel::cca_params(int64_t n, float* base) const {
 }
 
 ZayaMoeParams ZayaModel::moe_params(int64_t n, float* base) const {
-  const std::string a = layer(n, "zaya_block.router.");
-  const std::string ex = layer(n, "zaya_block.experts.local_experts.0.");
+  const std::string a = layer_param_name(n, "zaya_block.router.");
+  const std::string ex = layer_param_name(n, "zaya_block.experts.local_experts.0.");
   return {at(a + "down_proj.weight", base),    at(a + "down_proj.bias", base),
           at(a + "router_states_scale", base), at(a + "rmsnorm_eda.weight", base),
           at(a + "router_mlp.0.weight", base), at(a + "router_mlp.0.bias", base),
@@ -308,19 +313,18 @@ void ZayaModel::run_forward(const int32_t* tokens) {
   const float* h = emb_.data();
   const float* r = nullptr;
   for (int64_t n = 0; n < layers_; ++n) {
-    const std::string p = layer(n, "res_scale.");
+    const std::string p = layer_param_name(n, "res_scale.");
     kernels::residual_merge_forward(r_[n].data(), r, h, at(p + "hidden_states_scale", P),
                                     at(p + "hidden_states_bias", P), at(p + "residual_scale", P),
                                     at(p + "residual_bias", P), N_, H_);
     kernels::rmsnorm_forward(x_[n].data(), rstd_[n].data(), r_[n].data(),
-                             at(layer(n, "input_norm.weight"), P), N_, H_, eps);
+                             at(layer_param_name(n, "input_norm.weight"), P), N_, H_, eps);
     if (n % 2 == 0) {
-      cca_[n / 2]->forward(h_[n].data(), x_[n].data(), cca_params(n, P));
+      cca_[n / 2]->forward(h_[n].data(), x_[n].data(), cca_p_[n / 2]);
     } else {
       const int64_t m = n / 2;
       moe_[m]->forward(h_[n].data(), rstate_[m].data(), x_[n].data(),
-                       m > 0 ? rstate_[m - 1].data() : nullptr, moe_params(n, P),
-                       biases_[m].data());
+                       m > 0 ? rstate_[m - 1].data() : nullptr, moe_p_[m], biases_[m].data());
     }
     h = h_[n].data();
     r = r_[n].data();
@@ -372,18 +376,18 @@ double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets
   for (int64_t n = layers_ - 1; n >= 0; --n) {
     std::fill(dx.begin(), dx.end(), 0.0f);
     if (n % 2 == 0) {
-      cca_[n / 2]->backward(dx.data(), cca_params(n, G), dh.data(), x_[n].data(), cca_params(n, P));
+      cca_[n / 2]->backward(dx.data(), cca_g_[n / 2], dh.data(), x_[n].data(), cca_p_[n / 2]);
     } else {
       const int64_t m = n / 2;
-      moe_[m]->backward(dx.data(), m > 0 ? drstate[m - 1].data() : nullptr, moe_params(n, G),
-                        dh.data(), drstate[m].data(), x_[n].data(),
-                        m > 0 ? rstate_[m - 1].data() : nullptr, moe_params(n, P));
+      moe_[m]->backward(dx.data(), m > 0 ? drstate[m - 1].data() : nullptr, moe_g_[m], dh.data(),
+                        drstate[m].data(), x_[n].data(), m > 0 ? rstate_[m - 1].data() : nullptr,
+                        moe_p_[m]);
     }
-    kernels::rmsnorm_backward(dr.data(), at(layer(n, "input_norm.weight"), G), dx.data(),
-                              r_[n].data(), at(layer(n, "input_norm.weight"), P), rstd_[n].data(),
-                              N_, H_);
+    kernels::rmsnorm_backward(dr.data(), at(layer_param_name(n, "input_norm.weight"), G), dx.data(),
+                              r_[n].data(), at(layer_param_name(n, "input_norm.weight"), P),
+                              rstd_[n].data(), N_, H_);
     // r_n = merge(r_{n-1}, h_{n-1}) (n = 0: merge(none, embedding)).
-    const std::string p = layer(n, "res_scale.");
+    const std::string p = layer_param_name(n, "res_scale.");
     std::vector<float> dr_prev = zeros(), dh_prev = zeros();
     kernels::residual_merge_backward(
         dr_prev.data(), dh_prev.data(), at(p + "hidden_states_scale", G),

@@ -77,6 +77,9 @@ class ZayaModel : public TrainableModel {
   int64_t B_, T_, N_, H_, R_, layers_;
   std::vector<float> params_, grads_;
   std::vector<std::vector<float>> biases_;
+  // Parameter and gradient pointers per layer, resolved once (the arrays never move).
+  std::vector<CcaParams> cca_p_, cca_g_;
+  std::vector<ZayaMoeParams> moe_p_, moe_g_;
   std::vector<std::unique_ptr<CcaLayer>> cca_;
   std::vector<std::unique_ptr<ZayaMoeLayer>> moe_;
   // Per layer: merged residual r, normed input x, its rstd, layer output h;

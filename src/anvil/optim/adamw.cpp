@@ -10,10 +10,6 @@
 
 namespace anvil::optim {
 
-size_t AdamW::state_bytes_for(const model::ParamRegistry& registry) {
-  return 2 * tensor::Arena::rounded(static_cast<size_t>(registry.total()) * sizeof(float));
-}
-
 AdamW::AdamW(const model::ParamRegistry& registry, AdamWConfig config, bool skip_muon_group)
     : registry_(registry),
       config_(config),

@@ -30,7 +30,6 @@ class AdamW {
   float* exp_avg() { return reinterpret_cast<float*>(m_.base()); }
   float* exp_avg_sq() { return reinterpret_cast<float*>(v_.base()); }
   size_t state_bytes() const { return m_.capacity() + v_.capacity(); }
-  static size_t state_bytes_for(const model::ParamRegistry& registry);
 
  private:
   const model::ParamRegistry& registry_;
