@@ -41,6 +41,24 @@ def moe(w, x, rstate_prev, E, Fh, a="model.layers.3.zaya_block."):
     return out, rstate, choice
 
 
+def check_choices(label, choice, expected, E):
+    """Identical choices, with every expert and the skip class (index E) used."""
+    same = bool((choice.float() == expected).all())
+    used = len(set(choice.tolist()))
+    skips = int((choice == E).sum())
+    ok = same and used == E + 1
+    print(f"{'ok' if ok else 'FAIL':4} {label} expert choices identical: {same}, "
+          f"{used} of {E + 1} classes used, {skips} of {len(choice)} skip")
+    return [] if ok else [label]
+
+
+def grads_of(names, w, got):
+    """(name, anvil, torch) gradient pairs; an expert no token chose has no
+    torch gradient, and anvil's is zero."""
+    return [("grad." + n, got["grad." + n],
+             w[n].grad if w[n].grad is not None else torch.zeros_like(w[n])) for n in names]
+
+
 def main(path):
     got, meta = read_safetensors(path + "/moe.safetensors")
     E, Fh = int(meta["experts"]), int(meta["expert_ffn"])
@@ -52,19 +70,10 @@ def main(path):
     rp = got["rstate_prev"].clone().requires_grad_(True)
     out, rstate, choice = moe(w, x, rp, E, Fh)
     ((out * got["r"]).sum() + (rstate * got["r2"]).sum()).backward()
-    failures = []
-    same = bool((choice.float() == got["choices"]).all())
-    skips = int((choice == E).sum())
-    print(f"{'ok' if same else 'FAIL':4} {'expert choices identical':60} ({skips} of {len(choice)} skip)")
-    used = len(set(choice.tolist()))
-    print(f"{'ok' if used == E + 1 else 'FAIL':4} {'every expert and the skip class chosen':60} ({used} of {E + 1})")
-    if not same or used != E + 1:
-        failures.append("choices")
+    failures = check_choices("moe layer", choice, got["choices"], E)
     pairs = [("out", got["out"], out.detach()), ("rstate", got["rstate"], rstate.detach()),
              ("grad.x", got["grad.x"], x.grad), ("grad.rstate_prev", got["grad.rstate_prev"], rp.grad)]
-    # An expert no token chose has no torch gradient: anvil's is zero.
-    pairs += [("grad." + n, got["grad." + n],
-               w[n].grad if w[n].grad is not None else torch.zeros_like(w[n])) for n in names]
+    pairs += grads_of(names, w, got)
     return finish(failures + report(pairs))
 
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from cca_parity import cca
 from decoder_parity import finish, read_safetensors, report
-from moe_parity import moe
+from moe_parity import check_choices, grads_of, moe
 
 
 
@@ -64,15 +64,9 @@ def main(path):
     loss.backward()
     failures = []
     for n, choice in choices.items():
-        same = bool((choice.float() == got[f"choices.{n}"]).all())
-        used = len(set(choice.tolist()))
-        skips = int((choice == cfg["n_experts"]).sum())
-        print(f"{'ok' if same else 'FAIL':4} layer {n} expert choices identical ({used} classes used, {skips} skips)")
-        if not same or skips == 0 or used != cfg["n_experts"] + 1:
-            failures.append(f"choices.{n}")
+        failures += check_choices(f"layer {n}", choice, got[f"choices.{n}"], cfg["n_experts"])
     pairs = [("logits", got["logits"], logits.detach()), ("loss", got["loss"], loss.detach().view(1))]
-    pairs += [("grad." + n, got["grad." + n],
-               w[n].grad if w[n].grad is not None else torch.zeros_like(w[n])) for n in names]
+    pairs += grads_of(names, w, got)
     return finish(failures + report(pairs))
 
 
