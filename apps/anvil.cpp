@@ -28,9 +28,9 @@
 #include "anvil/eval/generate.hpp"
 #include "anvil/kernels/blas.hpp"
 #include "anvil/model/config.hpp"
-#include "anvil/model/param_count.hpp"
 #include "anvil/plan/hw_profile.hpp"
 #include "anvil/train/trainer.hpp"
+#include "plan_commands.hpp"
 
 namespace {
 
@@ -337,7 +337,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 0.5));
   train->add_option("--val-every", topt.val_every, "Validate every N steps (and at the end)")
       ->check(CLI::NonNegativeNumber);
-  train->add_option("--val-batches", topt.val_batches, "Validation sequences (rounded up to a multiple of --batch)")
+  train
+      ->add_option("--val-batches", topt.val_batches,
+                   "Validation sequences (rounded up to a multiple of --batch)")
       ->check(CLI::PositiveNumber);
   train->add_option("--out", topt.out_dir, "Run directory: checkpoints (step-*) and metrics.jsonl");
   train->add_option("--ckpt-every", topt.ckpt_every, "Checkpoint every N steps (and at the end)")
@@ -384,16 +386,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   gen->add_option("--seed", genopt.seed, "Sampling seed");
 
-  // anvil size
-  auto* size_cmd =
-      app.add_subcommand("size", "Count a config's parameters: total and active, per component");
-  std::string size_config;
-  std::vector<std::string> size_overrides;
-  bool size_json = false;
-  size_cmd->add_option("--config", size_config, "Model config JSON (configs/*.json)")->required();
-  size_cmd->add_option("--set", size_overrides,
-                       "Override a config key: --set key=value (repeatable)");
-  size_cmd->add_flag("--json", size_json, "Print JSON instead of the table");
+  // anvil size, anvil plan
+  anvil::cli::PlanCommands plan_commands;
+  plan_commands.add_to(app);
 
   // anvil data tokenize
   auto* data_cmd = app.add_subcommand("data", "Training data");
@@ -420,7 +415,7 @@ int main(int argc, char** argv) {
         const std::string where = *bench ? "anvil bench" : *data_cmd ? "anvil data" : "anvil";
         const std::string expected = *bench      ? "gemm, membw, comm"
                                      : *data_cmd ? "tokenize"
-                                                 : "hw, bench, train, generate, size, data";
+                                                 : "hw, bench, train, generate, size, plan, data";
         msg = rest.empty()
                   ? where + ": expected a command (" + expected + ")"
                   : where + ": unknown command '" + rest.front() + "' (expected " + expected + ")";
@@ -535,12 +530,7 @@ int main(int argc, char** argv) {
                 << "\n";
       return 0;
     }
-    if (*size_cmd) {
-      const auto count = anvil::model::count_parameters(
-          anvil::model::load_model_config(size_config, size_overrides));
-      std::cout << (size_json ? count.to_json() : count.text());
-      return 0;
-    }
+    if (plan_commands.run()) return 0;
     if (*tokenize) {
       const auto tokens = anvil::data::encode_bytes(anvil::read_file(tok_in));
       anvil::data::write_token_file(tok_out, tokens, 256);

@@ -259,3 +259,46 @@ TEST(Cli, HwProfileWritesALoadableProfile) {
 }
 
 }  // namespace
+
+TEST(Cli, PlanAndSizeRejectBadInputWithOneLine) {
+  const std::string zaya = std::string(ANVIL_SOURCE_DIR) + "/configs/zaya1-base.json";
+  const std::string gpt2 = std::string(ANVIL_SOURCE_DIR) + "/configs/gpt2-124m.json";
+  expect_usage_error("plan --config " + zaya + " --hw tpu-v9", "tpu-v9");
+  expect_usage_error("plan --config " + zaya + " --hw /nonexistent.json", "/nonexistent.json");
+  expect_usage_error("plan --config " + zaya + " --hw mi300x --global-batch 3", "--global-batch");
+  expect_usage_error("plan --config " + gpt2 + " --hw mi300x --ep 2", "--ep");
+  expect_usage_error("plan --config " + zaya + " --hw mi300x --ep 3", "--ep");
+  expect_usage_error("plan --config " + zaya + " --hw mi300x --dtype fp8", "--dtype");
+  expect_usage_error("plan --config " + zaya + " --hw mi300x --set n_layers=0", "n_layers");
+  expect_usage_error("plan --hw mi300x", "--config");
+  expect_usage_error("size --config " + zaya + " --recommend", "--recommend");
+  expect_usage_error("plan comm --hw mi300x --op gather", "--op");
+  expect_usage_error("plan comm --hw mi300x --sizes 12Q", "--sizes");
+}
+
+TEST(Cli, PlanPredictsAStepAndSizeChecksTheRules) {
+  const std::string zaya = std::string(ANVIL_SOURCE_DIR) + "/configs/zaya1-base.json";
+  const CliRun p = anvil("plan --config " + zaya +
+                             " --hw mi300x --nodes 2 --zero --global-batch 32 --seq 4096 "
+                             "--mttf-hours 20000 --json",
+                         false);
+  ASSERT_EQ(p.status, 0) << p.out;
+  const auto j = nlohmann::json::parse(p.out);
+  EXPECT_GT(j["step_s"].get<double>(), 0);
+  EXPECT_EQ(j["layout"]["dp"], 16);
+  EXPECT_EQ(j["layout"]["accumulation"], 2);
+  EXPECT_GT(j["reliability"]["goodput"].get<double>(), 0);
+  EXPECT_EQ(j["comm"].size(), 2u);  // reduce-scatter + all-gather (ZeRO-1)
+
+  const CliRun s =
+      anvil("size --config " + zaya + " --hw mi300x --recommend --top 3 --json", false);
+  ASSERT_EQ(s.status, 0) << s.out;
+  const auto k = nlohmann::json::parse(s.out);
+  EXPECT_EQ(k["parameters"]["non_embedding_total"], 8303355728);
+  EXPECT_GT(k["rules"].size(), 10u);
+  EXPECT_EQ(k["recommend"].size(), 3u);
+
+  const CliRun c = anvil("plan comm --hw h100-sxm --ranks 16 --sizes 1M,1G --json", false);
+  ASSERT_EQ(c.status, 0) << c.out;
+  EXPECT_EQ(nlohmann::json::parse(c.out).size(), 2u);
+}

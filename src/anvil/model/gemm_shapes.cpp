@@ -23,6 +23,9 @@ std::vector<GemmShape> layer_gemms(const ModelConfig& c, int64_t tokens, int64_t
     linear("attn.k", tokens, c.d_model, kv);
     linear("attn.v", tokens, c.d_model, kv / 2);
     linear("attn.v_prev", tokens, c.d_model, kv / 2);
+    // The grouped causal convolution (kernel 2, one group per head) on the
+    // q|k channels: the work of a [tokens x (q+kv) x 2*head_dim] GEMM.
+    linear("attn.conv", tokens, 2 * c.head_dim, q + kv);
   } else {
     linear("attn.qkv", tokens, c.d_model, q + 2 * kv);
   }
@@ -34,6 +37,10 @@ std::vector<GemmShape> layer_gemms(const ModelConfig& c, int64_t tokens, int64_t
   } else {
     if (c.router_dim > 0) {
       linear("router.down", tokens, c.d_model, c.router_dim);
+      // ZAYA1's router MLP: two hidden layers and the E experts + skip class.
+      linear("router.mlp0", tokens, c.router_dim, c.router_dim);
+      linear("router.mlp1", tokens, c.router_dim, c.router_dim);
+      linear("router.mlp2", tokens, c.router_dim, c.n_experts + 1);
     } else {
       linear("router", tokens, c.d_model, c.n_experts);
     }

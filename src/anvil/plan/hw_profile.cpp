@@ -1,5 +1,9 @@
 #include "anvil/plan/hw_profile.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
 #include <set>
 
 #include "anvil/base/error.hpp"
@@ -95,6 +99,7 @@ json to_json(const HwProfile& p) {
             {"work_for_90pct_flops", p.work_for_90pct_flops},
             {"gemm_efficiency", json::object()},
             {"memory_levels", json::array()},
+            {"attention", json::array()},
             {"interconnect",
              {{"devices_per_node", p.interconnect.devices_per_node},
               {"intra_node_link", p.interconnect.intra_node_link},
@@ -118,6 +123,10 @@ json to_json(const HwProfile& p) {
                                   {"working_set_bytes", m.working_set_bytes},
                                   {"threads", m.threads},
                                   {"gbs", m.gbs}});
+  }
+  for (const auto& a : p.attention) {
+    j["attention"].push_back(
+        {{"dtype", a.dtype}, {"seq", a.seq}, {"head_dim", a.head_dim}, {"gflops", a.gflops}});
   }
   for (const auto& s : p.sources) {
     j["sources"].push_back({{"field", s.field}, {"value", s.value}, {"source", s.source}});
@@ -173,6 +182,14 @@ HwProfile hw_profile_from_json(const json& j, const std::string& origin) {
                                m.integer("working_set_bytes"),
                                static_cast<int>(m.integer("threads")), m.num("gbs")});
   }
+  if (r.has("attention")) {
+    const json& att = r.array("attention");
+    for (size_t i = 0; i < att.size(); ++i) {
+      const Reader a(att[i], r.path("attention") + "[" + std::to_string(i) + "]");
+      p.attention.push_back({one_of(a, "dtype", kDtypes), a.integer("seq", 1),
+                             a.integer("head_dim", 1), a.num("gflops")});
+    }
+  }
   const Reader ic(r.at("interconnect"), r.path("interconnect"));
   p.interconnect.devices_per_node = static_cast<int>(ic.integer("devices_per_node", 1));
   p.interconnect.intra_node_link = ic.str("intra_node_link");
@@ -207,6 +224,52 @@ HwProfile load_hw_profile(const std::string& path) {
 
 void save_hw_profile(const HwProfile& profile, const std::string& path) {
   write_file_atomic(path, to_json(profile).dump(2) + "\n");
+}
+
+namespace {
+
+std::vector<std::filesystem::path> profile_dirs() {
+  std::vector<std::filesystem::path> dirs;
+  if (const char* env = std::getenv("ANVIL_PROFILES"); env && *env) dirs.emplace_back(env);
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) dirs.push_back(exe.parent_path().parent_path() / "profiles");
+  dirs.emplace_back("profiles");
+  return dirs;
+}
+
+}  // namespace
+
+std::vector<std::string> shipped_profile_names() {
+  std::vector<std::string> names;
+  for (const auto& dir : profile_dirs()) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      if (e.path().extension() != ".json") continue;
+      const std::string n = e.path().stem().string();
+      if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+HwProfile find_hw_profile(const std::string& name_or_path, const std::string& flag) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(name_or_path, ec)) return load_hw_profile(name_or_path);
+  const bool looks_like_path = name_or_path.find('/') != std::string::npos ||
+                               name_or_path.find(".json") != std::string::npos;
+  if (!looks_like_path) {
+    for (const auto& dir : profile_dirs()) {
+      const auto file = dir / (name_or_path + ".json");
+      if (std::filesystem::is_regular_file(file, ec)) return load_hw_profile(file.string());
+    }
+  }
+  std::string known;
+  for (const auto& n : shipped_profile_names()) known += (known.empty() ? "" : ", ") + n;
+  throw InputError(flag + ": unknown hardware '" + name_or_path + "'; expected one of " +
+                   (known.empty() ? std::string("(no profiles/ found)") : known) +
+                   " or a profile file from anvil hw --profile FILE");
 }
 
 }  // namespace anvil::plan

@@ -35,6 +35,16 @@ struct EfficiencyPoint {
   bool operator==(const EfficiencyPoint&) const = default;
 };
 
+// Measured causal attention (forward + backward, the trainer's kernel): the
+// rate it reaches at a sequence length and head size.
+struct AttentionPoint {
+  std::string dtype;  // the kernel's arithmetic (f32 on CPUs)
+  int64_t seq = 0;
+  int64_t head_dim = 0;
+  double gflops = 0;  // training FLOPs (3 x 4 x head_dim x T(T+1)/2 per head) per second
+  bool operator==(const AttentionPoint&) const = default;
+};
+
 struct Interconnect {
   int devices_per_node = 1;
   std::string intra_node_link;  // "Infinity Fabric", "NVLink 4", "shared memory"
@@ -68,6 +78,7 @@ struct HwProfile {
   std::map<std::string, double> work_for_90pct_flops;                   // per dtype
   std::map<std::string, std::vector<EfficiencyPoint>> gemm_efficiency;  // per dtype
   std::vector<MemoryLevel> memory_levels;
+  std::vector<AttentionPoint> attention;  // measured profiles only
   Interconnect interconnect;
   nlohmann::json comm = nlohmann::json::object();  // alpha-beta fits (collectives issue)
   std::vector<Source> sources;
@@ -82,5 +93,12 @@ nlohmann::json to_json(const HwProfile& profile);
 HwProfile hw_profile_from_json(const nlohmann::json& j, const std::string& origin);
 HwProfile load_hw_profile(const std::string& path);
 void save_hw_profile(const HwProfile& profile, const std::string& path);  // atomic
+
+// `name_or_path`: a profile JSON file, or the name of one shipped in
+// profiles/ (searched in $ANVIL_PROFILES, next to the executable's parent
+// directory, then ./profiles). Unknown names are an InputError naming `flag`
+// and the names that exist.
+HwProfile find_hw_profile(const std::string& name_or_path, const std::string& flag);
+std::vector<std::string> shipped_profile_names();
 
 }  // namespace anvil::plan

@@ -1,0 +1,243 @@
+#include "plan_commands.hpp"
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "anvil/base/error.hpp"
+#include "anvil/base/table.hpp"
+#include "anvil/model/config.hpp"
+#include "anvil/model/param_count.hpp"
+#include "anvil/plan/hw_profile.hpp"
+#include "anvil/plan/perf_model.hpp"
+#include "anvil/plan/sizing_rules.hpp"
+
+namespace anvil::cli {
+namespace {
+
+int64_t parse_bytes(const std::string& text, const std::string& flag) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  double mult = 1;
+  const std::string suffix = text.substr(pos);
+  if (suffix == "K")
+    mult = 1024.0;
+  else if (suffix == "M")
+    mult = 1024.0 * 1024;
+  else if (suffix == "G")
+    mult = 1024.0 * 1024 * 1024;
+  else if (!suffix.empty())
+    pos = 0;
+  if (pos == 0 || !(v > 0))
+    throw InputError(flag + ": expected a size like 4096, 64K, 1M or 2G, got '" + text + "'");
+  return static_cast<int64_t>(v * mult);
+}
+
+}  // namespace
+
+void PlanCommands::add_model_flags(CLI::App* cmd, Model& m, bool required) {
+  // `anvil plan comm` needs neither, so plan checks them itself.
+  auto* config = cmd->add_option("--config", m.config, "Model config JSON (configs/*.json)");
+  if (required) config->required();
+  cmd->add_option("--set", m.overrides, "Override a config key: --set key=value (repeatable)");
+  cmd->add_option("--hw", m.hw,
+                  "Hardware profile: mi300x, h100-sxm, h200-sxm (profiles/) or a file "
+                  "from anvil hw --profile FILE");
+  cmd->add_option("--dtype", m.dtype, "GEMM input type: bf16 or f32")
+      ->check(CLI::IsMember({"bf16", "f32"}));
+  cmd->add_option("--micro-batch", m.micro_batch, "Sequences per forward/backward on one rank")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seq", m.seq, "Tokens per sequence (default: the config's seq_len)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--nodes", m.nodes, "Nodes")->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus-per-node", m.gpus_per_node,
+                  "Devices per node (default: the profile's devices_per_node)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--dp", m.dp, "Data-parallel ranks (= nodes x gpus per node; sets --nodes)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--ep", m.ep, "Expert-parallel ranks (divides dp and n_experts)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--zero", m.zero1, "ZeRO-1: shard optimizer state over the data-parallel ranks");
+  cmd->add_option("--global-batch", m.global_batch,
+                  "Sequences per optimizer step over all ranks (default: micro-batch x dp)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--optimizer", m.optimizer, "adamw, or muon (2-D matrices; AdamW for the rest)")
+      ->check(CLI::IsMember({"adamw", "muon"}));
+  cmd->add_flag("--recompute", m.recompute, "Full activation recompute per layer");
+}
+
+void PlanCommands::add_to(CLI::App& app) {
+  size_ = app.add_subcommand(
+      "size",
+      "Count a config's parameters (total and active, per component); with --hw check the "
+      "sizing rules and --recommend nearby shapes");
+  add_model_flags(size_, size_model_, true);
+  size_->add_flag("--json", size_json_, "Print JSON instead of the tables");
+  size_->add_flag("--recommend", recommend_,
+                  "Search nearby d_model / heads / ffn / experts at the same parameter budget for "
+                  "the best predicted training throughput (needs --hw)");
+  size_->add_option("--top", top_, "Candidates to show with --recommend")
+      ->check(CLI::PositiveNumber);
+  size_
+      ->add_option("--budget-tolerance", tolerance_,
+                   "Relative non-embedding parameter range --recommend keeps")
+      ->check(CLI::Range(0.0, 1.0));
+
+  plan_ = app.add_subcommand(
+      "plan",
+      "Predict a training step on a hardware profile: compute, exposed communication, optimizer; "
+      "tokens/s, MFU, memory per rank, checkpoint and goodput");
+  add_model_flags(plan_, plan_model_, false);
+  plan_->add_flag("--no-overlap", no_overlap_,
+                  "Gradient collectives do not overlap backward compute");
+  plan_
+      ->add_option("--mttf-hours", mttf_hours_,
+                   "Mean time to failure of one device, hours (adds failures/day and goodput)")
+      ->check(CLI::PositiveNumber);
+  plan_
+      ->add_option("--ckpt-interval-min", ckpt_interval_min_,
+                   "Checkpoint interval, minutes (default: the Young/Daly optimum)")
+      ->check(CLI::PositiveNumber);
+  plan_->add_option("--ckpt-gbs", ckpt_gbs_, "Checkpoint write bandwidth per node, GB/s")
+      ->check(CLI::PositiveNumber);
+  plan_
+      ->add_option("--restart-min", restart_min_,
+                   "Minutes from a failure to training again (detect, restart, reload)")
+      ->check(CLI::NonNegativeNumber);
+  plan_->add_flag("--json", plan_json_, "Print JSON instead of the table");
+
+  comm_ = plan_->add_subcommand("comm", "Predict single collectives: time per message size");
+  comm_->add_option("--hw", comm_hw_, "Hardware profile name or file")->required();
+  comm_->add_option("--op", comm_op_, "allreduce, reduce_scatter, allgather, broadcast, alltoall")
+      ->check(CLI::IsMember({"allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall"}));
+  comm_->add_option("--algo", comm_algo_, "A measured algorithm's fit (default: the fastest)");
+  comm_->add_option("--ranks", comm_ranks_, "Ranks")->check(CLI::PositiveNumber);
+  comm_
+      ->add_option("--ranks-per-node", comm_ranks_per_node_,
+                   "Ranks per node (default: the profile's devices_per_node)")
+      ->check(CLI::PositiveNumber);
+  comm_->add_option("--sizes", comm_sizes_, "Message sizes, e.g. 1M,16M")->delimiter(',');
+  comm_->add_flag("--json", comm_json_, "Print JSON instead of the table");
+  // `anvil plan comm` has its own flags; the parent's --config is not needed then.
+  plan_->require_subcommand(0, 1);
+}
+
+namespace {
+
+struct Resolved {
+  model::ModelConfig config;
+  plan::HwProfile hw;
+  plan::Layout layout;
+};
+
+}  // namespace
+
+bool PlanCommands::run() {
+  auto resolve = [](const auto& m) {
+    Resolved r;
+    r.config = model::load_model_config(m.config, m.overrides);
+    if (!m.hw.empty()) r.hw = plan::find_hw_profile(m.hw, "--hw");
+    plan::Layout& l = r.layout;
+    l.dtype = m.dtype;
+    l.micro_batch = m.micro_batch;
+    l.seq = m.seq > 0 ? m.seq : r.config.seq_len;
+    l.devices_per_node = m.gpus_per_node > 0
+                             ? m.gpus_per_node
+                             : std::max<int64_t>(1, r.hw.interconnect.devices_per_node);
+    l.nodes = m.nodes;
+    if (m.dp > 0) {
+      if (m.dp % l.devices_per_node != 0 && m.dp >= l.devices_per_node)
+        throw InputError("--dp " + std::to_string(m.dp) + ": expected a multiple of " +
+                         std::to_string(l.devices_per_node) + " devices per node");
+      if (m.dp < l.devices_per_node) l.devices_per_node = m.dp;
+      l.nodes = m.dp / l.devices_per_node;
+    }
+    l.ep = m.ep;
+    l.zero1 = m.zero1;
+    l.global_batch = m.global_batch > 0 ? m.global_batch : m.micro_batch * l.dp();
+    l.optimizer = m.optimizer;
+    l.recompute = m.recompute;
+    return r;
+  };
+
+  if (comm_ && *comm_) {
+    const plan::HwProfile hw = plan::find_hw_profile(comm_hw_, "--hw");
+    const int64_t per_node = comm_ranks_per_node_ > 0
+                                 ? comm_ranks_per_node_
+                                 : std::max<int64_t>(1, hw.interconnect.devices_per_node);
+    Table t({"size", "bytes", "predicted us", "how"});
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& text : comm_sizes_) {
+      const int64_t bytes = parse_bytes(text, "--sizes");
+      const auto price = plan::price_collective(hw, comm_op_, comm_ranks_, per_node,
+                                                static_cast<double>(bytes), comm_algo_);
+      t.add_row({text, std::to_string(bytes), fmt(price.seconds * 1e6, 1), price.how});
+      j.push_back({{"op", comm_op_},
+                   {"ranks", comm_ranks_},
+                   {"bytes", bytes},
+                   {"predicted_us", price.seconds * 1e6},
+                   {"how", price.how}});
+    }
+    if (comm_json_) {
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::cout << "# " << comm_op_ << " on " << hw.name << ", " << comm_ranks_ << " ranks\n"
+                << t.to_text();
+    }
+    return true;
+  }
+  if (plan_ && *plan_) {
+    if (plan_model_.config.empty()) throw InputError("anvil plan: --config is required");
+    if (plan_model_.hw.empty())
+      throw InputError("anvil plan: --hw is required (mi300x, h100-sxm, h200-sxm or a file)");
+    const Resolved r = resolve(plan_model_);
+    plan::PlanOptions o;
+    o.layout = r.layout;
+    o.overlap = !no_overlap_;
+    o.mttf_hours = mttf_hours_;
+    o.ckpt_interval_s = ckpt_interval_min_ * 60;
+    o.ckpt_gbs_per_node = ckpt_gbs_;
+    o.restart_s = restart_min_ * 60;
+    const auto p = plan::predict_step(r.config, r.hw, o);
+    std::cout << (plan_json_ ? plan::prediction_json(p) : plan::prediction_text(p));
+    return true;
+  }
+  if (size_ && *size_) {
+    const Resolved r = resolve(size_model_);
+    const auto count = model::count_parameters(r.config);
+    if (size_model_.hw.empty()) {
+      if (recommend_) throw InputError("--recommend: needs --hw (a hardware profile)");
+      std::cout << (size_json_ ? count.to_json() : count.text());
+      return true;
+    }
+    plan::validate_layout(r.config, r.layout);
+    const auto rules = plan::check_sizing_rules(r.config, r.hw, r.layout);
+    std::vector<plan::Candidate> candidates;
+    if (recommend_) {
+      plan::PlanOptions o;
+      o.layout = r.layout;
+      candidates = plan::recommend(r.config, r.hw, o, tolerance_);
+    }
+    if (size_json_) {
+      nlohmann::json j = {{"parameters", nlohmann::json::parse(count.to_json())},
+                          {"hw", r.hw.name},
+                          {"rules", nlohmann::json::parse(plan::rules_json(rules))}};
+      if (recommend_)
+        j["recommend"] = nlohmann::json::parse(plan::candidates_json(candidates, top_));
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::cout << count.text() << "\n# sizing rules on " << r.hw.name << " (" << r.layout.dtype
+                << ", micro-batch " << r.layout.micro_batch << " x " << r.layout.seq << ")\n"
+                << plan::rules_text(rules);
+      if (recommend_) std::cout << "\n" << plan::candidates_text(candidates, top_);
+    }
+    return true;
+  }
+  return false;
+}
+
+}  // namespace anvil::cli

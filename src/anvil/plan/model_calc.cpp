@@ -1,0 +1,212 @@
+#include "anvil/plan/model_calc.hpp"
+
+#include <cmath>
+
+#include "anvil/base/error.hpp"
+#include "anvil/kernels/layers.hpp"
+
+namespace anvil::plan {
+namespace {
+
+double bytes_of(const std::string& dtype) {
+  return dtype == "f32" ? 4.0 : 2.0;
+}
+
+// Parameters by kind, from the same count `anvil size` prints.
+struct ParamSplit {
+  double embedding = 0, expert = 0, vectors = 0, other = 0;
+};
+
+ParamSplit split_params(const model::ModelConfig& c) {
+  const model::ParamCount n = model::count_parameters(c);
+  ParamSplit s;
+  for (const auto& comp : n.components) {
+    const double v = static_cast<double>(comp.total);
+    if (comp.embedding) {
+      s.embedding += v;
+    } else if (comp.component == "experts") {
+      s.expert += v;
+    } else if (comp.component == "norms" || comp.component == "residual scaling") {
+      s.vectors += v;
+    } else {
+      s.other += v;
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+int64_t Layout::accumulation() const {
+  return global_batch / (micro_batch * dp());
+}
+
+void validate_layout(const model::ModelConfig& c, const Layout& l) {
+  auto positive = [](int64_t v, const std::string& flag) {
+    if (v < 1) throw InputError(flag + ": expected a positive integer, got " + std::to_string(v));
+  };
+  positive(l.nodes, "--nodes");
+  positive(l.devices_per_node, "--gpus-per-node");
+  positive(l.ep, "--ep");
+  positive(l.micro_batch, "--micro-batch");
+  positive(l.seq, "--seq");
+  positive(l.global_batch, "--global-batch");
+  if (l.dtype != "f32" && l.dtype != "bf16")
+    throw InputError("--dtype: expected f32 or bf16, got '" + l.dtype + "'");
+  if (l.optimizer != "adamw" && l.optimizer != "muon")
+    throw InputError("--optimizer: expected adamw or muon, got '" + l.optimizer + "'");
+  if (l.ep > 1 && c.n_experts == 0)
+    throw InputError("--ep " + std::to_string(l.ep) + ": config " + c.name + " has no experts");
+  if (l.dp() % l.ep != 0)
+    throw InputError("--ep " + std::to_string(l.ep) + ": expected a divisor of the " +
+                     std::to_string(l.dp()) + " ranks (nodes x gpus per node)");
+  if (c.n_experts > 0 && c.n_experts % l.ep != 0)
+    throw InputError("--ep " + std::to_string(l.ep) + ": expected a divisor of n_experts " +
+                     std::to_string(c.n_experts));
+  if (l.global_batch % (l.micro_batch * l.dp()) != 0)
+    throw InputError(
+        "--global-batch " + std::to_string(l.global_batch) +
+        ": expected a multiple of micro-batch x ranks = " + std::to_string(l.micro_batch * l.dp()));
+}
+
+std::vector<StepGemm> step_gemms(const model::ModelConfig& c, const Layout& l, bool backward) {
+  const int64_t tokens = l.micro_batch * l.seq;
+  // Balanced routing: each expert gets tokens*top_k/E of every rank's tokens;
+  // with EP a rank hosts E/ep experts and receives from ep ranks.
+  const int64_t per_expert =
+      c.n_experts > 0 ? std::max<int64_t>(1, tokens * c.top_k * l.ep / c.n_experts) : 0;
+  std::vector<StepGemm> out;
+  for (auto& g : model::layer_gemms(c, tokens, per_expert, backward)) {
+    const bool head = g.name.rfind("lm_head", 0) == 0;
+    const bool expert = g.name.rfind("expert.", 0) == 0;
+    const int64_t experts_here = c.n_experts / l.ep;
+    const int64_t count = head ? 1 : expert ? c.n_layers * experts_here : c.n_layers;
+    out.push_back({g, count, expert});
+  }
+  return out;
+}
+
+AttentionWork step_attention(const model::ModelConfig& c, const Layout& l, bool backward) {
+  AttentionWork w;
+  w.T = l.seq;
+  w.head_dim = c.head_dim;
+  w.problems = l.micro_batch * c.n_heads * c.n_layers;
+  // Causal: query t sees t+1 keys; 2 FLOPs x (QK^T + PV) x head_dim per key.
+  const double per_problem = 4.0 * static_cast<double>(c.head_dim) * static_cast<double>(l.seq) *
+                             (static_cast<double>(l.seq) + 1) / 2;
+  w.flops = per_problem * static_cast<double>(w.problems) * (backward ? 3.0 : 1.0);
+  return w;
+}
+
+FlopsPerToken flops_per_token(const model::ModelConfig& c, int64_t seq) {
+  Layout l;
+  l.seq = seq;
+  l.micro_batch = 1;
+  FlopsPerToken f;
+  // Expert GEMMs priced at balanced routing: E experts x tokens*top_k/E = top_k per token.
+  const double tokens = static_cast<double>(seq);
+  for (const auto& g : step_gemms(c, l, false)) {
+    double flops = g.shape.flops() * static_cast<double>(g.count);
+    if (g.expert) {
+      flops = 2.0 * static_cast<double>(g.shape.n) * static_cast<double>(g.shape.k) * tokens *
+              static_cast<double>(c.top_k) * static_cast<double>(c.n_layers);
+    }
+    f.gemm += flops / tokens;
+  }
+  f.attention = step_attention(c, l, false).flops / tokens;
+  return f;
+}
+
+LocalParams local_params(const model::ModelConfig& c, const Layout& l) {
+  const ParamSplit s = split_params(c);
+  LocalParams p;
+  p.replicated = s.embedding + s.vectors + s.other;
+  p.expert = s.expert / static_cast<double>(l.ep);
+  p.matrices = s.other + p.expert;
+  return p;
+}
+
+MemoryPerRank memory_per_rank(const model::ModelConfig& c, const Layout& l) {
+  const LocalParams p = local_params(c, l);
+  MemoryPerRank m;
+  m.weights = p.total() * (l.dtype == "bf16" ? 6.0 : 4.0);
+  m.gradients = p.total() * 4.0;
+  // AdamW keeps m and v (8 B); Muon keeps one momentum (4 B) for its matrices.
+  const double adam_params = l.optimizer == "muon" ? p.total() - p.matrices : p.total();
+  const double muon_params = l.optimizer == "muon" ? p.matrices : 0.0;
+  double replicated_share = p.replicated / p.total();
+  double state = (adam_params * 8.0 + muon_params * 4.0);
+  if (l.zero1) {
+    // Replicated parameters' state is split over all dp ranks, the experts'
+    // over their dp / ep replicas.
+    const double dp = static_cast<double>(l.dp());
+    const double expert_dp = dp / static_cast<double>(l.ep);
+    state = state * replicated_share / dp + state * (1 - replicated_share) / expert_dp;
+  }
+  m.optimizer = state;
+
+  // Activations saved for backward, elements per token per layer.
+  const double C = static_cast<double>(c.d_model);
+  const double q = static_cast<double>(c.n_heads * c.head_dim);
+  const double kv = static_cast<double>(c.n_kv_heads * c.head_dim);
+  const double heads = static_cast<double>(c.n_heads);
+  double attention = 2 * C + q + 2 * kv + q + heads;    // x, norm out, q k v, attention out, lse
+  if (c.attention == "cca") attention += 2 * (q + kv);  // both convolutions' outputs
+  double mlp;
+  if (c.n_experts == 0) {
+    const double F = static_cast<double>(c.ffn_hidden);
+    mlp = 2 * C + (c.mlp == "swiglu" ? 3 * F : 2 * F);  // x, norm out, up (gate|up), activation
+  } else {
+    const double R = static_cast<double>(c.router_dim);
+    const double Fe = static_cast<double>(c.expert_ffn_hidden);
+    const double k = static_cast<double>(c.top_k);
+    const double router = 6 * R + static_cast<double>(c.n_experts + 1);
+    mlp = 2 * C + router + k * (2 * C + 3 * Fe);  // gathered input, gate|up, act, output
+  }
+  const double per_token_layer = attention + mlp;
+  const double tokens = static_cast<double>(l.micro_batch * l.seq);
+  const double L = static_cast<double>(c.n_layers);
+  const double act = bytes_of(l.dtype);
+  // The classifier runs in chunks of rows (logits and their gradient, fp32).
+  const double classifier = 2.0 * static_cast<double>(kernels::kClassifierChunk) *
+                            static_cast<double>(c.vocab_size) * 4.0;
+  const double final_norm = 2 * C * tokens * act;
+  m.activations_no_recompute = L * per_token_layer * tokens * act + classifier + final_norm;
+  // Recompute: keep each layer's input; re-run one layer at a time in backward.
+  m.activations_recompute =
+      L * C * tokens * act + per_token_layer * tokens * act + classifier + final_norm;
+  m.activations = l.recompute ? m.activations_recompute : m.activations_no_recompute;
+  return m;
+}
+
+std::vector<CommOp> comm_per_step(const model::ModelConfig& c, const Layout& l) {
+  std::vector<CommOp> out;
+  const LocalParams p = local_params(c, l);
+  const double weight_bytes = bytes_of(l.dtype);
+  auto gradients = [&](const std::string& group, int64_t ranks, double params) {
+    if (ranks < 2 || params <= 0) return;
+    if (l.zero1) {
+      out.push_back({"reduce_scatter", group, "gradients (fp32)", ranks, params * 4.0, 1, true});
+      out.push_back(
+          {"allgather", group, "updated parameters", ranks, params * weight_bytes, 1, true});
+    } else {
+      out.push_back({"allreduce", group, "gradients (fp32)", ranks, params * 4.0, 1, true});
+    }
+  };
+  if (l.ep == 1) {
+    gradients("dp", l.dp(), p.replicated + p.expert);
+  } else {
+    gradients("dp", l.dp(), p.replicated);
+    gradients("expert-dp", l.dp() / l.ep, p.expert);
+  }
+  if (l.ep > 1) {
+    // Dispatch and combine in forward, and both again in backward, per MoE layer.
+    const double bytes =
+        static_cast<double>(l.micro_batch * l.seq * c.top_k * c.d_model) * bytes_of(l.dtype);
+    out.push_back({"alltoall", "ep", "token dispatch + combine", l.ep, bytes,
+                   4 * c.n_layers * l.accumulation(), false});
+  }
+  return out;
+}
+
+}  // namespace anvil::plan

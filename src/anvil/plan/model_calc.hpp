@@ -1,0 +1,105 @@
+// The model calculator: what one training step of a config costs, before any
+// hardware is involved. Parameters (via model/param_count), the GEMMs and
+// attention work per step with their FLOPs, memory per rank under data,
+// ZeRO-1 and expert parallelism (with and without activation recompute), and
+// the bytes each collective moves per step. The perf model (perf_model.hpp)
+// prices these on a hardware profile.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "anvil/model/config.hpp"
+#include "anvil/model/gemm_shapes.hpp"
+#include "anvil/model/param_count.hpp"
+
+namespace anvil::plan {
+
+// How a step is laid out over ranks. world = nodes * devices_per_node = dp;
+// experts are split over `ep` ranks (ep divides dp) and replicated over dp/ep.
+struct Layout {
+  int64_t nodes = 1;
+  int64_t devices_per_node = 1;
+  int64_t ep = 1;
+  bool zero1 = false;               // optimizer state sharded over the data-parallel group
+  int64_t global_batch = 1;         // sequences per optimizer step, all ranks
+  int64_t micro_batch = 1;          // sequences per forward/backward on one rank
+  int64_t seq = 1024;               // tokens per sequence
+  std::string dtype = "bf16";       // GEMM inputs: f32 | bf16
+  std::string optimizer = "adamw";  // adamw | muon (Muon on 2-D matrices, AdamW on the rest)
+  bool recompute = false;           // full activation recompute per layer
+  int64_t dp() const { return nodes * devices_per_node; }
+  int64_t accumulation() const;  // micro-batches per optimizer step on one rank
+};
+
+// Throws InputError naming the flag when the layout is inconsistent.
+void validate_layout(const model::ModelConfig& config, const Layout& layout);
+
+// One GEMM of a step, `count` times (e.g. once per layer).
+struct StepGemm {
+  model::GemmShape shape;
+  int64_t count = 1;
+  bool expert = false;  // an expert GEMM (tokens per expert from the routing)
+};
+
+// The GEMMs of one micro-batch forward + backward on one rank: per-layer
+// GEMMs x n_layers, the classifier once. Expert GEMMs at the balanced
+// tokens per expert (tokens * top_k / n_experts; with EP a rank holds
+// n_experts / ep experts and receives ep times the tokens per expert).
+std::vector<StepGemm> step_gemms(const model::ModelConfig& config, const Layout& layout,
+                                 bool backward);
+
+// Causal attention of one micro-batch on one rank (QK^T and PV, forward and,
+// with backward, twice that again): FLOPs and the per-(sequence, head) GEMM
+// shape [T x T x head_dim] the kernels tile over.
+struct AttentionWork {
+  double flops = 0;
+  int64_t problems = 0;  // sequences x query heads
+  int64_t T = 0, head_dim = 0;
+};
+AttentionWork step_attention(const model::ModelConfig& config, const Layout& layout, bool backward);
+
+// FLOPs per token of the model (forward); training = 3x (backward = 2x forward).
+struct FlopsPerToken {
+  double gemm = 0;       // weight GEMMs incl. the classifier and the router
+  double attention = 0;  // QK^T + PV, causal
+  double forward() const { return gemm + attention; }
+  double training() const { return 3 * forward(); }
+};
+FlopsPerToken flops_per_token(const model::ModelConfig& config, int64_t seq);
+
+// Bytes per rank.
+struct MemoryPerRank {
+  double weights = 0;      // fp32 master weights (+ a bf16 copy when dtype is bf16)
+  double gradients = 0;    // fp32
+  double optimizer = 0;    // AdamW m, v; Muon momentum (sharded by ZeRO-1)
+  double activations = 0;  // saved for backward, one micro-batch
+  double activations_no_recompute = 0;
+  double activations_recompute = 0;
+  double total() const { return weights + gradients + optimizer + activations; }
+};
+MemoryPerRank memory_per_rank(const model::ModelConfig& config, const Layout& layout);
+
+// Parameters a rank holds: replicated ones and its share of the experts.
+struct LocalParams {
+  double replicated = 0;  // on every rank (embeddings, attention, router, norms)
+  double expert = 0;      // this rank's experts
+  double matrices = 0;    // of those, in 2-D matrices other than embeddings (Muon's group)
+  double total() const { return replicated + expert; }
+};
+LocalParams local_params(const model::ModelConfig& config, const Layout& layout);
+
+// One collective of a step: who runs it, how big one call is, how often.
+struct CommOp {
+  std::string op;     // allreduce | reduce_scatter | allgather | alltoall
+  std::string group;  // dp | expert-dp | ep
+  std::string what;   // "gradients", "parameters", "token dispatch", ...
+  int64_t ranks = 1;
+  double bytes = 0;           // message size of one call, as nccl-tests counts it
+  int64_t calls = 0;          // per optimizer step
+  bool overlappable = false;  // may run under backward compute
+};
+std::vector<CommOp> comm_per_step(const model::ModelConfig& config, const Layout& layout);
+
+}  // namespace anvil::plan

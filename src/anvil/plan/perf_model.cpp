@@ -1,0 +1,457 @@
+#include "anvil/plan/perf_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "anvil/base/error.hpp"
+#include "anvil/base/table.hpp"
+
+namespace anvil::plan {
+namespace {
+
+using nlohmann::json;
+
+double bytes_of(const std::string& dtype) {
+  return dtype == "f32" ? 4.0 : 2.0;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+double peak_or_throw(const HwProfile& hw, const std::string& dtype) {
+  const double peak = hw.peak_gflops(dtype);
+  if (!(peak > 0))
+    throw InputError("hardware profile " + hw.name + ": no peak[" + dtype +
+                     "] figure; expected one of the dtypes it lists");
+  return peak;
+}
+
+// Sustained main-memory bandwidth: the largest measured working set at the
+// most threads, else the published figure.
+double memory_gbs(const HwProfile& hw) {
+  const MemoryLevel* best = nullptr;
+  for (const auto& m : hw.memory_levels) {
+    if (!best || m.working_set_bytes > best->working_set_bytes ||
+        (m.working_set_bytes == best->working_set_bytes && m.threads > best->threads))
+      best = &m;
+  }
+  return best ? best->gbs : hw.memory_bandwidth_gbs;
+}
+
+// The measured attention rate at sequence length T (log-linear between the
+// measured lengths, clamped at the ends); 0 when the profile has none.
+double measured_attention_gflops(const HwProfile& hw, int64_t T) {
+  std::vector<AttentionPoint> pts = hw.attention;
+  if (pts.empty()) return 0;
+  std::sort(pts.begin(), pts.end(),
+            [](const AttentionPoint& a, const AttentionPoint& b) { return a.seq < b.seq; });
+  if (T <= pts.front().seq) return pts.front().gflops;
+  if (T >= pts.back().seq) return pts.back().gflops;
+  for (size_t i = 1; i < pts.size(); ++i) {
+    if (T <= pts[i].seq) {
+      const double x0 = std::log(static_cast<double>(pts[i - 1].seq));
+      const double x1 = std::log(static_cast<double>(pts[i].seq));
+      const double t = (std::log(static_cast<double>(T)) - x0) / (x1 - x0);
+      return pts[i - 1].gflops + t * (pts[i].gflops - pts[i - 1].gflops);
+    }
+  }
+  return pts.back().gflops;
+}
+
+// Flash-style attention: (sequence, head) problems of T queries x T keys.
+StepPart price_attention(const HwProfile& hw, const std::string& dtype, const AttentionWork& w,
+                         const std::string& name) {
+  const double peak = peak_or_throw(hw, dtype);
+  const double T = static_cast<double>(w.T);
+  if (const double measured = measured_attention_gflops(hw, w.T); measured > 0) {
+    StepPart p{name, w.flops / (measured * 1e9), w.flops, ""};
+    std::ostringstream d;
+    d << w.problems << " x causal [" << w.T << " x " << w.T << " x " << w.head_dim << "] at "
+      << fmt(measured, 1) << " GFLOP/s (measured kernel)";
+    p.detail = d.str();
+    return p;
+  }
+  const double per_problem = 4.0 * static_cast<double>(w.head_dim) * T * (T + 1) / 2;
+  double eff = curve_efficiency(hw, dtype, per_problem) * kAssumedAttentionRelative;
+  if (hw.kind == "gpu" && hw.compute_units > 0) {
+    const int64_t tiles = w.problems * ceil_div(w.T, 128);
+    const int64_t waves = ceil_div(tiles, hw.compute_units);
+    eff *= static_cast<double>(tiles) / static_cast<double>(waves * hw.compute_units);
+  }
+  StepPart p{name, w.flops / (peak * 1e9 * eff), w.flops, ""};
+  std::ostringstream d;
+  d << w.problems << " x causal [" << w.T << " x " << w.T << " x " << w.head_dim << "], eff "
+    << fmt(eff * 100, 1) << "%";
+  p.detail = d.str();
+  return p;
+}
+
+double optimizer_bytes_per_param(const std::string& optimizer) {
+  // AdamW reads p, g, m, v and writes p, m, v (28 B), plus the gradient-norm
+  // pass and zeroing the gradients (8 B). Muon's momentum: read g, m, write m.
+  return optimizer == "muon" ? 20.0 : 36.0;
+}
+
+}  // namespace
+
+double curve_efficiency(const HwProfile& hw, const std::string& dtype, double work) {
+  const auto it = hw.gemm_efficiency.find(dtype);
+  if (it == hw.gemm_efficiency.end() || it->second.empty()) return kAssumedGemmPlateau;
+  std::vector<EfficiencyPoint> pts = it->second;
+  std::sort(pts.begin(), pts.end(),
+            [](const EfficiencyPoint& a, const EfficiencyPoint& b) { return a.flops < b.flops; });
+  if (work <= pts.front().flops) return pts.front().efficiency;
+  if (work >= pts.back().flops) return pts.back().efficiency;
+  for (size_t i = 1; i < pts.size(); ++i) {
+    if (work <= pts[i].flops) {
+      const double x0 = std::log(pts[i - 1].flops), x1 = std::log(pts[i].flops);
+      const double t = x1 > x0 ? (std::log(work) - x0) / (x1 - x0) : 1.0;
+      return pts[i - 1].efficiency + t * (pts[i].efficiency - pts[i - 1].efficiency);
+    }
+  }
+  return pts.back().efficiency;
+}
+
+GemmPrice price_gemm(const HwProfile& hw, const std::string& dtype, int64_t m, int64_t n,
+                     int64_t k) {
+  const double peak = peak_or_throw(hw, dtype);
+  GemmPrice g;
+  g.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  g.curve = curve_efficiency(hw, dtype, g.flops);
+  if (hw.kind == "gpu" && hw.compute_units > 0) {
+    const int64_t tm = ceil_div(m, kGpuTileM), tn = ceil_div(n, kGpuTileN);
+    g.tiles = tm * tn;
+    g.tile = static_cast<double>(m) * static_cast<double>(n) /
+             (static_cast<double>(tm * kGpuTileM) * static_cast<double>(tn * kGpuTileN));
+    // Fewer tiles than units: libraries split K across units (split-K /
+    // stream-K) in chunks of at least 256, so count the split tiles.
+    int64_t work_tiles = g.tiles;
+    if (g.tiles < hw.compute_units) {
+      const int64_t split =
+          std::max<int64_t>(1, std::min(hw.compute_units / g.tiles, k / kMinSplitK));
+      work_tiles = g.tiles * split;
+    }
+    g.waves = ceil_div(work_tiles, hw.compute_units);
+    g.wave = static_cast<double>(work_tiles) / static_cast<double>(g.waves * hw.compute_units);
+  }
+  const double db = bytes_of(dtype);
+  const double bytes = (static_cast<double>(m) * static_cast<double>(k) +
+                        static_cast<double>(k) * static_cast<double>(n) +
+                        static_cast<double>(m) * static_cast<double>(n)) *
+                       db;
+  g.roofline = std::min(1.0, g.flops / bytes * memory_gbs(hw) / peak);
+  g.efficiency = std::min(g.curve * g.tile * g.wave, g.roofline);
+  g.seconds = g.flops / (peak * 1e9 * g.efficiency);
+  return g;
+}
+
+CommPrice price_collective(const HwProfile& hw, const std::string& op, int64_t ranks,
+                           int64_t ranks_per_node, double bytes, const std::string& algo) {
+  CommPrice c;
+  if (ranks < 2) return c;
+  // Measured fits for this rank count win.
+  const std::string key = std::to_string(ranks);
+  if (hw.comm.contains("ranks") && hw.comm["ranks"].contains(key) &&
+      hw.comm["ranks"][key].contains(op)) {
+    double best = -1;
+    for (const auto& [name, fit] : hw.comm["ranks"][key][op].items()) {
+      if (!algo.empty() && name != algo) continue;
+      const double bw = fit.value("bandwidth_gbs", 0.0);
+      if (!(bw > 0)) continue;
+      const double t = fit.value("alpha_us", 0.0) * 1e-6 + bytes / (bw * 1e9);
+      if (best < 0 || t < best) {
+        best = t;
+        c.how = "measured fit " + name + " (" + key + " ranks)";
+      }
+    }
+    if (best >= 0) {
+      c.seconds = best;
+      return c;
+    }
+  }
+  if (!algo.empty() && algo != "ring")
+    throw InputError("hardware profile " + hw.name + ": no measured " + op + " fit for algo " +
+                     algo + " on " + key + " ranks (run anvil bench comm --profile)");
+  // From the links: ring inside a node, rails across nodes (one NIC per device).
+  const int64_t G = std::max<int64_t>(1, std::min(ranks, ranks_per_node));
+  const int64_t N = ceil_div(ranks, G);
+  const double intra = hw.interconnect.intra_node_gbs * kAssumedLinkEfficiency * 1e9;
+  const double nics = std::max(1, hw.interconnect.nics_per_node);
+  const double inter = hw.interconnect.nic_gbps / 8.0 * nics /
+                       std::max(1, hw.interconnect.devices_per_node) * kAssumedLinkEfficiency * 1e9;
+  if ((G > 1 && !(intra > 0)) || (N > 1 && !(inter > 0)))
+    throw InputError("hardware profile " + hw.name + ": no interconnect bandwidth and no " +
+                     "measured " + op + " fit for " + key + " ranks");
+  const double g = static_cast<double>(G), n = static_cast<double>(N);
+  // One ring pass (reduce-scatter or all-gather): (G-1)/G of the data inside
+  // the node, then (N-1)/N of each device's 1/G share across its rail.
+  auto pass = [&](double s) {
+    double t = 0;
+    if (G > 1) t += (g - 1) / g * s / intra + (g - 1) * kIntraNodeAlphaUs * 1e-6;
+    if (N > 1) t += (n - 1) / n * (s / g) / inter + (n - 1) * kInterNodeAlphaUs * 1e-6;
+    return t;
+  };
+  if (op == "allreduce") {
+    c.seconds = 2 * pass(bytes);
+  } else if (op == "reduce_scatter" || op == "allgather") {
+    c.seconds = pass(bytes);
+  } else if (op == "alltoall") {
+    const double r = static_cast<double>(ranks);
+    const double t_intra = G > 1 ? bytes * (g - 1) / r / intra : 0;
+    const double t_inter = N > 1 ? bytes * (r - g) / r / inter : 0;
+    c.seconds = std::max(t_intra, t_inter) + (r - 1) * kIntraNodeAlphaUs * 1e-6;
+  } else if (op == "broadcast") {
+    c.seconds = pass(bytes) * 2;  // scatter + all-gather
+  } else {
+    throw InputError("collective '" + op +
+                     "': expected allreduce, reduce_scatter, allgather, broadcast or alltoall");
+  }
+  c.how = N > 1 ? "links: ring in node + rails (" + std::to_string(N) + " nodes)"
+                : "links: ring in node";
+  return c;
+}
+
+double decode_seconds_per_token(const model::ModelConfig& c, const HwProfile& hw,
+                                const std::string& dtype, int64_t context) {
+  const model::ParamCount n = model::count_parameters(c);
+  const double db = bytes_of(dtype);
+  const double weights = (static_cast<double>(n.non_embedding_active) +
+                          static_cast<double>(c.vocab_size * c.d_model)) *
+                         db;
+  const double kv = 2.0 * static_cast<double>(c.n_layers * c.n_kv_heads * c.head_dim) *
+                    static_cast<double>(context) * db;
+  return (weights + kv) / (memory_gbs(hw) * 1e9);
+}
+
+Prediction predict_step(const model::ModelConfig& c, const HwProfile& hw, const PlanOptions& o) {
+  const Layout& l = o.layout;
+  validate_layout(c, l);
+  Prediction p;
+  p.model = c.name;
+  p.hw = hw.name;
+  p.layout = l;
+  const double micro = static_cast<double>(l.accumulation());
+  const double peak = peak_or_throw(hw, l.dtype);
+
+  // Compute of one micro-batch, by GEMM name (layers and experts folded in).
+  double forward_s = 0;
+  for (const auto& g : step_gemms(c, l, true)) {
+    const GemmPrice price = price_gemm(hw, l.dtype, g.shape.m, g.shape.n, g.shape.k);
+    const double count = static_cast<double>(g.count) * micro;
+    StepPart part{g.shape.name, price.seconds * count, price.flops * count, ""};
+    std::ostringstream d;
+    d << g.count << " x [" << g.shape.m << " x " << g.shape.n << " x " << g.shape.k << "], eff "
+      << fmt(price.efficiency * 100, 1) << "%";
+    if (hw.kind == "gpu")
+      d << " (tile " << fmt(price.tile, 2) << ", wave " << fmt(price.wave, 2) << ")";
+    part.detail = d.str();
+    if (g.shape.name.size() > 4 && g.shape.name.compare(g.shape.name.size() - 4, 4, ".fwd") == 0)
+      forward_s += part.seconds;
+    p.compute.push_back(part);
+  }
+  StepPart attention = price_attention(hw, l.dtype, step_attention(c, l, true), "attention");
+  attention.seconds *= micro;
+  attention.flops *= micro;
+  forward_s += attention.seconds / 3;
+  p.compute.push_back(attention);
+  // Element-wise work (norms, activations, residuals, softmax of the
+  // classifier chunks): each saved activation is written in forward, read in
+  // backward and its gradient written and read: ~6 passes over them.
+  Layout no_recompute = l;
+  no_recompute.recompute = false;
+  const MemoryPerRank m0 = memory_per_rank(c, no_recompute);
+  const double elementwise_bytes = 6.0 * m0.activations_no_recompute * micro;
+  p.compute.push_back(
+      {"element-wise", elementwise_bytes / (memory_gbs(hw) * 1e9), 0,
+       fmt(elementwise_bytes / 1e9, 2) + " GB at " + fmt(memory_gbs(hw), 1) + " GB/s"});
+  if (l.recompute) p.compute.push_back({"recompute (forward again)", forward_s, 0, ""});
+  for (const auto& part : p.compute) p.compute_s += part.seconds;
+
+  // Optimizer: streaming over the local parameters (a 1/dp share with ZeRO-1),
+  // plus Muon's Newton-Schulz GEMMs on its share of the matrices.
+  const LocalParams lp = local_params(c, l);
+  const double share = l.zero1 ? 1.0 / static_cast<double>(l.dp()) : 1.0;
+  const double stream = lp.total() * share * optimizer_bytes_per_param(l.optimizer) +
+                        (l.dtype == "bf16" ? lp.total() * 6.0 : 0.0);
+  p.optimizer_s = stream / (memory_gbs(hw) * 1e9);
+  if (l.optimizer == "muon") {
+    for (const auto& g : step_gemms(c, l, false)) {
+      if (g.shape.name == "lm_head.fwd") continue;
+      const int64_t a = std::min(g.shape.n, g.shape.k), b = std::max(g.shape.n, g.shape.k);
+      const GemmPrice xxt = price_gemm(hw, "f32", a, a, b);
+      const GemmPrice aa = price_gemm(hw, "f32", a, a, a);
+      p.optimizer_s += 5.0 * (2 * xxt.seconds + aa.seconds) * static_cast<double>(g.count) * share;
+    }
+  }
+
+  // Communication, and what of it the backward pass hides.
+  double overlappable = 0, exposed = 0;
+  const double backward_s = p.compute_s * 2.0 / 3.0;
+  for (const auto& op : comm_per_step(c, l)) {
+    const int64_t per_node =
+        op.group == "ep" ? std::min(op.ranks, l.devices_per_node) : l.devices_per_node;
+    const CommPrice price = price_collective(hw, op.op, op.ranks, per_node, op.bytes);
+    const double t = price.seconds * static_cast<double>(op.calls);
+    p.comm.push_back({op.op + " " + op.group, t, 0,
+                      std::to_string(op.calls) + " x " + fmt(op.bytes / 1e6, 1) + " MB over " +
+                          std::to_string(op.ranks) + " ranks (" + op.what + "; " + price.how +
+                          ")"});
+    p.comm_s += t;
+    if (op.overlappable && o.overlap) {
+      overlappable += t;
+    } else {
+      exposed += t;
+    }
+  }
+  if (overlappable > 0) {
+    // Bucketed per layer: the last bucket is always exposed.
+    const double L = static_cast<double>(c.n_layers);
+    exposed += std::max(overlappable / L, overlappable - backward_s * (L - 1) / L);
+  }
+  p.comm_exposed_s = exposed;
+  p.step_s = p.compute_s + p.comm_exposed_s + p.optimizer_s;
+  p.tokens_per_step = static_cast<double>(l.global_batch * l.seq);
+  p.tokens_per_s = p.tokens_per_step / p.step_s;
+  p.model_flops_per_token = flops_per_token(c, l.seq).training();
+  p.mfu = p.model_flops_per_token * p.tokens_per_s / (peak * 1e9 * static_cast<double>(l.dp()));
+  p.memory = memory_per_rank(c, l);
+  p.memory_capacity = static_cast<double>(hw.memory_bytes);
+
+  // Checkpoint: fp32 weights + optimizer state of the whole model.
+  const model::ParamCount n = model::count_parameters(c);
+  const double state = l.optimizer == "muon" ? 6.0 : 8.0;  // Muon: momentum on most of it
+  p.ckpt_bytes = static_cast<double>(n.total()) * (4.0 + state);
+  p.ckpt_save_s = p.ckpt_bytes / (o.ckpt_gbs_per_node * 1e9 * static_cast<double>(l.nodes));
+  if (o.mttf_hours > 0) {
+    const double world = static_cast<double>(l.dp());
+    p.failures_per_day = world * 24.0 / o.mttf_hours;
+    p.system_mttf_s = o.mttf_hours * 3600.0 / world;
+    p.young_daly_s = std::sqrt(2.0 * p.ckpt_save_s * p.system_mttf_s);
+    p.ckpt_interval_s = o.ckpt_interval_s > 0 ? o.ckpt_interval_s : p.young_daly_s;
+    // First order (Daly): time lost to writing checkpoints, and per failure
+    // half an interval of recomputation plus the restart.
+    const double lost =
+        p.ckpt_save_s / p.ckpt_interval_s + (p.ckpt_interval_s / 2 + o.restart_s) / p.system_mttf_s;
+    p.goodput = std::clamp(1.0 - lost, 0.0, 1.0);
+  }
+  p.decode_s_per_token = decode_seconds_per_token(c, hw, l.dtype, l.seq);
+  if (hw.gemm_efficiency.find(l.dtype) == hw.gemm_efficiency.end())
+    p.assumptions.push_back("no measured " + l.dtype + " GEMM curve: plateau " +
+                            fmt(kAssumedGemmPlateau, 2) + " of peak");
+  if (hw.attention.empty())
+    p.assumptions.push_back("attention at " + fmt(kAssumedAttentionRelative, 2) +
+                            " of the GEMM efficiency at its per-head work");
+  p.assumptions.push_back("balanced routing (tokens x top_k / n_experts per expert)");
+  if (l.dp() > 1)
+    p.assumptions.push_back("links at " + fmt(kAssumedLinkEfficiency, 2) +
+                            " of published bandwidth where no fit was measured");
+  return p;
+}
+
+std::string prediction_text(const Prediction& p) {
+  std::ostringstream s;
+  const Layout& l = p.layout;
+  s << "# " << p.model << " on " << p.hw << ": " << l.nodes << " node(s) x " << l.devices_per_node
+    << ", dp " << l.dp() << ", ep " << l.ep << (l.zero1 ? ", ZeRO-1" : "") << ", global batch "
+    << l.global_batch << " x " << l.seq << " (micro-batch " << l.micro_batch << ", "
+    << l.accumulation() << " per step), " << l.dtype << ", " << l.optimizer
+    << (l.recompute ? ", recompute" : "") << "\n";
+  Table t({"part", "seconds", "share", "detail"});
+  for (const auto& part : p.compute)
+    t.add_row({part.name, fmt(part.seconds, 4), fmt(part.seconds / p.step_s * 100, 1) + "%",
+               part.detail});
+  for (const auto& part : p.comm)
+    t.add_row({part.name, fmt(part.seconds, 4), "(full)", part.detail});
+  t.add_row({"= compute", fmt(p.compute_s, 4), fmt(p.compute_s / p.step_s * 100, 1) + "%", ""});
+  t.add_row({"= communication exposed", fmt(p.comm_exposed_s, 4),
+             fmt(p.comm_exposed_s / p.step_s * 100, 1) + "%",
+             "of " + fmt(p.comm_s, 4) + " s in total"});
+  t.add_row(
+      {"= optimizer", fmt(p.optimizer_s, 4), fmt(p.optimizer_s / p.step_s * 100, 1) + "%", ""});
+  t.add_row({"= step", fmt(p.step_s, 4), "100%", ""});
+  s << t.to_text();
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  s << "tokens/s " << fmt(p.tokens_per_s, 1) << " (" << fmt(p.tokens_per_s / l.dp(), 1)
+    << " per device), MFU " << fmt(p.mfu * 100, 1) << "% (" << fmt(p.model_flops_per_token / 1e9, 3)
+    << " GFLOP per token)\n";
+  s << "memory per rank: weights " << fmt(p.memory.weights / gib, 2) << " GiB, gradients "
+    << fmt(p.memory.gradients / gib, 2) << ", optimizer " << fmt(p.memory.optimizer / gib, 2)
+    << ", activations " << fmt(p.memory.activations / gib, 2) << " (recompute "
+    << fmt(p.memory.activations_recompute / gib, 2) << ", none "
+    << fmt(p.memory.activations_no_recompute / gib, 2) << ") = " << fmt(p.memory.total() / gib, 2)
+    << " GiB of " << fmt(p.memory_capacity / gib, 1)
+    << (p.memory.total() > p.memory_capacity ? "  DOES NOT FIT" : "") << "\n";
+  s << "checkpoint " << fmt(p.ckpt_bytes / 1e9, 2) << " GB, save " << fmt(p.ckpt_save_s, 1)
+    << " s\n";
+  if (p.system_mttf_s > 0) {
+    s << "failures/day " << fmt(p.failures_per_day, 2) << " (system MTTF "
+      << fmt(p.system_mttf_s / 3600, 2) << " h), Young/Daly interval "
+      << fmt(p.young_daly_s / 60, 1) << " min, interval used " << fmt(p.ckpt_interval_s / 60, 1)
+      << " min, goodput " << fmt(p.goodput * 100, 1) << "%\n";
+  }
+  s << "decode (batch 1, " << l.seq << " context): " << fmt(p.decode_s_per_token * 1e3, 3)
+    << " ms/token\n";
+  for (const auto& a : p.assumptions) s << "assumed: " << a << "\n";
+  return s.str();
+}
+
+std::string prediction_json(const Prediction& p) {
+  auto parts = [](const std::vector<StepPart>& v) {
+    json a = json::array();
+    for (const auto& x : v)
+      a.push_back(
+          {{"name", x.name}, {"seconds", x.seconds}, {"flops", x.flops}, {"detail", x.detail}});
+    return a;
+  };
+  const Layout& l = p.layout;
+  json j = {{"model", p.model},
+            {"hw", p.hw},
+            {"layout",
+             {{"nodes", l.nodes},
+              {"gpus_per_node", l.devices_per_node},
+              {"dp", l.dp()},
+              {"ep", l.ep},
+              {"zero1", l.zero1},
+              {"global_batch", l.global_batch},
+              {"micro_batch", l.micro_batch},
+              {"seq", l.seq},
+              {"accumulation", l.accumulation()},
+              {"dtype", l.dtype},
+              {"optimizer", l.optimizer},
+              {"recompute", l.recompute}}},
+            {"compute", parts(p.compute)},
+            {"comm", parts(p.comm)},
+            {"compute_s", p.compute_s},
+            {"comm_s", p.comm_s},
+            {"comm_exposed_s", p.comm_exposed_s},
+            {"optimizer_s", p.optimizer_s},
+            {"step_s", p.step_s},
+            {"tokens_per_step", p.tokens_per_step},
+            {"tokens_per_s", p.tokens_per_s},
+            {"model_flops_per_token", p.model_flops_per_token},
+            {"mfu", p.mfu},
+            {"memory_bytes",
+             {{"weights", p.memory.weights},
+              {"gradients", p.memory.gradients},
+              {"optimizer", p.memory.optimizer},
+              {"activations", p.memory.activations},
+              {"activations_recompute", p.memory.activations_recompute},
+              {"activations_no_recompute", p.memory.activations_no_recompute},
+              {"total", p.memory.total()},
+              {"capacity", p.memory_capacity}}},
+            {"checkpoint", {{"bytes", p.ckpt_bytes}, {"save_s", p.ckpt_save_s}}},
+            {"decode_s_per_token", p.decode_s_per_token},
+            {"assumptions", p.assumptions}};
+  if (p.system_mttf_s > 0)
+    j["reliability"] = {{"failures_per_day", p.failures_per_day},
+                        {"system_mttf_s", p.system_mttf_s},
+                        {"young_daly_interval_s", p.young_daly_s},
+                        {"ckpt_interval_s", p.ckpt_interval_s},
+                        {"goodput", p.goodput}};
+  return j.dump(2) + "\n";
+}
+
+}  // namespace anvil::plan

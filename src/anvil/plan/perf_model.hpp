@@ -1,0 +1,106 @@
+// The performance model: prices the work of model_calc.hpp on a hardware
+// profile. A GEMM costs its FLOPs at the dtype's peak times an efficiency =
+// min(curve x tile x wave, roofline): the measured (or assumed) efficiency
+// curve against per-GEMM work, tile quantization of the output, wave
+// quantization of the tiles over the compute units, and the memory roofline.
+// Collectives cost alpha + bytes / bandwidth, from the profile's measured
+// fits or from its links (ring within a node, rails across nodes). A step is
+// compute + exposed communication + optimizer. docs/plan.md has the formulas.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "anvil/model/config.hpp"
+#include "anvil/plan/hw_profile.hpp"
+#include "anvil/plan/model_calc.hpp"
+
+namespace anvil::plan {
+
+// Assumptions where a published profile has no measured curve (docs/plan.md).
+inline constexpr double kAssumedGemmPlateau = 0.70;       // best GEMM / dense peak
+inline constexpr double kAssumedAttentionRelative = 0.6;  // flash attention / GEMM efficiency
+inline constexpr double kAssumedLinkEfficiency = 0.80;    // achieved / published link bandwidth
+inline constexpr double kIntraNodeAlphaUs = 5.0;          // per ring step inside a node
+inline constexpr double kInterNodeAlphaUs = 10.0;         // per ring step across nodes
+
+// The output tile one GEMM kernel computes per CU/SM (GPU profiles).
+inline constexpr int64_t kGpuTileM = 256;
+inline constexpr int64_t kGpuTileN = 128;
+inline constexpr int64_t kMinSplitK = 256;  // smallest K chunk of a split-K GEMM
+
+struct GemmPrice {
+  double flops = 0;
+  double seconds = 0;
+  double efficiency = 0;         // of the dtype's peak
+  double curve = 1;              // from per-GEMM work
+  double tile = 1;               // useful / computed output elements
+  double wave = 1;               // tiles / (waves x compute units)
+  double roofline = 1;           // memory-bound fraction (1: compute bound)
+  int64_t tiles = 0, waves = 0;  // output tiles; waves after any split-K
+};
+GemmPrice price_gemm(const HwProfile& hw, const std::string& dtype, int64_t m, int64_t n,
+                     int64_t k);
+
+// Efficiency from the profile's curve at `work` FLOPs (log-linear between
+// points, clamped at the ends); kAssumedGemmPlateau without a curve.
+double curve_efficiency(const HwProfile& hw, const std::string& dtype, double work);
+
+// One collective of `bytes` (nccl-tests message size) over `ranks` ranks,
+// `ranks_per_node` of them per node.
+struct CommPrice {
+  double seconds = 0;
+  std::string how;  // "fit shm (2 ranks)", "ring over links", "hierarchical ..."
+};
+CommPrice price_collective(const HwProfile& hw, const std::string& op, int64_t ranks,
+                           int64_t ranks_per_node, double bytes, const std::string& algo = "");
+
+struct StepPart {
+  std::string name;
+  double seconds = 0;
+  double flops = 0;
+  std::string detail;
+};
+
+struct PlanOptions {
+  Layout layout;
+  bool overlap = true;           // gradient collectives under backward compute
+  double mttf_hours = 0;         // per device; 0: no reliability section
+  double ckpt_interval_s = 0;    // 0: the Young/Daly interval
+  double ckpt_gbs_per_node = 5;  // storage write bandwidth per node
+  double restart_s = 600;        // detect + restart + reload after a failure
+};
+
+struct Prediction {
+  std::string model, hw;
+  Layout layout;
+  std::vector<StepPart> compute;  // GEMMs by name, attention, element-wise
+  std::vector<StepPart> comm;     // per collective, full and exposed
+  std::vector<double> comm_exposed;
+  double compute_s = 0, comm_s = 0, comm_exposed_s = 0, optimizer_s = 0, step_s = 0;
+  double tokens_per_step = 0, tokens_per_s = 0;
+  double model_flops_per_token = 0;  // training FLOPs per token (6N + attention)
+  double mfu = 0;
+  MemoryPerRank memory;
+  double memory_capacity = 0;
+  double ckpt_bytes = 0, ckpt_save_s = 0;
+  // Reliability (mttf_hours > 0).
+  double failures_per_day = 0, system_mttf_s = 0, young_daly_s = 0, ckpt_interval_s = 0,
+         goodput = 0;
+  double decode_s_per_token = 0;  // batch 1 at the full context: weights + KV cache read
+  std::vector<std::string> assumptions;
+};
+
+Prediction predict_step(const model::ModelConfig& config, const HwProfile& hw,
+                        const PlanOptions& options);
+
+// Batch-1 decode at `context` tokens: active weights and the KV cache read
+// once per token at the memory bandwidth.
+double decode_seconds_per_token(const model::ModelConfig& config, const HwProfile& hw,
+                                const std::string& dtype, int64_t context);
+
+std::string prediction_text(const Prediction& p);
+std::string prediction_json(const Prediction& p);
+
+}  // namespace anvil::plan

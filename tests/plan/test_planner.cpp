@@ -1,0 +1,197 @@
+// The model calculator and the performance model: FLOPs, memory, bytes on the
+// wire and the reliability arithmetic against hand-computed values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "anvil/base/error.hpp"
+#include "anvil/model/config.hpp"
+#include "anvil/model/decoder.hpp"
+#include "anvil/plan/hw_profile.hpp"
+#include "anvil/plan/model_calc.hpp"
+#include "anvil/plan/perf_model.hpp"
+
+namespace anvil::plan {
+namespace {
+
+const std::string kSource = ANVIL_SOURCE_DIR;
+
+model::ModelConfig preset(const std::string& name) {
+  return model::load_model_config(kSource + "/configs/" + name + ".json");
+}
+
+HwProfile gpu_node() {
+  HwProfile hw;
+  hw.name = "test-gpu";
+  hw.kind = "gpu";
+  hw.compute_units = 100;
+  hw.memory_bytes = int64_t{80} << 30;
+  hw.memory_bandwidth_gbs = 1000;
+  hw.peak = {{"bf16", 0, 1000e3}, {"f32", 0, 100e3}};
+  hw.interconnect = {8, "links", 400, 8, 400, "rails-only"};
+  return hw;
+}
+
+TEST(Planner, DenseFlopsPerTokenMatchTheTrainersCount) {
+  for (const char* name : {"gpt2-124m", "llama-style", "byte-small"}) {
+    const auto c = preset(name);
+    for (int64_t T : {64, 256, 1024}) {
+      EXPECT_NEAR(flops_per_token(c, T).training() / model::training_flops_per_token(c, T), 1.0,
+                  1e-12)
+          << name << " T=" << T;
+    }
+  }
+}
+
+TEST(Planner, ZayaFlopsAddTheRouterMlpAndConvolutionToTheActiveWeights) {
+  const auto c = preset("zaya1-base");
+  const double ratio =
+      flops_per_token(c, 4096).training() / model::training_flops_per_token(c, 4096);
+  // The trainer's count is 6 x active weights; the calculator prices the same
+  // GEMMs shape by shape (router MLP, grouped conv) and agrees within 2%.
+  EXPECT_NEAR(ratio, 1.0, 0.02);
+}
+
+TEST(Planner, ZeroOneShardsOptimizerStateAndExpertParallelShardsExperts) {
+  const auto c = preset("zaya1-base");
+  Layout l;
+  l.seq = 4096;
+  l.devices_per_node = 8;
+  l.global_batch = 8;
+  const MemoryPerRank plain = memory_per_rank(c, l);
+  l.zero1 = true;
+  const MemoryPerRank zero = memory_per_rank(c, l);
+  EXPECT_NEAR(zero.optimizer * 8, plain.optimizer, plain.optimizer * 1e-12);
+  EXPECT_EQ(zero.weights, plain.weights);
+  l.zero1 = false;
+  l.ep = 8;
+  const LocalParams ep = local_params(c, l);
+  l.ep = 1;
+  const LocalParams all = local_params(c, l);
+  EXPECT_NEAR(ep.expert * 8, all.expert, 1);
+  EXPECT_EQ(ep.replicated, all.replicated);
+  // AdamW: 8 bytes of state per parameter; bf16 weights keep an fp32 master.
+  EXPECT_NEAR(plain.optimizer, 8 * all.total(), 1);
+  EXPECT_NEAR(plain.weights, 6 * all.total(), 1);
+  l.recompute = true;
+  EXPECT_LT(memory_per_rank(c, l).activations, plain.activations / 4);
+}
+
+TEST(Planner, CommunicationBytesPerStep) {
+  const auto c = preset("zaya1-base");
+  Layout l;
+  l.seq = 4096;
+  l.devices_per_node = 8;
+  l.nodes = 2;
+  l.global_batch = 32;  // 2 micro-batches per rank
+  const LocalParams p = local_params(c, l);
+  auto ops = comm_per_step(c, l);
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops[0].op, "allreduce");
+  EXPECT_EQ(ops[0].ranks, 16);
+  EXPECT_NEAR(ops[0].bytes, 4 * p.total(), 1);
+  l.zero1 = true;
+  ops = comm_per_step(c, l);
+  ASSERT_EQ(ops.size(), 2u);
+  EXPECT_EQ(ops[0].op, "reduce_scatter");
+  EXPECT_EQ(ops[1].op, "allgather");
+  EXPECT_NEAR(ops[1].bytes, 2 * p.total(), 1);  // bf16 parameters
+  l.ep = 8;
+  ops = comm_per_step(c, l);
+  const CommOp& a2a = ops.back();
+  EXPECT_EQ(a2a.op, "alltoall");
+  EXPECT_EQ(a2a.calls, 4 * c.n_layers * 2);
+  EXPECT_NEAR(a2a.bytes, 4096.0 * c.d_model * 2, 1);
+}
+
+TEST(Planner, CollectivesFromLinksAndFromMeasuredFits) {
+  HwProfile hw = gpu_node();
+  const double S = 1e9;
+  // One node of 8: ring all-reduce = 2 x 7/8 x S over the links + 2 x 7 alphas.
+  const double intra = 400e9 * kAssumedLinkEfficiency;
+  const double alpha = kIntraNodeAlphaUs * 1e-6;
+  EXPECT_NEAR(price_collective(hw, "allreduce", 8, 8, S).seconds,
+              2 * (7.0 / 8 * S / intra + 7 * alpha), 1e-12);
+  // Two nodes: each device's 1/8 share crosses its own 400 Gb/s rail.
+  const double rail = 50e9 * kAssumedLinkEfficiency;
+  EXPECT_NEAR(price_collective(hw, "reduce_scatter", 16, 8, S).seconds,
+              7.0 / 8 * S / intra + 7 * alpha + 0.5 * (S / 8) / rail + kInterNodeAlphaUs * 1e-6,
+              1e-12);
+  // A measured fit for the rank count wins: alpha + bytes / bandwidth.
+  hw.comm = {{"ranks",
+              {{"2",
+                {{"allreduce",
+                  {{"shm", {{"alpha_us", 3.0}, {"bandwidth_gbs", 10.0}}},
+                   {"mpi", {{"alpha_us", 9.0}, {"bandwidth_gbs", 2.0}}}}}}}}}};
+  const CommPrice fit = price_collective(hw, "allreduce", 2, 8, 1e6);
+  EXPECT_NEAR(fit.seconds, 3e-6 + 1e6 / 10e9, 1e-15);
+  EXPECT_NE(fit.how.find("shm"), std::string::npos);
+  EXPECT_NEAR(price_collective(hw, "allreduce", 2, 8, 1e6, "mpi").seconds, 9e-6 + 1e6 / 2e9, 1e-15);
+  EXPECT_THROW(price_collective(hw, "gather", 8, 8, S), InputError);
+}
+
+TEST(Planner, GemmEfficiencyFollowsTheMeasuredCurve) {
+  HwProfile hw;
+  hw.name = "cpu";
+  hw.kind = "cpu";
+  hw.peak = {{"f32", 2, 100}};
+  hw.memory_bandwidth_gbs = 1e6;  // never memory bound here
+  hw.gemm_efficiency = {{"f32", {{1e6, 0.2}, {1e8, 0.8}}}};
+  EXPECT_NEAR(curve_efficiency(hw, "f32", 1e5), 0.2, 1e-12);  // clamped
+  EXPECT_NEAR(curve_efficiency(hw, "f32", 1e7), 0.5, 1e-12);  // log-linear midpoint
+  EXPECT_NEAR(curve_efficiency(hw, "f32", 1e9), 0.8, 1e-12);
+  const GemmPrice g = price_gemm(hw, "f32", 1000, 1000, 1000);  // 2e9 FLOPs
+  EXPECT_NEAR(g.seconds, 2e9 / (100e9 * 0.8), 1e-12);
+  EXPECT_THROW(price_gemm(hw, "bf16", 8, 8, 8), InputError);  // no bf16 peak
+}
+
+TEST(Planner, StepPredictionAddsUpAndReliabilityFollowsYoungDaly) {
+  const auto c = preset("gpt2-124m");
+  PlanOptions o;
+  o.layout.devices_per_node = 8;
+  o.layout.nodes = 4;
+  o.layout.micro_batch = 4;
+  o.layout.seq = 1024;
+  o.layout.global_batch = 256;
+  o.layout.zero1 = true;
+  o.mttf_hours = 10000;
+  o.ckpt_gbs_per_node = 1;
+  o.restart_s = 300;
+  const Prediction p = predict_step(c, gpu_node(), o);
+  EXPECT_NEAR(p.step_s, p.compute_s + p.comm_exposed_s + p.optimizer_s, 1e-12);
+  EXPECT_LE(p.comm_exposed_s, p.comm_s + 1e-15);
+  EXPECT_NEAR(p.tokens_per_s, 256.0 * 1024 / p.step_s, 1e-6);
+  EXPECT_NEAR(p.failures_per_day, 32 * 24 / 10000.0, 1e-12);
+  const double M = 10000.0 * 3600 / 32;
+  EXPECT_NEAR(p.system_mttf_s, M, 1e-6);
+  EXPECT_NEAR(p.young_daly_s, std::sqrt(2 * p.ckpt_save_s * M), 1e-9);
+  EXPECT_NEAR(p.ckpt_save_s, p.ckpt_bytes / (1e9 * 4), 1e-9);
+  EXPECT_GT(p.goodput, 0.9);
+  EXPECT_LT(p.goodput, 1.0);
+}
+
+TEST(Planner, InconsistentLayoutsAndUnknownHardwareAreInputErrors) {
+  const auto c = preset("gpt2-124m");
+  Layout l;
+  l.devices_per_node = 8;
+  l.global_batch = 12;  // not a multiple of 8 ranks x micro-batch 1
+  EXPECT_THROW(validate_layout(c, l), InputError);
+  l.global_batch = 8;
+  l.ep = 2;  // dense config
+  EXPECT_THROW(validate_layout(c, l), InputError);
+  ::setenv("ANVIL_PROFILES", (kSource + "/profiles").c_str(), 1);
+  try {
+    find_hw_profile("tpu-v9", "--hw");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--hw"), std::string::npos) << what;
+    EXPECT_NE(what.find("tpu-v9"), std::string::npos) << what;
+    EXPECT_NE(what.find("mi300x"), std::string::npos) << what;
+  }
+  EXPECT_EQ(find_hw_profile("mi300x", "--hw").compute_units, 304);
+}
+
+}  // namespace
+}  // namespace anvil::plan
