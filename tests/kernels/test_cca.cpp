@@ -57,8 +57,9 @@ TEST(Cca, ConvolutionBackwardMatchesFiniteDifferences) {
   };
   objective();
   std::vector<float> du(u.size()), dw0(w0.size()), db0(b0.size()), dw1(w1.size()), db1(b1.size());
-  cca_conv_backward(du.data(), dw0.data(), db0.data(), dw1.data(), db1.data(), r.data(), u.data(),
-                    D.data(), w0.data(), b0.data(), w1.data(), B, S, C, G);
+  std::vector<float> scratch(u.size(), 7.0f);  // garbage in: backward must overwrite it
+  cca_conv_backward(du.data(), dw0.data(), db0.data(), dw1.data(), db1.data(), scratch.data(),
+                    r.data(), u.data(), D.data(), w0.data(), b0.data(), w1.data(), B, S, C, G);
   expect_fd("du", u, du, objective);
   expect_fd("dw0", w0, dw0, objective);
   expect_fd("db0 (incl. the D_{-1} edge)", b0, db0, objective);

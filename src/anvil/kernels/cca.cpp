@@ -1,16 +1,34 @@
 // CCA's convolutions, mean skip path and per-head L2 norm; see cca.hpp.
-// Direct loops, parallel over rows or channels so that no two threads write
-// the same value (deterministic). The grouped convolution is a
-// group x group matrix per head and tap; a GEMM formulation is the obvious
-// next step once the layer is in a model and profiled.
+// Element-wise parts are direct loops, parallel over rows or channels so that
+// no two threads write the same value (deterministic); the grouped
+// convolution is a group x group matrix per head and tap, run as GEMMs.
 #include "anvil/kernels/cca.hpp"
+
+#include "anvil/kernels/gemm.hpp"
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 namespace anvil::kernels {
+
+namespace {
+
+// W1 [C, group, 2] -> one [C, group] matrix per tap: taps[tap][c][j].
+std::vector<float> split_taps(const float* w1, int64_t C, int64_t group) {
+  std::vector<float> taps(static_cast<size_t>(2 * C * group));
+  for (int64_t c = 0; c < C; ++c) {
+    for (int64_t j = 0; j < group; ++j) {
+      taps[c * group + j] = w1[(c * group + j) * 2];
+      taps[C * group + c * group + j] = w1[(c * group + j) * 2 + 1];
+    }
+  }
+  return taps;
+}
+
+}  // namespace
 
 void cca_conv_forward(float* conv, float* D, const float* u, const float* w0, const float* b0,
                       const float* w1, const float* b1, int64_t B, int64_t S, int64_t C,
@@ -19,73 +37,90 @@ void cca_conv_forward(float* conv, float* D, const float* u, const float* w0, co
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const bool first = n % S == 0;
+    float* out = conv + n * C;
     for (int64_t c = 0; c < C; ++c) {
       const float older = first ? 0.0f : u[(n - 1) * C + c];
       D[n * C + c] = w0[2 * c] * older + w0[2 * c + 1] * u[n * C + c] + b0[c];
+      out[c] = b1[c];
     }
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* prev = n % S == 0 ? b0 : D + (n - 1) * C;  // D_{-1} = b0
-    const float* cur = D + n * C;
-    for (int64_t c = 0; c < C; ++c) {
-      const int64_t base = c / group * group;
-      const float* w = w1 + c * group * 2;
-      float s = b1[c];
-      for (int64_t j = 0; j < group; ++j)
-        s += w[2 * j] * prev[base + j] + w[2 * j + 1] * cur[base + j];
-      conv[n * C + c] = s;
+  // The grouped convolution as GEMMs per head: conv[n] += W_1 D[n] + W_0 D[n-1],
+  // with D[-1] = b0 at each sequence start (a per-channel constant, `edge`).
+  const std::vector<float> taps = split_taps(w1, C, group);
+  const float* tap0 = taps.data();
+  const float* tap1 = taps.data() + C * group;
+  std::vector<float> edge(static_cast<size_t>(C), 0.0f);
+  for (int64_t c = 0; c < C; ++c) {
+    const int64_t base = c / group * group;
+    for (int64_t j = 0; j < group; ++j) edge[c] += tap0[c * group + j] * b0[base + j];
+  }
+  for (int64_t base = 0; base < C; base += group) {
+    gemm(false, true, N, group, group, 1.0f, D + base, C, tap1 + base * group, group, 1.0f,
+         conv + base, C);
+    for (int64_t b = 0; b < B; ++b) {
+      if (S > 1)
+        gemm(false, true, S - 1, group, group, 1.0f, D + b * S * C + base, C, tap0 + base * group,
+             group, 1.0f, conv + (b * S + 1) * C + base, C);
     }
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t c = 0; c < C; ++c) conv[b * S * C + c] += edge[c];
   }
 }
 
-void cca_conv_backward(float* du, float* dw0, float* db0, float* dw1, float* db1,
+void cca_conv_backward(float* du, float* dw0, float* db0, float* dw1, float* db1, float* dD,
                        const float* dconv, const float* u, const float* D, const float* w0,
                        const float* b0, const float* w1, int64_t B, int64_t S, int64_t C,
                        int64_t group) {
   const int64_t N = B * S;
-  // dD[n] = W1[:, :, 1]^T dconv[n] + W1[:, :, 0]^T dconv[n + 1] (same sequence).
-  std::vector<float> dD(static_cast<size_t>(N * C), 0.0f);
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const bool has_next = (n + 1) % S != 0;
-    float* d = dD.data() + n * C;
-    for (int64_t c = 0; c < C; ++c) {
-      const int64_t base = c / group * group;
-      const float* w = w1 + c * group * 2;
-      const float now = dconv[n * C + c];
-      const float next = has_next ? dconv[(n + 1) * C + c] : 0.0f;
-      for (int64_t j = 0; j < group; ++j) d[base + j] += w[2 * j + 1] * now + w[2 * j] * next;
+  const std::vector<float> taps = split_taps(w1, C, group);
+  const float* tap0 = taps.data();
+  const float* tap1 = taps.data() + C * group;
+  // dD[n] = W_1^T dconv[n] + W_0^T dconv[n + 1] (same sequence), per head.
+  std::fill(dD, dD + N * C, 0.0f);
+  // dW_tap[c][j] = sum_n dconv[n][c] x (tap 1: D[n]; tap 0: D[n-1]).
+  std::vector<float> dtaps(static_cast<size_t>(2 * C * group), 0.0f);
+  for (int64_t base = 0; base < C; base += group) {
+    gemm(false, false, N, group, group, 1.0f, dconv + base, C, tap1 + base * group, group, 1.0f,
+         dD + base, C);
+    gemm(true, false, group, group, N, 1.0f, dconv + base, C, D + base, C, 1.0f,
+         dtaps.data() + C * group + base * group, group);
+    for (int64_t b = 0; b < B; ++b) {
+      if (S < 2) continue;
+      const int64_t row = b * S;
+      gemm(false, false, S - 1, group, group, 1.0f, dconv + (row + 1) * C + base, C,
+           tap0 + base * group, group, 1.0f, dD + row * C + base, C);
+      gemm(true, false, group, group, S - 1, 1.0f, dconv + (row + 1) * C + base, C,
+           D + row * C + base, C, 1.0f, dtaps.data() + base * group, group);
     }
   }
-  // The t = 0 rows' tap 0 saw D_{-1} = b0.
+  // The t = 0 rows' tap 0 saw D_{-1} = b0: its weight and b0 gradients.
   std::vector<float> db0_from_edge(static_cast<size_t>(C), 0.0f);
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t n = b * S;
+    const float* g = dconv + b * S * C;
     for (int64_t c = 0; c < C; ++c) {
       const int64_t base = c / group * group;
-      const float* w = w1 + c * group * 2;
-      for (int64_t j = 0; j < group; ++j) db0_from_edge[base + j] += w[2 * j] * dconv[n * C + c];
-    }
-  }
-  // Weight and bias gradients: one thread per output channel.
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < C; ++c) {
-    const int64_t base = c / group * group;
-    float* dw = dw1 + c * group * 2;
-    float dbias = 0.0f;
-    for (int64_t n = 0; n < N; ++n) {
-      const float g = dconv[n * C + c];
-      if (g == 0.0f) continue;
-      dbias += g;
-      const float* prev = n % S == 0 ? b0 : D + (n - 1) * C;
-      const float* cur = D + n * C;
       for (int64_t j = 0; j < group; ++j) {
-        dw[2 * j] += g * prev[base + j];
-        dw[2 * j + 1] += g * cur[base + j];
+        db0_from_edge[base + j] += tap0[c * group + j] * g[c];
+        dtaps[c * group + j] += g[c] * b0[base + j];
       }
     }
-    db1[c] += dbias;
+  }
+  for (int64_t c = 0; c < C; ++c) {
+    for (int64_t j = 0; j < group; ++j) {
+      dw1[(c * group + j) * 2] += dtaps[c * group + j];
+      dw1[(c * group + j) * 2 + 1] += dtaps[C * group + c * group + j];
+    }
+  }
+  // Bias gradient: column sums, one thread per block of channels.
+#pragma omp parallel for schedule(static)
+  for (int64_t c0 = 0; c0 < C; c0 += 16) {
+    const int64_t c1 = std::min(C, c0 + 16);
+    float acc[16] = {};
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t c = c0; c < c1; ++c) acc[c - c0] += dconv[n * C + c];
+    }
+    for (int64_t c = c0; c < c1; ++c) db1[c] += acc[c - c0];
   }
   // D -> u (rows), and w0, b0 (channels).
 #pragma omp parallel for schedule(static)

@@ -20,7 +20,8 @@ namespace anvil::kernels {
 void cca_conv_forward(float* conv, float* D, const float* u, const float* w0, const float* b0,
                       const float* w1, const float* b1, int64_t B, int64_t S, int64_t C,
                       int64_t group);
-void cca_conv_backward(float* du, float* dw0, float* db0, float* dw1, float* db1,
+// dD: scratch of N x C floats (overwritten), so that backward allocates nothing large.
+void cca_conv_backward(float* du, float* dw0, float* db0, float* dw1, float* db1, float* dD,
                        const float* dconv, const float* u, const float* D, const float* w0,
                        const float* b0, const float* w1, int64_t B, int64_t S, int64_t C,
                        int64_t group);

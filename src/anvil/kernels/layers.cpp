@@ -332,24 +332,27 @@ void rope_apply(float* x, int64_t N, int64_t T, int64_t pos0, int64_t n_heads, i
     inv_freq[i] = static_cast<float>(
         1.0 / std::pow(static_cast<double>(theta), static_cast<double>(2 * i) / rotary_dim));
   }
-#pragma omp parallel
-  {
-    std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
-      const float pos = static_cast<float>(pos0 + n % T);
+  // One table of angles per position (not per row): a sequence's rows share it.
+  const int64_t P = std::min(N, T);
+  std::vector<float> cs(static_cast<size_t>(P * half)), sn(static_cast<size_t>(P * half));
+  for (int64_t t = 0; t < P; ++t) {
+    const float pos = static_cast<float>(pos0 + t);
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = pos * inv_freq[i];
+      cs[t * half + i] = std::cos(angle);
+      sn[t * half + i] = sign * std::sin(angle);
+    }
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* c = cs.data() + (n % T) * half;
+    const float* s = sn.data() + (n % T) * half;
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* v = x + n * row_stride + h * head_dim;
       for (int64_t i = 0; i < half; ++i) {
-        const float angle = pos * inv_freq[i];
-        cs[i] = std::cos(angle);
-        sn[i] = sign * std::sin(angle);
-      }
-      for (int64_t h = 0; h < n_heads; ++h) {
-        float* v = x + n * row_stride + h * head_dim;
-        for (int64_t i = 0; i < half; ++i) {
-          const float a = v[i], b = v[i + half];
-          v[i] = a * cs[i] - b * sn[i];
-          v[i + half] = b * cs[i] + a * sn[i];
-        }
+        const float a = v[i], b = v[i + half];
+        v[i] = a * c[i] - b * s[i];
+        v[i + half] = b * c[i] + a * s[i];
       }
     }
   }

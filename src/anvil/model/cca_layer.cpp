@@ -113,9 +113,10 @@ void CcaLayer::backward(float* dx, const CcaParams& g, const float* dout, const 
   zero(d_conv_);  // d_normed is consumed
   kernels::cca_mean_skip_backward(d_u_.data(), d_u_.data() + Cq, d_conv_.data(), d_qk_pre_.data(),
                                   d_qk_pre_.data() + Cq, C, C, N_, Hq, Hkv, d);
+  // d_qk_pre_ is consumed by the mean-skip backward: the convolution's scratch.
   kernels::cca_conv_backward(d_u_.data(), g.conv0_w, g.conv0_b, g.conv1_w, g.conv1_b,
-                             d_conv_.data(), u_.data(), D_.data(), p.conv0_w, p.conv0_b, p.conv1_w,
-                             B_, S_, C, d);
+                             d_qk_pre_.data(), d_conv_.data(), u_.data(), D_.data(), p.conv0_w,
+                             p.conv0_b, p.conv1_w, B_, S_, C, d);
   kernels::linear_backward(dx, g.wqk, nullptr, d_u_.data(), x, p.wqk, N_, H, C);
   // Values: head 0 came from x_t Wv1^T, head 1 from x_{t-1} Wv2^T.
   for (int64_t n = 0; n < N_; ++n) {

@@ -354,8 +354,18 @@ double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets
   run_forward(tokens);
   float* P = params_.data();
   float* G = grads_.data();
-  const auto zeros = [&] { return std::vector<float>(static_cast<size_t>(N_ * H_), 0.0f); };
-  std::vector<float> d_lnf = zeros(), d_rf = zeros();
+  // Backward's buffers live as long as the model: no allocation (and no page
+  // faults) per step. zeroed(v, n) sizes once, then clears.
+  const auto zeroed = [](std::vector<float>& v, int64_t n) -> std::vector<float>& {
+    if (v.size() != static_cast<size_t>(n)) {
+      v.assign(static_cast<size_t>(n), 0.0f);
+    } else {
+      std::fill(v.begin(), v.end(), 0.0f);
+    }
+    return v;
+  };
+  std::vector<float>& d_lnf = zeroed(back_.d_lnf, N_ * H_);
+  std::vector<float>& d_rf = zeroed(back_.d_rf, N_ * H_);
   const double loss =
       kernels::classifier_loss(d_lnf.data(), at("model.embed_tokens.weight", G), lnf_.data(),
                                at("model.embed_tokens.weight", P), targets, N_, H_, c_.vocab_size,
@@ -363,7 +373,10 @@ double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets
   kernels::rmsnorm_backward(d_rf.data(), at("model.final_norm.weight", G), d_lnf.data(), rf_.data(),
                             at("model.final_norm.weight", P), lnf_rstd_.data(), N_, H_);
   // dr: gradient of the current merged residual; dh: of the current layer output.
-  std::vector<float> dr = zeros(), dh = zeros(), dx = zeros();
+  std::vector<float>& dr = zeroed(back_.dr, N_ * H_);
+  std::vector<float>& dh = zeroed(back_.dh, N_ * H_);
+  std::vector<float>& dx = back_.dx;
+  dx.resize(static_cast<size_t>(N_ * H_));
   kernels::residual_merge_backward(
       dr.data(), dh.data(), at("model.res_scale.hidden_states_scale", G),
       at("model.res_scale.hidden_states_bias", G), at("model.res_scale.residual_scale", G),
@@ -371,8 +384,9 @@ double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets
       h_[layers_ - 1].data(), at("model.res_scale.hidden_states_scale", P),
       at("model.res_scale.hidden_states_bias", P), at("model.res_scale.residual_scale", P),
       at("model.res_scale.residual_bias", P), N_, H_);
-  std::vector<std::vector<float>> drstate(moe_.size(),
-                                          std::vector<float>(static_cast<size_t>(N_ * R_), 0.0f));
+  std::vector<std::vector<float>>& drstate = back_.drstate;
+  drstate.resize(moe_.size());
+  for (auto& d : drstate) zeroed(d, N_ * R_);
   for (int64_t n = layers_ - 1; n >= 0; --n) {
     std::fill(dx.begin(), dx.end(), 0.0f);
     if (n % 2 == 0) {
@@ -388,7 +402,8 @@ double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets
                               rstd_[n].data(), N_, H_);
     // r_n = merge(r_{n-1}, h_{n-1}) (n = 0: merge(none, embedding)).
     const std::string p = layer_param_name(n, "res_scale.");
-    std::vector<float> dr_prev = zeros(), dh_prev = zeros();
+    std::vector<float>& dr_prev = zeroed(back_.dr_prev, N_ * H_);
+    std::vector<float>& dh_prev = zeroed(back_.dh_prev, N_ * H_);
     kernels::residual_merge_backward(
         dr_prev.data(), dh_prev.data(), at(p + "hidden_states_scale", G),
         at(p + "hidden_states_bias", G), at(p + "residual_scale", G), at(p + "residual_bias", G),

@@ -79,42 +79,44 @@ void ZayaMoeLayer::backward(float* dx, float* drstate_prev, const ZayaMoeParams&
                             const float* rstate_prev, const ZayaMoeParams& p) {
   const int64_t R = s_.router_dim, E = s_.experts, K = E + 1, H = s_.hidden, F = s_.expert_ffn;
   // Combine, experts, gather.
-  std::vector<float> dys(static_cast<size_t>(rows_ * H)), dgate(static_cast<size_t>(N_), 0.0f);
-  kernels::moe_combine_backward(dys.data(), dgate.data(), dx, dout, ys_.data(), x, gate_.data(),
-                                slot_.data(), s_.skip_identity, N_, 1, H);
-  std::vector<float> dact(static_cast<size_t>(rows_ * F), 0.0f),
-      dy(static_cast<size_t>(rows_ * 2 * F), 0.0f), dxs(static_cast<size_t>(rows_ * H), 0.0f);
+  // Scratch lives in the layer (sized once, cleared here): no per-step allocation.
+  auto zeroed = [](std::vector<float>& v, int64_t n) -> float* {
+    if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+    std::fill(v.begin(), v.begin() + n, 0.0f);
+    return v.data();
+  };
+  float* dys = zeroed(back_.dys, rows_ * H);
+  float* dgate = zeroed(back_.dgate, N_);
+  kernels::moe_combine_backward(dys, dgate, dx, dout, ys_.data(), x, gate_.data(), slot_.data(),
+                                s_.skip_identity, N_, 1, H);
+  float* dact = zeroed(back_.dact, rows_ * F);
+  float* dy = zeroed(back_.dy, rows_ * 2 * F);
+  float* dxs = zeroed(back_.dxs, rows_ * H);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t b = offsets_[e], n = offsets_[e + 1] - b;
     if (n == 0) continue;
-    kernels::linear_backward(dact.data() + b * F, g.fc2 + e * H * F, nullptr, dys.data() + b * H,
+    kernels::linear_backward(dact + b * F, g.fc2 + e * H * F, nullptr, dys + b * H,
                              act_.data() + b * F, p.fc2 + e * H * F, n, F, H);
-    kernels::swiglu_backward(dy.data() + b * 2 * F, dact.data() + b * F, y_.data() + b * 2 * F, n,
-                             F);
-    kernels::linear_backward(dxs.data() + b * H, g.fc1 + e * 2 * F * H, nullptr,
-                             dy.data() + b * 2 * F, xs_.data() + b * H, p.fc1 + e * 2 * F * H, n, H,
-                             2 * F);
+    kernels::swiglu_backward(dy + b * 2 * F, dact + b * F, y_.data() + b * 2 * F, n, F);
+    kernels::linear_backward(dxs + b * H, g.fc1 + e * 2 * F * H, nullptr, dy + b * 2 * F,
+                             xs_.data() + b * H, p.fc1 + e * 2 * F * H, n, H, 2 * F);
   }
-  kernels::moe_gather_backward(dx, dxs.data(), slot_.data(), N_, 1, H);
+  kernels::moe_gather_backward(dx, dxs, slot_.data(), N_, 1, H);
   // Router: only through the gate.
-  std::vector<float> dlogits(static_cast<size_t>(N_ * K), 0.0f),
-      d2(static_cast<size_t>(N_ * R), 0.0f), d1(static_cast<size_t>(N_ * R), 0.0f),
-      dh(static_cast<size_t>(N_ * R), 0.0f);
-  kernels::router_select_backward(dlogits.data(), dgate.data(), choice_.data(), probs_.data(), N_,
-                                  K);
-  kernels::linear_backward(d2.data(), g.mlp4_w, nullptr, dlogits.data(), z2_.data(), p.mlp4_w, N_,
-                           R, K);
-  std::vector<float> da(static_cast<size_t>(N_ * R), 0.0f);
-  kernels::gelu_erf_backward(da.data(), a2_.data(), d2.data(), N_ * R);
-  kernels::linear_backward(d1.data(), g.mlp2_w, g.mlp2_b, da.data(), z1_.data(), p.mlp2_w, N_, R,
-                           R);
-  std::fill(da.begin(), da.end(), 0.0f);
-  kernels::gelu_erf_backward(da.data(), a1_.data(), d1.data(), N_ * R);
-  std::fill(d2.begin(), d2.end(), 0.0f);  // now dz0
-  kernels::linear_backward(d2.data(), g.mlp0_w, g.mlp0_b, da.data(), z0_.data(), p.mlp0_w, N_, R,
-                           R);
-  kernels::rmsnorm_backward(dh.data(), g.norm_w, d2.data(), h_.data(), p.norm_w, rstd_.data(), N_,
-                            R);
+  float* dlogits = zeroed(back_.dlogits, N_ * K);
+  float* d2 = zeroed(back_.d2, N_ * R);
+  float* d1 = zeroed(back_.d1, N_ * R);
+  float* dh = zeroed(back_.dh, N_ * R);
+  float* da = zeroed(back_.da, N_ * R);
+  kernels::router_select_backward(dlogits, dgate, choice_.data(), probs_.data(), N_, K);
+  kernels::linear_backward(d2, g.mlp4_w, nullptr, dlogits, z2_.data(), p.mlp4_w, N_, R, K);
+  kernels::gelu_erf_backward(da, a2_.data(), d2, N_ * R);
+  kernels::linear_backward(d1, g.mlp2_w, g.mlp2_b, da, z1_.data(), p.mlp2_w, N_, R, R);
+  std::fill(da, da + N_ * R, 0.0f);
+  kernels::gelu_erf_backward(da, a1_.data(), d1, N_ * R);
+  std::fill(d2, d2 + N_ * R, 0.0f);  // now dz0
+  kernels::linear_backward(d2, g.mlp0_w, g.mlp0_b, da, z0_.data(), p.mlp0_w, N_, R, R);
+  kernels::rmsnorm_backward(dh, g.norm_w, d2, h_.data(), p.norm_w, rstd_.data(), N_, R);
   if (drstate_out != nullptr) {
     for (int64_t i = 0; i < N_ * R; ++i) dh[i] += drstate_out[i];
   }
@@ -130,7 +132,7 @@ void ZayaMoeLayer::backward(float* dx, float* drstate_prev, const ZayaMoeParams&
       g.eda_scale[c] += s;
     }
   }
-  kernels::linear_backward(dx, g.down_w, g.down_b, dh.data(), x, p.down_w, N_, H, R);
+  kernels::linear_backward(dx, g.down_w, g.down_b, dh, x, p.down_w, N_, H, R);
 }
 
 }  // namespace anvil::model

@@ -68,6 +68,9 @@ class ZayaMoeLayer {
   std::vector<int64_t> offsets_;
   int64_t rows_ = 0;
   std::vector<float> xs_, y_, act_, ys_;
+  struct BackwardBuffers {  // grown on first use, kept
+    std::vector<float> dys, dgate, dact, dy, dxs, dlogits, d2, d1, dh, da;
+  } back_;
   RouterStats stats_;
 };
 
