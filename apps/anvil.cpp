@@ -365,6 +365,14 @@ int main(int argc, char** argv) {
                     "load error as gradient), sign (sign updates), none");
   train->add_option("--balance-lr", topt.balance_lr, "Rate of the expert-bias balancing")
       ->check(CLI::NonNegativeNumber);
+  train
+      ->add_option("--aux-loss-coef", topt.aux_loss_coef,
+                   "ZAYA1 router: coefficient of the Switch load-balancing loss (0 = off)")
+      ->check(CLI::NonNegativeNumber);
+  train
+      ->add_option("--z-loss-coef", topt.z_loss_coef,
+                   "ZAYA1 router: coefficient of the router z-loss (0 = off)")
+      ->check(CLI::NonNegativeNumber);
   train->add_option("--precision", topt.precision,
                     "fp32, or bf16: bf16 GEMM inputs with fp32 accumulation, master weights and "
                     "gradients (AVX512_BF16 via oneDNN)");
@@ -466,10 +474,7 @@ int main(int argc, char** argv) {
         const auto result = anvil::bench::run_comm_bench(world, copt);
         if (rank == 0) {
           if (profile) {
-            auto& entry = profile->comm["ranks"][std::to_string(result.ranks)];
-            for (const auto& f : result.fits) {
-              entry[f.op][f.algo] = {{"alpha_us", f.alpha_us}, {"bandwidth_gbs", f.bandwidth_gbs}};
-            }
+            anvil::bench::add_to_profile(result, *profile);
             anvil::plan::save_hw_profile(*profile, comm_profile);
           }
           if (!tuning_out.empty()) anvil::bench::tuning_from(result).save(tuning_out);

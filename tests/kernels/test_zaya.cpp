@@ -106,5 +106,49 @@ TEST(Zaya, RouterGateGradientMatchesFiniteDifferencesAtAFixedChoice) {
   expect_fd("dlogits", logits, dlogits, objective, 1e-3f);
 }
 
+TEST(Zaya, RouterLossesMatchTheirDefinitionAndFiniteDifferences) {
+  const int64_t N = 7, E = 4, K = E + 1;
+  auto logits = random_vector(N * K, 4, 2.0f);
+  const std::vector<int64_t> routed = {3, 0, 2, 1};  // 1 token to skip; fixed, as in the loss
+  const float aux = 0.3f, z = 0.05f, scale = 0.5f;
+  std::vector<float> probs(N * K);
+  auto softmax = [&] {
+    for (int64_t n = 0; n < N; ++n) {
+      double sum = 0;
+      for (int64_t k = 0; k < K; ++k) sum += std::exp(static_cast<double>(logits[n * K + k]));
+      for (int64_t k = 0; k < K; ++k)
+        probs[n * K + k] =
+            static_cast<float>(std::exp(static_cast<double>(logits[n * K + k])) / sum);
+    }
+  };
+  softmax();
+  // By hand: aux = coef E sum_e f_e P_e, z = coef mean lse^2.
+  double want_aux = 0, want_z = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    double P = 0;
+    for (int64_t n = 0; n < N; ++n) P += probs[n * K + e];
+    want_aux += static_cast<double>(routed[e]) / N * P / N;
+  }
+  want_aux *= aux * E;
+  for (int64_t n = 0; n < N; ++n) {
+    double sum = 0;
+    for (int64_t k = 0; k < K; ++k) sum += std::exp(static_cast<double>(logits[n * K + k]));
+    want_z += std::log(sum) * std::log(sum);
+  }
+  want_z *= z / N;
+  const RouterLosses got = router_losses(probs.data(), logits.data(), routed.data(), aux, z, N, E);
+  EXPECT_NEAR(got.aux, want_aux, 1e-6);
+  EXPECT_NEAR(got.z, want_z, 1e-6);
+  auto objective = [&] {
+    softmax();
+    const RouterLosses r = router_losses(probs.data(), logits.data(), routed.data(), aux, z, N, E);
+    return scale * (r.aux + r.z);
+  };
+  std::vector<float> dlogits(N * K, 0.0f);
+  router_losses_backward(dlogits.data(), probs.data(), logits.data(), routed.data(), aux, z, scale,
+                         N, E);
+  expect_fd("dlogits (aux + z)", logits, dlogits, objective, 1e-3f);
+}
+
 }  // namespace
 }  // namespace anvil::kernels

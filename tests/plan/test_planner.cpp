@@ -129,6 +129,13 @@ TEST(Planner, CollectivesFromLinksAndFromMeasuredFits) {
   EXPECT_NE(fit.how.find("shm"), std::string::npos);
   EXPECT_NEAR(price_collective(hw, "allreduce", 2, 8, 1e6, "mpi").seconds, 9e-6 + 1e6 / 2e9, 1e-15);
   EXPECT_THROW(price_collective(hw, "gather", 8, 8, S), InputError);
+  // Measured points win inside their range (log-log), and scale past the last.
+  hw.comm["ranks"]["2"]["allreduce"]["shm"]["points"] = {{1e6, 100.0}, {4e6, 800.0}};
+  EXPECT_NEAR(price_collective(hw, "allreduce", 2, 8, 2e6, "shm").seconds,
+              std::sqrt(100.0 * 800.0) * 1e-6, 1e-12);
+  EXPECT_NEAR(price_collective(hw, "allreduce", 2, 8, 8e6, "shm").seconds, 1600e-6, 1e-12);
+  EXPECT_NEAR(price_collective(hw, "allreduce", 2, 8, 1e5, "shm").seconds, 3e-6 + 1e5 / 10e9,
+              1e-15);  // below the points: the fit
 }
 
 TEST(Planner, GemmEfficiencyFollowsTheMeasuredCurve) {

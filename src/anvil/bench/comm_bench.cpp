@@ -211,6 +211,18 @@ AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& pts) {
   return ab;
 }
 
+void add_to_profile(const CommBenchResult& result, plan::HwProfile& profile) {
+  json& entry = profile.comm["ranks"][std::to_string(result.ranks)];
+  for (const auto& f : result.fits) {
+    json points = json::array();
+    for (const auto& p : result.points) {
+      if (p.op == f.op && p.algo == f.algo && p.bytes > 0) points.push_back({p.bytes, p.p50_us});
+    }
+    entry[f.op][f.algo] = {
+        {"alpha_us", f.alpha_us}, {"bandwidth_gbs", f.bandwidth_gbs}, {"points", points}};
+  }
+}
+
 CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
   if (o.min_bytes < 0 || o.max_bytes < o.min_bytes) {
     throw InputError("-b/-e: expected 0 <= minbytes <= maxbytes, got " +

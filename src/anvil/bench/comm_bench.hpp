@@ -18,6 +18,7 @@
 
 #include "anvil/base/table.hpp"
 #include "anvil/comm/communicator.hpp"
+#include "anvil/plan/hw_profile.hpp"
 
 namespace anvil::bench {
 
@@ -77,5 +78,10 @@ CommBenchResult run_comm_bench(comm::Communicator& comm, const CommBenchOptions&
 // Weighted least squares of time = alpha + bytes/bandwidth (weights 1/t^2:
 // relative error counts the same at every size).
 AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& bytes_and_seconds);
+
+// Records a run in a hardware profile under comm.ranks.<N>.<op>.<algo>: the
+// alpha-beta fit and the measured median times ("points": [[bytes, us]...]),
+// which the planner interpolates (docs/plan.md).
+void add_to_profile(const CommBenchResult& result, plan::HwProfile& profile);
 
 }  // namespace anvil::bench

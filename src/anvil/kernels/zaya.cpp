@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -111,6 +112,65 @@ void router_select_backward(float* dlogits, const float* dgate, const int32_t* c
     const int32_t c = choice[n];
     const float g = dgate[n] * p[c];
     for (int64_t e = 0; e < classes; ++e) dlogits[n * classes + e] += g * ((e == c) - p[e]);
+  }
+}
+
+namespace {
+
+float logsumexp(const float* x, int64_t n) {
+  float m = x[0];
+  for (int64_t i = 1; i < n; ++i) m = std::max(m, x[i]);
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(x[i] - m));
+  return m + static_cast<float>(std::log(s));
+}
+
+}  // namespace
+
+RouterLosses router_losses(const float* probs, const float* logits,
+                           const int64_t* tokens_per_expert, float coef_aux, float coef_z,
+                           int64_t N, int64_t E) {
+  RouterLosses r;
+  const int64_t K = E + 1;
+  if (coef_aux != 0.0f) {
+    for (int64_t e = 0; e < E; ++e) {
+      double P = 0;
+      for (int64_t n = 0; n < N; ++n) P += probs[n * K + e];
+      const double f = static_cast<double>(tokens_per_expert[e]) / static_cast<double>(N);
+      r.aux += f * P / static_cast<double>(N);
+    }
+    r.aux *= static_cast<double>(coef_aux) * static_cast<double>(E);
+  }
+  if (coef_z != 0.0f) {
+    for (int64_t n = 0; n < N; ++n) {
+      const double lse = logsumexp(logits + n * K, K);
+      r.z += lse * lse;
+    }
+    r.z *= static_cast<double>(coef_z) / static_cast<double>(N);
+  }
+  return r;
+}
+
+void router_losses_backward(float* dlogits, const float* probs, const float* logits,
+                            const int64_t* tokens_per_expert, float coef_aux, float coef_z,
+                            float scale, int64_t N, int64_t E) {
+  const int64_t K = E + 1;
+  // d aux / d p[n, e] = coef_aux * E * f_e / N (experts only), then through the softmax.
+  std::vector<float> g(static_cast<size_t>(K), 0.0f);
+  for (int64_t e = 0; e < E; ++e) {
+    g[e] = coef_aux * static_cast<float>(E) * static_cast<float>(tokens_per_expert[e]) /
+           (static_cast<float>(N) * static_cast<float>(N));
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* p = probs + n * K;
+    float* d = dlogits + n * K;
+    float pg = 0.0f;
+    for (int64_t k = 0; k < K; ++k) pg += p[k] * g[k];
+    const float zg = coef_z != 0.0f
+                         ? 2.0f * coef_z * logsumexp(logits + n * K, K) / static_cast<float>(N)
+                         : 0.0f;
+    for (int64_t k = 0; k < K; ++k) d[k] += scale * (p[k] * (g[k] - pg) + zg * p[k]);
   }
 }
 

@@ -32,4 +32,21 @@ void router_select_forward(int32_t* choice, float* gate, float* probs, const flo
 void router_select_backward(float* dlogits, const float* dgate, const int32_t* choice,
                             const float* probs, int64_t N, int64_t classes);
 
+// Optional router losses on the E experts (not the skip class), for
+// probs/logits [N, E+1] and the tokens routed to each expert this step:
+//   Switch load-balancing loss  aux = coef_aux * E * sum_e f_e P_e, with
+//     f_e = tokens_per_expert[e] / N (a constant) and P_e = mean_n p[n, e];
+//   router z-loss  z = coef_z * mean_n logsumexp(logits[n])^2.
+// router_losses returns both; the backward adds scale x their gradient
+// with respect to the logits to dlogits.
+struct RouterLosses {
+  double aux = 0, z = 0;
+};
+RouterLosses router_losses(const float* probs, const float* logits,
+                           const int64_t* tokens_per_expert, float coef_aux, float coef_z,
+                           int64_t N, int64_t E);
+void router_losses_backward(float* dlogits, const float* probs, const float* logits,
+                            const int64_t* tokens_per_expert, float coef_aux, float coef_z,
+                            float scale, int64_t N, int64_t E);
+
 }  // namespace anvil::kernels

@@ -112,7 +112,8 @@ ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing 
     if (n % 2 == 0) {
       cca_.push_back(std::make_unique<CcaLayer>(cs, B, T));
     } else {
-      moe_.push_back(std::make_unique<ZayaMoeLayer>(ms, N_));
+      moe_.push_back(std::make_unique<ZayaMoeLayer>(
+          ms, N_, RouterLossCoefs{balancing_.aux_loss_coef, balancing_.z_loss_coef}));
       std::vector<float> bias(static_cast<size_t>(c_.n_experts + 1), 0.0f);
       bias.back() = -1.0f;  // the original's init: skip starts disfavoured
       biases_.push_back(bias);
@@ -236,6 +237,8 @@ nlohmann::json ZayaModel::step_metrics() const {
                       {"load", load},
                       {"max_over_min", lo > 0 ? static_cast<double>(hi) / lo : -1.0},
                       {"skip_rate", total > 0 ? static_cast<double>(load[E]) / total : 0.0},
+                      {"aux_loss", moe_[m]->stats().aux_loss},
+                      {"z_loss", moe_[m]->stats().z_loss},
                       {"entropy", entropy}});
   }
   return {{"router", layers}};
@@ -395,7 +398,7 @@ double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets
       const int64_t m = n / 2;
       moe_[m]->backward(dx.data(), m > 0 ? drstate[m - 1].data() : nullptr, moe_g_[m], dh.data(),
                         drstate[m].data(), x_[n].data(), m > 0 ? rstate_[m - 1].data() : nullptr,
-                        moe_p_[m]);
+                        moe_p_[m], grad_scale);
     }
     kernels::rmsnorm_backward(dr.data(), at(layer_param_name(n, "input_norm.weight"), G), dx.data(),
                               r_[n].data(), at(layer_param_name(n, "input_norm.weight"), P),

@@ -30,6 +30,10 @@ ParamRegistry zaya_registry(const ModelConfig& config);
 struct Balancing {
   std::string mode = "pid";
   float lr = 1e-3f;  // Adam lr (pid) or step (sign)
+  // Optional router losses added to the training loss (0 = off): the Switch
+  // load-balancing loss and the router z-loss (kernels/zaya.hpp).
+  float aux_loss_coef = 0.0f;
+  float z_loss_coef = 0.0f;
 };
 
 class ZayaModel : public TrainableModel {

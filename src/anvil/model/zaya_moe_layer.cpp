@@ -9,7 +9,8 @@
 
 namespace anvil::model {
 
-ZayaMoeLayer::ZayaMoeLayer(ZayaMoeShape shape, int64_t N) : s_(shape), N_(N) {
+ZayaMoeLayer::ZayaMoeLayer(ZayaMoeShape shape, int64_t N, RouterLossCoefs losses)
+    : s_(shape), losses_(losses), N_(N) {
   const int64_t R = s_.router_dim, K = s_.experts + 1, H = s_.hidden, F = s_.expert_ffn;
   auto sized = [](std::vector<float>& v, int64_t n) { v.assign(static_cast<size_t>(n), 0.0f); };
   for (auto* v : {&h_, &z0_, &a1_, &z1_, &a2_, &z2_}) sized(*v, N * R);
@@ -60,6 +61,10 @@ void ZayaMoeLayer::forward(float* out, float* rstate_out, const float* x, const 
   stats_.tokens_per_class.assign(static_cast<size_t>(K), 0);
   for (int64_t e = 0; e < E; ++e) stats_.tokens_per_class[e] = offsets_[e + 1] - offsets_[e];
   stats_.tokens_per_class[E] = N_ - rows_;
+  const kernels::RouterLosses rl = kernels::router_losses(
+      probs_.data(), logits_.data(), stats_.tokens_per_class.data(), losses_.aux, losses_.z, N_, E);
+  stats_.aux_loss = rl.aux;
+  stats_.z_loss = rl.z;
   kernels::moe_gather(xs_.data(), x, order_.data(), rows_, 1, H);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t b = offsets_[e], n = offsets_[e + 1] - b;
@@ -76,7 +81,7 @@ void ZayaMoeLayer::forward(float* out, float* rstate_out, const float* x, const 
 
 void ZayaMoeLayer::backward(float* dx, float* drstate_prev, const ZayaMoeParams& g,
                             const float* dout, const float* drstate_out, const float* x,
-                            const float* rstate_prev, const ZayaMoeParams& p) {
+                            const float* rstate_prev, const ZayaMoeParams& p, float loss_scale) {
   const int64_t R = s_.router_dim, E = s_.experts, K = E + 1, H = s_.hidden, F = s_.expert_ffn;
   // Combine, experts, gather.
   // Scratch lives in the layer (sized once, cleared here): no per-step allocation.
@@ -109,6 +114,11 @@ void ZayaMoeLayer::backward(float* dx, float* drstate_prev, const ZayaMoeParams&
   float* dh = zeroed(back_.dh, N_ * R);
   float* da = zeroed(back_.da, N_ * R);
   kernels::router_select_backward(dlogits, dgate, choice_.data(), probs_.data(), N_, K);
+  if (losses_.aux != 0.0f || losses_.z != 0.0f) {
+    kernels::router_losses_backward(dlogits, probs_.data(), logits_.data(),
+                                    stats_.tokens_per_class.data(), losses_.aux, losses_.z,
+                                    loss_scale, N_, E);
+  }
   kernels::linear_backward(d2, g.mlp4_w, nullptr, dlogits, z2_.data(), p.mlp4_w, N_, R, K);
   kernels::gelu_erf_backward(da, a2_.data(), d2, N_ * R);
   kernels::linear_backward(d1, g.mlp2_w, g.mlp2_b, da, z1_.data(), p.mlp2_w, N_, R, R);

@@ -40,11 +40,19 @@ struct ZayaMoeParams {
 
 struct RouterStats {
   std::vector<int64_t> tokens_per_class;  // E + 1 (the last is skip)
+  double aux_loss = 0, z_loss = 0;        // the optional router losses, as added to the loss
+};
+
+// Optional router losses (kernels/zaya.hpp router_losses): Switch
+// load-balancing loss and router z-loss coefficients; 0 = off.
+struct RouterLossCoefs {
+  float aux = 0.0f;
+  float z = 0.0f;
 };
 
 class ZayaMoeLayer {
  public:
-  ZayaMoeLayer(ZayaMoeShape shape, int64_t N);
+  ZayaMoeLayer(ZayaMoeShape shape, int64_t N, RouterLossCoefs losses = {});
   // out [N, H]; rstate_out [N, R] (the pre-norm router state for the next
   // MoE layer); rstate_prev [N, R] or null (first MoE layer). balancing_bias
   // [E + 1] steers selection only.
@@ -52,9 +60,11 @@ class ZayaMoeLayer {
                const ZayaMoeParams& p, const float* balancing_bias);
   // Adds gradients of sum(out * dout) + sum(rstate_out * drstate_out) to dx,
   // drstate_prev (when rstate_prev was given) and the gradient arena g.
+  // loss_scale multiplies the router losses' gradient (the trainer's
+  // gradient scale, as dout already carries it).
   void backward(float* dx, float* drstate_prev, const ZayaMoeParams& g, const float* dout,
                 const float* drstate_out, const float* x, const float* rstate_prev,
-                const ZayaMoeParams& p);
+                const ZayaMoeParams& p, float loss_scale = 1.0f);
   const RouterStats& stats() const { return stats_; }
   const std::vector<int32_t>& choices() const { return choice_; }
   // Bytes of the activations and scratch this layer holds.
@@ -62,6 +72,7 @@ class ZayaMoeLayer {
 
  private:
   ZayaMoeShape s_;
+  RouterLossCoefs losses_;
   int64_t N_;
   std::vector<float> h_, rstd_, z0_, a1_, z1_, a2_, z2_, logits_, probs_, gate_;
   std::vector<int32_t> choice_, order_, slot_;

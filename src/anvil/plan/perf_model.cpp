@@ -41,6 +41,31 @@ double memory_gbs(const HwProfile& hw) {
   return best ? best->gbs : hw.memory_bandwidth_gbs;
 }
 
+// A collective's time at `bytes` from its measured points ([[bytes, us]...]):
+// log-log between points, the last point's bandwidth above them; 0 below
+// the smallest (the alpha-beta fit answers there) or without points. One
+// straight alpha-beta line cannot follow a machine whose bandwidth falls
+// when the buffers leave the caches; the points can.
+double interpolate_points(const nlohmann::json& fit, double bytes) {
+  if (!fit.contains("points") || !fit["points"].is_array() || fit["points"].empty()) return 0;
+  std::vector<std::pair<double, double>> pts;
+  for (const auto& p : fit["points"]) {
+    if (p.is_array() && p.size() == 2) pts.push_back({p[0].get<double>(), p[1].get<double>()});
+  }
+  std::sort(pts.begin(), pts.end());
+  if (pts.empty() || bytes < pts.front().first) return 0;
+  if (bytes >= pts.back().first) return pts.back().second * 1e-6 * bytes / pts.back().first;
+  for (size_t i = 1; i < pts.size(); ++i) {
+    if (bytes <= pts[i].first) {
+      const double x0 = std::log(pts[i - 1].first), x1 = std::log(pts[i].first);
+      const double y0 = std::log(pts[i - 1].second), y1 = std::log(pts[i].second);
+      const double t = x1 > x0 ? (std::log(bytes) - x0) / (x1 - x0) : 1.0;
+      return std::exp(y0 + t * (y1 - y0)) * 1e-6;
+    }
+  }
+  return 0;
+}
+
 // The measured attention rate at sequence length T (log-linear between the
 // measured lengths, clamped at the ends); 0 when the profile has none.
 double measured_attention_gflops(const HwProfile& hw, int64_t T) {
@@ -161,10 +186,11 @@ CommPrice price_collective(const HwProfile& hw, const std::string& op, int64_t r
       if (!algo.empty() && name != algo) continue;
       const double bw = fit.value("bandwidth_gbs", 0.0);
       if (!(bw > 0)) continue;
-      const double t = fit.value("alpha_us", 0.0) * 1e-6 + bytes / (bw * 1e9);
+      double t = fit.value("alpha_us", 0.0) * 1e-6 + bytes / (bw * 1e9);
+      if (const double measured = interpolate_points(fit, bytes); measured > 0) t = measured;
       if (best < 0 || t < best) {
         best = t;
-        c.how = "measured fit " + name + " (" + key + " ranks)";
+        c.how = "measured " + name + " (" + key + " ranks)";
       }
     }
     if (best >= 0) {
