@@ -302,3 +302,30 @@ TEST(Cli, PlanPredictsAStepAndSizeChecksTheRules) {
   ASSERT_EQ(c.status, 0) << c.out;
   EXPECT_EQ(nlohmann::json::parse(c.out).size(), 2u);
 }
+
+TEST(Cli, TrainsZaya1WithRouterLossesAndGeneratesFromItsCheckpoint) {
+  const std::string dir = testing::TempDir() + "/cli_zaya";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream text(dir + "/text.txt");
+    for (int i = 0; i < 300; ++i) text << "in the beginning was the word " << i << "\n";
+  }
+  const std::string cfg = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/zaya-tiny.json";
+  const CliRun t = anvil("train --config " + cfg + " --set vocab_size=256 --data " + dir +
+                             "/text.txt -B 2 -T 16 --steps 3 --peak-gflops 1 --aux-loss-coef 0.01 "
+                             "--z-loss-coef 0.001 --out " +
+                             dir + "/run",
+                         false);
+  ASSERT_EQ(t.status, 0) << t.out;
+  std::ifstream metrics(dir + "/run/metrics.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(metrics, line));
+  const auto router = nlohmann::json::parse(line)["router"];
+  ASSERT_FALSE(router.empty());
+  EXPECT_GT(router[0]["aux_loss"].get<double>(), 0);
+  EXPECT_GT(router[0]["z_loss"].get<double>(), 0);
+  const CliRun g = anvil("generate --checkpoint " + dir + "/run --prompt in --max-new 8", false);
+  ASSERT_EQ(g.status, 0);
+  EXPECT_EQ(g.out.size(), std::string("in").size() + 8 + 1);  // prompt, 8 bytes, newline
+}

@@ -12,6 +12,7 @@
 #include "anvil/data/tokens.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/decoder.hpp"
+#include "anvil/model/zaya_model.hpp"
 
 namespace anvil::eval {
 
@@ -40,6 +41,33 @@ int32_t sample_token(float* logits, int64_t V, double temperature, int64_t top_k
   return order[k - 1];
 }
 
+namespace {
+
+// Feeds the prompt one token at a time, then samples until `total` tokens:
+// the same decode path for every model with start_decode / decode_step.
+template <typename Model>
+void decode_all(Model& model, const std::vector<int32_t>& prompt, int64_t total,
+                const GenerateOptions& o, const std::function<void(int32_t)>& on_token, int64_t V,
+                GenerateResult& r) {
+  model.start_decode(total);
+  std::vector<float> logits(static_cast<size_t>(V));
+  int64_t pos = 0;
+  for (int32_t t : prompt) model.decode_step(t, pos++, logits.data());
+  const auto t0 = std::chrono::steady_clock::now();
+  while (pos < total) {
+    const int32_t next =
+        sample_token(logits.data(), V, o.temperature, o.top_k, o.seed, static_cast<uint64_t>(pos));
+    r.tokens.push_back(next);
+    if (on_token) on_token(next);
+    if (pos + 1 < total) model.decode_step(next, pos, logits.data());
+    ++pos;
+  }
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.tokens_per_second = dt > 0 ? static_cast<double>(r.tokens.size()) / dt : 0;
+}
+
+}  // namespace
+
 GenerateResult generate(const GenerateOptions& o, const std::function<void(int32_t)>& on_token) {
   const std::string dir = ckpt::resolve_checkpoint(o.checkpoint);
   const auto state = nlohmann::json::parse(ckpt::read_state_json(dir));
@@ -64,23 +92,16 @@ GenerateResult generate(const GenerateOptions& o, const std::function<void(int32
                      " tokens leave no room in the context of " + std::to_string(config.seq_len));
   }
   r.capped = static_cast<int64_t>(prompt.size()) + o.max_new > config.seq_len;
-  model::Decoder model(config, 1, 1, /*training=*/false);
-  ckpt::load_checkpoint(dir, model.registry(), model.params(), nullptr, nullptr);
-  model.start_decode(total);
-  std::vector<float> logits(static_cast<size_t>(config.vocab_size));
-  int64_t pos = 0;
-  for (int32_t t : prompt) model.decode_step(t, pos++, logits.data());
-  const auto t0 = std::chrono::steady_clock::now();
-  while (pos < total) {
-    const int32_t next = sample_token(logits.data(), config.vocab_size, o.temperature, o.top_k,
-                                      o.seed, static_cast<uint64_t>(pos));
-    r.tokens.push_back(next);
-    if (on_token) on_token(next);
-    if (pos + 1 < total) model.decode_step(next, pos, logits.data());
-    ++pos;
+  if (config.attention == "cca") {  // ZAYA1: CCA caches, router biases from the checkpoint
+    model::ZayaModel model(config, 1, 1);
+    ckpt::load_checkpoint(dir, model.registry(), model.params(), nullptr, nullptr, nullptr,
+                          model.extra_state());
+    decode_all(model, prompt, total, o, on_token, config.vocab_size, r);
+  } else {
+    model::Decoder model(config, 1, 1, /*training=*/false);
+    ckpt::load_checkpoint(dir, model.registry(), model.params(), nullptr, nullptr);
+    decode_all(model, prompt, total, o, on_token, config.vocab_size, r);
   }
-  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.tokens_per_second = dt > 0 ? static_cast<double>(r.tokens.size()) / dt : 0;
   if (r.tokenizer == "bytes") r.text = data::decode_bytes(r.tokens);
   return r;
 }

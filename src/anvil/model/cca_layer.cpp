@@ -132,4 +132,60 @@ void CcaLayer::backward(float* dx, const CcaParams& g, const float* dout, const 
   kernels::linear_backward(dx, g.wv2, nullptr, d_v_.data(), x, p.wv2, N_, H, d);
 }
 
+void CcaLayer::start_decode(int64_t max_len) {
+  if (N_ != 1) throw InputError("CCA decode: the layer must be built for B = 1, S = 1");
+  const int64_t C = s_.channels(), d = s_.head_dim, Hkv = s_.kv_heads;
+  max_len_ = max_len;
+  u_prev_.assign(static_cast<size_t>(C), 0.0f);
+  D_prev_.assign(static_cast<size_t>(C), 0.0f);
+  xv2_prev_.assign(static_cast<size_t>(d), 0.0f);
+  kcache_.assign(static_cast<size_t>(max_len * Hkv * d), 0.0f);
+  vcache_.assign(static_cast<size_t>(max_len * Hkv * d), 0.0f);
+}
+
+void CcaLayer::decode_step(float* out, const float* x, const CcaParams& p, int64_t pos) {
+  if (pos < 0 || pos >= max_len_)
+    throw InputError("CCA decode: position " + std::to_string(pos) + " outside the cache of " +
+                     std::to_string(max_len_) + " (call start_decode)");
+  const int64_t H = s_.hidden, C = s_.channels(), d = s_.head_dim;
+  const int64_t Hq = s_.q_heads, Hkv = s_.kv_heads, Cq = s_.q_latent();
+  const int64_t W = (Hq + 2 * Hkv) * d;
+  float* u = u_.data();
+  float* D = D_.data();
+  float* conv = conv_.data();
+  kernels::linear_forward(u, x, p.wqk, nullptr, 1, H, C);
+  kernels::linear_forward(xv2_.data(), x, p.wv2, nullptr, 1, H, d);
+  float* v = qkv_.data() + (Hq + Hkv) * d;
+  kernels::linear_forward(v, x, p.wv1, nullptr, 1, H, d);  // kv head 0: this token
+  // kv head 1: the previous token's projection (x_{-1} = 0).
+  std::copy(xv2_prev_.begin(), xv2_prev_.end(), v + d);
+  // Depthwise tap (older = u_{t-1}, 0 at t = 0), then the grouped one (D_{-1} = b0).
+  for (int64_t c = 0; c < C; ++c) {
+    const float older = pos == 0 ? 0.0f : u_prev_[c];
+    D[c] = p.conv0_w[2 * c] * older + p.conv0_w[2 * c + 1] * u[c] + p.conv0_b[c];
+  }
+  const float* Dprev = pos == 0 ? p.conv0_b : D_prev_.data();
+  for (int64_t c = 0; c < C; ++c) {
+    const int64_t base = c / d * d;
+    const float* w = p.conv1_w + c * d * 2;
+    float s = p.conv1_b[c];
+    for (int64_t j = 0; j < d; ++j) s += w[2 * j] * Dprev[base + j] + w[2 * j + 1] * D[base + j];
+    conv[c] = s;
+  }
+  kernels::cca_mean_skip_forward(qk_pre_.data(), qk_pre_.data() + Cq, C, u, u + Cq, C, conv, 1, Hq,
+                                 Hkv, d);
+  kernels::l2norm_heads_forward(qkv_.data(), norms_.data(), qk_pre_.data(), nullptr, 1, Hq, d, C);
+  kernels::l2norm_heads_forward(qkv_.data() + Cq, norms_.data() + Hq, qk_pre_.data() + Cq, p.temp,
+                                1, Hkv, d, C);
+  kernels::rope_forward(qkv_.data(), 1, 1, pos, Hq + Hkv, d, s_.rotary_dim, W, s_.rope_theta);
+  std::copy(qkv_.data() + Cq, qkv_.data() + Cq + Hkv * d, kcache_.data() + pos * Hkv * d);
+  std::copy(v, v + Hkv * d, vcache_.data() + pos * Hkv * d);
+  kernels::attention_decode(att_.data(), qkv_.data(), kcache_.data(), vcache_.data(), pos + 1, Hq,
+                            Hkv, d);
+  kernels::linear_forward(out, att_.data(), p.wo, nullptr, 1, Cq, H);
+  std::copy(u, u + C, u_prev_.begin());
+  std::copy(D, D + C, D_prev_.begin());
+  std::copy(xv2_.begin(), xv2_.begin() + d, xv2_prev_.begin());
+}
+
 }  // namespace anvil::model

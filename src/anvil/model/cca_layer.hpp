@@ -6,7 +6,9 @@
 //   attention with kv head 0 = v_cur and 1 = v_prev, out = o Wo^T.
 // The kernels are in kernels/cca.hpp and kernels/layers.hpp; this class owns
 // the layer's activations for one batch shape and strings them together.
-// Decode (conv/previous-x state and KV cache) is the next step.
+// Decode runs one token at a time against a state: the previous token's u
+// and D (the two convolutions' older taps), its value projection x Wv2^T,
+// and the KV cache (keys after norm, temperature and RoPE; both value heads).
 #pragma once
 
 #include <cstddef>
@@ -49,6 +51,12 @@ class CcaLayer {
   void backward(float* dx, const CcaParams& g, const float* dout, const float* x,
                 const CcaParams& p);
 
+  // Decode: start_decode clears the state for a new sequence of at most
+  // max_len tokens; decode_step(out [H], x [H], p, pos) processes the token
+  // at position pos (0, 1, 2, ... in order). Needs a layer built for B = S = 1.
+  void start_decode(int64_t max_len);
+  void decode_step(float* out, const float* x, const CcaParams& p, int64_t pos);
+
   // Bytes of the activations and scratch this layer holds.
   size_t bytes() const;
 
@@ -58,6 +66,9 @@ class CcaLayer {
   std::vector<float> u_, D_, conv_, qk_pre_, norms_, qkv_, xv2_, att_, lse_;
   // Backward scratch.
   std::vector<float> d_att_, d_qkv_, d_qk_pre_, d_u_, d_conv_, d_v_;
+  // Decode state.
+  int64_t max_len_ = 0;
+  std::vector<float> u_prev_, D_prev_, xv2_prev_, kcache_, vcache_;
 };
 
 }  // namespace anvil::model

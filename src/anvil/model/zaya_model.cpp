@@ -322,7 +322,9 @@ void ZayaModel::run_forward(const int32_t* tokens) {
                                     at(p + "residual_bias", P), N_, H_);
     kernels::rmsnorm_forward(x_[n].data(), rstd_[n].data(), r_[n].data(),
                              at(layer_param_name(n, "input_norm.weight"), P), N_, H_, eps);
-    if (n % 2 == 0) {
+    if (n % 2 == 0 && decode_pos_ >= 0) {
+      cca_[n / 2]->decode_step(h_[n].data(), x_[n].data(), cca_p_[n / 2], decode_pos_);
+    } else if (n % 2 == 0) {
       cca_[n / 2]->forward(h_[n].data(), x_[n].data(), cca_p_[n / 2]);
     } else {
       const int64_t m = n / 2;
@@ -338,6 +340,25 @@ void ZayaModel::run_forward(const int32_t* tokens) {
                                   at("model.res_scale.residual_bias", P), N_, H_);
   kernels::rmsnorm_forward(lnf_.data(), lnf_rstd_.data(), rf_.data(),
                            at("model.final_norm.weight", P), N_, H_, eps);
+}
+
+void ZayaModel::start_decode(int64_t max_len) {
+  if (N_ != 1) throw InputError("ZAYA1 decode: the model must be built for B = 1, T = 1");
+  if (max_len < 1 || max_len > c_.seq_len)
+    throw InputError("ZAYA1 decode: max_len must be in 1.." + std::to_string(c_.seq_len));
+  for (auto& layer : cca_) layer->start_decode(max_len);
+}
+
+void ZayaModel::decode_step(int32_t token, int64_t pos, float* out) {
+  decode_pos_ = pos;
+  try {
+    run_forward(&token);
+  } catch (...) {
+    decode_pos_ = -1;
+    throw;
+  }
+  decode_pos_ = -1;
+  logits(out);
 }
 
 double ZayaModel::forward(const int32_t* tokens, const int32_t* targets, int64_t* scored) {

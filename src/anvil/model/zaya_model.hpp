@@ -60,6 +60,11 @@ class ZayaModel : public TrainableModel {
   double forward_backward(const int32_t* tokens, const int32_t* targets, float grad_scale,
                           int64_t* scored);
   void logits(float* out);  // after forward: [B*T, V]
+  // Decode one token at a time with the CCA layers' caches (model built for
+  // B = T = 1): start_decode(max_len), then decode_step(token, pos, logits [V])
+  // for pos = 0, 1, 2, ... Equals the full forward's logits row by row.
+  void start_decode(int64_t max_len);
+  void decode_step(int32_t token, int64_t pos, float* logits);
   const ZayaMoeLayer& moe_layer(int64_t m) const { return *moe_[m]; }
 
  private:
@@ -67,6 +72,7 @@ class ZayaModel : public TrainableModel {
   ZayaMoeParams moe_params(int64_t n, float* base) const;
   float* at(const std::string& name, float* base) const;
   void run_forward(const int32_t* tokens);
+  int64_t decode_pos_ = -1;  // >= 0 while decode_step runs
 
   void check_shape(int64_t B, int64_t T) const;
 
