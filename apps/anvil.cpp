@@ -23,6 +23,7 @@
 #include "anvil/bench/gemm_bench.hpp"
 #include "anvil/bench/hw_report.hpp"
 #include "anvil/bench/membw_bench.hpp"
+#include "anvil/ckpt/export.hpp"
 #include "anvil/comm/communicator.hpp"
 #include "anvil/data/tokens.hpp"
 #include "anvil/eval/generate.hpp"
@@ -398,6 +399,22 @@ int main(int argc, char** argv) {
   anvil::cli::PlanCommands plan_commands;
   plan_commands.add_to(app);
 
+  // anvil ckpt export --hf
+  auto* ckpt_cmd = app.add_subcommand("ckpt", "Checkpoints");
+  ckpt_cmd->require_subcommand(1);
+  auto* export_cmd = ckpt_cmd->add_subcommand(
+      "export", "Write a checkpoint in another layout (--hf: Hugging Face, ZAYA1 names)");
+  std::string export_ckpt, export_out;
+  bool export_hf = false;
+  export_cmd
+      ->add_flag("--hf", export_hf,
+                 "Hugging Face layout: model.safetensors (ZAYA1 section-7 names, weights "
+                 "only) + config.json (transformers ZayaConfig keys)")
+      ->required();
+  export_cmd->add_option("--checkpoint", export_ckpt, "A step-* directory or a run directory")
+      ->required();
+  export_cmd->add_option("--out", export_out, "New directory to write")->required();
+
   // anvil data tokenize
   auto* data_cmd = app.add_subcommand("data", "Training data");
   data_cmd->require_subcommand(1);
@@ -420,10 +437,15 @@ int main(int argc, char** argv) {
       // CLI11 reports a missing subcommand before an unknown word; name the word.
       const auto rest = app.remaining(true);
       if (std::string(e.get_name()) == "RequiredError" && msg == "A subcommand is required") {
-        const std::string where = *bench ? "anvil bench" : *data_cmd ? "anvil data" : "anvil";
+        const std::string where = *bench      ? "anvil bench"
+                                  : *data_cmd ? "anvil data"
+                                  : *ckpt_cmd ? "anvil ckpt"
+                                              : "anvil";
         const std::string expected = *bench      ? "gemm, membw, comm"
                                      : *data_cmd ? "tokenize"
-                                                 : "hw, bench, train, generate, size, plan, data";
+                                     : *ckpt_cmd
+                                         ? "export"
+                                         : "hw, bench, train, generate, size, plan, ckpt, data";
         msg = rest.empty()
                   ? where + ": expected a command (" + expected + ")"
                   : where + ": unknown command '" + rest.front() + "' (expected " + expected + ")";
@@ -536,6 +558,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (plan_commands.run()) return 0;
+    if (*export_cmd) {
+      const auto r = anvil::ckpt::export_hf(export_ckpt, export_out);
+      std::cerr << "wrote " << r.out_dir << ": " << r.tensors << " tensors, " << r.parameters
+                << " parameters (model.safetensors, config.json)\n";
+      return 0;
+    }
     if (*tokenize) {
       const auto tokens = anvil::data::encode_bytes(anvil::read_file(tok_in));
       anvil::data::write_token_file(tok_out, tokens, 256);

@@ -329,3 +329,47 @@ TEST(Cli, TrainsZaya1WithRouterLossesAndGeneratesFromItsCheckpoint) {
   ASSERT_EQ(g.status, 0);
   EXPECT_EQ(g.out.size(), std::string("in").size() + 8 + 1);  // prompt, 8 bytes, newline
 }
+
+TEST(Cli, ExportsAZaya1CheckpointInTheHuggingFaceLayout) {
+  const std::string dir = testing::TempDir() + "/cli_export";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string cfg = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/zaya-tiny.json";
+  ASSERT_EQ(
+      anvil("train --config " + cfg + " -B 1 -T 16 --steps 1 --peak-gflops 1 --out " + dir + "/run",
+            false)
+          .status,
+      0);
+  const CliRun e =
+      anvil("ckpt export --hf --checkpoint " + dir + "/run --out " + dir + "/hf", true);
+  ASSERT_EQ(e.status, 0) << e.out;
+  const auto config = nlohmann::json::parse(std::ifstream(dir + "/hf/config.json"));
+  EXPECT_EQ(config["model_type"], "zaya");
+  EXPECT_EQ(config["num_experts"], 3);
+  EXPECT_EQ(config["router_hidden_size"], 16);
+  // The weights: every section-7 name (balancing biases too), no optimizer state.
+  std::ifstream f(dir + "/hf/model.safetensors", std::ios::binary);
+  uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(n));
+  const auto h = nlohmann::json::parse(header);
+  EXPECT_TRUE(h.contains("model.embed_tokens.weight"));
+  EXPECT_TRUE(h.contains("model.layers.1.zaya_block.router.balancing_biases"));
+  EXPECT_TRUE(h.contains("model.layers.1.zaya_block.experts.local_experts.2.linear_fc1.weight"));
+  EXPECT_TRUE(h.contains("model.layers.0.self_attn.qkv.conv_qk.1.weight"));
+  for (const auto& [name, v] : h.items()) EXPECT_EQ(name.find("exp_avg"), std::string::npos);
+  // Again into the same place: refused, nothing half-written.
+  expect_usage_error("ckpt export --hf --checkpoint " + dir + "/run --out " + dir + "/hf", "--out");
+  const std::string gpt = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/gpt2-tiny.json";
+  ASSERT_EQ(anvil("train --config " + gpt + " -B 1 -T 16 --steps 1 --peak-gflops 1 --out " + dir +
+                      "/dense",
+                  false)
+                .status,
+            0);
+  expect_usage_error("ckpt export --hf --checkpoint " + dir + "/dense --out " + dir + "/x", "--hf");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x"));
+  expect_usage_error("ckpt export --hf --checkpoint /nonexistent --out " + dir + "/y",
+                     "/nonexistent");
+  expect_usage_error("ckpt frobnicate", "frobnicate");
+}
