@@ -49,15 +49,20 @@ out, rounds, presets = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
 R = range(1, rounds + 1)
 rows = []
 print(f"anvil plan vs measured on this machine; medians over {rounds} rounds (profile re-measured each round)")
-print(f"{'preset':<14}{'B x T':>8}{'prec':>6}{'measured s/step':>17}{'predicted':>11}{'pred/meas':>11}")
+print(f"{'preset':<14}{'B x T':>8}{'prec':>6}{'measured s/step':>17}{'predicted':>11}{'pred/meas':>11}"
+      f"{'peak RSS GB':>13}{'predicted':>11}{'pred/RSS':>10}")
 for spec in presets:
     name, B, prec = spec.split(":")
     meas = [st.median(json.load(open(f"{out}/train-{name}-{prec}-{r}.json"))["step_seconds"][1:]) for r in R]
     pred = [json.load(open(f"{out}/plan-{name}-{prec}-{r}.json"))["step_s"] for r in R]
     ratio = st.median(p / m for p, m in zip(pred, meas))
-    print(f"{name:<14}{B + ' x 256':>8}{prec:>6}{st.median(meas):>17.3f}{st.median(pred):>11.3f}{ratio:>11.2f}")
+    rss = st.median(json.load(open(f"{out}/train-{name}-{prec}-{r}.json"))["peak_rss_bytes"] for r in R)
+    mem = st.median(json.load(open(f"{out}/plan-{name}-{prec}-{r}.json"))["memory_bytes"]["total"] for r in R)
+    print(f"{name:<14}{B + ' x 256':>8}{prec:>6}{st.median(meas):>17.3f}{st.median(pred):>11.3f}{ratio:>11.2f}"
+          f"{rss / 1e9:>13.3f}{mem / 1e9:>11.3f}{mem / rss:>10.2f}")
     rows.append({"kind": "step", "preset": name, "micro_batch": int(B), "seq": 256, "precision": prec,
-                 "measured_s": meas, "predicted_s": pred, "ratio": ratio})
+                 "measured_s": meas, "predicted_s": pred, "ratio": ratio,
+                 "peak_rss_bytes": rss, "predicted_memory_bytes": mem})
 print()
 print(f"{'collective':<16}{'algo':>6}{'bytes':>10}{'measured us':>13}{'predicted':>11}{'pred/meas':>11}")
 for op in ("allreduce", "reduce_scatter", "allgather"):
@@ -73,7 +78,7 @@ for op in ("allreduce", "reduce_scatter", "allgather"):
             print(f"{op:<16}{algo:>6}{size:>10}{st.median(meas):>13.1f}{st.median(pred[r][size] for r in R):>11.1f}{ratio:>11.2f}")
             rows.append({"kind": "collective", "op": op, "algo": algo, "bytes": size, "ranks": 2,
                          "measured_us": meas, "predicted_us": [pred[r][size] for r in R], "ratio": ratio})
-within = sum(1 for x in rows if abs(x["ratio"] - 1) <= 0.25)
+within = sum(1 for x in rows if abs(x["ratio"] - 1) <= 0.25)  # step times and collective times
 print(f"\n{within}/{len(rows)} predictions within 25% of the measurement")
 json.dump({"rounds": rounds, "rows": rows}, open("bench/results/plan_validation.json.tmp", "w"), indent=2)
 PY
