@@ -201,6 +201,10 @@ int main(int argc, char** argv) {
                    "Seconds timed per shape (median of the calls is reported)")
       ->check(CLI::Range(0.001, 60.0))
       ->capture_default_str();
+  std::string gemm_profile;
+  gemm->add_option("--profile", gemm_profile,
+                   "Record the measured shapes in this hardware profile (from anvil hw "
+                   "--profile); anvil plan prices those GEMMs at the measured rate");
   gout.add_to(gemm);
   gemm->add_option("--internal-raw-blas", internal_spec, "(internal: baseline child)")->group("");
 
@@ -474,7 +478,14 @@ int main(int argc, char** argv) {
       if (!internal_spec.empty()) return anvil::bench::run_raw_blas_child(internal_spec);
       gopt.sizes = parse_sizes(gsizes, "--sizes");
       gopt.progress = stderr_is_terminal();
+      // Check the profile before measuring, not after.
+      std::optional<anvil::plan::HwProfile> profile;
+      if (!gemm_profile.empty()) profile = anvil::plan::load_hw_profile(gemm_profile);
       const auto result = anvil::bench::run_gemm_bench(gopt);
+      if (profile) {
+        anvil::bench::add_to_profile(result, *profile);
+        anvil::plan::save_hw_profile(*profile, gemm_profile);
+      }
       gout.emit(result, "\n" + result.summary_text() + blas_line());
       return 0;
     }

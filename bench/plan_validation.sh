@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `anvil plan` against measurement on this machine, side by side.
-# Each round measures this machine's profile (anvil hw --profile), fits the
-# collectives into it (anvil bench comm --profile, 2 ranks), then measures
+# Each round measures this machine's profile (anvil hw --profile), the
+# presets' GEMM shapes into it (anvil bench gemm --preset model --profile),
+# the collectives into it (anvil bench comm --profile, 2 ranks), then measures
 # again: the collectives (a second anvil bench comm) and a training step of
 # each preset (anvil train), and asks anvil plan / anvil plan comm to predict
 # them from that round's profile. Rounds interleave, so machine drift hits
@@ -23,6 +24,14 @@ comm_flags="--op allreduce reduce_scatter allgather --algo shm ring -b 256K -e 6
 for r in $(seq 1 "$rounds"); do
   echo "round $r/$rounds: profile" >&2
   "$anvil" hw --profile "$out/local-$r.json" --min-time 0.1 > /dev/null
+  # The presets' own GEMM shapes (forward, dgrad, wgrad) into the profile.
+  for spec in $presets; do
+    IFS=: read -r name B prec <<< "$spec"
+    dtype=f32; [ "$prec" = bf16 ] && dtype=bf16
+    "$anvil" bench gemm --preset model --config "configs/$name.json" --tokens $((B * 256)) \
+      --backward --dtype "$dtype" --baselines none --min-time 0.05 \
+      --profile "$out/local-$r.json" > /dev/null
+  done
   "$anvil" bench comm --np 2 $comm_flags --profile "$out/local-$r.json" > /dev/null
   echo "round $r/$rounds: collectives" >&2
   "$anvil" bench comm --np 2 $comm_flags --json > "$out/comm-$r.json"

@@ -255,6 +255,22 @@ TEST(Cli, HwProfileWritesALoadableProfile) {
   EXPECT_EQ(j["origin"], "measured");
   EXPECT_FALSE(j["peak"].empty());
   EXPECT_FALSE(j["memory_levels"].empty());
+  EXPECT_FALSE(j["attention"].empty());
+  // The model's GEMM shapes measured into it; the planner then prices them as measured.
+  const std::string cfg = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/gpt2-tiny.json";
+  ASSERT_EQ(anvil("bench gemm --preset model --config " + cfg +
+                      " --tokens 64 --backward --min-time 0.001 --baselines none --profile " +
+                      out.string(),
+                  false)
+                .status,
+            0);
+  const auto k = nlohmann::json::parse(std::ifstream(out));
+  EXPECT_FALSE(k["gemm_shapes"].empty());
+  const CliRun p = anvil("plan --config " + cfg + " --hw " + out.string() +
+                             " --micro-batch 1 --seq 64 --dtype f32",
+                         false);
+  ASSERT_EQ(p.status, 0) << p.out;
+  EXPECT_NE(p.out.find("(measured shape)"), std::string::npos) << p.out;
   std::filesystem::remove(out);
 }
 

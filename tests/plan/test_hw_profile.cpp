@@ -27,6 +27,7 @@ HwProfile sample() {
   p.gemm_efficiency = {{"f32", {{1e6, 0.25}, {1e9, 0.97}}}};
   p.memory_levels = {{"L1", 16384, 1, 150.5}, {"DRAM", int64_t{1} << 30, 2, 21.7}};
   p.attention = {{"f32", 256, 64, 29.97}};
+  p.gemm_shapes = {{"bf16", 1024, 768, 768, false, true, 2, 151.25}};
   p.interconnect = {1, "shared memory", 0, 0, 0, "single node"};
   p.comm = {{"allreduce", {{"alpha_us", 3.5}}}};
   p.sources = {{"*", "measured", "anvil hw --profile"}};

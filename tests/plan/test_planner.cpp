@@ -151,6 +151,12 @@ TEST(Planner, GemmEfficiencyFollowsTheMeasuredCurve) {
   const GemmPrice g = price_gemm(hw, "f32", 1000, 1000, 1000);  // 2e9 FLOPs
   EXPECT_NEAR(g.seconds, 2e9 / (100e9 * 0.8), 1e-12);
   EXPECT_THROW(price_gemm(hw, "bf16", 8, 8, 8), InputError);  // no bf16 peak
+  // A shape measured into the profile is priced at its measured rate, and only that shape.
+  hw.gemm_shapes = {{"f32", 1000, 1000, 1000, false, true, 2, 50}};
+  const GemmPrice m = price_gemm(hw, "f32", 1000, 1000, 1000, false, true);
+  EXPECT_TRUE(m.measured);
+  EXPECT_NEAR(m.seconds, 2e9 / 50e9, 1e-12);
+  EXPECT_FALSE(price_gemm(hw, "f32", 1000, 1000, 1000, true, false).measured);
 }
 
 TEST(Planner, StepPredictionAddsUpAndReliabilityFollowsYoungDaly) {

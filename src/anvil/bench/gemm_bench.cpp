@@ -471,4 +471,23 @@ std::string GemmBenchResult::summary_text() const {
   return out;
 }
 
+void add_to_profile(const GemmBenchResult& result, plan::HwProfile& profile) {
+  int most = 0;
+  for (const auto& r : result.rows) most = std::max(most, r.threads);
+  for (const auto& r : result.rows) {
+    if (r.threads != most || !(r.gflops > 0)) continue;
+    const plan::GemmShapePoint point{r.dtype,         r.shape.m,       r.shape.n, r.shape.k,
+                                     r.shape.trans_a, r.shape.trans_b, r.threads, r.gflops};
+    auto& shapes = profile.gemm_shapes;
+    shapes.erase(std::remove_if(shapes.begin(), shapes.end(),
+                                [&](const plan::GemmShapePoint& g) {
+                                  return g.dtype == point.dtype && g.m == point.m &&
+                                         g.n == point.n && g.k == point.k &&
+                                         g.trans_a == point.trans_a && g.trans_b == point.trans_b;
+                                }),
+                 shapes.end());
+    shapes.push_back(point);
+  }
+}
+
 }  // namespace anvil::bench

@@ -19,6 +19,7 @@
 
 #include "anvil/base/table.hpp"
 #include "anvil/bench/measure.hpp"
+#include "anvil/plan/hw_profile.hpp"
 
 namespace anvil::bench {
 
@@ -78,6 +79,11 @@ struct GemmBenchResult {
 std::vector<GemmCase> gemm_cases(const GemmBenchOptions& options);
 
 GemmBenchResult run_gemm_bench(const GemmBenchOptions& options);
+
+// Records the measured shapes (at the most threads measured) in a hardware
+// profile's gemm_shapes, replacing earlier entries of the same shape, dtype
+// and transposition: what `anvil plan` prices those GEMMs with.
+void add_to_profile(const GemmBenchResult& result, plan::HwProfile& profile);
 
 // The smallest work from which every point reaches `fraction` of `peak`.
 double work_for_fraction(std::vector<std::pair<double, double>> flops_and_gflops, double peak,

@@ -49,6 +49,11 @@ class Reader {
     }
     return v.get<int64_t>();
   }
+  bool boolean(const std::string& key) const {
+    const json& v = at(key);
+    if (!v.is_boolean()) throw InputError(path(key) + ": expected true or false, got " + v.dump());
+    return v.get<bool>();
+  }
   const json& array(const std::string& key) const {
     const json& v = at(key);
     if (!v.is_array()) throw InputError(path(key) + ": expected an array");
@@ -100,6 +105,7 @@ json to_json(const HwProfile& p) {
             {"gemm_efficiency", json::object()},
             {"memory_levels", json::array()},
             {"attention", json::array()},
+            {"gemm_shapes", json::array()},
             {"interconnect",
              {{"devices_per_node", p.interconnect.devices_per_node},
               {"intra_node_link", p.interconnect.intra_node_link},
@@ -127,6 +133,16 @@ json to_json(const HwProfile& p) {
   for (const auto& a : p.attention) {
     j["attention"].push_back(
         {{"dtype", a.dtype}, {"seq", a.seq}, {"head_dim", a.head_dim}, {"gflops", a.gflops}});
+  }
+  for (const auto& g : p.gemm_shapes) {
+    j["gemm_shapes"].push_back({{"dtype", g.dtype},
+                                {"m", g.m},
+                                {"n", g.n},
+                                {"k", g.k},
+                                {"trans_a", g.trans_a},
+                                {"trans_b", g.trans_b},
+                                {"threads", g.threads},
+                                {"gflops", g.gflops}});
   }
   for (const auto& s : p.sources) {
     j["sources"].push_back({{"field", s.field}, {"value", s.value}, {"source", s.source}});
@@ -188,6 +204,15 @@ HwProfile hw_profile_from_json(const json& j, const std::string& origin) {
       const Reader a(att[i], r.path("attention") + "[" + std::to_string(i) + "]");
       p.attention.push_back({one_of(a, "dtype", kDtypes), a.integer("seq", 1),
                              a.integer("head_dim", 1), a.num("gflops")});
+    }
+  }
+  if (r.has("gemm_shapes")) {
+    const json& shapes = r.array("gemm_shapes");
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const Reader g(shapes[i], r.path("gemm_shapes") + "[" + std::to_string(i) + "]");
+      p.gemm_shapes.push_back({one_of(g, "dtype", kDtypes), g.integer("m", 1), g.integer("n", 1),
+                               g.integer("k", 1), g.boolean("trans_a"), g.boolean("trans_b"),
+                               static_cast<int>(g.integer("threads")), g.num("gflops")});
     }
   }
   const Reader ic(r.at("interconnect"), r.path("interconnect"));

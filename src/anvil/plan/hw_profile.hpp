@@ -35,6 +35,17 @@ struct EfficiencyPoint {
   bool operator==(const EfficiencyPoint&) const = default;
 };
 
+// One measured GEMM shape (anvil bench gemm --profile): the planner prices
+// a GEMM of exactly this shape, dtype and transposition at this rate.
+struct GemmShapePoint {
+  std::string dtype;
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  int threads = 0;
+  double gflops = 0;  // median call
+  bool operator==(const GemmShapePoint&) const = default;
+};
+
 // Measured causal attention (forward + backward, the trainer's kernel): the
 // rate it reaches at a sequence length and head size.
 struct AttentionPoint {
@@ -78,7 +89,8 @@ struct HwProfile {
   std::map<std::string, double> work_for_90pct_flops;                   // per dtype
   std::map<std::string, std::vector<EfficiencyPoint>> gemm_efficiency;  // per dtype
   std::vector<MemoryLevel> memory_levels;
-  std::vector<AttentionPoint> attention;  // measured profiles only
+  std::vector<AttentionPoint> attention;    // measured profiles only
+  std::vector<GemmShapePoint> gemm_shapes;  // measured profiles only
   Interconnect interconnect;
   nlohmann::json comm = nlohmann::json::object();  // alpha-beta fits (collectives issue)
   std::vector<Source> sources;

@@ -140,11 +140,21 @@ double curve_efficiency(const HwProfile& hw, const std::string& dtype, double wo
   return pts.back().efficiency;
 }
 
-GemmPrice price_gemm(const HwProfile& hw, const std::string& dtype, int64_t m, int64_t n,
-                     int64_t k) {
+GemmPrice price_gemm(const HwProfile& hw, const std::string& dtype, int64_t m, int64_t n, int64_t k,
+                     bool trans_a, bool trans_b) {
   const double peak = peak_or_throw(hw, dtype);
   GemmPrice g;
   g.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  for (const auto& s : hw.gemm_shapes) {
+    if (s.dtype == dtype && s.m == m && s.n == n && s.k == k && s.trans_a == trans_a &&
+        s.trans_b == trans_b && s.gflops > 0) {
+      g.measured = true;
+      g.efficiency = s.gflops / peak;
+      g.curve = g.efficiency;
+      g.seconds = g.flops / (s.gflops * 1e9);
+      return g;
+    }
+  }
   g.curve = curve_efficiency(hw, dtype, g.flops);
   if (hw.kind == "gpu" && hw.compute_units > 0) {
     const int64_t tm = ceil_div(m, kGpuTileM), tn = ceil_div(n, kGpuTileN);
@@ -265,12 +275,13 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& hw, const 
   // Compute of one micro-batch, by GEMM name (layers and experts folded in).
   double forward_s = 0;
   for (const auto& g : step_gemms(c, l, true)) {
-    const GemmPrice price = price_gemm(hw, l.dtype, g.shape.m, g.shape.n, g.shape.k);
+    const GemmPrice price =
+        price_gemm(hw, l.dtype, g.shape.m, g.shape.n, g.shape.k, g.shape.trans_a, g.shape.trans_b);
     const double count = static_cast<double>(g.count) * micro;
     StepPart part{g.shape.name, price.seconds * count, price.flops * count, ""};
     std::ostringstream d;
     d << g.count << " x [" << g.shape.m << " x " << g.shape.n << " x " << g.shape.k << "], eff "
-      << fmt(price.efficiency * 100, 1) << "%";
+      << fmt(price.efficiency * 100, 1) << "%" << (price.measured ? " (measured shape)" : "");
     if (hw.kind == "gpu")
       d << " (tile " << fmt(price.tile, 2) << ", wave " << fmt(price.wave, 2) << ")";
     part.detail = d.str();

@@ -38,10 +38,13 @@ struct GemmPrice {
   double tile = 1;               // useful / computed output elements
   double wave = 1;               // tiles / (waves x compute units)
   double roofline = 1;           // memory-bound fraction (1: compute bound)
+  bool measured = false;         // priced from a measured shape
   int64_t tiles = 0, waves = 0;  // output tiles; waves after any split-K
 };
-GemmPrice price_gemm(const HwProfile& hw, const std::string& dtype, int64_t m, int64_t n,
-                     int64_t k);
+// A shape measured into the profile (anvil bench gemm --profile) is priced at
+// its measured rate (`measured` set); others by the model above.
+GemmPrice price_gemm(const HwProfile& hw, const std::string& dtype, int64_t m, int64_t n, int64_t k,
+                     bool trans_a = false, bool trans_b = false);
 
 // Efficiency from the profile's curve at `work` FLOPs (log-linear between
 // points, clamped at the ends); kAssumedGemmPlateau without a curve.
