@@ -89,6 +89,18 @@ TEST(SizingRules, ConfigChecksHeadDimensionVocabularyAndExpertWidth) {
   EXPECT_NE(expert.detail.find("memory bound"), std::string::npos) << expert.detail;
 }
 
+TEST(SizingRules, RecommendKeepsCcaAtTwoKeyValueHeads) {
+  const HwProfile hw = mi300x();
+  const model::ModelConfig c = model::load_model_config(kSource + "/configs/zaya1-base.json");
+  PlanOptions o;
+  o.layout.seq = 4096;
+  o.layout.devices_per_node = 8;
+  o.layout.global_batch = 8;
+  for (const auto& cand : recommend(c, hw, o, 0.05)) {
+    EXPECT_EQ(cand.config.n_kv_heads, 2) << cand.change;
+  }
+}
+
 TEST(SizingRules, RecommendStaysWithinTheBudgetBestFirst) {
   const HwProfile hw = mi300x();
   model::ModelConfig c = model::load_model_config(kSource + "/configs/gpt2-124m.json");

@@ -268,7 +268,9 @@ std::vector<Candidate> recommend(const model::ModelConfig& c, const HwProfile& h
           m.d_model = d;
           m.head_dim = hd;
           m.n_heads = q_new / hd;
-          m.n_kv_heads = std::max<int64_t>(1, m.n_heads / group);
+          // CCA has exactly two KV heads (current- and previous-token values).
+          m.n_kv_heads = c.attention == "cca" ? 2 : std::max<int64_t>(1, m.n_heads / group);
+          if (m.n_heads % m.n_kv_heads != 0) continue;
           if (c.rotary_dim > 0) m.rotary_dim = std::min(hd, c.rotary_dim * hd / c.head_dim);
           // Scale the width so the budget holds when the expert count changes.
           const double scale =
