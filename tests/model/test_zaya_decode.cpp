@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <set>
 #include <vector>
 
@@ -13,6 +12,7 @@
 #include "anvil/base/rng.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/zaya_model.hpp"
+#include "support/zaya_setup.hpp"
 
 namespace anvil::model {
 namespace {
@@ -21,28 +21,12 @@ TEST(ZayaDecode, DecodeWithCachesEqualsTheFullPrefill) {
   const auto config = load_model_config(std::string(ANVIL_SOURCE_DIR) + "/configs/zaya-tiny.json");
   const int64_t T = config.seq_len;
   ZayaModel prefill(config, 1, T);
-  prefill.registry().initialize(prefill.params(), 7);
-  std::mt19937 gen(9);
-  std::normal_distribution<float> noise(0.0f, 0.1f);
-  for (const auto& s : prefill.registry().specs()) {  // away from init: every parameter matters
-    const float k = s.init == Init::normal ? 10.0f : 1.0f;
-    for (int64_t i = 0; i < s.numel; ++i)
-      prefill.params()[s.offset + i] = prefill.params()[s.offset + i] * k + noise(gen);
-  }
+  test_support::move_away_from_init(prefill, 9);
   std::vector<int32_t> tokens(T), targets(T, -1);
   for (int64_t i = 0; i < T; ++i)
     tokens[i] = static_cast<int32_t>(random_u64(3, 1, i) % config.vocab_size);
-  // Spread the choices over the experts and the skip class (sign updates of the biases).
+  test_support::spread_choices(prefill, tokens, targets);
   int64_t scored = 0;
-  for (int it = 0; it < 200; ++it) {
-    prefill.forward(tokens.data(), targets.data(), &scored);
-    for (size_t m = 0; m < prefill.balancing_biases().size(); ++m) {
-      const auto& load = prefill.moe_layer(static_cast<int64_t>(m)).stats().tokens_per_class;
-      auto& bias = prefill.balancing_biases()[m];
-      const double mean = static_cast<double>(T) / static_cast<double>(bias.size());
-      for (size_t e = 0; e < bias.size(); ++e) bias[e] += load[e] < mean ? 0.02f : -0.02f;
-    }
-  }
   prefill.forward(tokens.data(), targets.data(), &scored);
   std::set<int32_t> chosen;
   for (size_t m = 0; m < prefill.balancing_biases().size(); ++m) {

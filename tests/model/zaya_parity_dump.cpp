@@ -6,7 +6,6 @@
 // Usage: zaya_parity_dump CONFIG OUT_DIR
 #include <cstdio>
 #include <filesystem>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -14,6 +13,7 @@
 #include "anvil/ckpt/safetensors.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/zaya_model.hpp"
+#include "support/zaya_setup.hpp"
 
 int main(int argc, char** argv) {
   if (argc != 3) {
@@ -25,15 +25,7 @@ int main(int argc, char** argv) {
   const auto config = anvil::model::load_model_config(argv[1]);
   const int64_t B = 2, T = config.seq_len, N = B * T;
   anvil::model::ZayaModel model(config, B, T);
-  model.registry().initialize(model.params(), 7);
-  std::mt19937 gen(9);
-  std::normal_distribution<float> noise(0.0f, 0.1f);
-  for (const auto& s : model.registry().specs()) {
-    // Scales and norms near 1, matrices larger than 0.02 so routing is not uniform.
-    const float k = s.init == anvil::model::Init::normal ? 10.0f : 1.0f;
-    for (int64_t i = 0; i < s.numel; ++i)
-      model.params()[s.offset + i] = model.params()[s.offset + i] * k + noise(gen);
-  }
+  test_support::move_away_from_init(model, 9);
   std::vector<int32_t> tokens(N), targets(N);
   std::vector<float> tok_f(N), tgt_f(N);
   for (int64_t i = 0; i < N; ++i) {
@@ -43,18 +35,8 @@ int main(int argc, char** argv) {
     tok_f[i] = static_cast<float>(tokens[i]);
     tgt_f[i] = static_cast<float>(targets[i]);
   }
+  test_support::spread_choices(model, tokens, targets);
   int64_t scored = 0;
-  // Spread the tokens over every expert and the skip class with sign-update
-  // balancing of the biases (they steer selection only).
-  for (int it = 0; it < 200; ++it) {
-    model.forward(tokens.data(), targets.data(), &scored);
-    for (size_t m = 0; m < model.balancing_biases().size(); ++m) {
-      const auto& load = model.moe_layer(static_cast<int64_t>(m)).stats().tokens_per_class;
-      auto& bias = model.balancing_biases()[m];
-      const double mean = static_cast<double>(N) / static_cast<double>(bias.size());
-      for (size_t e = 0; e < bias.size(); ++e) bias[e] += load[e] < mean ? 0.02f : -0.02f;
-    }
-  }
   model.forward(tokens.data(), targets.data(), &scored);
   std::vector<float> logits(N * config.vocab_size);
   model.logits(logits.data());

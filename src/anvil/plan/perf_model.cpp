@@ -41,6 +41,26 @@ double memory_gbs(const HwProfile& hw) {
   return best ? best->gbs : hw.memory_bandwidth_gbs;
 }
 
+// Piecewise-linear interpolation in log(x) over points sorted by x
+// ({x, y}); y in log space too when log_y. Clamped to the end values when
+// `clamp`, else 0 outside [x_first, x_last].
+double interpolate_log_x(std::vector<std::pair<double, double>> pts, double x, bool log_y,
+                         bool clamp) {
+  if (pts.empty()) return 0;
+  std::sort(pts.begin(), pts.end());
+  if (x <= pts.front().first) return clamp || x == pts.front().first ? pts.front().second : 0;
+  if (x >= pts.back().first) return clamp || x == pts.back().first ? pts.back().second : 0;
+  size_t i = 1;
+  while (x > pts[i].first) ++i;
+  const double x0 = std::log(pts[i - 1].first), x1 = std::log(pts[i].first);
+  const double t = x1 > x0 ? (std::log(x) - x0) / (x1 - x0) : 1.0;
+  if (log_y) {
+    const double y0 = std::log(pts[i - 1].second), y1 = std::log(pts[i].second);
+    return std::exp(y0 + t * (y1 - y0));
+  }
+  return pts[i - 1].second + t * (pts[i].second - pts[i - 1].second);
+}
+
 // A collective's time at `bytes` from its measured points ([[bytes, us]...]):
 // log-log between points, the last point's bandwidth above them; 0 below
 // the smallest (the alpha-beta fit answers there) or without points. One
@@ -52,38 +72,18 @@ double interpolate_points(const nlohmann::json& fit, double bytes) {
   for (const auto& p : fit["points"]) {
     if (p.is_array() && p.size() == 2) pts.push_back({p[0].get<double>(), p[1].get<double>()});
   }
-  std::sort(pts.begin(), pts.end());
-  if (pts.empty() || bytes < pts.front().first) return 0;
-  if (bytes >= pts.back().first) return pts.back().second * 1e-6 * bytes / pts.back().first;
-  for (size_t i = 1; i < pts.size(); ++i) {
-    if (bytes <= pts[i].first) {
-      const double x0 = std::log(pts[i - 1].first), x1 = std::log(pts[i].first);
-      const double y0 = std::log(pts[i - 1].second), y1 = std::log(pts[i].second);
-      const double t = x1 > x0 ? (std::log(bytes) - x0) / (x1 - x0) : 1.0;
-      return std::exp(y0 + t * (y1 - y0)) * 1e-6;
-    }
-  }
-  return 0;
+  if (pts.empty()) return 0;
+  const auto last = *std::max_element(pts.begin(), pts.end());
+  if (bytes > last.first) return last.second * 1e-6 * bytes / last.first;
+  return interpolate_log_x(pts, bytes, /*log_y=*/true, /*clamp=*/false) * 1e-6;
 }
 
 // The measured attention rate at sequence length T (log-linear between the
 // measured lengths, clamped at the ends); 0 when the profile has none.
 double measured_attention_gflops(const HwProfile& hw, int64_t T) {
-  std::vector<AttentionPoint> pts = hw.attention;
-  if (pts.empty()) return 0;
-  std::sort(pts.begin(), pts.end(),
-            [](const AttentionPoint& a, const AttentionPoint& b) { return a.seq < b.seq; });
-  if (T <= pts.front().seq) return pts.front().gflops;
-  if (T >= pts.back().seq) return pts.back().gflops;
-  for (size_t i = 1; i < pts.size(); ++i) {
-    if (T <= pts[i].seq) {
-      const double x0 = std::log(static_cast<double>(pts[i - 1].seq));
-      const double x1 = std::log(static_cast<double>(pts[i].seq));
-      const double t = (std::log(static_cast<double>(T)) - x0) / (x1 - x0);
-      return pts[i - 1].gflops + t * (pts[i].gflops - pts[i - 1].gflops);
-    }
-  }
-  return pts.back().gflops;
+  std::vector<std::pair<double, double>> pts;
+  for (const auto& a : hw.attention) pts.push_back({static_cast<double>(a.seq), a.gflops});
+  return interpolate_log_x(pts, static_cast<double>(T), /*log_y=*/false, /*clamp=*/true);
 }
 
 // Flash-style attention: (sequence, head) problems of T queries x T keys.
@@ -125,19 +125,9 @@ double optimizer_bytes_per_param(const std::string& optimizer) {
 double curve_efficiency(const HwProfile& hw, const std::string& dtype, double work) {
   const auto it = hw.gemm_efficiency.find(dtype);
   if (it == hw.gemm_efficiency.end() || it->second.empty()) return kAssumedGemmPlateau;
-  std::vector<EfficiencyPoint> pts = it->second;
-  std::sort(pts.begin(), pts.end(),
-            [](const EfficiencyPoint& a, const EfficiencyPoint& b) { return a.flops < b.flops; });
-  if (work <= pts.front().flops) return pts.front().efficiency;
-  if (work >= pts.back().flops) return pts.back().efficiency;
-  for (size_t i = 1; i < pts.size(); ++i) {
-    if (work <= pts[i].flops) {
-      const double x0 = std::log(pts[i - 1].flops), x1 = std::log(pts[i].flops);
-      const double t = x1 > x0 ? (std::log(work) - x0) / (x1 - x0) : 1.0;
-      return pts[i - 1].efficiency + t * (pts[i].efficiency - pts[i - 1].efficiency);
-    }
-  }
-  return pts.back().efficiency;
+  std::vector<std::pair<double, double>> pts;
+  for (const auto& p : it->second) pts.push_back({p.flops, p.efficiency});
+  return interpolate_log_x(pts, work, /*log_y=*/false, /*clamp=*/true);
 }
 
 GemmPrice price_gemm(const HwProfile& hw, const std::string& dtype, int64_t m, int64_t n, int64_t k,
