@@ -2,7 +2,7 @@
 // layer with an EDA scale), inputs, anvil's outputs, expert choices and every
 // gradient for tests/python/moe_parity.py (a PyTorch reference from
 // ../shared/ZAYA1.md section 4). Balancing biases favour the skip class so
-// some tokens skip. Usage: moe_parity_dump OUT_DIR
+// some tokens skip. Usage: moe_parity_dump [TOP_K (default 1)] OUT_DIR
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -13,17 +13,19 @@
 #include "anvil/model/zaya_moe_layer.hpp"
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: moe_parity_dump OUT_DIR\n");
+  if (argc != 2 && argc != 3) {
+    std::fprintf(stderr, "usage: moe_parity_dump [TOP_K] OUT_DIR\n");
     return 2;
   }
-  const std::string out = argv[1];
+  const std::string out = argv[argc - 1];
   std::filesystem::create_directories(out);
   anvil::model::ZayaMoeShape s;
   s.hidden = 24;
   s.router_dim = 16;
   s.experts = 4;
   s.expert_ffn = 12;
+  s.top_k = argc == 3 ? std::stoi(argv[1]) : 1;
+  const int64_t k = s.top_k;
   const int64_t N = 60, H = s.hidden, R = s.router_dim, E = s.experts, K = E + 1, F = s.expert_ffn;
   std::mt19937 gen(21);
   std::normal_distribution<float> normal(0.0f, 0.5f);
@@ -51,8 +53,8 @@ int main(int argc, char** argv) {
   layer.forward(y.data(), rstate.data(), x.data(), rprev.data(), params(w), bias.data());
   layer.backward(dx.data(), drprev.data(), params(gw), r.data(), r2.data(), x.data(), rprev.data(),
                  params(w));
-  std::vector<float> choices(N);
-  for (int64_t n = 0; n < N; ++n) choices[n] = static_cast<float>(layer.choices()[n]);
+  std::vector<float> choices(N * k);
+  for (int64_t a = 0; a < N * k; ++a) choices[a] = static_cast<float>(layer.choices()[a]);
   const std::string a = "model.layers.3.zaya_block.";
   const char* names[] = {
       "router.down_proj.weight",    "router.down_proj.bias",      "router.router_states_scale",
@@ -79,11 +81,12 @@ int main(int argc, char** argv) {
   t.push_back({"r2", {N, R}, r2.data()});
   t.push_back({"out", {N, H}, y.data()});
   t.push_back({"rstate", {N, R}, rstate.data()});
-  t.push_back({"choices", {N}, choices.data()});
+  t.push_back({"choices", {N, k}, choices.data()});
   t.push_back({"grad.x", {N, H}, dx.data()});
   t.push_back({"grad.rstate_prev", {N, R}, drprev.data()});
-  anvil::ckpt::write_safetensors(
-      out + "/moe.safetensors", t,
-      {{"experts", std::to_string(E)}, {"expert_ffn", std::to_string(F)}});
+  anvil::ckpt::write_safetensors(out + "/moe.safetensors", t,
+                                 {{"experts", std::to_string(E)},
+                                  {"expert_ffn", std::to_string(F)},
+                                  {"top_k", std::to_string(k)}});
   return 0;
 }

@@ -17,8 +17,9 @@
 namespace anvil::model {
 namespace {
 
-TEST(ZayaDecode, DecodeWithCachesEqualsTheFullPrefill) {
-  const auto config = load_model_config(std::string(ANVIL_SOURCE_DIR) + "/configs/zaya-tiny.json");
+void check_decode_equals_prefill(int64_t top_k) {
+  auto config = load_model_config(std::string(ANVIL_SOURCE_DIR) + "/configs/zaya-tiny.json");
+  config.top_k = top_k;
   const int64_t T = config.seq_len;
   ZayaModel prefill(config, 1, T);
   test_support::move_away_from_init(prefill, 9);
@@ -57,10 +58,18 @@ TEST(ZayaDecode, DecodeWithCachesEqualsTheFullPrefill) {
       }
       worst = std::max(worst, diff / scale);
     }
-    EXPECT_LT(worst, 1e-5) << "round " << round;
+    EXPECT_LT(worst, 1e-5) << "round " << round << ", top-" << top_k;
   }
   EXPECT_THROW(decode.decode_step(tokens[0], T, std::vector<float>(V).data()), InputError);
   EXPECT_THROW(prefill.start_decode(T), InputError);  // built for a batch, not for decode
+}
+
+TEST(ZayaDecode, DecodeWithCachesEqualsTheFullPrefill) {
+  check_decode_equals_prefill(1);
+}
+
+TEST(ZayaDecode, DecodeEqualsPrefillWithTwoExpertsPerToken) {
+  check_decode_equals_prefill(2);
 }
 
 }  // namespace

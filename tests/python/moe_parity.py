@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """PyTorch reference of ZAYA1's MoE layer (router with EDA, skip class,
-biased top-1 with the unbiased gate; SwiGLU experts; skip output gate * x),
+biased top-k (k = 1 is ZAYA1's) with unbiased gates; SwiGLU experts; skip
+output gate * x),
 written from ../shared/ZAYA1.md section 4. Checks anvil's expert choices
 (identical, some of them skip), outputs and every gradient within 1e-4.
 """
@@ -13,7 +14,7 @@ from decoder_parity import finish, read_safetensors, report
 
 
 
-def moe(w, x, rstate_prev, E, Fh, a="model.layers.3.zaya_block."):
+def moe(w, x, rstate_prev, E, Fh, k=1, a="model.layers.3.zaya_block."):
     r = a + "router."
     h = x @ w[r + "down_proj.weight"].t() + w[r + "down_proj.bias"]
     if rstate_prev is not None:                              # EDA (not in the first MoE layer)
@@ -23,11 +24,11 @@ def moe(w, x, rstate_prev, E, Fh, a="model.layers.3.zaya_block."):
     z = F.gelu(z @ w[r + "router_mlp.0.weight"].t() + w[r + "router_mlp.0.bias"])  # exact erf
     z = F.gelu(z @ w[r + "router_mlp.2.weight"].t() + w[r + "router_mlp.2.bias"])
     p = (z @ w[r + "router_mlp.4.weight"].t()).softmax(-1)
-    choice = (p + w[r + "balancing_biases"]).argmax(-1)  # selection only
-    gate = p.gather(-1, choice[:, None])[:, 0]          # unbiased, not renormalised
+    choice = (p + w[r + "balancing_biases"]).topk(k, -1).indices  # [N, k], selection only
+    gate = p.gather(-1, choice)                          # unbiased, not renormalised
     out = torch.zeros_like(x)
     for e in range(E + 1):
-        rows = (choice == e).nonzero()[:, 0]
+        rows, j = (choice == e).nonzero(as_tuple=True)
         if rows.numel() == 0:
             continue
         xe = x[rows]
@@ -37,18 +38,18 @@ def moe(w, x, rstate_prev, E, Fh, a="model.layers.3.zaya_block."):
             ex = a + f"experts.local_experts.{e}."
             y = xe @ w[ex + "linear_fc1.weight"].t()
             ye = (F.silu(y[:, :Fh]) * y[:, Fh:]) @ w[ex + "linear_fc2.weight"].t()
-        out = out.index_add(0, rows, gate[rows, None] * ye)
+        out = out.index_add(0, rows, gate[rows, j, None] * ye)
     return out, rstate, choice
 
 
 def check_choices(label, choice, expected, E):
     """Identical choices, with every expert and the skip class (index E) used."""
-    same = bool((choice.float() == expected).all())
-    used = len(set(choice.tolist()))
-    skips = int((choice == E).sum())
+    same = choice.flatten().float().tolist() == expected.flatten().tolist()
+    used = len(set(choice.flatten().tolist()))
+    skips = int((choice.reshape(len(choice), -1) == E).any(-1).sum())
     ok = same and used == E + 1
     print(f"{'ok' if ok else 'FAIL':4} {label} expert choices identical: {same}, "
-          f"{used} of {E + 1} classes used, {skips} of {len(choice)} skip")
+          f"{used} of {E + 1} classes used, {skips} of {len(choice)} tokens skip")
     return [] if ok else [label]
 
 
@@ -61,16 +62,16 @@ def grads_of(names, w, got):
 
 def main(path):
     got, meta = read_safetensors(path + "/moe.safetensors")
-    E, Fh = int(meta["experts"]), int(meta["expert_ffn"])
+    E, Fh, k = int(meta["experts"]), int(meta["expert_ffn"]), int(meta.get("top_k", 1))
     names = [n for n in got if n.startswith("model.") and not n.endswith("balancing_biases")]
     w = {n: got[n].clone().requires_grad_(True) for n in names}
     bias_name = next(n for n in got if n.endswith("balancing_biases"))
     w[bias_name] = got[bias_name]
     x = got["x"].clone().requires_grad_(True)
     rp = got["rstate_prev"].clone().requires_grad_(True)
-    out, rstate, choice = moe(w, x, rp, E, Fh)
+    out, rstate, choice = moe(w, x, rp, E, Fh, k)
     ((out * got["r"]).sum() + (rstate * got["r2"]).sum()).backward()
-    failures = check_choices("moe layer", choice, got["choices"], E)
+    failures = check_choices(f"moe layer (top-{k})", choice, got["choices"], E)
     pairs = [("out", got["out"], out.detach()), ("rstate", got["rstate"], rstate.detach()),
              ("grad.x", got["grad.x"], x.grad), ("grad.rstate_prev", got["grad.rstate_prev"], rp.grad)]
     pairs += grads_of(names, w, got)

@@ -42,7 +42,7 @@ def zaya(cfg, w, tokens):
                     cfg["rope_theta"], p=p + "self_attn.")
         else:
             out, rstate, choice = moe(w, x.reshape(B * T, H), rstate, cfg["n_experts"],
-                                      cfg["expert_ffn_hidden"], a=p + "zaya_block.")
+                                      cfg["expert_ffn_hidden"], cfg.get("top_k", 1), a=p + "zaya_block.")
             h = out.reshape(B, T, H)
             choices[n] = choice
     r = merge(w, "model.res_scale.", r, h)

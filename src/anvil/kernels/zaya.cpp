@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 namespace anvil::kernels {
@@ -81,7 +82,8 @@ void gelu_erf_backward(float* dinp, const float* inp, const float* dout, int64_t
 }
 
 void router_select_forward(int32_t* choice, float* gate, float* probs, const float* logits,
-                           const float* bias, int64_t N, int64_t classes) {
+                           const float* bias, int64_t N, int64_t classes, int64_t k) {
+  if (k < 1 || k > classes) throw std::invalid_argument("router_select_forward: k out of range");
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* z = logits + n * classes;
@@ -93,25 +95,35 @@ void router_select_forward(int32_t* choice, float* gate, float* probs, const flo
       p[e] = std::exp(z[e] - maxv);
       sum += p[e];
     }
-    int32_t best = 0;
-    for (int64_t e = 0; e < classes; ++e) {
-      p[e] /= sum;
-      // Ties go to the lower index, as torch.argmax does.
-      if (p[e] + bias[e] > p[best] + bias[best]) best = static_cast<int32_t>(e);
+    for (int64_t e = 0; e < classes; ++e) p[e] /= sum;
+    // k passes of argmax over the classes not yet taken (k is small).
+    int32_t* c = choice + n * k;
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t best = -1;
+      for (int64_t e = 0; e < classes; ++e) {
+        bool taken = false;
+        for (int64_t i = 0; i < j; ++i) taken = taken || c[i] == e;
+        // Ties go to the lower index, as torch.argmax does.
+        if (!taken && (best < 0 || p[e] + bias[e] > p[best] + bias[best])) {
+          best = static_cast<int32_t>(e);
+        }
+      }
+      c[j] = best;
+      gate[n * k + j] = p[best];
     }
-    choice[n] = best;
-    gate[n] = p[best];
   }
 }
 
 void router_select_backward(float* dlogits, const float* dgate, const int32_t* choice,
-                            const float* probs, int64_t N, int64_t classes) {
+                            const float* probs, int64_t N, int64_t classes, int64_t k) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* p = probs + n * classes;
-    const int32_t c = choice[n];
-    const float g = dgate[n] * p[c];
-    for (int64_t e = 0; e < classes; ++e) dlogits[n * classes + e] += g * ((e == c) - p[e]);
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t c = choice[n * k + j];
+      const float g = dgate[n * k + j] * p[c];
+      for (int64_t e = 0; e < classes; ++e) dlogits[n * classes + e] += g * ((e == c) - p[e]);
+    }
   }
 }
 

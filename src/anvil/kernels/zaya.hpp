@@ -22,15 +22,17 @@ void residual_merge_backward(float* dr, float* dh, float* dhs, float* dhb, float
 void gelu_erf_forward(float* out, const float* inp, int64_t n);
 void gelu_erf_backward(float* dinp, const float* inp, const float* dout, int64_t n);
 
-// Router selection over E + 1 classes (index E = skip): p = softmax(logits),
-// choice = argmax_e (p_e + bias_e) (the bias steers selection only),
-// gate = p[choice] (unbiased, not renormalised). probs [N, E+1] is saved.
+// Router selection over E + 1 classes (index E = skip): p = softmax(logits);
+// the k classes with the largest p_e + bias_e (the bias steers selection
+// only), best first, ties to the lower index as torch.topk/argmax; gate =
+// p[choice] (unbiased, not renormalised). choice and gate are [N, k]; probs
+// [N, E+1] is saved. k = 1 is ZAYA1's argmax.
 void router_select_forward(int32_t* choice, float* gate, float* probs, const float* logits,
-                           const float* bias, int64_t N, int64_t classes);
-// The gradient reaches the logits only through the gate:
-// dlogits[n, e] += dgate[n] * p_c (1[e == c] - p_e), c = choice[n].
+                           const float* bias, int64_t N, int64_t classes, int64_t k = 1);
+// The gradient reaches the logits only through the gates:
+// dlogits[n, e] += sum_j dgate[n, j] p_cj (1[e == cj] - p_e), cj = choice[n, j].
 void router_select_backward(float* dlogits, const float* dgate, const int32_t* choice,
-                            const float* probs, int64_t N, int64_t classes);
+                            const float* probs, int64_t N, int64_t classes, int64_t k = 1);
 
 // Optional router losses on the E experts (not the skip class), for
 // probs/logits [N, E+1] and the tokens routed to each expert this step:

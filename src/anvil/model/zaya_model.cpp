@@ -20,10 +20,10 @@ constexpr int64_t kLossChunk = kernels::kClassifierChunk;
 
 ParamRegistry zaya_registry(const ModelConfig& c) {
   if (c.attention != "cca" || c.n_experts < 1 || c.n_kv_heads != 2 || c.router_dim < 1 ||
-      c.expert_ffn_hidden < 1 || c.top_k != 1 || !c.tied_embeddings) {
+      c.expert_ffn_hidden < 1 || !c.tied_embeddings) {
     throw InputError("config " + c.name +
                      ": ZAYA1 needs attention cca, n_kv_heads 2, n_experts >= 1, router_dim >= 1, "
-                     "expert_ffn_hidden >= 1, top_k 1 and tied embeddings");
+                     "expert_ffn_hidden >= 1 and tied embeddings");
   }
   const int64_t H = c.d_model, d = c.head_dim, Cq = c.n_heads * d, Ck = 2 * d, C = Cq + Ck;
   const int64_t R = c.router_dim, E = c.n_experts, F = c.expert_ffn_hidden;
@@ -107,6 +107,7 @@ ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing 
   ms.router_dim = R_;
   ms.experts = c_.n_experts;
   ms.expert_ffn = c_.expert_ffn_hidden;
+  ms.top_k = c_.top_k;
   ms.norm_eps = static_cast<float>(c_.norm_eps);
   for (int64_t n = 0; n < layers_; ++n) {
     if (n % 2 == 0) {

@@ -12,20 +12,21 @@ namespace anvil::model {
 ZayaMoeLayer::ZayaMoeLayer(ZayaMoeShape shape, int64_t N, RouterLossCoefs losses)
     : s_(shape), losses_(losses), N_(N) {
   const int64_t R = s_.router_dim, K = s_.experts + 1, H = s_.hidden, F = s_.expert_ffn;
+  const int64_t A = N * s_.top_k;  // assignments
   auto sized = [](std::vector<float>& v, int64_t n) { v.assign(static_cast<size_t>(n), 0.0f); };
   for (auto* v : {&h_, &z0_, &a1_, &z1_, &a2_, &z2_}) sized(*v, N * R);
   sized(rstd_, N);
   sized(logits_, N * K);
   sized(probs_, N * K);
-  sized(gate_, N);
-  choice_.assign(static_cast<size_t>(N), 0);
-  order_.assign(static_cast<size_t>(N), 0);
-  slot_.assign(static_cast<size_t>(N), 0);
+  sized(gate_, A);
+  choice_.assign(static_cast<size_t>(A), 0);
+  order_.assign(static_cast<size_t>(A), 0);
+  slot_.assign(static_cast<size_t>(A), 0);
   offsets_.assign(static_cast<size_t>(s_.experts + 1), 0);
-  sized(xs_, N * H);
-  sized(y_, N * 2 * F);
-  sized(act_, N * F);
-  sized(ys_, N * H);
+  sized(xs_, A * H);
+  sized(y_, A * 2 * F);
+  sized(act_, A * F);
+  sized(ys_, A * H);
 }
 
 size_t ZayaMoeLayer::bytes() const {
@@ -40,6 +41,7 @@ size_t ZayaMoeLayer::bytes() const {
 void ZayaMoeLayer::forward(float* out, float* rstate_out, const float* x, const float* rstate_prev,
                            const ZayaMoeParams& p, const float* balancing_bias) {
   const int64_t R = s_.router_dim, E = s_.experts, K = E + 1, H = s_.hidden, F = s_.expert_ffn;
+  const int64_t k = s_.top_k;
   // Router.
   kernels::linear_forward(h_.data(), x, p.down_w, p.down_b, N_, H, R);
   if (rstate_prev != nullptr) {
@@ -54,18 +56,18 @@ void ZayaMoeLayer::forward(float* out, float* rstate_out, const float* x, const 
   kernels::gelu_erf_forward(z2_.data(), a2_.data(), N_ * R);
   kernels::linear_forward(logits_.data(), z2_.data(), p.mlp4_w, nullptr, N_, R, K);
   kernels::router_select_forward(choice_.data(), gate_.data(), probs_.data(), logits_.data(),
-                                 balancing_bias, N_, K);
+                                 balancing_bias, N_, K, k);
   // Dispatch and experts.
   rows_ =
-      kernels::moe_dispatch(order_.data(), offsets_.data(), slot_.data(), choice_.data(), N_, 1, E);
+      kernels::moe_dispatch(order_.data(), offsets_.data(), slot_.data(), choice_.data(), N_, k, E);
   stats_.tokens_per_class.assign(static_cast<size_t>(K), 0);
   for (int64_t e = 0; e < E; ++e) stats_.tokens_per_class[e] = offsets_[e + 1] - offsets_[e];
-  stats_.tokens_per_class[E] = N_ - rows_;
+  stats_.tokens_per_class[E] = N_ * k - rows_;
   const kernels::RouterLosses rl = kernels::router_losses(
       probs_.data(), logits_.data(), stats_.tokens_per_class.data(), losses_.aux, losses_.z, N_, E);
   stats_.aux_loss = rl.aux;
   stats_.z_loss = rl.z;
-  kernels::moe_gather(xs_.data(), x, order_.data(), rows_, 1, H);
+  kernels::moe_gather(xs_.data(), x, order_.data(), rows_, k, H);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t b = offsets_[e], n = offsets_[e + 1] - b;
     if (n == 0) continue;
@@ -76,13 +78,14 @@ void ZayaMoeLayer::forward(float* out, float* rstate_out, const float* x, const 
                             F, H);
   }
   kernels::moe_combine_forward(out, ys_.data(), x, gate_.data(), slot_.data(), s_.skip_identity, N_,
-                               1, H);
+                               k, H);
 }
 
 void ZayaMoeLayer::backward(float* dx, float* drstate_prev, const ZayaMoeParams& g,
                             const float* dout, const float* drstate_out, const float* x,
                             const float* rstate_prev, const ZayaMoeParams& p, float loss_scale) {
   const int64_t R = s_.router_dim, E = s_.experts, K = E + 1, H = s_.hidden, F = s_.expert_ffn;
+  const int64_t k = s_.top_k;
   // Combine, experts, gather.
   // Scratch lives in the layer (sized once, cleared here): no per-step allocation.
   auto zeroed = [](std::vector<float>& v, int64_t n) -> float* {
@@ -91,9 +94,9 @@ void ZayaMoeLayer::backward(float* dx, float* drstate_prev, const ZayaMoeParams&
     return v.data();
   };
   float* dys = zeroed(back_.dys, rows_ * H);
-  float* dgate = zeroed(back_.dgate, N_);
+  float* dgate = zeroed(back_.dgate, N_ * k);
   kernels::moe_combine_backward(dys, dgate, dx, dout, ys_.data(), x, gate_.data(), slot_.data(),
-                                s_.skip_identity, N_, 1, H);
+                                s_.skip_identity, N_, k, H);
   float* dact = zeroed(back_.dact, rows_ * F);
   float* dy = zeroed(back_.dy, rows_ * 2 * F);
   float* dxs = zeroed(back_.dxs, rows_ * H);
@@ -106,14 +109,14 @@ void ZayaMoeLayer::backward(float* dx, float* drstate_prev, const ZayaMoeParams&
     kernels::linear_backward(dxs + b * H, g.fc1 + e * 2 * F * H, nullptr, dy + b * 2 * F,
                              xs_.data() + b * H, p.fc1 + e * 2 * F * H, n, H, 2 * F);
   }
-  kernels::moe_gather_backward(dx, dxs, slot_.data(), N_, 1, H);
+  kernels::moe_gather_backward(dx, dxs, slot_.data(), N_, k, H);
   // Router: only through the gate.
   float* dlogits = zeroed(back_.dlogits, N_ * K);
   float* d2 = zeroed(back_.d2, N_ * R);
   float* d1 = zeroed(back_.d1, N_ * R);
   float* dh = zeroed(back_.dh, N_ * R);
   float* da = zeroed(back_.da, N_ * R);
-  kernels::router_select_backward(dlogits, dgate, choice_.data(), probs_.data(), N_, K);
+  kernels::router_select_backward(dlogits, dgate, choice_.data(), probs_.data(), N_, K, k);
   if (losses_.aux != 0.0f || losses_.z != 0.0f) {
     kernels::router_losses_backward(dlogits, probs_.data(), logits_.data(),
                                     stats_.tokens_per_class.data(), losses_.aux, losses_.z,

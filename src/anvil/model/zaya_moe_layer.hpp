@@ -1,10 +1,11 @@
-// ZAYA1's MoE layer (../shared/ZAYA1.md section 4), training form, top-1:
+// ZAYA1's MoE layer (../shared/ZAYA1.md section 4), training form, top-k
+// (k = 1 is ZAYA1's):
 //   router: h0 = x Wd^T + bd; h = h0 + rstate_prev * g (EDA; not in the first
 //   MoE layer); rstate = h; z = RMSNorm(h); z = GELU(z W0^T + b0);
 //   z = GELU(z W1^T + b1); p = softmax(z W2^T) over E experts + skip;
-//   choice = argmax(p + balancing_bias); gate = p[choice];
+//   choices = the k largest p + balancing_bias; gate_j = p[choice_j];
 //   experts: SwiGLU (fc1 -> gate|up halves, fc2), dropless (kernels/moe.hpp);
-//   out = gate * E_choice(x), or gate * x (or 0) for the skip class.
+//   out = sum_j gate_j * E_choice_j(x), with gate * x (or 0) for the skip class.
 // Router, dispatch and expert compute are separate kernels (STYLE.md).
 #pragma once
 
@@ -19,6 +20,7 @@ struct ZayaMoeShape {
   int64_t router_dim = 256;   // R
   int64_t experts = 16;       // E (the skip class is E)
   int64_t expert_ffn = 2048;  // F: fc1 is [2F, H], fc2 [H, F]
+  int64_t top_k = 1;          // classes (experts or skip) per token
   float norm_eps = 1e-5f;
   bool skip_identity = true;  // skip output gate * x (the original) or 0 (later ports)
 };
@@ -39,7 +41,7 @@ struct ZayaMoeParams {
 };
 
 struct RouterStats {
-  std::vector<int64_t> tokens_per_class;  // E + 1 (the last is skip)
+  std::vector<int64_t> tokens_per_class;  // E + 1 (the last is skip); sums to N * top_k
   double aux_loss = 0, z_loss = 0;        // the optional router losses, as added to the loss
 };
 
@@ -66,7 +68,7 @@ class ZayaMoeLayer {
                 const float* drstate_out, const float* x, const float* rstate_prev,
                 const ZayaMoeParams& p, float loss_scale = 1.0f);
   const RouterStats& stats() const { return stats_; }
-  const std::vector<int32_t>& choices() const { return choice_; }
+  const std::vector<int32_t>& choices() const { return choice_; }  // [N, top_k]
   // Bytes of the activations and scratch this layer holds.
   size_t bytes() const;
 
