@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 #include <filesystem>
+#include <random>
 
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
@@ -83,6 +83,28 @@ TEST(Muon, NewtonSchulzOrthogonalisesAndIsTransposeSymmetric) {
     EXPECT_GT(d, 0.4);
     EXPECT_LT(d, 1.6);
   }
+}
+
+TEST(Muon, NewtonSchulzInBf16StaysCloseToFp32) {
+  // A 64 x 96 Gaussian: the bf16 iteration rounds each GEMM's inputs to 8
+  // mantissa bits; the iterate stays fp32, so it ends within a few bf16 ulps.
+  const int64_t m = 64, n = 96;
+  std::vector<float> g(m * n), want(m * n), got(m * n);
+  std::mt19937 gen(7);
+  std::normal_distribution<float> normal;
+  for (auto& v : g) v = normal(gen);
+  std::vector<float> x(m * n), y(m * n), a(m * m), b(m * m);
+  std::vector<bf16> xb(m * n), ab(m * m);
+  optim::newton_schulz(want.data(), g.data(), m, n, 5, x.data(), y.data(), a.data(), b.data());
+  optim::newton_schulz_bf16(got.data(), g.data(), m, n, 5, x.data(), y.data(), a.data(), b.data(),
+                            xb.data(), ab.data());
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    num += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  EXPECT_LT(std::sqrt(num / den), 0.05);
+  EXPECT_GT(std::sqrt(num / den), 0.0);  // it did run in bf16
 }
 
 TEST(Registry, FusedProjectionsAreContiguous) {

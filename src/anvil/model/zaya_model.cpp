@@ -240,7 +240,9 @@ nlohmann::json ZayaModel::step_metrics() const {
                       {"skip_rate", total > 0 ? static_cast<double>(load[E]) / total : 0.0},
                       {"aux_loss", moe_[m]->stats().aux_loss},
                       {"z_loss", moe_[m]->stats().z_loss},
-                      {"entropy", entropy}});
+                      {"entropy", entropy},
+                      {"margin", moe_[m]->stats().margin},
+                      {"bias", biases_[m]}});
   }
   return {{"router", layers}};
 }

@@ -65,6 +65,22 @@ void ZayaMoeLayer::forward(float* out, float* rstate_out, const float* x, const 
   stats_.tokens_per_class[E] = N_ * k - rows_;
   const kernels::RouterLosses rl = kernels::router_losses(
       probs_.data(), logits_.data(), stats_.tokens_per_class.data(), losses_.aux, losses_.z, N_, E);
+  double margin = 0;
+#pragma omp parallel for reduction(+ : margin) schedule(static)
+  for (int64_t n = 0; n < N_; ++n) {
+    float best = -1e30f, second = -1e30f;
+    for (int64_t e = 0; e < K; ++e) {
+      const float v = probs_[n * K + e] + balancing_bias[e];
+      if (v > best) {
+        second = best;
+        best = v;
+      } else if (v > second) {
+        second = v;
+      }
+    }
+    margin += best - second;
+  }
+  stats_.margin = margin / static_cast<double>(N_);
   stats_.aux_loss = rl.aux;
   stats_.z_loss = rl.z;
   kernels::moe_gather(xs_.data(), x, order_.data(), rows_, k, H);

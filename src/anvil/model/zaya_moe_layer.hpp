@@ -43,6 +43,10 @@ struct ZayaMoeParams {
 struct RouterStats {
   std::vector<int64_t> tokens_per_class;  // E + 1 (the last is skip); sums to N * top_k
   double aux_loss = 0, z_loss = 0;        // the optional router losses, as added to the loss
+  // Mean over tokens of the gap between the best and the runner-up biased
+  // score p_e + bias_e: how far the balancing biases can move before
+  // choices flip (compare with the biases' step per optimizer step).
+  double margin = 0;
 };
 
 // Optional router losses (kernels/zaya.hpp router_losses): Switch

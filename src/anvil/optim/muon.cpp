@@ -13,11 +13,11 @@ constexpr float kA = 3.4445f, kB = -4.7750f, kC = 2.0315f;
 
 }  // namespace
 
-void newton_schulz(float* out, const float* g, int64_t rows, int64_t cols, int steps, float* x,
-                   float* y, float* a, float* b) {
-  // Work on the wide orientation (r <= c) so the Gram matrices are r x r.
+namespace {
+
+// x = g / |g|_F in the wide orientation (r <= c); returns whether transposed.
+bool ns_start(float* x, const float* g, int64_t rows, int64_t cols) {
   const bool transposed = rows > cols;
-  const int64_t r = transposed ? cols : rows, c = transposed ? rows : cols;
   double norm2 = 0;
   for (int64_t i = 0; i < rows * cols; ++i) norm2 += static_cast<double>(g[i]) * g[i];
   const auto inv = static_cast<float>(1.0 / (std::sqrt(norm2) + 1e-7));
@@ -27,6 +27,30 @@ void newton_schulz(float* out, const float* g, int64_t rows, int64_t cols, int s
   } else {
     for (int64_t i = 0; i < rows * cols; ++i) x[i] = g[i] * inv;
   }
+  return transposed;
+}
+
+void ns_finish(float* out, const float* x, int64_t rows, int64_t cols, bool transposed) {
+  if (transposed) {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = x[j * rows + i];
+  } else {
+    std::memcpy(out, x, static_cast<size_t>(rows * cols) * sizeof(float));
+  }
+}
+
+void round_to_bf16(bf16* out, const float* in, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
+}
+
+}  // namespace
+
+void newton_schulz(float* out, const float* g, int64_t rows, int64_t cols, int steps, float* x,
+                   float* y, float* a, float* b) {
+  // Work on the wide orientation (r <= c) so the Gram matrices are r x r.
+  const bool transposed = ns_start(x, g, rows, cols);
+  const int64_t r = transposed ? cols : rows, c = transposed ? rows : cols;
   for (int s = 0; s < steps; ++s) {
     kernels::gemm(false, true, r, r, c, 1.0f, x, c, x, c, 0.0f, a, r);  // A = X X^T
     std::memcpy(b, a, static_cast<size_t>(r * r) * sizeof(float));
@@ -35,12 +59,25 @@ void newton_schulz(float* out, const float* g, int64_t rows, int64_t cols, int s
     kernels::gemm(false, false, r, c, r, 1.0f, b, r, x, c, kA, y, c);  // Y = a X + B X
     std::swap(x, y);
   }
-  if (transposed) {
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = x[j * rows + i];
-  } else {
-    std::memcpy(out, x, static_cast<size_t>(rows * cols) * sizeof(float));
+  ns_finish(out, x, rows, cols, transposed);
+}
+
+void newton_schulz_bf16(float* out, const float* g, int64_t rows, int64_t cols, int steps, float* x,
+                        float* y, float* a, float* b, bf16* xb, bf16* ab) {
+  const bool transposed = ns_start(x, g, rows, cols);
+  const int64_t r = transposed ? cols : rows, c = transposed ? rows : cols;
+  for (int s = 0; s < steps; ++s) {
+    round_to_bf16(xb, x, r * c);
+    kernels::gemm(false, true, r, r, c, 1.0f, xb, c, xb, c, 0.0f, a, r);  // A = X X^T
+    std::memcpy(b, a, static_cast<size_t>(r * r) * sizeof(float));
+    round_to_bf16(ab, a, r * r);
+    kernels::gemm(false, false, r, r, r, kC, ab, r, ab, r, kB, b, r);  // B = b A + c A A
+    std::memcpy(y, x, static_cast<size_t>(r * c) * sizeof(float));
+    round_to_bf16(ab, b, r * r);
+    kernels::gemm(false, false, r, c, r, 1.0f, ab, r, xb, c, kA, y, c);  // Y = a X + B X
+    std::swap(x, y);
   }
+  ns_finish(out, x, rows, cols, transposed);
 }
 
 namespace {
@@ -69,13 +106,21 @@ Muon::Muon(const model::ParamRegistry& registry, MuonConfig config)
     : registry_(registry),
       config_(config),
       momentum_("muon.momentum_buffer", static_cast<size_t>(registry.total()) * sizeof(float)),
-      scratch_("muon scratch", tensor::Arena::rounded(largest_matrix(registry) * 4) * 3 +
-                                   tensor::Arena::rounded(largest_gram(registry) * 4) * 2) {
+      scratch_("muon scratch",
+               tensor::Arena::rounded(largest_matrix(registry) * 4) * 3 +
+                   tensor::Arena::rounded(largest_gram(registry) * 4) * 2 +
+                   (config.ns_bf16 ? tensor::Arena::rounded(largest_matrix(registry) * 2) +
+                                         tensor::Arena::rounded(largest_gram(registry) * 2)
+                                   : 0)) {
   x_ = scratch_.take_floats(static_cast<int64_t>(largest_matrix(registry)));
   y_ = scratch_.take_floats(static_cast<int64_t>(largest_matrix(registry)));
   u_ = scratch_.take_floats(static_cast<int64_t>(largest_matrix(registry)));
   a_ = scratch_.take_floats(static_cast<int64_t>(largest_gram(registry)));
   b_ = scratch_.take_floats(static_cast<int64_t>(largest_gram(registry)));
+  if (config.ns_bf16) {
+    xb_ = static_cast<bf16*>(scratch_.take_bytes(largest_matrix(registry) * sizeof(bf16)));
+    ab_ = static_cast<bf16*>(scratch_.take_bytes(largest_gram(registry) * sizeof(bf16)));
+  }
 }
 
 void Muon::update(float* params, const float* grads, float lr, float grad_scale) {
@@ -95,7 +140,11 @@ void Muon::update(float* params, const float* grads, float lr, float grad_scale)
       update[i] = config_.nesterov ? gi + mu * buf[i] : buf[i];
     }
     // In place is fine: newton_schulz reads its input before writing its output.
-    newton_schulz(update, update, rows, cols, config_.ns_steps, x_, y_, a_, b_);
+    if (config_.ns_bf16) {
+      newton_schulz_bf16(update, update, rows, cols, config_.ns_steps, x_, y_, a_, b_, xb_, ab_);
+    } else {
+      newton_schulz(update, update, rows, cols, config_.ns_steps, x_, y_, a_, b_);
+    }
     const float scale = 0.2f * std::sqrt(static_cast<float>(std::max(rows, cols)));
     const float decay = s.weight_decay ? 1.0f - lr * config_.weight_decay : 1.0f;
 #pragma omp parallel for simd schedule(static)
