@@ -374,6 +374,16 @@ int main(int argc, char** argv) {
   train->add_option("--balance-lr", topt.balance_lr, "Rate of the expert-bias balancing")
       ->check(CLI::NonNegativeNumber);
   train
+      ->add_option("--balance-beta1", topt.balance_beta1,
+                   "pid balancing: Adam beta1 on the load error (its running mean)")
+      ->check(CLI::Range(0.0, 0.9999));
+  train
+      ->add_option("--balance-beta2", topt.balance_beta2,
+                   "pid balancing: Adam beta2 (memory of the squared error that normalises steps; "
+                   "a short memory lets the biases keep moving once the early, large errors are "
+                   "past)")
+      ->check(CLI::Range(0.0, 0.9999));
+  train
       ->add_option("--aux-loss-coef", topt.aux_loss_coef,
                    "ZAYA1 router: coefficient of the Switch load-balancing loss (0 = off)")
       ->check(CLI::NonNegativeNumber);

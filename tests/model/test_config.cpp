@@ -3,6 +3,10 @@
 #include "anvil/base/error.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/gemm_shapes.hpp"
+#include "anvil/model/zaya_model.hpp"
+
+#include <cmath>
+#include <vector>
 
 namespace anvil::model {
 namespace {
@@ -56,6 +60,31 @@ TEST(ModelConfig, BadValuesNameTheKeyAndExpectation) {
             std::string::npos);
   EXPECT_NE(error_of([] { parse_model_config("{", "x.json"); }).find("not valid JSON"),
             std::string::npos);
+}
+
+TEST(ModelConfig, RouterInitStdRoundTripsAndInitialisesTheRouterMlp) {
+  const ModelConfig c = load_model_config(
+      std::string(ANVIL_SOURCE_DIR) + "/tests/configs/zaya-tiny.json", {"router_init_std=0.25"});
+  EXPECT_EQ(parse_model_config(model_config_to_json(c), "round trip").router_init_std, 0.25);
+  EXPECT_NE(error_of([] {
+              parse_model_config(R"({"router_init_std": 0})", "x.json");
+            }).find("router_init_std"),
+            std::string::npos);
+  const ParamRegistry r = zaya_registry(c);
+  std::vector<float> p(static_cast<size_t>(r.total()));
+  r.initialize(p.data(), 1);
+  auto rms = [&](const std::string& name) {
+    const auto& s = r.get(name);
+    double sum = 0;
+    for (int64_t i = 0; i < s.numel; ++i)
+      sum += static_cast<double>(p[s.offset + i]) * p[s.offset + i];
+    return std::sqrt(sum / static_cast<double>(s.numel));
+  };
+  for (const char* m : {"router_mlp.0.weight", "router_mlp.2.weight", "router_mlp.4.weight"}) {
+    EXPECT_NEAR(rms(std::string("model.layers.1.zaya_block.router.") + m), 0.25, 0.05) << m;
+  }
+  // Everything else keeps ZAYA1.md section 8's N(0, 0.02).
+  EXPECT_NEAR(rms("model.layers.1.zaya_block.router.down_proj.weight"), 0.02, 0.004);
 }
 
 TEST(ModelConfig, InconsistentHeadsAreRejected) {

@@ -104,6 +104,8 @@ const std::map<std::string, Setter>& schema() {
        [](ModelConfig& c, const json& v, const std::string& w) { c.top_k = positive(v, w); }},
       {"router_dim", [](ModelConfig& c, const json& v,
                         const std::string& w) { c.router_dim = positive(v, w, 0); }},
+      {"router_init_std", [](ModelConfig& c, const json& v,
+                             const std::string& w) { c.router_init_std = positive_real(v, w); }},
   };
   return table;
 }
@@ -204,7 +206,8 @@ std::string model_config_to_json(const ModelConfig& c) {
                       {"n_experts", c.n_experts},
                       {"expert_ffn_hidden", c.expert_ffn_hidden},
                       {"top_k", c.top_k},
-                      {"router_dim", c.router_dim}};
+                      {"router_dim", c.router_dim},
+                      {"router_init_std", c.router_init_std}};
   return j.dump(2);
 }
 

@@ -28,6 +28,7 @@ ParamRegistry zaya_registry(const ModelConfig& c) {
   const int64_t H = c.d_model, d = c.head_dim, Cq = c.n_heads * d, Ck = 2 * d, C = Cq + Ck;
   const int64_t R = c.router_dim, E = c.n_experts, F = c.expert_ffn_hidden;
   const float std = 0.02f;
+  const auto rstd = static_cast<float>(c.router_init_std);
   const auto muon = OptimizerGroup::muon;
   ParamRegistry r;
   r.add("model.embed_tokens.weight", {c.vocab_size, H}, Init::normal, std, true);
@@ -61,11 +62,11 @@ ParamRegistry zaya_registry(const ModelConfig& c) {
       r.add(a + "down_proj.bias", {R}, Init::zeros);
       if (n > 1) r.add(a + "router_states_scale", {R}, Init::ones);
       r.add(a + "rmsnorm_eda.weight", {R}, Init::ones);
-      r.add(a + "router_mlp.0.weight", {R, R}, Init::normal, std, true, muon);
+      r.add(a + "router_mlp.0.weight", {R, R}, Init::normal, rstd, true, muon);
       r.add(a + "router_mlp.0.bias", {R}, Init::zeros);
-      r.add(a + "router_mlp.2.weight", {R, R}, Init::normal, std, true, muon);
+      r.add(a + "router_mlp.2.weight", {R, R}, Init::normal, rstd, true, muon);
       r.add(a + "router_mlp.2.bias", {R}, Init::zeros);
-      r.add(a + "router_mlp.4.weight", {E + 1, R}, Init::normal, std, true, muon);
+      r.add(a + "router_mlp.4.weight", {E + 1, R}, Init::normal, rstd, true, muon);
       const std::string ex = layer_param_name(n, "zaya_block.experts.local_experts.");
       // All fc1 then all fc2: each a contiguous [E, ...] block for the layer.
       for (int64_t e = 0; e < E; ++e) {
@@ -206,10 +207,11 @@ void ZayaModel::after_step(int64_t step) {
         // Adam on the bias with the load error as its gradient.
         float& mo = bias_m_[m][e];
         float& ve = bias_v_[m][e];
-        mo = 0.9f * mo + 0.1f * error;
-        ve = 0.999f * ve + 0.001f * error * error;
-        const float mh = mo / (1.0f - std::pow(0.9f, static_cast<float>(step)));
-        const float vh = ve / (1.0f - std::pow(0.999f, static_cast<float>(step)));
+        const float b1 = balancing_.beta1, b2 = balancing_.beta2;
+        mo = b1 * mo + (1.0f - b1) * error;
+        ve = b2 * ve + (1.0f - b2) * error * error;
+        const float mh = mo / (1.0f - std::pow(b1, static_cast<float>(step)));
+        const float vh = ve / (1.0f - std::pow(b2, static_cast<float>(step)));
         bias[e] -= balancing_.lr * mh / (std::sqrt(vh) + 1e-8f);
       }
     }

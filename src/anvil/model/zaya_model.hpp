@@ -34,6 +34,10 @@ struct Balancing {
   // load-balancing loss and the router z-loss (kernels/zaya.hpp).
   float aux_loss_coef = 0.0f;
   float z_loss_coef = 0.0f;
+  // pid's Adam: beta1 averages the error (the controller's integral-like
+  // memory), beta2 its square (the step normaliser's memory).
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
 };
 
 class ZayaModel : public TrainableModel {
