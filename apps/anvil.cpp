@@ -384,6 +384,11 @@ int main(int argc, char** argv) {
                    "past)")
       ->check(CLI::Range(0.0, 0.9999));
   train
+      ->add_option("--skip-target", topt.skip_target,
+                   "ZAYA1: target share of tokens routed to the skip class; its bias is then "
+                   "balanced like the experts' (default: the skip bias stays at its init, -1)")
+      ->check(CLI::Range(0.0, 1.0));
+  train
       ->add_option("--aux-loss-coef", topt.aux_loss_coef,
                    "ZAYA1 router: coefficient of the Switch load-balancing loss (0 = off)")
       ->check(CLI::NonNegativeNumber);

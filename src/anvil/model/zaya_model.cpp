@@ -191,28 +191,39 @@ double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets
 
 void ZayaModel::after_step(int64_t step) {
   const int64_t E = c_.n_experts;
+  // One controller step on bias[e] with the error as its gradient.
+  auto control = [&](size_t m, int64_t e, float error) {
+    float& bias = biases_[m][e];
+    if (balancing_.mode == "sign") {
+      bias += error < 0 ? balancing_.lr : (error > 0 ? -balancing_.lr : 0.0f);
+      return;
+    }
+    // Adam on the bias with the load error as its gradient.
+    float& mo = bias_m_[m][e];
+    float& ve = bias_v_[m][e];
+    const float b1 = balancing_.beta1, b2 = balancing_.beta2;
+    mo = b1 * mo + (1.0f - b1) * error;
+    ve = b2 * ve + (1.0f - b2) * error * error;
+    const float mh = mo / (1.0f - std::pow(b1, static_cast<float>(step)));
+    const float vh = ve / (1.0f - std::pow(b2, static_cast<float>(step)));
+    bias -= balancing_.lr * mh / (std::sqrt(vh) + 1e-8f);
+  };
   for (size_t m = 0; m < moe_.size(); ++m) {
     auto& load = step_load_[m];
     last_load_[m] = load;
     int64_t routed = 0;
     for (int64_t e = 0; e < E; ++e) routed += load[e];
     if (routed > 0 && balancing_.mode != "none") {
-      auto& bias = biases_[m];
       for (int64_t e = 0; e < E; ++e) {
-        const float error = static_cast<float>(load[e]) / static_cast<float>(routed) - 1.0f / E;
-        if (balancing_.mode == "sign") {
-          bias[e] += error < 0 ? balancing_.lr : (error > 0 ? -balancing_.lr : 0.0f);
-          continue;
-        }
-        // Adam on the bias with the load error as its gradient.
-        float& mo = bias_m_[m][e];
-        float& ve = bias_v_[m][e];
-        const float b1 = balancing_.beta1, b2 = balancing_.beta2;
-        mo = b1 * mo + (1.0f - b1) * error;
-        ve = b2 * ve + (1.0f - b2) * error * error;
-        const float mh = mo / (1.0f - std::pow(b1, static_cast<float>(step)));
-        const float vh = ve / (1.0f - std::pow(b2, static_cast<float>(step)));
-        bias[e] -= balancing_.lr * mh / (std::sqrt(vh) + 1e-8f);
+        control(m, e, static_cast<float>(load[e]) / static_cast<float>(routed) - 1.0f / E);
+      }
+    }
+    // The skip class follows its target rate when one is set.
+    if (balancing_.mode != "none" && balancing_.skip_target >= 0.0f) {
+      const int64_t all = routed + load[E];
+      if (all > 0) {
+        control(m, E,
+                static_cast<float>(load[E]) / static_cast<float>(all) - balancing_.skip_target);
       }
     }
     std::fill(load.begin(), load.end(), 0);

@@ -26,7 +26,7 @@ ParamRegistry zaya_registry(const ModelConfig& config);
 // the loads of the step's tokens: "pid" feeds the load error of each expert
 // (its share of the routed tokens minus 1/E) as the gradient of a small Adam
 // on the biases; "sign" moves each bias by rate * sign(1/E - load); "none".
-// The skip class's bias stays where it is.
+// The skip class's bias stays where it is unless a target skip rate is set.
 struct Balancing {
   std::string mode = "pid";
   float lr = 1e-3f;  // Adam lr (pid) or step (sign)
@@ -38,6 +38,10 @@ struct Balancing {
   // memory), beta2 its square (the step normaliser's memory).
   float beta1 = 0.9f;
   float beta2 = 0.999f;
+  // Target share of the skip class (of all assignments); its bias is then
+  // controlled like the experts' with error skip_rate - target. < 0: the
+  // skip bias stays at its init.
+  float skip_target = -1.0f;
 };
 
 class ZayaModel : public TrainableModel {

@@ -42,6 +42,7 @@ struct TrainOptions {
   float balance_lr = 1e-3f;
   float balance_beta1 = 0.9f;  // pid's Adam betas
   float balance_beta2 = 0.999f;
+  float skip_target = -1.0f;       // ZAYA1 skip-class target rate (< 0: its bias stays fixed)
   float aux_loss_coef = 0.0f;      // ZAYA1 router: Switch load-balancing loss (0 = off)
   float z_loss_coef = 0.0f;        // ZAYA1 router: z-loss (0 = off)
   std::string precision = "fp32";  // fp32 | bf16 (bf16 GEMM inputs, fp32 master weights)

@@ -1,0 +1,84 @@
+// ZAYA1 expert-bias balancing (ZAYA1.md section 4): the controller moves the
+// biases against the load error; the skip class's bias follows a target skip
+// rate when one is set and stays at its init otherwise.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "anvil/base/rng.hpp"
+#include "anvil/model/config.hpp"
+#include "anvil/model/zaya_model.hpp"
+
+namespace anvil::model {
+namespace {
+
+// Runs `steps` forward/backward passes on fixed random tokens (the weights
+// do not change: only the balancing biases do) and returns the skip rate of
+// each step averaged over the MoE layers.
+std::vector<double> skip_rates(ZayaModel& model, const ModelConfig& c, int64_t B, int steps) {
+  const int64_t T = c.seq_len;
+  model.registry().initialize(model.params(), 11);
+  std::vector<int32_t> tokens(B * T), targets(B * T);
+  for (int64_t i = 0; i < B * T; ++i) {
+    tokens[i] = static_cast<int32_t>(random_u64(5, 2, i) % c.vocab_size);
+    targets[i] = static_cast<int32_t>(random_u64(5, 3, i) % c.vocab_size);
+  }
+  std::vector<double> rates;
+  for (int s = 1; s <= steps; ++s) {
+    int64_t scored = 0;
+    model.forward_backward(tokens.data(), targets.data(), B, T, 1.0f, &scored);
+    model.after_step(s);
+    double rate = 0;
+    const auto layers = model.step_metrics()["router"];
+    for (const auto& l : layers) rate += l["skip_rate"].get<double>();
+    rates.push_back(rate / static_cast<double>(layers.size()));
+  }
+  return rates;
+}
+
+TEST(ZayaBalancing, SkipBiasFollowsATargetRateAndStaysFixedWithout) {
+  const auto c = load_model_config(std::string(ANVIL_SOURCE_DIR) + "/configs/zaya-tiny.json");
+  const int64_t B = 2;
+  Balancing fixed{"sign", 0.05f};
+  ZayaModel plain(c, B, c.seq_len, fixed);
+  const auto none = skip_rates(plain, c, B, 40);
+  EXPECT_EQ(none.back(), 0.0);  // -1 on a probability: skip never wins
+  for (const auto& b : plain.balancing_biases()) EXPECT_EQ(b.back(), -1.0f);
+
+  Balancing target = fixed;
+  target.skip_target = 0.25f;
+  ZayaModel steered(c, B, c.seq_len, target);
+  const auto rates = skip_rates(steered, c, B, 60);
+  double late = 0;
+  for (size_t i = rates.size() - 10; i < rates.size(); ++i) late += rates[i] / 10.0;
+  EXPECT_GT(late, 0.1) << "the skip bias did not rise towards the target";
+  EXPECT_LT(late, 0.45) << "the skip bias overshot the target";
+  for (const auto& b : steered.balancing_biases()) EXPECT_GT(b.back(), -1.0f);
+}
+
+TEST(ZayaBalancing, PidEvensOutTheExpertLoads) {
+  const auto c = load_model_config(std::string(ANVIL_SOURCE_DIR) + "/configs/zaya-tiny.json",
+                                   {"router_init_std=0.5"});  // a router with clear preferences
+  const int64_t B = 2;
+  auto worst_ratio = [&](ZayaModel& m) {
+    double worst = 0;
+    const auto metrics = m.step_metrics();
+    for (const auto& l : metrics["router"]) {
+      const double r = l["max_over_min"].get<double>();
+      worst = std::max(worst, r < 0 ? 1e9 : r);
+    }
+    return worst;
+  };
+  ZayaModel unbalanced(c, B, c.seq_len, Balancing{"none"});
+  skip_rates(unbalanced, c, B, 80);
+  Balancing pid{"pid", 0.02f};
+  pid.beta2 = 0.9f;
+  ZayaModel balanced(c, B, c.seq_len, pid);
+  skip_rates(balanced, c, B, 80);
+  EXPECT_LT(worst_ratio(balanced), worst_ratio(unbalanced));
+  EXPECT_LT(worst_ratio(balanced), 3.0) << balanced.step_metrics().dump();
+  EXPECT_GT(worst_ratio(unbalanced), 3.0) << unbalanced.step_metrics().dump();
+}
+
+}  // namespace
+}  // namespace anvil::model
