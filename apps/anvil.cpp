@@ -384,6 +384,11 @@ int main(int argc, char** argv) {
                    "past)")
       ->check(CLI::Range(0.0, 0.9999));
   train
+      ->add_option("--balance-eps", topt.balance_eps,
+                   "pid balancing: Adam epsilon (load errors well below it move the biases in "
+                   "proportion to the error, larger ones by about --balance-lr)")
+      ->check(CLI::NonNegativeNumber);
+  train
       ->add_option("--skip-target", topt.skip_target,
                    "ZAYA1: target share of tokens routed to the skip class; its bias is then "
                    "balanced like the experts' (default: the skip bias stays at its init, -1)")

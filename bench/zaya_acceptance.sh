@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# ZAYA1 (issue 5) measurements on zaya-small, B=8, T=256:
+# ZAYA1 (issue 5) measurements on zaya-small (T=256):
 #  1. throughput: 16 experts + skip vs the same model with one expert (the
 #     same active parameters, CCA attention and router: the dense-width
-#     equivalent), interleaved, random tokens, medians of RUNS;
-#  2. training on KJV for STEPS steps: AdamW vs Muon (same tokens), and the
-#     balancing variants (pid, none, pid + Switch aux loss, aux loss alone);
-#     loads summarised by bench/zaya_balance.py.
-# Usage: bench/zaya_acceptance.sh [RUNS (default 3)] [STEPS (default 120)]
+#     equivalent), B=8, interleaved, random tokens, medians of RUNS;
+#  2. Muon's step with the Newton-Schulz GEMMs in fp32 vs bf16 inputs
+#     (--muon-bf16), interleaved, medians of RUNS;
+#  3. training on KJV for STEPS steps at B=8 (2048 tokens per step): AdamW vs
+#     Muon (bf16 Newton-Schulz) with pid balancing (same tokens), and AdamW
+#     without balancing;
+#  4. balance at a global batch of 8192 tokens per step (B=8, --accum 4),
+#     BIG_STEPS steps: AdamW + pid and Muon + pid.
+# Loads are summarised by bench/zaya_balance.py (after 40 warm-up steps).
+# Usage: bench/zaya_acceptance.sh [RUNS (3)] [STEPS (120)] [BIG_STEPS (150)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-3}
 steps=${2:-120}
+big_steps=${3:-150}
 anvil=build/anvil
 [ -x "$anvil" ] || scripts/build.sh
 [ -f data/kjv.txt ] || scripts/kjv-text.sh
@@ -23,27 +29,35 @@ for r in $(seq 1 "$runs"); do
     echo "throughput run $r/$runs: $e expert(s)" >&2
     "$anvil" train $common --set n_experts=$e --steps 8 --json-out "$out/tput-$e-$r.json" > /dev/null
   done
+  for ns in fp32 bf16; do
+    echo "muon step run $r/$runs: Newton-Schulz in $ns" >&2
+    flag=""; [ "$ns" = bf16 ] && flag="--muon-bf16"
+    "$anvil" train $common --optimizer muon $flag --steps 4 --json-out "$out/muon-$ns-$r.json" > /dev/null
+  done
 done
 /usr/bin/python3 - "$out" "$runs" <<'PY'
 import json, statistics as st, sys
 out, runs = sys.argv[1], int(sys.argv[2])
-med = lambda e: st.median(json.load(open(f"{out}/tput-{e}-{r}.json"))["tokens_per_second"] for r in range(1, runs + 1))
-moe, dense = med(16), med(1)
+med = lambda name: st.median(json.load(open(f"{out}/{name}-{r}.json"))["tokens_per_second"] for r in range(1, runs + 1))
+moe, dense = med("tput-16"), med("tput-1")
+m32, m16 = med("muon-fp32"), med("muon-bf16")
 print(f"zaya-small tokens/s: 16 experts {moe:.1f}, 1 expert (same active params) {dense:.1f}, ratio {moe/dense:.3f}")
-json.dump({"moe_tokens_per_s": moe, "one_expert_tokens_per_s": dense, "ratio": moe / dense},
+print(f"zaya-small + Muon tokens/s: Newton-Schulz fp32 {m32:.1f}, bf16 {m16:.1f}, speed-up {m16/m32:.2f}x")
+json.dump({"moe_tokens_per_s": moe, "one_expert_tokens_per_s": dense, "ratio": moe / dense,
+           "muon_fp32_ns_tokens_per_s": m32, "muon_bf16_ns_tokens_per_s": m16},
           open(f"{out}/throughput.json", "w"), indent=2)
 PY
-train="$anvil train $common --data data/kjv.txt --steps $steps --lr 2e-3 --warmup 20 --val-every 40 --seed 1"
+train="$anvil train $common --data data/kjv.txt --lr 2e-3 --warmup 20 --val-every 40 --seed 1"
 run() {  # name, flags...
   local name=$1; shift
-  echo "train $name ($steps steps)" >&2
+  echo "train $name" >&2
   rm -rf "$out/$name"
   $train --out "$out/$name" --ckpt-every 0 "$@" > "$out/$name.log" 2>&1
 }
-run adamw-pid --optimizer adamw --balancing pid
-run muon-pid --optimizer muon --balancing pid
-run adamw-none --optimizer adamw --balancing none
-run adamw-pid-aux --optimizer adamw --balancing pid --aux-loss-coef 1e-2
-run adamw-aux --optimizer adamw --balancing none --aux-loss-coef 1e-2
+run adamw-pid --steps "$steps" --optimizer adamw --balancing pid
+run muon-pid --steps "$steps" --optimizer muon --muon-bf16 --balancing pid
+run adamw-none --steps "$steps" --optimizer adamw --balancing none
+run adamw-pid-8k --steps "$big_steps" --accum 4 --optimizer adamw --balancing pid
+run muon-pid-8k --steps "$big_steps" --accum 4 --optimizer muon --muon-bf16 --balancing pid
 /usr/bin/python3 bench/zaya_balance.py --warmup 40 --window 40 --json "$out/balance.json" \
-  "$out"/adamw-pid "$out"/muon-pid "$out"/adamw-none "$out"/adamw-pid-aux "$out"/adamw-aux
+  "$out"/adamw-pid "$out"/muon-pid "$out"/adamw-none "$out"/adamw-pid-8k "$out"/muon-pid-8k

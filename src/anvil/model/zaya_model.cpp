@@ -206,7 +206,7 @@ void ZayaModel::after_step(int64_t step) {
     ve = b2 * ve + (1.0f - b2) * error * error;
     const float mh = mo / (1.0f - std::pow(b1, static_cast<float>(step)));
     const float vh = ve / (1.0f - std::pow(b2, static_cast<float>(step)));
-    bias -= balancing_.lr * mh / (std::sqrt(vh) + 1e-8f);
+    bias -= balancing_.lr * mh / (std::sqrt(vh) + balancing_.eps);
   };
   for (size_t m = 0; m < moe_.size(); ++m) {
     auto& load = step_load_[m];

@@ -29,15 +29,18 @@ ParamRegistry zaya_registry(const ModelConfig& config);
 // The skip class's bias stays where it is unless a target skip rate is set.
 struct Balancing {
   std::string mode = "pid";
-  float lr = 1e-3f;  // Adam lr (pid) or step (sign)
+  float lr = 1e-2f;  // Adam lr (pid) or step (sign)
   // Optional router losses added to the training loss (0 = off): the Switch
   // load-balancing loss and the router z-loss (kernels/zaya.hpp).
   float aux_loss_coef = 0.0f;
   float z_loss_coef = 0.0f;
   // pid's Adam: beta1 averages the error (the controller's integral-like
   // memory), beta2 its square (the step normaliser's memory).
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
+  float beta1 = 0.0f;
+  float beta2 = 0.9f;
+  // pid's Adam epsilon: errors well below it move the biases in proportion
+  // (lr / eps) x error, errors above it by about lr (see docs/zaya1.md).
+  float eps = 1e-2f;
   // Target share of the skip class (of all assignments); its bias is then
   // controlled like the experts' with error skip_rate - target. < 0: the
   // skip bias stays at its init.

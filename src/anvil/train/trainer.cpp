@@ -156,7 +156,7 @@ TrainResult run_training(const TrainOptions& o) {
     model_owner = std::make_unique<model::ZayaModel>(
         config, B, T,
         model::Balancing{o.balancing, o.balance_lr, o.aux_loss_coef, o.z_loss_coef, o.balance_beta1,
-                         o.balance_beta2, o.skip_target});
+                         o.balance_beta2, o.balance_eps, o.skip_target});
   } else {
     model_owner = std::make_unique<model::Decoder>(config, B, T, /*training=*/true, precision);
   }

@@ -39,9 +39,10 @@ struct TrainOptions {
   int64_t log_every = 10;         // lines when stdout is not a terminal
   double peak_gflops = 0;         // 0: measure a 2048^3 GEMM (in --precision) at start
   std::string balancing = "pid";  // ZAYA1 expert-bias balancing: pid | sign | none
-  float balance_lr = 1e-3f;
+  float balance_lr = 1e-2f;
   float balance_beta1 = 0.9f;  // pid's Adam betas
   float balance_beta2 = 0.999f;
+  float balance_eps = 1e-8f;
   float skip_target = -1.0f;       // ZAYA1 skip-class target rate (< 0: its bias stays fixed)
   float aux_loss_coef = 0.0f;      // ZAYA1 router: Switch load-balancing loss (0 = off)
   float z_loss_coef = 0.0f;        // ZAYA1 router: z-loss (0 = off)
