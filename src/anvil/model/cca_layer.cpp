@@ -9,7 +9,12 @@
 
 namespace anvil::model {
 
-CcaLayer::CcaLayer(CcaShape shape, int64_t B, int64_t S) : s_(shape), B_(B), S_(S), N_(B * S) {
+CcaLayer::CcaLayer(CcaShape shape, int64_t B, int64_t S, std::shared_ptr<Scratch> scratch)
+    : s_(shape),
+      B_(B),
+      S_(S),
+      N_(B * S),
+      sc_(scratch ? std::move(scratch) : std::make_shared<Scratch>()) {
   if (s_.kv_heads != 2) {
     throw InputError(
         "CCA attention: n_kv_heads must be 2 (current- and previous-token values), got " +
@@ -31,18 +36,25 @@ CcaLayer::CcaLayer(CcaShape shape, int64_t B, int64_t S) : s_(shape), B_(B), S_(
   sized(xv2_, N_ * d);
   sized(att_, N_ * Hq * d);
   sized(lse_, B_ * Hq * S_);
-  sized(d_att_, N_ * Hq * d);
-  sized(d_qkv_, N_ * qkv_width);
-  sized(d_qk_pre_, N_ * C);
-  sized(d_u_, N_ * C);
-  sized(d_conv_, N_ * C);
-  sized(d_v_, N_ * d);
+  auto at_least = [](std::vector<float>& v, int64_t n) {
+    if (v.size() < static_cast<size_t>(n)) v.assign(static_cast<size_t>(n), 0.0f);
+  };
+  at_least(sc_->d_att, N_ * Hq * d);
+  at_least(sc_->d_qkv, N_ * qkv_width);
+  at_least(sc_->d_qk_pre, N_ * C);
+  at_least(sc_->d_u, N_ * C);
+  at_least(sc_->d_conv, N_ * C);
+  at_least(sc_->d_v, N_ * d);
+}
+
+size_t CcaLayer::Scratch::bytes() const {
+  return (d_att.size() + d_qkv.size() + d_qk_pre.size() + d_u.size() + d_conv.size() + d_v.size()) *
+         sizeof(float);
 }
 
 size_t CcaLayer::bytes() const {
   size_t n = 0;
-  for (const auto* v : {&u_, &D_, &conv_, &qk_pre_, &norms_, &qkv_, &xv2_, &att_, &lse_, &d_att_,
-                        &d_qkv_, &d_qk_pre_, &d_u_, &d_conv_, &d_v_}) {
+  for (const auto* v : {&u_, &D_, &conv_, &qk_pre_, &norms_, &qkv_, &xv2_, &att_, &lse_}) {
     n += v->size() * sizeof(float);
   }
   return n;
@@ -55,7 +67,7 @@ void CcaLayer::forward(float* out, const float* x, const CcaParams& p) {
   // 1. u = [qp | kp]; values.
   kernels::linear_forward(u_.data(), x, p.wqk, nullptr, N_, H, C);
   kernels::linear_forward(xv2_.data(), x, p.wv2, nullptr, N_, H, d);
-  std::vector<float>& vcur = d_v_;  // free until backward
+  std::vector<float>& vcur = sc_->d_v;  // free until backward
   kernels::linear_forward(vcur.data(), x, p.wv1, nullptr, N_, H, d);
   for (int64_t n = 0; n < N_; ++n) {
     float* v = qkv_.data() + n * W + (Hq + Hkv) * d;
@@ -72,7 +84,7 @@ void CcaLayer::forward(float* out, const float* x, const CcaParams& p) {
   kernels::cca_mean_skip_forward(qk_pre_.data(), qk_pre_.data() + Cq, C, u_.data(), u_.data() + Cq,
                                  C, conv_.data(), N_, Hq, Hkv, d);
   // 5. L2 norm into the attention rows (keys times the temperature).
-  std::vector<float>& normed = d_qk_pre_;  // free until backward
+  std::vector<float>& normed = sc_->d_qk_pre;  // free until backward
   kernels::l2norm_heads_forward(normed.data(), norms_.data(), qk_pre_.data(), nullptr, N_, Hq, d,
                                 C);
   kernels::l2norm_heads_forward(normed.data() + Cq, norms_.data() + N_ * Hq, qk_pre_.data() + Cq,
@@ -92,44 +104,47 @@ void CcaLayer::backward(float* dx, const CcaParams& g, const float* dout, const 
   const int64_t Hq = s_.q_heads, Hkv = s_.kv_heads, Cq = s_.q_latent();
   const int64_t W = (Hq + 2 * Hkv) * d;
   auto zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
-  zero(d_att_);
-  kernels::linear_backward(d_att_.data(), g.wo, nullptr, dout, att_.data(), p.wo, N_, Cq, H);
-  zero(d_qkv_);
-  kernels::attention_backward(d_qkv_.data(), d_att_.data(), qkv_.data(), att_.data(), lse_.data(),
-                              B_, S_, Hq, Hkv, d);
-  kernels::rope_backward(d_qkv_.data(), N_, S_, 0, Hq + Hkv, d, s_.rotary_dim, W, s_.rope_theta);
+  zero(sc_->d_att);
+  kernels::linear_backward(sc_->d_att.data(), g.wo, nullptr, dout, att_.data(), p.wo, N_, Cq, H);
+  zero(sc_->d_qkv);
+  kernels::attention_backward(sc_->d_qkv.data(), sc_->d_att.data(), qkv_.data(), att_.data(),
+                              lse_.data(), B_, S_, Hq, Hkv, d);
+  kernels::rope_backward(sc_->d_qkv.data(), N_, S_, 0, Hq + Hkv, d, s_.rotary_dim, W,
+                         s_.rope_theta);
   // L2 norm backward: gather the q | k gradients into C-wide rows first.
-  std::vector<float>& d_normed = d_conv_;  // free until the mean-skip backward
+  std::vector<float>& d_normed = sc_->d_conv;  // free until the mean-skip backward
   for (int64_t n = 0; n < N_; ++n) {
-    std::memcpy(d_normed.data() + n * C, d_qkv_.data() + n * W, C * sizeof(float));
+    std::memcpy(d_normed.data() + n * C, sc_->d_qkv.data() + n * W, C * sizeof(float));
   }
-  zero(d_qk_pre_);
-  kernels::l2norm_heads_backward(d_qk_pre_.data(), nullptr, d_normed.data(), qk_pre_.data(),
+  zero(sc_->d_qk_pre);
+  kernels::l2norm_heads_backward(sc_->d_qk_pre.data(), nullptr, d_normed.data(), qk_pre_.data(),
                                  norms_.data(), nullptr, N_, Hq, d, C);
-  kernels::l2norm_heads_backward(d_qk_pre_.data() + Cq, g.temp, d_normed.data() + Cq,
+  kernels::l2norm_heads_backward(sc_->d_qk_pre.data() + Cq, g.temp, d_normed.data() + Cq,
                                  qk_pre_.data() + Cq, norms_.data() + N_ * Hq, p.temp, N_, Hkv, d,
                                  C);
-  zero(d_u_);
-  zero(d_conv_);  // d_normed is consumed
-  kernels::cca_mean_skip_backward(d_u_.data(), d_u_.data() + Cq, d_conv_.data(), d_qk_pre_.data(),
-                                  d_qk_pre_.data() + Cq, C, C, N_, Hq, Hkv, d);
-  // d_qk_pre_ is consumed by the mean-skip backward: the convolution's scratch.
-  kernels::cca_conv_backward(d_u_.data(), g.conv0_w, g.conv0_b, g.conv1_w, g.conv1_b,
-                             d_qk_pre_.data(), d_conv_.data(), u_.data(), D_.data(), p.conv0_w,
-                             p.conv0_b, p.conv1_w, B_, S_, C, d);
-  kernels::linear_backward(dx, g.wqk, nullptr, d_u_.data(), x, p.wqk, N_, H, C);
+  zero(sc_->d_u);
+  zero(sc_->d_conv);  // d_normed is consumed
+  kernels::cca_mean_skip_backward(sc_->d_u.data(), sc_->d_u.data() + Cq, sc_->d_conv.data(),
+                                  sc_->d_qk_pre.data(), sc_->d_qk_pre.data() + Cq, C, C, N_, Hq,
+                                  Hkv, d);
+  // sc_->d_qk_pre is consumed by the mean-skip backward: the convolution's scratch.
+  kernels::cca_conv_backward(sc_->d_u.data(), g.conv0_w, g.conv0_b, g.conv1_w, g.conv1_b,
+                             sc_->d_qk_pre.data(), sc_->d_conv.data(), u_.data(), D_.data(),
+                             p.conv0_w, p.conv0_b, p.conv1_w, B_, S_, C, d);
+  kernels::linear_backward(dx, g.wqk, nullptr, sc_->d_u.data(), x, p.wqk, N_, H, C);
   // Values: head 0 came from x_t Wv1^T, head 1 from x_{t-1} Wv2^T.
   for (int64_t n = 0; n < N_; ++n) {
-    std::memcpy(d_v_.data() + n * d, d_qkv_.data() + n * W + (Hq + Hkv) * d, d * sizeof(float));
-  }
-  kernels::linear_backward(dx, g.wv1, nullptr, d_v_.data(), x, p.wv1, N_, H, d);
-  zero(d_v_);
-  for (int64_t n = 0; n < N_; ++n) {
-    if ((n + 1) % S_ == 0) continue;  // the last token of a sequence is nobody's previous
-    std::memcpy(d_v_.data() + n * d, d_qkv_.data() + (n + 1) * W + (Hq + Hkv + 1) * d,
+    std::memcpy(sc_->d_v.data() + n * d, sc_->d_qkv.data() + n * W + (Hq + Hkv) * d,
                 d * sizeof(float));
   }
-  kernels::linear_backward(dx, g.wv2, nullptr, d_v_.data(), x, p.wv2, N_, H, d);
+  kernels::linear_backward(dx, g.wv1, nullptr, sc_->d_v.data(), x, p.wv1, N_, H, d);
+  zero(sc_->d_v);
+  for (int64_t n = 0; n < N_; ++n) {
+    if ((n + 1) % S_ == 0) continue;  // the last token of a sequence is nobody's previous
+    std::memcpy(sc_->d_v.data() + n * d, sc_->d_qkv.data() + (n + 1) * W + (Hq + Hkv + 1) * d,
+                d * sizeof(float));
+  }
+  kernels::linear_backward(dx, g.wv2, nullptr, sc_->d_v.data(), x, p.wv2, N_, H, d);
 }
 
 void CcaLayer::start_decode(int64_t max_len) {

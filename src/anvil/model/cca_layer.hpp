@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace anvil::model {
@@ -44,7 +45,13 @@ struct CcaParams {
 
 class CcaLayer {
  public:
-  CcaLayer(CcaShape shape, int64_t B, int64_t S);
+  // Backward scratch: layers of one model run their backward passes one at
+  // a time, so they can share one set (`scratch`; null: the layer's own).
+  struct Scratch {
+    std::vector<float> d_att, d_qkv, d_qk_pre, d_u, d_conv, d_v;
+    size_t bytes() const;
+  };
+  CcaLayer(CcaShape shape, int64_t B, int64_t S, std::shared_ptr<Scratch> scratch = nullptr);
   // out [B*S, H] = CCA(x); keeps what backward needs.
   void forward(float* out, const float* x, const CcaParams& p);
   // Adds the gradients of sum(out * dout) to dx and to the gradient arena `g`.
@@ -57,15 +64,15 @@ class CcaLayer {
   void start_decode(int64_t max_len);
   void decode_step(float* out, const float* x, const CcaParams& p, int64_t pos);
 
-  // Bytes of the activations and scratch this layer holds.
+  // Bytes of the activations this layer holds (its scratch: scratch()).
   size_t bytes() const;
+  const std::shared_ptr<Scratch>& scratch() const { return sc_; }
 
  private:
   CcaShape s_;
   int64_t B_, S_, N_;
   std::vector<float> u_, D_, conv_, qk_pre_, norms_, qkv_, xv2_, att_, lse_;
-  // Backward scratch.
-  std::vector<float> d_att_, d_qkv_, d_qk_pre_, d_u_, d_conv_, d_v_;
+  std::shared_ptr<Scratch> sc_;  // backward scratch (d_v also the forward's value temp)
   // Decode state.
   int64_t max_len_ = 0;
   std::vector<float> u_prev_, D_prev_, xv2_prev_, kcache_, vcache_;

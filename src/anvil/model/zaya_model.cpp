@@ -112,10 +112,14 @@ ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing 
   ms.norm_eps = static_cast<float>(c_.norm_eps);
   for (int64_t n = 0; n < layers_; ++n) {
     if (n % 2 == 0) {
-      cca_.push_back(std::make_unique<CcaLayer>(cs, B, T));
+      // One backward scratch for all CCA layers, one for all MoE layers: the
+      // backward pass runs them one at a time.
+      cca_.push_back(
+          std::make_unique<CcaLayer>(cs, B, T, cca_.empty() ? nullptr : cca_.front()->scratch()));
     } else {
       moe_.push_back(std::make_unique<ZayaMoeLayer>(
-          ms, N_, RouterLossCoefs{balancing_.aux_loss_coef, balancing_.z_loss_coef}));
+          ms, N_, RouterLossCoefs{balancing_.aux_loss_coef, balancing_.z_loss_coef},
+          moe_.empty() ? nullptr : moe_.front()->scratch()));
       std::vector<float> bias(static_cast<size_t>(c_.n_experts + 1), 0.0f);
       bias.back() = -1.0f;  // the original's init: skip starts disfavoured
       biases_.push_back(bias);
@@ -150,8 +154,12 @@ ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing 
     bias_m_.emplace_back(K, 0.0f);
     bias_v_.emplace_back(K, 0.0f);
   }
-  // What this model holds (its layers' buffers included); the backward pass
-  // also allocates transient scratch of a few layer activations.
+  for (auto* v : {&back_.d_lnf, &back_.d_rf, &back_.dr, &back_.dh, &back_.dx, &back_.dr_prev,
+                  &back_.dh_prev}) {
+    v->assign(static_cast<size_t>(N_ * H_), 0.0f);
+  }
+  back_.drstate.assign(moe_.size(), std::vector<float>(static_cast<size_t>(N_ * R_), 0.0f));
+  // What this model holds: its layers' buffers and the shared backward scratch.
   plan_.parameters = params_.size() * sizeof(float);
   plan_.gradients = grads_.size() * sizeof(float);
   size_t acts = 0;
@@ -162,6 +170,10 @@ ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing 
       (emb_.size() + rf_.size() + lnf_.size() + lnf_rstd_.size() + scratch_.size()) * sizeof(float);
   for (const auto& l : cca_) acts += l->bytes();
   for (const auto& l : moe_) acts += l->bytes();
+  if (!cca_.empty()) acts += cca_.front()->scratch()->bytes();
+  if (!moe_.empty()) acts += moe_.front()->scratch()->bytes();
+  acts += (7 * back_.d_lnf.size() + back_.drstate.size() * static_cast<size_t>(N_ * R_)) *
+          sizeof(float);
   plan_.activations = acts;
 }
 

@@ -107,7 +107,7 @@ class ZayaModel : public TrainableModel {
   // router states per MoE layer.
   std::vector<std::vector<float>> r_, x_, rstd_, h_, rstate_;
   std::vector<float> emb_, rf_, lnf_, lnf_rstd_, scratch_;
-  struct BackwardBuffers {  // sized on the first forward_backward
+  struct BackwardBuffers {  // sized at construction
     std::vector<float> d_lnf, d_rf, dr, dh, dx, dr_prev, dh_prev;
     std::vector<std::vector<float>> drstate;
   } back_;

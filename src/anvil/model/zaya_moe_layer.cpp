@@ -9,8 +9,12 @@
 
 namespace anvil::model {
 
-ZayaMoeLayer::ZayaMoeLayer(ZayaMoeShape shape, int64_t N, RouterLossCoefs losses)
-    : s_(shape), losses_(losses), N_(N) {
+ZayaMoeLayer::ZayaMoeLayer(ZayaMoeShape shape, int64_t N, RouterLossCoefs losses,
+                           std::shared_ptr<Scratch> scratch)
+    : s_(shape),
+      losses_(losses),
+      N_(N),
+      back_(scratch ? std::move(scratch) : std::make_shared<Scratch>()) {
   const int64_t R = s_.router_dim, K = s_.experts + 1, H = s_.hidden, F = s_.expert_ffn;
   const int64_t A = N * s_.top_k;  // assignments
   auto sized = [](std::vector<float>& v, int64_t n) { v.assign(static_cast<size_t>(n), 0.0f); };
@@ -27,6 +31,26 @@ ZayaMoeLayer::ZayaMoeLayer(ZayaMoeShape shape, int64_t N, RouterLossCoefs losses
   sized(y_, A * 2 * F);
   sized(act_, A * F);
   sized(ys_, A * H);
+  // Backward scratch at its largest (every assignment dispatched).
+  auto at_least = [](std::vector<float>& v, int64_t n) {
+    if (v.size() < static_cast<size_t>(n)) v.assign(static_cast<size_t>(n), 0.0f);
+  };
+  Scratch& b = *back_;
+  at_least(b.dys, A * H);
+  at_least(b.dgate, A);
+  at_least(b.dact, A * F);
+  at_least(b.dy, A * 2 * F);
+  at_least(b.dxs, A * H);
+  at_least(b.dlogits, N * K);
+  for (auto* v : {&b.d2, &b.d1, &b.dh, &b.da}) at_least(*v, N * R);
+}
+
+size_t ZayaMoeLayer::Scratch::bytes() const {
+  size_t n = 0;
+  for (const auto* v : {&dys, &dgate, &dact, &dy, &dxs, &dlogits, &d2, &d1, &dh, &da}) {
+    n += v->size();
+  }
+  return n * sizeof(float);
 }
 
 size_t ZayaMoeLayer::bytes() const {
@@ -103,19 +127,19 @@ void ZayaMoeLayer::backward(float* dx, float* drstate_prev, const ZayaMoeParams&
   const int64_t R = s_.router_dim, E = s_.experts, K = E + 1, H = s_.hidden, F = s_.expert_ffn;
   const int64_t k = s_.top_k;
   // Combine, experts, gather.
-  // Scratch lives in the layer (sized once, cleared here): no per-step allocation.
+  // Scratch is sized at construction and cleared here: no per-step allocation.
   auto zeroed = [](std::vector<float>& v, int64_t n) -> float* {
     if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
     std::fill(v.begin(), v.begin() + n, 0.0f);
     return v.data();
   };
-  float* dys = zeroed(back_.dys, rows_ * H);
-  float* dgate = zeroed(back_.dgate, N_ * k);
+  float* dys = zeroed(back_->dys, rows_ * H);
+  float* dgate = zeroed(back_->dgate, N_ * k);
   kernels::moe_combine_backward(dys, dgate, dx, dout, ys_.data(), x, gate_.data(), slot_.data(),
                                 s_.skip_identity, N_, k, H);
-  float* dact = zeroed(back_.dact, rows_ * F);
-  float* dy = zeroed(back_.dy, rows_ * 2 * F);
-  float* dxs = zeroed(back_.dxs, rows_ * H);
+  float* dact = zeroed(back_->dact, rows_ * F);
+  float* dy = zeroed(back_->dy, rows_ * 2 * F);
+  float* dxs = zeroed(back_->dxs, rows_ * H);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t b = offsets_[e], n = offsets_[e + 1] - b;
     if (n == 0) continue;
@@ -127,11 +151,11 @@ void ZayaMoeLayer::backward(float* dx, float* drstate_prev, const ZayaMoeParams&
   }
   kernels::moe_gather_backward(dx, dxs, slot_.data(), N_, k, H);
   // Router: only through the gate.
-  float* dlogits = zeroed(back_.dlogits, N_ * K);
-  float* d2 = zeroed(back_.d2, N_ * R);
-  float* d1 = zeroed(back_.d1, N_ * R);
-  float* dh = zeroed(back_.dh, N_ * R);
-  float* da = zeroed(back_.da, N_ * R);
+  float* dlogits = zeroed(back_->dlogits, N_ * K);
+  float* d2 = zeroed(back_->d2, N_ * R);
+  float* d1 = zeroed(back_->d1, N_ * R);
+  float* dh = zeroed(back_->dh, N_ * R);
+  float* da = zeroed(back_->da, N_ * R);
   kernels::router_select_backward(dlogits, dgate, choice_.data(), probs_.data(), N_, K, k);
   if (losses_.aux != 0.0f || losses_.z != 0.0f) {
     kernels::router_losses_backward(dlogits, probs_.data(), logits_.data(),

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace anvil::model {
@@ -58,7 +59,15 @@ struct RouterLossCoefs {
 
 class ZayaMoeLayer {
  public:
-  ZayaMoeLayer(ZayaMoeShape shape, int64_t N, RouterLossCoefs losses = {});
+  // Backward scratch, sized for the layer at construction; the MoE layers of
+  // one model run their backward passes one at a time and can share one set
+  // (`scratch`; null: the layer's own).
+  struct Scratch {
+    std::vector<float> dys, dgate, dact, dy, dxs, dlogits, d2, d1, dh, da;
+    size_t bytes() const;
+  };
+  ZayaMoeLayer(ZayaMoeShape shape, int64_t N, RouterLossCoefs losses = {},
+               std::shared_ptr<Scratch> scratch = nullptr);
   // out [N, H]; rstate_out [N, R] (the pre-norm router state for the next
   // MoE layer); rstate_prev [N, R] or null (first MoE layer). balancing_bias
   // [E + 1] steers selection only.
@@ -73,8 +82,9 @@ class ZayaMoeLayer {
                 const ZayaMoeParams& p, float loss_scale = 1.0f);
   const RouterStats& stats() const { return stats_; }
   const std::vector<int32_t>& choices() const { return choice_; }  // [N, top_k]
-  // Bytes of the activations and scratch this layer holds.
+  // Bytes of the activations this layer holds (its scratch: scratch()).
   size_t bytes() const;
+  const std::shared_ptr<Scratch>& scratch() const { return back_; }
 
  private:
   ZayaMoeShape s_;
@@ -85,9 +95,7 @@ class ZayaMoeLayer {
   std::vector<int64_t> offsets_;
   int64_t rows_ = 0;
   std::vector<float> xs_, y_, act_, ys_;
-  struct BackwardBuffers {  // grown on first use, kept
-    std::vector<float> dys, dgate, dact, dy, dxs, dlogits, d2, d1, dh, da;
-  } back_;
+  std::shared_ptr<Scratch> back_;
   RouterStats stats_;
 };
 
