@@ -9,14 +9,15 @@
 #     Muon (bf16 Newton-Schulz) with pid balancing (same tokens), and AdamW
 #     without balancing;
 #  4. balance at a global batch of 8192 tokens per step (B=8, --accum 4),
-#     BIG_STEPS steps: AdamW + pid and Muon + pid.
+#     BIG_STEPS steps: AdamW + pid and Muon + pid (balance lr 3e-2: Muon's
+#     router moves its preferences faster than 1e-2 lets the biases follow).
 # Loads are summarised by bench/zaya_balance.py (after 40 warm-up steps).
-# Usage: bench/zaya_acceptance.sh [RUNS (3)] [STEPS (120)] [BIG_STEPS (150)]
+# Usage: bench/zaya_acceptance.sh [RUNS (3)] [STEPS (120)] [BIG_STEPS (120)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-3}
 steps=${2:-120}
-big_steps=${3:-150}
+big_steps=${3:-120}
 anvil=build/anvil
 [ -x "$anvil" ] || scripts/build.sh
 [ -f data/kjv.txt ] || scripts/kjv-text.sh
@@ -58,6 +59,7 @@ run adamw-pid --steps "$steps" --optimizer adamw --balancing pid
 run muon-pid --steps "$steps" --optimizer muon --muon-bf16 --balancing pid
 run adamw-none --steps "$steps" --optimizer adamw --balancing none
 run adamw-pid-8k --steps "$big_steps" --accum 4 --optimizer adamw --balancing pid
-run muon-pid-8k --steps "$big_steps" --accum 4 --optimizer muon --muon-bf16 --balancing pid
+run muon-pid-8k --steps "$big_steps" --accum 4 --optimizer muon --muon-bf16 --balancing pid \
+  --balance-lr 3e-2
 /usr/bin/python3 bench/zaya_balance.py --warmup 40 --window 40 --json "$out/balance.json" \
   "$out"/adamw-pid "$out"/muon-pid "$out"/adamw-none "$out"/adamw-pid-8k "$out"/muon-pid-8k
