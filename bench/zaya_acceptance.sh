@@ -2,7 +2,9 @@
 # ZAYA1 (issue 5) measurements on zaya-small (T=256):
 #  1. throughput: 16 experts + skip vs the same model with one expert (the
 #     same active parameters, CCA attention and router: the dense-width
-#     equivalent), B=8, interleaved, random tokens, medians of RUNS;
+#     equivalent), B=8, interleaved, random tokens, medians of RUNS; 16
+#     experts also with the spec's router init 0.02 (the preset's 0.125
+#     routes the first steps unevenly, docs/zaya1.md);
 #  2. Muon's step with the Newton-Schulz GEMMs in fp32 vs bf16 inputs
 #     (--muon-bf16), interleaved, medians of RUNS;
 #  3. training on KJV for STEPS steps at B=8 (2048 tokens per step): AdamW vs
@@ -30,6 +32,8 @@ for r in $(seq 1 "$runs"); do
     echo "throughput run $r/$runs: $e expert(s)" >&2
     "$anvil" train $common --set n_experts=$e --steps 8 --json-out "$out/tput-$e-$r.json" > /dev/null
   done
+  echo "throughput run $r/$runs: 16 experts, router init 0.02" >&2
+  "$anvil" train $common --set router_init_std=0.02 --steps 8 --json-out "$out/tput-16i-$r.json" > /dev/null
   for ns in fp32 bf16; do
     echo "muon step run $r/$runs: Newton-Schulz in $ns" >&2
     flag=""; [ "$ns" = bf16 ] && flag="--muon-bf16"
@@ -40,11 +44,13 @@ done
 import json, statistics as st, sys
 out, runs = sys.argv[1], int(sys.argv[2])
 med = lambda name: st.median(json.load(open(f"{out}/{name}-{r}.json"))["tokens_per_second"] for r in range(1, runs + 1))
-moe, dense = med("tput-16"), med("tput-1")
+moe, dense, moe02 = med("tput-16"), med("tput-1"), med("tput-16i")
 m32, m16 = med("muon-fp32"), med("muon-bf16")
 print(f"zaya-small tokens/s: 16 experts {moe:.1f}, 1 expert (same active params) {dense:.1f}, ratio {moe/dense:.3f}")
+print(f"  16 experts with router init 0.02: {moe02:.1f}, ratio {moe02/dense:.3f}")
 print(f"zaya-small + Muon tokens/s: Newton-Schulz fp32 {m32:.1f}, bf16 {m16:.1f}, speed-up {m16/m32:.2f}x")
 json.dump({"moe_tokens_per_s": moe, "one_expert_tokens_per_s": dense, "ratio": moe / dense,
+           "moe_router_init_002_tokens_per_s": moe02, "ratio_router_init_002": moe02 / dense,
            "muon_fp32_ns_tokens_per_s": m32, "muon_bf16_ns_tokens_per_s": m16},
           open(f"{out}/throughput.json", "w"), indent=2)
 PY
