@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "anvil/base/bf16.hpp"
+#include "anvil/kernels/gemm.hpp"
 
 namespace anvil::kernels {
 
@@ -53,12 +54,16 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
 
 // ---- linear: out[N, OC] = inp[N, IC] W^T (+ bias), W is [OC, IC] (PyTorch layout) ----
 // `scratch` is needed only when the weight has a bf16 copy.
+// `backend` picks the GEMM backend (kernels/gemm.hpp); callers whose row
+// count N changes every call (MoE expert segments) pass openblas, as oneDNN
+// builds and caches a primitive per exact shape.
 void linear_forward(float* out, const float* inp, MatmulWeight weight, const float* bias, int64_t N,
-                    int64_t IC, int64_t OC, Bf16Scratch* scratch = nullptr);
+                    int64_t IC, int64_t OC, Bf16Scratch* scratch = nullptr,
+                    GemmBackend backend = GemmBackend::automatic);
 // dinp may be null (first layer); dbias may be null (no bias).
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      MatmulWeight weight, int64_t N, int64_t IC, int64_t OC,
-                     Bf16Scratch* scratch = nullptr);
+                     Bf16Scratch* scratch = nullptr, GemmBackend backend = GemmBackend::automatic);
 
 // ---- activations ----
 // GELU, tanh approximation (GPT-2's "gelu_new").

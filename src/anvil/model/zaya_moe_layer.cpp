@@ -8,6 +8,13 @@
 #include "anvil/kernels/zaya.hpp"
 
 namespace anvil::model {
+namespace {
+
+// Expert segments change their row counts every step; oneDNN would build a
+// primitive per exact shape (and thrash its cache), so they run on OpenBLAS.
+constexpr auto kSegmentGemm = kernels::GemmBackend::openblas;
+
+}  // namespace
 
 ZayaMoeLayer::ZayaMoeLayer(ZayaMoeShape shape, int64_t N, RouterLossCoefs losses,
                            std::shared_ptr<Scratch> scratch)
@@ -112,10 +119,10 @@ void ZayaMoeLayer::forward(float* out, float* rstate_out, const float* x, const 
     const int64_t b = offsets_[e], n = offsets_[e + 1] - b;
     if (n == 0) continue;
     kernels::linear_forward(y_.data() + b * 2 * F, xs_.data() + b * H, p.fc1 + e * 2 * F * H,
-                            nullptr, n, H, 2 * F);
+                            nullptr, n, H, 2 * F, nullptr, kSegmentGemm);
     kernels::swiglu_forward(act_.data() + b * F, y_.data() + b * 2 * F, n, F);
     kernels::linear_forward(ys_.data() + b * H, act_.data() + b * F, p.fc2 + e * H * F, nullptr, n,
-                            F, H);
+                            F, H, nullptr, kSegmentGemm);
   }
   kernels::moe_combine_forward(out, ys_.data(), x, gate_.data(), slot_.data(), s_.skip_identity, N_,
                                k, H);
@@ -144,10 +151,12 @@ void ZayaMoeLayer::backward(float* dx, float* drstate_prev, const ZayaMoeParams&
     const int64_t b = offsets_[e], n = offsets_[e + 1] - b;
     if (n == 0) continue;
     kernels::linear_backward(dact + b * F, g.fc2 + e * H * F, nullptr, dys + b * H,
-                             act_.data() + b * F, p.fc2 + e * H * F, n, F, H);
+                             act_.data() + b * F, p.fc2 + e * H * F, n, F, H, nullptr,
+                             kSegmentGemm);
     kernels::swiglu_backward(dy + b * 2 * F, dact + b * F, y_.data() + b * 2 * F, n, F);
     kernels::linear_backward(dxs + b * H, g.fc1 + e * 2 * F * H, nullptr, dy + b * 2 * F,
-                             xs_.data() + b * H, p.fc1 + e * 2 * F * H, n, H, 2 * F);
+                             xs_.data() + b * H, p.fc1 + e * 2 * F * H, n, H, 2 * F, nullptr,
+                             kSegmentGemm);
   }
   kernels::moe_gather_backward(dx, dxs, slot_.data(), N_, k, H);
   // Router: only through the gate.
