@@ -368,37 +368,37 @@ int main(int argc, char** argv) {
   train->add_flag("--muon-bf16", topt.muon.ns_bf16,
                   "Muon: Newton-Schulz GEMMs with bf16 inputs and fp32 accumulation (as the "
                   "reference Muon; ~2x faster here), instead of fp32");
-  train->add_option("--balancing", topt.balancing,
+  train->add_option("--balancing", topt.balancing.mode,
                     "ZAYA1 expert-bias balancing after each step: pid (Adam on the biases with the "
                     "load error as gradient), sign (sign updates), none");
-  train->add_option("--balance-lr", topt.balance_lr, "Rate of the expert-bias balancing")
+  train->add_option("--balance-lr", topt.balancing.lr, "Rate of the expert-bias balancing")
       ->check(CLI::NonNegativeNumber);
   train
-      ->add_option("--balance-beta1", topt.balance_beta1,
+      ->add_option("--balance-beta1", topt.balancing.beta1,
                    "pid balancing: Adam beta1 on the load error (its running mean)")
       ->check(CLI::Range(0.0, 0.9999));
   train
-      ->add_option("--balance-beta2", topt.balance_beta2,
+      ->add_option("--balance-beta2", topt.balancing.beta2,
                    "pid balancing: Adam beta2 (memory of the squared error that normalises steps; "
                    "a short memory lets the biases keep moving once the early, large errors are "
                    "past)")
       ->check(CLI::Range(0.0, 0.9999));
   train
-      ->add_option("--balance-eps", topt.balance_eps,
+      ->add_option("--balance-eps", topt.balancing.eps,
                    "pid balancing: Adam epsilon (load errors well below it move the biases in "
                    "proportion to the error, larger ones by about --balance-lr)")
       ->check(CLI::NonNegativeNumber);
   train
-      ->add_option("--skip-target", topt.skip_target,
+      ->add_option("--skip-target", topt.balancing.skip_target,
                    "ZAYA1: target share of tokens routed to the skip class; its bias is then "
                    "balanced like the experts' (default: the skip bias stays at its init, -1)")
       ->check(CLI::Range(0.0, 1.0));
   train
-      ->add_option("--aux-loss-coef", topt.aux_loss_coef,
+      ->add_option("--aux-loss-coef", topt.balancing.aux_loss_coef,
                    "ZAYA1 router: coefficient of the Switch load-balancing loss (0 = off)")
       ->check(CLI::NonNegativeNumber);
   train
-      ->add_option("--z-loss-coef", topt.z_loss_coef,
+      ->add_option("--z-loss-coef", topt.balancing.z_loss_coef,
                    "ZAYA1 router: coefficient of the router z-loss (0 = off)")
       ->check(CLI::NonNegativeNumber);
   train->add_option("--precision", topt.precision,

@@ -114,7 +114,7 @@ TEST(Trainer, Zaya1TrainsBalancesAndResumesExactlyWithItsBiases) {
   o.batch = 4;
   o.accum = 1;
   o.steps = 10;
-  o.balance_lr = 0.05f;
+  o.balancing.lr = 0.05f;
   const auto whole = run_training(o);
   EXPECT_LT(whole.losses.back(), whole.losses.front());
   const std::string dir = testing::TempDir() + "/resume_zaya";
@@ -126,7 +126,7 @@ TEST(Trainer, Zaya1TrainsBalancesAndResumesExactlyWithItsBiases) {
   bf16.precision = "bf16";
   EXPECT_THROW(run_training(bf16), InputError);
   auto bad = o;
-  bad.balancing = "magic";
+  bad.balancing.mode = "magic";
   EXPECT_THROW(run_training(bad), InputError);
 }
 

@@ -154,11 +154,14 @@ ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing 
     bias_m_.emplace_back(K, 0.0f);
     bias_v_.emplace_back(K, 0.0f);
   }
+  size_t back_bytes = 0;
   for (auto* v : {&back_.d_lnf, &back_.d_rf, &back_.dr, &back_.dh, &back_.dx, &back_.dr_prev,
                   &back_.dh_prev}) {
     v->assign(static_cast<size_t>(N_ * H_), 0.0f);
+    back_bytes += v->size() * sizeof(float);
   }
   back_.drstate.assign(moe_.size(), std::vector<float>(static_cast<size_t>(N_ * R_), 0.0f));
+  back_bytes += moe_.size() * static_cast<size_t>(N_ * R_) * sizeof(float);
   // What this model holds: its layers' buffers and the shared backward scratch.
   plan_.parameters = params_.size() * sizeof(float);
   plan_.gradients = grads_.size() * sizeof(float);
@@ -172,8 +175,7 @@ ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing 
   for (const auto& l : moe_) acts += l->bytes();
   if (!cca_.empty()) acts += cca_.front()->scratch()->bytes();
   if (!moe_.empty()) acts += moe_.front()->scratch()->bytes();
-  acts += (7 * back_.d_lnf.size() + back_.drstate.size() * static_cast<size_t>(N_ * R_)) *
-          sizeof(float);
+  acts += back_bytes;
   plan_.activations = acts;
 }
 

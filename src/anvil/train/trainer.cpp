@@ -153,10 +153,7 @@ TrainResult run_training(const TrainOptions& o) {
     if (precision != model::Precision::fp32) {
       throw InputError("--precision bf16: the ZAYA1 model runs in fp32 only so far");
     }
-    model_owner = std::make_unique<model::ZayaModel>(
-        config, B, T,
-        model::Balancing{o.balancing, o.balance_lr, o.aux_loss_coef, o.z_loss_coef, o.balance_beta1,
-                         o.balance_beta2, o.balance_eps, o.skip_target});
+    model_owner = std::make_unique<model::ZayaModel>(config, B, T, o.balancing);
   } else {
     model_owner = std::make_unique<model::Decoder>(config, B, T, /*training=*/true, precision);
   }

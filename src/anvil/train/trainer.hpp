@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "anvil/model/zaya_model.hpp"
 #include "anvil/optim/adamw.hpp"
 #include "anvil/optim/muon.hpp"
 
@@ -35,17 +36,11 @@ struct TrainOptions {
   std::string out_dir;     // checkpoints and metrics; empty: none written
   int64_t ckpt_every = 0;  // 0: only at the end (when out_dir is set)
   int keep = 3;
-  std::string resume;             // checkpoint dir, run dir or "latest" (= out_dir)
-  int64_t log_every = 10;         // lines when stdout is not a terminal
-  double peak_gflops = 0;         // 0: measure a 2048^3 GEMM (in --precision) at start
-  std::string balancing = "pid";  // ZAYA1 expert-bias balancing: pid | sign | none
-  float balance_lr = 1e-2f;
-  float balance_beta1 = 0.9f;  // pid's Adam betas
-  float balance_beta2 = 0.999f;
-  float balance_eps = 1e-8f;
-  float skip_target = -1.0f;       // ZAYA1 skip-class target rate (< 0: its bias stays fixed)
-  float aux_loss_coef = 0.0f;      // ZAYA1 router: Switch load-balancing loss (0 = off)
-  float z_loss_coef = 0.0f;        // ZAYA1 router: z-loss (0 = off)
+  std::string resume;      // checkpoint dir, run dir or "latest" (= out_dir)
+  int64_t log_every = 10;  // lines when stdout is not a terminal
+  double peak_gflops = 0;  // 0: measure a 2048^3 GEMM (in --precision) at start
+  // ZAYA1 expert-bias balancing and router losses; defaults in model::Balancing.
+  model::Balancing balancing;
   std::string precision = "fp32";  // fp32 | bf16 (bf16 GEMM inputs, fp32 master weights)
   bool quiet = false;
 };
