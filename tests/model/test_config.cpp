@@ -4,6 +4,7 @@
 #include "anvil/model/config.hpp"
 #include "anvil/model/gemm_shapes.hpp"
 #include "anvil/model/zaya_model.hpp"
+#include "anvil/optim/adamw.hpp"
 
 #include <cmath>
 #include <vector>
@@ -85,6 +86,28 @@ TEST(ModelConfig, RouterInitStdRoundTripsAndInitialisesTheRouterMlp) {
   }
   // Everything else keeps ZAYA1.md section 8's N(0, 0.02).
   EXPECT_NEAR(rms("model.layers.1.zaya_block.router.down_proj.weight"), 0.02, 0.004);
+}
+
+TEST(ModelConfig, RouterLrScaleSlowsTheRouterOnly) {
+  const std::string path = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/zaya-tiny.json";
+  const ModelConfig c = load_model_config(path, {"router_lr_scale=0.25"});
+  EXPECT_EQ(parse_model_config(model_config_to_json(c), "round trip").router_lr_scale, 0.25);
+  // Unset, the key is not written: earlier checkpoints' configs still match.
+  EXPECT_EQ(model_config_to_json(load_model_config(path)).find("router_lr_scale"),
+            std::string::npos);
+  const ParamRegistry r = zaya_registry(c);
+  std::vector<float> p(static_cast<size_t>(r.total()), 0.0f), g(p.size(), 1.0f);
+  optim::AdamW adamw(r, optim::AdamWConfig{0.9f, 0.95f, 1e-8f, 0.0f});
+  adamw.update(p.data(), g.data(), 1e-2f, 1);
+  // Adam's first step moves every parameter by lr times its scale.
+  for (const char* name : {"model.layers.1.zaya_block.router.router_mlp.4.weight",
+                           "model.layers.1.zaya_block.router.down_proj.bias",
+                           "model.layers.0.self_attn.o_proj.weight", "model.embed_tokens.weight"}) {
+    const auto& s = r.get(name);
+    const bool router = std::string(name).find(".router.") != std::string::npos;
+    EXPECT_EQ(s.lr_scale, router ? 0.25f : 1.0f) << name;
+    EXPECT_NEAR(p[s.offset], router ? -2.5e-3f : -1e-2f, 1e-6f) << name;
+  }
 }
 
 TEST(ModelConfig, InconsistentHeadsAreRejected) {

@@ -3,10 +3,13 @@
 // rate when one is set and stays at its init otherwise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
+#include "anvil/base/error.hpp"
 #include "anvil/base/rng.hpp"
 #include "anvil/model/config.hpp"
+#include "anvil/model/zaya_balancing.hpp"
 #include "anvil/model/zaya_model.hpp"
 
 namespace anvil::model {
@@ -78,6 +81,91 @@ TEST(ZayaBalancing, PidEvensOutTheExpertLoads) {
   EXPECT_LT(worst_ratio(balanced), worst_ratio(unbalanced));
   EXPECT_LT(worst_ratio(balanced), 3.0) << balanced.step_metrics().dump();
   EXPECT_GT(worst_ratio(unbalanced), 3.0) << unbalanced.step_metrics().dump();
+}
+
+// A router in miniature: each step draws fresh tokens whose scores are
+// uniform in [0, 0.2] per expert, except a cluster (a quarter of them) that
+// experts 0 and 1 both want, at 0.5 give or take 0.01 — two experts sharing a
+// kind of token, as trained routers do (docs/zaya1.md, "Balancing"). Routes
+// each token to the best biased score, feeds the loads to the balancer and
+// returns each step's max/min load.
+std::vector<double> simulate_twins(const Balancing& settings, int steps) {
+  const int64_t E = 8, N = 8192;
+  BiasBalancer balancer(settings, 1, E);
+  std::vector<double> ratios;
+  std::vector<float> score(static_cast<size_t>(E + 1));
+  for (int s = 1; s <= steps; ++s) {
+    std::vector<int64_t> load(static_cast<size_t>(E + 1), 0);
+    const float* bias = balancer.biases(0);
+    for (int64_t t = 0; t < N; ++t) {
+      const uint64_t key = static_cast<uint64_t>(s) * N + static_cast<uint64_t>(t);
+      for (int64_t e = 0; e < E; ++e) score[e] = 0.2f * static_cast<float>(random_unit(7, key, e));
+      score[E] = 0.0f;  // skip: with its -1 bias it never wins
+      if (t % 4 == 0) {
+        score[0] = 0.5f + 1e-2f * static_cast<float>(random_unit(7, key, 100));
+        score[1] = 0.5f + 1e-2f * static_cast<float>(random_unit(7, key, 101));
+      }
+      int64_t best = 0;
+      for (int64_t e = 1; e <= E; ++e) {
+        if (score[e] + bias[e] > score[best] + bias[best]) best = e;
+      }
+      ++load[static_cast<size_t>(best)];
+    }
+    int64_t lo = N, hi = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      lo = std::min(lo, load[static_cast<size_t>(e)]);
+      hi = std::max(hi, load[static_cast<size_t>(e)]);
+    }
+    ratios.push_back(lo == 0 ? 1e9 : static_cast<double>(hi) / static_cast<double>(lo));
+    balancer.update(0, load, s);
+  }
+  return ratios;
+}
+
+// Median and worst of the last n entries.
+std::pair<double, double> median_worst(const std::vector<double>& r, size_t n) {
+  std::vector<double> last(r.end() - static_cast<std::ptrdiff_t>(n), r.end());
+  std::sort(last.begin(), last.end());
+  return {last[n / 2], last.back()};
+}
+
+TEST(ZayaBalancing, PidSplitsAClusterTwoExpertsShare) {
+  // The defaults settle near the sampling noise (1024 tokens per expert
+  // alone give ~1.15): the last 50 steps' median within 1.5, none above 2.5.
+  const auto [median, worst] = median_worst(simulate_twins(Balancing{}, 300), 50);
+  EXPECT_LT(median, 1.5);
+  EXPECT_LT(worst, 2.5);
+  // Without momentum on the error, each step's correction (~lr) is larger
+  // than the spread of the cluster's scores: the cluster flips between the
+  // two experts and one of them is nearly idle every step.
+  Balancing no_momentum;
+  no_momentum.beta1 = 0.0f;
+  no_momentum.beta2 = 0.9f;
+  no_momentum.eps = 1e-2f;
+  EXPECT_GT(median_worst(simulate_twins(no_momentum, 300), 50).first, 3.0);
+}
+
+TEST(ZayaBalancing, FollowScheduleScalesTheStepAndConstantDoesNot) {
+  // One expert of two starved: Adam's first step moves each bias by lr x factor.
+  const std::vector<int64_t> load{30, 10, 0};
+  auto moved = [&](const std::string& schedule, float factor) {
+    Balancing b;
+    b.schedule = schedule;
+    BiasBalancer balancer(b, 1, 2);
+    balancer.update(0, load, 1, factor);
+    return balancer.biases(0)[1];
+  };
+  EXPECT_NEAR(moved("follow", 1.0f), 1e-2f, 1e-6f);
+  EXPECT_NEAR(moved("follow", 0.25f), 2.5e-3f, 1e-6f);
+  EXPECT_NEAR(moved("constant", 0.25f), 1e-2f, 1e-6f);
+  Balancing bad;
+  bad.schedule = "cosine";
+  try {
+    BiasBalancer balancer(bad, 1, 2);
+    FAIL() << "accepted --balance-schedule cosine";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--balance-schedule"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

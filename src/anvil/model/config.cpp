@@ -106,6 +106,8 @@ const std::map<std::string, Setter>& schema() {
                         const std::string& w) { c.router_dim = positive(v, w, 0); }},
       {"router_init_std", [](ModelConfig& c, const json& v,
                              const std::string& w) { c.router_init_std = positive_real(v, w); }},
+      {"router_lr_scale", [](ModelConfig& c, const json& v,
+                             const std::string& w) { c.router_lr_scale = positive_real(v, w); }},
   };
   return table;
 }
@@ -208,6 +210,8 @@ std::string model_config_to_json(const ModelConfig& c) {
                       {"top_k", c.top_k},
                       {"router_dim", c.router_dim},
                       {"router_init_std", c.router_init_std}};
+  // Written only when set, so the configs of earlier checkpoints still match.
+  if (c.router_lr_scale != 1.0) j["router_lr_scale"] = c.router_lr_scale;
   return j.dump(2);
 }
 

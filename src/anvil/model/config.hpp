@@ -37,6 +37,10 @@ struct ModelConfig {
   // ZAYA1: init std of the router MLP's three matrices (ZAYA1.md section 8's
   // N(0, 0.02) by default; see docs/zaya1.md on balancing).
   double router_init_std = 0.02;
+  // ZAYA1: multiplies the learning rate of the router's parameters (1: as
+  // the rest). Below 1 the router's expert preferences move slower than the
+  // balancing biases can follow (docs/zaya1.md, "Balancing").
+  double router_lr_scale = 1.0;
 };
 
 // Reads `path` and applies `overrides` ("key=value"). Throws InputError.

@@ -30,6 +30,12 @@ const ParamSpec* ParamRegistry::find(const std::string& name) const {
   return nullptr;
 }
 
+void ParamRegistry::scale_lr(const std::string& part, float scale) {
+  for (auto& s : specs_) {
+    if (s.name.find(part) != std::string::npos) s.lr_scale = scale;
+  }
+}
+
 const ParamSpec& ParamRegistry::get(const std::string& name) const {
   const ParamSpec* s = find(name);
   if (s == nullptr) throw InputError("no parameter named " + name);

@@ -30,6 +30,8 @@ struct ParamSpec {
   bool weight_decay = true;
   Sharding sharding = Sharding::replicated;
   OptimizerGroup group = OptimizerGroup::adamw;
+  // Multiplies the learning rate (and so the weight decay) of this parameter.
+  float lr_scale = 1.0f;
   int64_t offset = 0;  // floats from the start of the arena
   int64_t numel = 0;
 };
@@ -46,6 +48,8 @@ class ParamRegistry {
   // Throws InputError naming the parameter when absent.
   const ParamSpec& get(const std::string& name) const;
   const ParamSpec* find(const std::string& name) const;
+  // Sets lr_scale of every parameter whose name contains `part`.
+  void scale_lr(const std::string& part, float scale);
   // Fills `params` from `seed`: each parameter draws from its own stream keyed
   // by its name, so init does not depend on the order of the registry.
   void initialize(float* params, uint64_t seed) const;

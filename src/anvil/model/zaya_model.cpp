@@ -67,6 +67,7 @@ ParamRegistry zaya_registry(const ModelConfig& c) {
       r.add(a + "router_mlp.2.weight", {R, R}, Init::normal, rstd, true, muon);
       r.add(a + "router_mlp.2.bias", {R}, Init::zeros);
       r.add(a + "router_mlp.4.weight", {E + 1, R}, Init::normal, rstd, true, muon);
+      r.scale_lr(a, static_cast<float>(c.router_lr_scale));
       const std::string ex = layer_param_name(n, "zaya_block.experts.local_experts.");
       // All fc1 then all fc2: each a contiguous [E, ...] block for the layer.
       for (int64_t e = 0; e < E; ++e) {
@@ -86,7 +87,7 @@ ParamRegistry zaya_registry(const ModelConfig& c) {
 ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing balancing)
     : c_(config),
       registry_(zaya_registry(config)),
-      balancing_(std::move(balancing)),
+      balancer_(std::move(balancing), config.n_layers, config.n_experts),
       B_(B),
       T_(T),
       N_(B * T),
@@ -118,11 +119,9 @@ ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing 
           std::make_unique<CcaLayer>(cs, B, T, cca_.empty() ? nullptr : cca_.front()->scratch()));
     } else {
       moe_.push_back(std::make_unique<ZayaMoeLayer>(
-          ms, N_, RouterLossCoefs{balancing_.aux_loss_coef, balancing_.z_loss_coef},
+          ms, N_,
+          RouterLossCoefs{balancer_.settings().aux_loss_coef, balancer_.settings().z_loss_coef},
           moe_.empty() ? nullptr : moe_.front()->scratch()));
-      std::vector<float> bias(static_cast<size_t>(c_.n_experts + 1), 0.0f);
-      bias.back() = -1.0f;  // the original's init: skip starts disfavoured
-      biases_.push_back(bias);
       rstate_.emplace_back(static_cast<size_t>(N_ * R_), 0.0f);
     }
     r_.emplace_back(static_cast<size_t>(N_ * H_), 0.0f);
@@ -144,15 +143,10 @@ ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing 
       moe_g_.push_back(moe_params(n, grads_.data()));
     }
   }
-  if (balancing_.mode != "pid" && balancing_.mode != "sign" && balancing_.mode != "none") {
-    throw InputError("--balancing: expected pid, sign or none, got '" + balancing_.mode + "'");
-  }
   const size_t K = static_cast<size_t>(c_.n_experts + 1);
   for (size_t m = 0; m < moe_.size(); ++m) {
     step_load_.emplace_back(K, 0);
     last_load_.emplace_back(K, 0);
-    bias_m_.emplace_back(K, 0.0f);
-    bias_v_.emplace_back(K, 0.0f);
   }
   size_t back_bytes = 0;
   for (auto* v : {&back_.d_lnf, &back_.d_rf, &back_.dr, &back_.dh, &back_.dx, &back_.dr_prev,
@@ -203,43 +197,11 @@ double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets
   return loss;
 }
 
-void ZayaModel::after_step(int64_t step) {
-  const int64_t E = c_.n_experts;
-  // One controller step on bias[e] with the error as its gradient.
-  auto control = [&](size_t m, int64_t e, float error) {
-    float& bias = biases_[m][e];
-    if (balancing_.mode == "sign") {
-      bias += error < 0 ? balancing_.lr : (error > 0 ? -balancing_.lr : 0.0f);
-      return;
-    }
-    // Adam on the bias with the load error as its gradient.
-    float& mo = bias_m_[m][e];
-    float& ve = bias_v_[m][e];
-    const float b1 = balancing_.beta1, b2 = balancing_.beta2;
-    mo = b1 * mo + (1.0f - b1) * error;
-    ve = b2 * ve + (1.0f - b2) * error * error;
-    const float mh = mo / (1.0f - std::pow(b1, static_cast<float>(step)));
-    const float vh = ve / (1.0f - std::pow(b2, static_cast<float>(step)));
-    bias -= balancing_.lr * mh / (std::sqrt(vh) + balancing_.eps);
-  };
+void ZayaModel::after_step(int64_t step, float lr_factor) {
   for (size_t m = 0; m < moe_.size(); ++m) {
     auto& load = step_load_[m];
     last_load_[m] = load;
-    int64_t routed = 0;
-    for (int64_t e = 0; e < E; ++e) routed += load[e];
-    if (routed > 0 && balancing_.mode != "none") {
-      for (int64_t e = 0; e < E; ++e) {
-        control(m, e, static_cast<float>(load[e]) / static_cast<float>(routed) - 1.0f / E);
-      }
-    }
-    // The skip class follows its target rate when one is set.
-    if (balancing_.mode != "none" && balancing_.skip_target >= 0.0f) {
-      const int64_t all = routed + load[E];
-      if (all > 0) {
-        control(m, E,
-                static_cast<float>(load[E]) / static_cast<float>(all) - balancing_.skip_target);
-      }
-    }
+    balancer_.update(static_cast<int64_t>(m), load, step, lr_factor);
     std::fill(load.begin(), load.end(), 0);
   }
 }
@@ -269,7 +231,7 @@ nlohmann::json ZayaModel::step_metrics() const {
                       {"z_loss", moe_[m]->stats().z_loss},
                       {"entropy", entropy},
                       {"margin", moe_[m]->stats().margin},
-                      {"bias", biases_[m]}});
+                      {"bias", balancer_.biases()[m]}});
   }
   return {{"router", layers}};
 }
@@ -295,12 +257,12 @@ std::string ZayaModel::progress_note() const {
 std::vector<ExtraTensor> ZayaModel::extra_state() {
   std::vector<ExtraTensor> out;
   const int64_t K = c_.n_experts + 1;
-  for (size_t m = 0; m < biases_.size(); ++m) {
+  for (size_t m = 0; m < moe_.size(); ++m) {
     const std::string name =
         layer_param_name(2 * static_cast<int64_t>(m) + 1, "zaya_block.router.balancing_biases");
-    out.push_back({name, {K}, biases_[m].data(), false});
-    out.push_back({name + ".exp_avg", {K}, bias_m_[m].data(), true});
-    out.push_back({name + ".exp_avg_sq", {K}, bias_v_[m].data(), true});
+    out.push_back({name, {K}, balancer_.biases()[m].data(), false});
+    out.push_back({name + ".exp_avg", {K}, balancer_.first_moments()[m].data(), true});
+    out.push_back({name + ".exp_avg_sq", {K}, balancer_.second_moments()[m].data(), true});
   }
   return out;
 }
@@ -359,7 +321,8 @@ void ZayaModel::run_forward(const int32_t* tokens) {
     } else {
       const int64_t m = n / 2;
       moe_[m]->forward(h_[n].data(), rstate_[m].data(), x_[n].data(),
-                       m > 0 ? rstate_[m - 1].data() : nullptr, moe_p_[m], biases_[m].data());
+                       m > 0 ? rstate_[m - 1].data() : nullptr, moe_p_[m],
+                       balancer_.biases(static_cast<int64_t>(m)));
     }
     h = h_[n].data();
     r = r_[n].data();

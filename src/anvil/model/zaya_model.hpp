@@ -15,37 +15,13 @@
 #include "anvil/model/config.hpp"
 #include "anvil/model/params.hpp"
 #include "anvil/model/trainable.hpp"
+#include "anvil/model/zaya_balancing.hpp"
 #include "anvil/model/zaya_moe_layer.hpp"
 
 namespace anvil::model {
 
 // The registry of a ZAYA1 config (attention "cca", n_experts > 0, n_kv_heads 2).
 ParamRegistry zaya_registry(const ModelConfig& config);
-
-// Expert-bias balancing (ZAYA1.md section 4), applied after each step from
-// the loads of the step's tokens: "pid" feeds the load error of each expert
-// (its share of the routed tokens minus 1/E) as the gradient of a small Adam
-// on the biases; "sign" moves each bias by rate * sign(1/E - load); "none".
-// The skip class's bias stays where it is unless a target skip rate is set.
-struct Balancing {
-  std::string mode = "pid";
-  float lr = 1e-2f;  // Adam lr (pid) or step (sign)
-  // Optional router losses added to the training loss (0 = off): the Switch
-  // load-balancing loss and the router z-loss (kernels/zaya.hpp).
-  float aux_loss_coef = 0.0f;
-  float z_loss_coef = 0.0f;
-  // pid's Adam: beta1 averages the error (the controller's integral-like
-  // memory), beta2 its square (the step normaliser's memory).
-  float beta1 = 0.0f;
-  float beta2 = 0.9f;
-  // pid's Adam epsilon: errors well below it move the biases in proportion
-  // (lr / eps) x error, errors above it by about lr (see docs/zaya1.md).
-  float eps = 1e-2f;
-  // Target share of the skip class (of all assignments); its bias is then
-  // controlled like the experts' with error skip_rate - target. < 0: the
-  // skip bias stays at its init.
-  float skip_target = -1.0f;
-};
 
 class ZayaModel : public TrainableModel {
  public:
@@ -58,12 +34,12 @@ class ZayaModel : public TrainableModel {
                  int64_t* scored) override;
   double forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
                           float grad_scale, int64_t* scored) override;
-  void after_step(int64_t step) override;
+  void after_step(int64_t step, float lr_factor = 1.0f) override;
   nlohmann::json step_metrics() const override;
   std::string progress_note() const override;
   std::vector<ExtraTensor> extra_state() override;
   // Steers expert selection only; [layers][E + 1], init 0 (skip -1, as the original).
-  std::vector<std::vector<float>>& balancing_biases() { return biases_; }
+  std::vector<std::vector<float>>& balancing_biases() { return balancer_.biases(); }
   void zero_grads() override;
   // Summed loss over rows with target >= 0; with backward, gradients of
   // (loss * grad_scale) are added to grads(). B and T must be the planned ones.
@@ -90,14 +66,12 @@ class ZayaModel : public TrainableModel {
   ModelConfig c_;
   ParamRegistry registry_;
   MemoryPlan plan_;
-  Balancing balancing_;
+  BiasBalancer balancer_;
   // Per MoE layer: tokens per class over the current step; the last step's
-  // loads (for metrics); Adam moments of the biases.
+  // loads (for metrics).
   std::vector<std::vector<int64_t>> step_load_, last_load_;
-  std::vector<std::vector<float>> bias_m_, bias_v_;
   int64_t B_, T_, N_, H_, R_, layers_;
   std::vector<float> params_, grads_;
-  std::vector<std::vector<float>> biases_;
   // Parameter and gradient pointers per layer, resolved once (the arrays never move).
   std::vector<CcaParams> cca_p_, cca_g_;
   std::vector<ZayaMoeParams> moe_p_, moe_g_;

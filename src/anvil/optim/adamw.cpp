@@ -21,12 +21,12 @@ void AdamW::update(float* params, const float* grads, float lr, int64_t step, fl
   const float b1 = config_.beta1, b2 = config_.beta2, eps = config_.eps;
   const float bc1 = 1.0f - std::pow(b1, static_cast<float>(step));
   const float bc2_sqrt = std::sqrt(1.0f - std::pow(b2, static_cast<float>(step)));
-  const float step_size = lr / bc1;
   float* m = exp_avg();
   float* v = exp_avg_sq();
   for (const auto& s : registry_.specs()) {
     if (skip_muon_group_ && s.group == model::OptimizerGroup::muon) continue;
-    const float decay = s.weight_decay ? 1.0f - lr * config_.weight_decay : 1.0f;
+    const float plr = lr * s.lr_scale, step_size = plr / bc1;
+    const float decay = s.weight_decay ? 1.0f - plr * config_.weight_decay : 1.0f;
     float* p = params + s.offset;
     const float* g = grads + s.offset;
     float* ms = m + s.offset;

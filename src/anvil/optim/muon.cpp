@@ -146,9 +146,10 @@ void Muon::update(float* params, const float* grads, float lr, float grad_scale)
       newton_schulz(update, update, rows, cols, config_.ns_steps, x_, y_, a_, b_);
     }
     const float scale = 0.2f * std::sqrt(static_cast<float>(std::max(rows, cols)));
-    const float decay = s.weight_decay ? 1.0f - lr * config_.weight_decay : 1.0f;
+    const float plr = lr * s.lr_scale;
+    const float decay = s.weight_decay ? 1.0f - plr * config_.weight_decay : 1.0f;
 #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < s.numel; ++i) p[i] = p[i] * decay - lr * scale * update[i];
+    for (int64_t i = 0; i < s.numel; ++i) p[i] = p[i] * decay - plr * scale * update[i];
   }
 }
 

@@ -1,0 +1,70 @@
+// ZAYA1 expert-bias balancing (../shared/ZAYA1.md section 4): after each
+// step, each MoE layer's loads over the global batch move the selection
+// biases of its experts (and, with a target, of the skip class). The biases
+// steer top-k selection only; they get no gradient. docs/zaya1.md
+// ("Balancing") has the measurements behind the defaults.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace anvil::model {
+
+// "pid" feeds the load error of each expert (its share of the routed tokens
+// minus 1/E) as the gradient of a small Adam on the biases; "sign" moves each
+// bias by lr * sign(1/E - load); "none". The skip class's bias stays at its
+// init unless a target skip rate is set.
+struct Balancing {
+  std::string mode = "pid";
+  float lr = 1e-2f;  // Adam lr (pid) or step (sign): the fastest a bias moves per step
+  // "follow": after the warm-up, lr is scaled like the model's learning rate
+  // (lr_t / peak): the router's preferences drift in proportion to it, and a
+  // smaller step splits finely what experts share; "constant".
+  std::string schedule = "follow";
+  // Optional router losses added to the training loss (0 = off): the Switch
+  // load-balancing loss and the router z-loss (kernels/zaya.hpp).
+  float aux_loss_coef = 0.0f;
+  float z_loss_coef = 0.0f;
+  // pid's Adam. beta1 averages the error: an error that keeps its sign moves
+  // the bias by about lr per step, one that flips every step (two experts
+  // sharing a cluster of tokens) by a small fraction of it, so the biases
+  // settle instead of flipping the cluster back and forth. beta2 is the
+  // memory of the squared error that normalises the step: short, so the
+  // large errors of the first steps do not slow the biases for long.
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  // Target share of the skip class (of all assignments); its bias is then
+  // controlled like the experts' with error skip_rate - target. < 0: the
+  // skip bias stays at its init.
+  float skip_target = -1.0f;
+};
+
+// The biases of `layers` MoE layers over E experts + the skip class, and the
+// controller's state. Init as the original: 0 for experts, -1 for skip.
+class BiasBalancer {
+ public:
+  BiasBalancer(Balancing balancing, int64_t layers, int64_t experts);
+  // One controller step of `layer` from its tokens per class over the step
+  // ([E + 1], skip last); step counts from 1 (Adam's bias correction);
+  // lr_factor scales lr when the schedule is "follow".
+  void update(int64_t layer, const std::vector<int64_t>& load, int64_t step,
+              float lr_factor = 1.0f);
+  const Balancing& settings() const { return b_; }
+  // [layers][E + 1]; mutable for tests and checkpoints.
+  std::vector<std::vector<float>>& biases() { return biases_; }
+  const std::vector<std::vector<float>>& biases() const { return biases_; }
+  float* biases(int64_t layer) { return biases_[static_cast<size_t>(layer)].data(); }
+  // Adam's first and second moments, same shape (checkpointed).
+  std::vector<std::vector<float>>& first_moments() { return m_; }
+  std::vector<std::vector<float>>& second_moments() { return v_; }
+
+ private:
+  void control(int64_t layer, int64_t cls, float error, int64_t step, float lr);
+  Balancing b_;
+  int64_t experts_;
+  std::vector<std::vector<float>> biases_, m_, v_;
+};
+
+}  // namespace anvil::model
