@@ -18,10 +18,10 @@ namespace anvil::model {
 struct Balancing {
   std::string mode = "pid";
   float lr = 1e-2f;  // Adam lr (pid) or step (sign): the fastest a bias moves per step
-  // "follow": after the warm-up, lr is scaled like the model's learning rate
-  // (lr_t / peak): the router's preferences drift in proportion to it, and a
-  // smaller step splits finely what experts share; "constant".
-  std::string schedule = "follow";
+  // "constant", or "follow": after the warm-up, lr is scaled like the
+  // model's learning rate (lr_t / peak), as the router's preferences drift
+  // in proportion to it (measured: it did not help, docs/zaya1.md).
+  std::string schedule = "constant";
   // Optional router losses added to the training loss (0 = off): the Switch
   // load-balancing loss and the router z-loss (kernels/zaya.hpp).
   float aux_loss_coef = 0.0f;
