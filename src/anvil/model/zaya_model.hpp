@@ -3,8 +3,9 @@
 // through a residual-scaling merge and an RMSNorm, a final merge and norm,
 // and the fused classifier + cross-entropy. Parameters are registered under
 // the ZAYA1 checkpoint names (section 7), so weights move to and from the
-// public code. Training form (forward/backward over [B, T]); decode and the
-// trainer's use of it are the next steps (docs/zaya1.md).
+// public code. Training form (forward/backward over [B, T]) with expert-bias
+// balancing after each step (zaya_balancing.hpp), and token-by-token decode
+// through the CCA caches (docs/zaya1.md).
 #pragma once
 
 #include <cstdint>
