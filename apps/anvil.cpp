@@ -373,9 +373,6 @@ int main(int argc, char** argv) {
                     "load error as gradient), sign (sign updates), none");
   train->add_option("--balance-lr", topt.balancing.lr, "Rate of the expert-bias balancing")
       ->check(CLI::NonNegativeNumber);
-  train->add_option("--balance-schedule", topt.balancing.schedule,
-                    "constant, or follow: after the warm-up the balancing rate decays with the "
-                    "learning rate (the router's preferences drift in proportion to it)");
   train
       ->add_option("--balance-beta1", topt.balancing.beta1,
                    "pid balancing: Adam beta1 on the load error (its running mean)")

@@ -62,7 +62,7 @@ PY
 train="$anvil train $common --data data/kjv.txt --lr 2e-3 --warmup 20 --val-every 40 --seed 1"
 # The 2048-token rows of docs/zaya1.md (session 4) were measured with pid's
 # Adam at 0.9 / 0.999 / eps 1e-8: these runs pin them. The 8192-token runs
-# use today's defaults (0.9 / 0.95 / 1e-8, lr 1e-2, constant).
+# use today's defaults (0.9 / 0.95 / 1e-8, lr 1e-2).
 pid="--balancing pid --balance-beta1 0.9 --balance-beta2 0.999 --balance-eps 1e-8"
 run() {  # name, flags...
   local name=$1; shift

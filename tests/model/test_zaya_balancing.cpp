@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <vector>
 
-#include "anvil/base/error.hpp"
 #include "anvil/base/rng.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/zaya_balancing.hpp"
@@ -143,29 +142,6 @@ TEST(ZayaBalancing, PidSplitsAClusterTwoExpertsShare) {
   no_momentum.beta2 = 0.9f;
   no_momentum.eps = 1e-2f;
   EXPECT_GT(median_worst(simulate_twins(no_momentum, 300), 50).first, 3.0);
-}
-
-TEST(ZayaBalancing, FollowScheduleScalesTheStepAndConstantDoesNot) {
-  // One expert of two starved: Adam's first step moves each bias by lr x factor.
-  const std::vector<int64_t> load{30, 10, 0};
-  auto moved = [&](const std::string& schedule, float factor) {
-    Balancing b;
-    b.schedule = schedule;
-    BiasBalancer balancer(b, 1, 2);
-    balancer.update(0, load, 1, factor);
-    return balancer.biases(0)[1];
-  };
-  EXPECT_NEAR(moved("follow", 1.0f), 1e-2f, 1e-6f);
-  EXPECT_NEAR(moved("follow", 0.25f), 2.5e-3f, 1e-6f);
-  EXPECT_NEAR(moved("constant", 0.25f), 1e-2f, 1e-6f);
-  Balancing bad;
-  bad.schedule = "cosine";
-  try {
-    BiasBalancer balancer(bad, 1, 2);
-    FAIL() << "accepted --balance-schedule cosine";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("--balance-schedule"), std::string::npos) << e.what();
-  }
 }
 
 }  // namespace

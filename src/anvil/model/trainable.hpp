@@ -45,9 +45,8 @@ class TrainableModel {
                          int64_t* scored) = 0;
   virtual double forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B,
                                   int64_t T, float grad_scale, int64_t* scored) = 0;
-  // After the optimizer step (ZAYA1: expert-bias balancing over the step's
-  // tokens). lr_factor: the step's learning rate over the peak (1 in warm-up).
-  virtual void after_step(int64_t /*step, from 1*/, float /*lr_factor*/) {}
+  // After the optimizer step (ZAYA1: expert-bias balancing over the step's tokens).
+  virtual void after_step(int64_t /*step, from 1*/) {}
   // Per-step metrics beyond the loss (ZAYA1: router load statistics).
   virtual nlohmann::json step_metrics() const { return nlohmann::json::object(); }
   // A short progress-line fragment ("" when none).

@@ -11,9 +11,6 @@ BiasBalancer::BiasBalancer(Balancing balancing, int64_t layers, int64_t experts)
   if (b_.mode != "pid" && b_.mode != "sign" && b_.mode != "none") {
     throw InputError("--balancing: expected pid, sign or none, got '" + b_.mode + "'");
   }
-  if (b_.schedule != "follow" && b_.schedule != "constant") {
-    throw InputError("--balance-schedule: expected follow or constant, got '" + b_.schedule + "'");
-  }
   const size_t K = static_cast<size_t>(experts + 1);
   for (int64_t m = 0; m < layers; ++m) {
     std::vector<float> bias(K, 0.0f);
@@ -24,11 +21,11 @@ BiasBalancer::BiasBalancer(Balancing balancing, int64_t layers, int64_t experts)
   }
 }
 
-void BiasBalancer::control(int64_t layer, int64_t cls, float error, int64_t step, float lr) {
+void BiasBalancer::control(int64_t layer, int64_t cls, float error, int64_t step) {
   const auto l = static_cast<size_t>(layer), e = static_cast<size_t>(cls);
   float& bias = biases_[l][e];
   if (b_.mode == "sign") {
-    bias += error < 0 ? lr : (error > 0 ? -lr : 0.0f);
+    bias += error < 0 ? b_.lr : (error > 0 ? -b_.lr : 0.0f);
     return;
   }
   // Adam on the bias with the load error as its gradient.
@@ -38,13 +35,11 @@ void BiasBalancer::control(int64_t layer, int64_t cls, float error, int64_t step
   ve = b_.beta2 * ve + (1.0f - b_.beta2) * error * error;
   const float mh = mo / (1.0f - std::pow(b_.beta1, static_cast<float>(step)));
   const float vh = ve / (1.0f - std::pow(b_.beta2, static_cast<float>(step)));
-  bias -= lr * mh / (std::sqrt(vh) + b_.eps);
+  bias -= b_.lr * mh / (std::sqrt(vh) + b_.eps);
 }
 
-void BiasBalancer::update(int64_t layer, const std::vector<int64_t>& load, int64_t step,
-                          float lr_factor) {
+void BiasBalancer::update(int64_t layer, const std::vector<int64_t>& load, int64_t step) {
   if (b_.mode == "none") return;
-  const float lr = b_.schedule == "follow" ? b_.lr * lr_factor : b_.lr;
   const int64_t E = experts_;
   int64_t routed = 0;
   for (int64_t e = 0; e < E; ++e) routed += load[static_cast<size_t>(e)];
@@ -53,7 +48,7 @@ void BiasBalancer::update(int64_t layer, const std::vector<int64_t>& load, int64
       control(layer, e,
               static_cast<float>(load[static_cast<size_t>(e)]) / static_cast<float>(routed) -
                   1.0f / static_cast<float>(E),
-              step, lr);
+              step);
     }
   }
   // The skip class follows its target rate when one is set.
@@ -62,7 +57,7 @@ void BiasBalancer::update(int64_t layer, const std::vector<int64_t>& load, int64
     control(
         layer, E,
         static_cast<float>(load[static_cast<size_t>(E)]) / static_cast<float>(all) - b_.skip_target,
-        step, lr);
+        step);
   }
 }
 

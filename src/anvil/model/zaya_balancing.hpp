@@ -18,10 +18,6 @@ namespace anvil::model {
 struct Balancing {
   std::string mode = "pid";
   float lr = 1e-2f;  // Adam lr (pid) or step (sign): the fastest a bias moves per step
-  // "constant", or "follow": after the warm-up, lr is scaled like the
-  // model's learning rate (lr_t / peak), as the router's preferences drift
-  // in proportion to it (measured: it did not help, docs/zaya1.md).
-  std::string schedule = "constant";
   // Optional router losses added to the training loss (0 = off): the Switch
   // load-balancing loss and the router z-loss (kernels/zaya.hpp).
   float aux_loss_coef = 0.0f;
@@ -47,10 +43,8 @@ class BiasBalancer {
  public:
   BiasBalancer(Balancing balancing, int64_t layers, int64_t experts);
   // One controller step of `layer` from its tokens per class over the step
-  // ([E + 1], skip last); step counts from 1 (Adam's bias correction);
-  // lr_factor scales lr when the schedule is "follow".
-  void update(int64_t layer, const std::vector<int64_t>& load, int64_t step,
-              float lr_factor = 1.0f);
+  // ([E + 1], skip last); step counts from 1 (Adam's bias correction).
+  void update(int64_t layer, const std::vector<int64_t>& load, int64_t step);
   const Balancing& settings() const { return b_; }
   // [layers][E + 1]; mutable for tests and checkpoints.
   std::vector<std::vector<float>>& biases() { return biases_; }
@@ -61,7 +55,7 @@ class BiasBalancer {
   std::vector<std::vector<float>>& second_moments() { return v_; }
 
  private:
-  void control(int64_t layer, int64_t cls, float error, int64_t step, float lr);
+  void control(int64_t layer, int64_t cls, float error, int64_t step);
   Balancing b_;
   int64_t experts_;
   std::vector<std::vector<float>> biases_, m_, v_;

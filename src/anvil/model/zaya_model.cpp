@@ -197,11 +197,11 @@ double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets
   return loss;
 }
 
-void ZayaModel::after_step(int64_t step, float lr_factor) {
+void ZayaModel::after_step(int64_t step) {
   for (size_t m = 0; m < moe_.size(); ++m) {
     auto& load = step_load_[m];
     last_load_[m] = load;
-    balancer_.update(static_cast<int64_t>(m), load, step, lr_factor);
+    balancer_.update(static_cast<int64_t>(m), load, step);
     std::fill(load.begin(), load.end(), 0);
   }
 }

@@ -35,7 +35,7 @@ class ZayaModel : public TrainableModel {
                  int64_t* scored) override;
   double forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
                           float grad_scale, int64_t* scored) override;
-  void after_step(int64_t step, float lr_factor = 1.0f) override;
+  void after_step(int64_t step) override;
   nlohmann::json step_metrics() const override;
   std::string progress_note() const override;
   std::vector<ExtraTensor> extra_state() override;

@@ -299,8 +299,7 @@ TrainResult run_training(const TrainOptions& o) {
     const float coef = optim::clip_coefficient(norm, o.clip);
     adamw.update(model.params(), model.grads(), static_cast<float>(lr), step + 1, coef);
     if (muon) muon->update(model.params(), model.grads(), static_cast<float>(lr), coef);
-    model.after_step(step + 1,
-                     step < o.schedule.warmup ? 1.0f : static_cast<float>(lr / o.schedule.lr));
+    model.after_step(step + 1);
     const double dt = now() - t0;
     result.losses.push_back(loss);
     result.step_seconds.push_back(dt);
