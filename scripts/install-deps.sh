@@ -12,6 +12,7 @@ packages=(
   libgtest-dev
   python3-torch            # the PyTorch reference in the parity tests and the training baseline
   bible-kjv                # public-domain English text for the training demo (`bible` prints it)
+  python3-sentencepiece    # bench/kjv_bpe.py: the BPE vocabulary of the ZAYA1 balance runs
 )
 
 missing=()
