@@ -16,15 +16,26 @@
 #     0.1 times the learning rate (router_lr_scale), AdamW at 1 and 0.1;
 #  5. the floor: the Muon router_lr_scale 0.1 model frozen (lr 1e-12) for 30
 #     more steps of pid, with its defaults and without momentum (beta1 0,
-#     beta2 0.9, eps 1e-2: the flipping of clusters that experts share).
+#     beta2 0.9, eps 1e-2: the flipping of clusters that experts share);
+#  6. a global batch of 32768 tokens per step (--accum 16), BIG32_STEPS
+#     steps: Muon + pid with the router at 0.1x (the floor of 5. says every
+#     layer <= 1.5 in every step needs 32-64K tokens per step);
+#  7. the spec's "vocabulary of a few thousand": KJV in a 4096-piece BPE
+#     (bench/kjv_bpe.py; with bytes the space is 19% of the tokens), 8192
+#     tokens per step, BIG_STEPS steps, Muon + pid, router at 1x and 0.1x;
+#     the 0.1x model frozen (its floor), and 32768 tokens per step for
+#     BPE32_STEPS steps (router 0.1x).
 # Loads are summarised by bench/zaya_balance.py (after 40 warm-up steps, and
 # over the last 20 steps; groups of 4 steps = 32768 tokens).
-# Usage: bench/zaya_acceptance.sh [RUNS (3)] [STEPS (120)] [BIG_STEPS (120)]
+# Usage: bench/zaya_acceptance.sh [RUNS (3)] [STEPS (120)] [BIG_STEPS (120)] [BIG32_STEPS (80)]
+#        [BPE32_STEPS (64)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-3}
 steps=${2:-120}
 big_steps=${3:-120}
+big32_steps=${4:-80}
+bpe32_steps=${5:-64}
 anvil=build/anvil
 [ -x "$anvil" ] || scripts/build.sh
 [ -f data/kjv.txt ] || scripts/kjv-text.sh
@@ -59,7 +70,8 @@ json.dump({"moe_tokens_per_s": moe, "one_expert_tokens_per_s": dense, "ratio": m
            "muon_fp32_ns_tokens_per_s": m32, "muon_bf16_ns_tokens_per_s": m16},
           open(f"{out}/throughput.json", "w"), indent=2)
 PY
-train="$anvil train $common --data data/kjv.txt --lr 2e-3 --warmup 20 --val-every 40 --seed 1"
+data="--data data/kjv.txt"
+train="$anvil train $common --lr 2e-3 --warmup 20 --val-every 40 --seed 1"
 # The 2048-token rows of docs/zaya1.md (session 4) were measured with pid's
 # Adam at 0.9 / 0.999 / eps 1e-8: these runs pin them. The 8192-token runs
 # use today's defaults (0.9 / 0.95 / 1e-8, lr 1e-2).
@@ -68,7 +80,7 @@ run() {  # name, flags...
   local name=$1; shift
   echo "train $name" >&2
   rm -rf "$out/$name"
-  $train --out "$out/$name" --ckpt-every 0 "$@" > "$out/$name.log" 2>&1
+  $train --out "$out/$name" --ckpt-every 0 ${data} "$@" > "$out/$name.log" 2>&1
 }
 run adamw-pid --steps "$steps" --optimizer adamw $pid
 run muon-pid --steps "$steps" --optimizer muon --muon-bf16 $pid
@@ -78,17 +90,24 @@ run adamw-pid-8k-r01 --steps "$big_steps" --accum 4 --optimizer adamw --set rout
 run muon-pid-8k --steps "$big_steps" --accum 4 --optimizer muon --muon-bf16
 run muon-pid-8k-r03 --steps "$big_steps" --accum 4 --optimizer muon --muon-bf16 --set router_lr_scale=0.3
 run muon-pid-8k-r01 --steps "$big_steps" --accum 4 --optimizer muon --muon-bf16 --set router_lr_scale=0.1
+run muon-pid-32k-r01 --steps "$big32_steps" --accum 16 --optimizer muon --muon-bf16 --set router_lr_scale=0.1
 # Frozen: the same trajectory's data and state, no weight change; the biases alone move.
-frozen() {  # name, flags...
-  local name=$1; shift
+frozen() {  # name, run to resume (accum 4, router 0.1x), flags...
+  local name=$1 from=$2; shift 2
   echo "frozen $name" >&2
   rm -rf "$out/$name"
-  $anvil train $common --data data/kjv.txt --warmup 20 --seed 1 --accum 4 --optimizer muon --muon-bf16 \
+  $anvil train $common $data --warmup 20 --seed 1 --accum 4 --optimizer muon --muon-bf16 \
     --set router_lr_scale=0.1 --lr 1e-12 --steps $((big_steps + 30)) --val-every 0 --ckpt-every 0 \
-    --resume "$out/muon-pid-8k-r01" --out "$out/$name" "$@" > "$out/$name.log" 2>&1
+    --resume "$out/$from" --out "$out/$name" "$@" > "$out/$name.log" 2>&1
 }
-frozen frozen-r01
-frozen frozen-r01-nomomentum --balance-beta1 0 --balance-beta2 0.9 --balance-eps 1e-2
+frozen frozen-r01 muon-pid-8k-r01
+frozen frozen-r01-nomomentum muon-pid-8k-r01 --balance-beta1 0 --balance-beta2 0.9 --balance-eps 1e-2
+[ -f data/kjv-bpe4k.tok ] || /usr/bin/python3 bench/kjv_bpe.py --out data/kjv-bpe4k
+data="--data data/kjv-bpe4k.tok --set vocab_size=4096"
+run bpe-muon-pid-8k --steps "$big_steps" --accum 4 --optimizer muon --muon-bf16
+run bpe-muon-pid-8k-r01 --steps "$big_steps" --accum 4 --optimizer muon --muon-bf16 --set router_lr_scale=0.1
+frozen bpe-frozen-r01 bpe-muon-pid-8k-r01
+run bpe-muon-pid-32k-r01 --steps "$bpe32_steps" --accum 16 --optimizer muon --muon-bf16 --set router_lr_scale=0.1
 bal=bench/zaya_balance.py
 /usr/bin/python3 $bal --warmup 40 --window 40 --json "$out/balance.json" \
   "$out"/adamw-pid "$out"/muon-pid "$out"/adamw-none "$out"/adamw-pid-8k "$out"/adamw-pid-8k-r01 \
@@ -97,3 +116,9 @@ bal=bench/zaya_balance.py
   "$out"/adamw-pid-8k "$out"/adamw-pid-8k-r01 "$out"/muon-pid-8k "$out"/muon-pid-8k-r03 "$out"/muon-pid-8k-r01
 /usr/bin/python3 $bal --warmup $((big_steps + 10)) --window 20 --json "$out/balance-frozen.json" \
   "$out"/frozen-r01 "$out"/frozen-r01-nomomentum
+/usr/bin/python3 $bal --warmup $((big32_steps - 20)) --window 20 --group 2 --json "$out/balance-32k.json" "$out"/muon-pid-32k-r01
+/usr/bin/python3 $bal --warmup $((big_steps - 20)) --window 20 --json "$out/balance-bpe.json" \
+  "$out"/bpe-muon-pid-8k "$out"/bpe-muon-pid-8k-r01
+/usr/bin/python3 $bal --warmup $((big_steps + 10)) --window 20 --json "$out/balance-bpe-frozen.json" "$out"/bpe-frozen-r01
+/usr/bin/python3 $bal --warmup $((bpe32_steps - 20)) --window 20 --group 2 --json "$out/balance-bpe-32k.json" \
+  "$out"/bpe-muon-pid-32k-r01
