@@ -80,7 +80,7 @@ run() {  # name, flags...
   local name=$1; shift
   echo "train $name" >&2
   rm -rf "$out/$name"
-  $train --out "$out/$name" --ckpt-every 0 ${data} "$@" > "$out/$name.log" 2>&1
+  $train --out "$out/$name" --ckpt-every 0 $data "$@" > "$out/$name.log" 2>&1
 }
 run adamw-pid --steps "$steps" --optimizer adamw $pid
 run muon-pid --steps "$steps" --optimizer muon --muon-bf16 $pid
