@@ -11,7 +11,7 @@ OUT.vocab and OUT.tok, each via a temporary file and a rename. Usage:
   bench/kjv_bpe.py [--text data/kjv.txt] [--vocab 4096] [--out data/kjv-bpe4k]
   bench/kjv_bpe.py --decode OUT.model ID...   (ids -> text, for samples)
 """
-import argparse, os, struct, sys, tempfile
+import argparse, collections, os, struct, sys, tempfile
 
 import sentencepiece as spm
 
@@ -54,10 +54,7 @@ def train(text, vocab, out):
             ids.append(nl)
     head = b"ANVILTOK" + struct.pack("<IIQQ", 1, 2, sp.get_piece_size(), len(ids)) + bytes(32)
     write_atomic(f"{out}.tok", head + struct.pack(f"<{len(ids)}H", *ids))
-    counts = {}
-    for t in ids:
-        counts[t] = counts.get(t, 0) + 1
-    top = sorted(counts.items(), key=lambda kv: -kv[1])[:5]
+    top = collections.Counter(ids).most_common(5)
     print(f"{out}.tok: {len(ids)} tokens, vocabulary {sp.get_piece_size()}, "
           f"{os.path.getsize(text) / len(ids):.2f} bytes per token; most frequent: " +
           ", ".join(f"{sp.id_to_piece(t)!r} {c / len(ids):.1%}" for t, c in top))
