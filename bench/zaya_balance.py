@@ -8,7 +8,9 @@ share of (layer, step) pairs <= 1.5 and of steps with every layer <= 1.5;
 the same for the loads summed over consecutive groups of GROUP steps (a
 global batch GROUP times larger, with the biases of those steps); the
 max/min of the loads summed over the last WINDOW steps; the routing entropy
-(nats; uniform over 16 experts = 2.77), the skip rate and the losses. Usage:
+(nats; uniform over 16 experts = 2.77), the skip rate and the losses; and
+the first step from which on every step has every layer <= 1.5 (over all
+steps, warm-up included; none if the last step has a layer above). Usage:
   bench/zaya_balance.py [--warmup 50] [--window 50] [--group 4] [--json OUT] RUN_DIR...
 """
 import argparse, json, math, statistics as st, sys
@@ -38,8 +40,19 @@ def shares(per):
     return (sum(x <= 1.5 for x in flat) / len(flat), sum(all(x <= 1.5 for x in g) for g in per) / len(per))
 
 
+def settled_from(routed):
+    """First step from which on every step has every layer <= 1.5, or None."""
+    first = None
+    for r in reversed(routed):
+        if max(ratio(l["load"][:-1]) for l in r["router"]) > 1.5:
+            break
+        first = r["step"]
+    return first
+
+
 def summarise(path, warmup, window, group):
     rows = [json.loads(l) for l in open(path + "/metrics.jsonl") if l.strip()]
+    settled = settled_from([r for r in rows if "router" in r])
     steps = [r for r in rows if "router" in r and r["step"] > warmup]
     if not steps:
         return None
@@ -54,6 +67,7 @@ def summarise(path, warmup, window, group):
             "per_step_worst_layer_median": st.median(max(p) for p in per_step),
             "per_step_median_layer_median": st.median(st.median(p) for p in per_step),
             "layer_steps_le_1.5": pair, "steps_all_layers_le_1.5": every,
+            "all_layers_le_1.5_from_step": settled,
             "group": group, "groups": len(per_group),
             "group_median_layer_median": st.median(st.median(p) for p in per_group),
             "group_worst": max(max(p) for p in per_group),
@@ -85,7 +99,7 @@ def main():
           f"{a.group} steps; loads summed over the last {a.window} steps")
     print(f"{'run':<28}{'steps':>6}{'med/step':>9}{'worst':>8}{'pairs':>7}{'all':>6}"
           f"{'med/grp':>9}{'pairs':>7}{'all':>6}{'win med':>8}{'worst':>8}{'entropy':>8}{'skip':>6}"
-          f"{'train':>7}{'val':>7}{'tok/s':>7}")
+          f"{'train':>7}{'val':>7}{'tok/s':>7}{'settled':>8}")
     for s in out:
         print(f"{s['run'][-28:]:<28}{s['steps']:>6}{fmt(s['per_step_median_layer_median']):>9}"
               f"{fmt(s['per_step_worst_layer_median']):>8}{100*s['layer_steps_le_1.5']:>6.0f}%"
@@ -93,7 +107,8 @@ def main():
               f"{100*s['layer_groups_le_1.5']:>6.0f}%{100*s['groups_all_layers_le_1.5']:>5.0f}%"
               f"{fmt(s['windowed_max_over_min_median']):>8}{fmt(s['windowed_max_over_min_worst']):>8}"
               f"{s['entropy_mean']:>8.2f}{100*s['skip_rate_mean']:>5.1f}%{s['train_loss_last10']:>7.3f}"
-              f"{(s['val_loss_last'] or float('nan')):>7.3f}{s['tokens_per_s_median']:>7.0f}")
+              f"{(s['val_loss_last'] or float('nan')):>7.3f}{s['tokens_per_s_median']:>7.0f}"
+              f"{s['all_layers_le_1.5_from_step'] or '-':>8}")
     if a.json:
         json.dump(out, open(a.json, "w"), indent=2, default=lambda x: None)
 
