@@ -24,18 +24,18 @@
 #     (bench/kjv_bpe.py; with bytes the space is 19% of the tokens), 8192
 #     tokens per step, BIG_STEPS steps, Muon + pid, router at 1x and 0.1x;
 #     the 0.1x model frozen (its floor), and 32768 tokens per step for
-#     BPE32_STEPS steps (router 0.1x).
+#     BPE32_STEPS steps (router 0.1x), that model frozen for 20 steps more.
 # Loads are summarised by bench/zaya_balance.py (after 40 warm-up steps, and
 # over the last 20 steps; groups of 4 steps = 32768 tokens).
 # Usage: bench/zaya_acceptance.sh [RUNS (3)] [STEPS (120)] [BIG_STEPS (120)] [BIG32_STEPS (80)]
-#        [BPE32_STEPS (64)]
+#        [BPE32_STEPS (160)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-3}
 steps=${2:-120}
 big_steps=${3:-120}
 big32_steps=${4:-80}
-bpe32_steps=${5:-64}
+bpe32_steps=${5:-160}
 anvil=build/anvil
 [ -x "$anvil" ] || scripts/build.sh
 [ -f data/kjv.txt ] || scripts/kjv-text.sh
@@ -92,22 +92,23 @@ run muon-pid-8k-r03 --steps "$big_steps" --accum 4 --optimizer muon --muon-bf16 
 run muon-pid-8k-r01 --steps "$big_steps" --accum 4 --optimizer muon --muon-bf16 --set router_lr_scale=0.1
 run muon-pid-32k-r01 --steps "$big32_steps" --accum 16 --optimizer muon --muon-bf16 --set router_lr_scale=0.1
 # Frozen: the same trajectory's data and state, no weight change; the biases alone move.
-frozen() {  # name, run to resume (accum 4, router 0.1x), flags...
-  local name=$1 from=$2; shift 2
+frozen() {  # name, run to resume (router 0.1x), its accum, total steps, flags...
+  local name=$1 from=$2 accum=$3 total=$4; shift 4
   echo "frozen $name" >&2
   rm -rf "$out/$name"
-  $anvil train $common $data --warmup 20 --seed 1 --accum 4 --optimizer muon --muon-bf16 \
-    --set router_lr_scale=0.1 --lr 1e-12 --steps $((big_steps + 30)) --val-every 0 --ckpt-every 0 \
+  $anvil train $common $data --warmup 20 --seed 1 --accum "$accum" --optimizer muon --muon-bf16 \
+    --set router_lr_scale=0.1 --lr 1e-12 --steps "$total" --val-every 0 --ckpt-every 0 \
     --resume "$out/$from" --out "$out/$name" "$@" > "$out/$name.log" 2>&1
 }
-frozen frozen-r01 muon-pid-8k-r01
-frozen frozen-r01-nomomentum muon-pid-8k-r01 --balance-beta1 0 --balance-beta2 0.9 --balance-eps 1e-2
+frozen frozen-r01 muon-pid-8k-r01 4 $((big_steps + 30))
+frozen frozen-r01-nomomentum muon-pid-8k-r01 4 $((big_steps + 30)) --balance-beta1 0 --balance-beta2 0.9 --balance-eps 1e-2
 [ -f data/kjv-bpe4k.tok ] || /usr/bin/python3 bench/kjv_bpe.py --out data/kjv-bpe4k
 data="--data data/kjv-bpe4k.tok --set vocab_size=4096"
 run bpe-muon-pid-8k --steps "$big_steps" --accum 4 --optimizer muon --muon-bf16
 run bpe-muon-pid-8k-r01 --steps "$big_steps" --accum 4 --optimizer muon --muon-bf16 --set router_lr_scale=0.1
-frozen bpe-frozen-r01 bpe-muon-pid-8k-r01
+frozen bpe-frozen-r01 bpe-muon-pid-8k-r01 4 $((big_steps + 30))
 run bpe-muon-pid-32k-r01 --steps "$bpe32_steps" --accum 16 --optimizer muon --muon-bf16 --set router_lr_scale=0.1
+frozen bpe-frozen-32k-r01 bpe-muon-pid-32k-r01 16 $((bpe32_steps + 20))
 bal=bench/zaya_balance.py
 /usr/bin/python3 $bal --warmup 40 --window 40 --json "$out/balance.json" \
   "$out"/adamw-pid "$out"/muon-pid "$out"/adamw-none "$out"/adamw-pid-8k "$out"/adamw-pid-8k-r01 \
@@ -122,3 +123,5 @@ bal=bench/zaya_balance.py
 /usr/bin/python3 $bal --warmup $((big_steps + 10)) --window 20 --json "$out/balance-bpe-frozen.json" "$out"/bpe-frozen-r01
 /usr/bin/python3 $bal --warmup $((bpe32_steps - 20)) --window 20 --group 2 --json "$out/balance-bpe-32k.json" \
   "$out"/bpe-muon-pid-32k-r01
+/usr/bin/python3 $bal --warmup "$bpe32_steps" --window 20 --group 2 --json "$out/balance-bpe-frozen-32k.json" \
+  "$out"/bpe-frozen-32k-r01
