@@ -3,7 +3,9 @@
 // resumes are refused.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
@@ -161,6 +163,31 @@ TEST(Trainer, KeepsTheNewestCheckpointsAndRefusesMismatchedResumes) {
   auto nothing = tiny(dir);
   nothing.resume = testing::TempDir() + "/no_such_run";
   EXPECT_THROW(run_training(nothing), InputError);
+}
+
+TEST(Trainer, ResumesWithANewAccumOnlyWhenAsked) {
+  const std::string dir = testing::TempDir() + "/ramp_run";
+  fs::remove_all(dir);
+  auto first = tiny(dir);
+  first.steps = 4;
+  run_training(first);
+  auto ramp = tiny(dir);
+  ramp.resume = "latest";
+  ramp.accum = 3;
+  ramp.steps = 6;
+  EXPECT_THROW(run_training(ramp), InputError);
+  ramp.resume_new_accum = true;
+  const auto r = run_training(ramp);
+  EXPECT_EQ(r.first_step, 4);
+  ASSERT_EQ(r.losses.size(), 2u);
+  for (double l : r.losses) EXPECT_TRUE(std::isfinite(l));
+  // Its checkpoint records the new accum: a plain resume at accum 3 follows.
+  const auto state = nlohmann::json::parse(ckpt::read_state_json(ckpt::resolve_checkpoint(dir)));
+  EXPECT_EQ(state.at("accum").get<int64_t>(), 3);
+  auto plain = tiny(dir);
+  plain.resume = "latest";
+  plain.accum = 3;
+  EXPECT_EQ(run_training(plain).first_step, 6);
 }
 
 }  // namespace

@@ -198,15 +198,19 @@ TrainResult run_training(const TrainOptions& o) {
       throw InputError("--resume " + resume_from + ": the checkpoint's model config differs from " +
                        o.config + " with the given --set overrides");
     }
+    const auto saved_accum = state.at("accum").get<int64_t>();
     if (state.at("seed").get<uint64_t>() != o.seed || state.at("batch").get<int64_t>() != B ||
-        state.at("seq").get<int64_t>() != T || state.at("accum").get<int64_t>() != o.accum ||
+        state.at("seq").get<int64_t>() != T || (saved_accum != o.accum && !o.resume_new_accum) ||
         state.value("precision", "fp32") != o.precision ||
         state.value("optimizer", "adamw") != o.optimizer) {
       throw InputError("--resume " + resume_from +
                        ": seed, batch, seq, accum, precision and optimizer must match the "
-                       "checkpoint's to continue its "
-                       "trajectory");
+                       "checkpoint's to continue its trajectory (a different --accum: add "
+                       "--resume-new-accum)");
     }
+    if (saved_accum != o.accum && !o.quiet)
+      std::printf("global batch ramp: accum %lld -> %lld\n", static_cast<long long>(saved_accum),
+                  static_cast<long long>(o.accum));
     ckpt::load_checkpoint(resume_from, model.registry(), model.params(), adamw.exp_avg(),
                           adamw.exp_avg_sq(), muon ? muon->momentum() : nullptr,
                           model.extra_state());

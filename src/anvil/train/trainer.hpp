@@ -36,7 +36,11 @@ struct TrainOptions {
   std::string out_dir;     // checkpoints and metrics; empty: none written
   int64_t ckpt_every = 0;  // 0: only at the end (when out_dir is set)
   int keep = 3;
-  std::string resume;      // checkpoint dir, run dir or "latest" (= out_dir)
+  std::string resume;  // checkpoint dir, run dir or "latest" (= out_dir)
+  // With resume: accept an accum other than the checkpoint's (a global-batch
+  // ramp). Weights, optimizer state and schedule carry over; the data draws
+  // follow the new accum, so it is not the checkpoint's exact trajectory.
+  bool resume_new_accum = false;
   int64_t log_every = 10;  // lines when stdout is not a terminal
   double peak_gflops = 0;  // 0: measure a 2048^3 GEMM (in --precision) at start
   // ZAYA1 expert-bias balancing and router losses; defaults in model::Balancing.
