@@ -24,7 +24,9 @@
 #     (bench/kjv_bpe.py; with bytes the space is 19% of the tokens), 8192
 #     tokens per step, BIG_STEPS steps, Muon + pid, router at 1x and 0.1x;
 #     the 0.1x model frozen (its floor), and 32768 tokens per step for
-#     BPE32_STEPS steps (router 0.1x), that model frozen for 20 steps more.
+#     BPE32_STEPS steps (router 0.1x), that model frozen for 20 steps more,
+#     and that run continued for 25 steps at 65536 tokens per step (a
+#     global-batch ramp, --resume-new-accum).
 # Loads are summarised by bench/zaya_balance.py (after 40 warm-up steps, and
 # over the last 20 steps; groups of 4 steps = 32768 tokens).
 # Usage: bench/zaya_acceptance.sh [RUNS (3)] [STEPS (120)] [BIG_STEPS (120)] [BIG32_STEPS (80)]
@@ -109,6 +111,8 @@ run bpe-muon-pid-8k-r01 --steps "$big_steps" --accum 4 --optimizer muon --muon-b
 frozen bpe-frozen-r01 bpe-muon-pid-8k-r01 4 $((big_steps + 30))
 run bpe-muon-pid-32k-r01 --steps "$bpe32_steps" --accum 16 --optimizer muon --muon-bf16 --set router_lr_scale=0.1
 frozen bpe-frozen-32k-r01 bpe-muon-pid-32k-r01 16 $((bpe32_steps + 20))
+run bpe-muon-pid-64k-ramp-r01 --steps $((bpe32_steps + 25)) --accum 32 --resume-new-accum \
+  --resume "$out/bpe-muon-pid-32k-r01" --optimizer muon --muon-bf16 --set router_lr_scale=0.1
 bal=bench/zaya_balance.py
 /usr/bin/python3 $bal --warmup 40 --window 40 --json "$out/balance.json" \
   "$out"/adamw-pid "$out"/muon-pid "$out"/adamw-none "$out"/adamw-pid-8k "$out"/adamw-pid-8k-r01 \
@@ -125,3 +129,5 @@ bal=bench/zaya_balance.py
   "$out"/bpe-muon-pid-32k-r01
 /usr/bin/python3 $bal --warmup "$bpe32_steps" --window 20 --group 2 --json "$out/balance-bpe-frozen-32k.json" \
   "$out"/bpe-frozen-32k-r01
+/usr/bin/python3 $bal --warmup "$bpe32_steps" --window 25 --group 1 --json "$out/balance-bpe-64k-ramp.json" \
+  "$out"/bpe-muon-pid-64k-ramp-r01
