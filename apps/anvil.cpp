@@ -350,12 +350,15 @@ int main(int argc, char** argv) {
   train->add_option("--ckpt-every", topt.ckpt_every, "Checkpoint every N steps (and at the end)")
       ->check(CLI::NonNegativeNumber);
   train->add_option("--keep", topt.keep, "Checkpoints kept (newest)")->check(CLI::PositiveNumber);
-  train->add_option("--resume", topt.resume,
-                    "Continue from a checkpoint dir, a run dir, or 'latest' (the newest in --out)");
-  train->add_flag("--resume-new-accum", topt.resume_new_accum,
-                  "With --resume: allow an --accum other than the checkpoint's (a global-batch "
-                  "ramp; weights, optimizer state and schedule carry over, the data draws follow "
-                  "the new accum, so the run leaves the checkpoint's exact trajectory)");
+  auto* resume_opt = train->add_option(
+      "--resume", topt.resume,
+      "Continue from a checkpoint dir, a run dir, or 'latest' (the newest in --out)");
+  train
+      ->add_flag("--resume-new-accum", topt.resume_new_accum,
+                 "With --resume: allow an --accum other than the checkpoint's (a global-batch "
+                 "ramp; weights, optimizer state and step carry over, the data draws follow "
+                 "the new accum, so the run leaves the checkpoint's exact trajectory)")
+      ->needs(resume_opt);
   train
       ->add_option("--log-every", topt.log_every,
                    "Progress lines every N steps when not on a terminal")

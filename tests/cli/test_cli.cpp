@@ -71,6 +71,7 @@ TEST(Cli, TrainGenerateAndSizeRejectBadInputWithOneLine) {
   expect_usage_error("train --config " + cfg + " --data /nonexistent.txt", "/nonexistent.txt");
   expect_usage_error("train --config " + cfg + " --steps 0", "--steps");
   expect_usage_error("train --config " + cfg + " --resume /nonexistent-run", "/nonexistent-run");
+  expect_usage_error("train --config " + cfg + " --accum 2 --resume-new-accum", "--resume");
   expect_usage_error("generate --checkpoint /nonexistent-run --prompt hi", "/nonexistent-run");
   expect_usage_error("size --config /nonexistent.json", "/nonexistent.json");
   expect_usage_error("data tokenize --text /nonexistent.txt --out x.tok", "/nonexistent.txt");

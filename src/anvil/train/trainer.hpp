@@ -38,7 +38,7 @@ struct TrainOptions {
   int keep = 3;
   std::string resume;  // checkpoint dir, run dir or "latest" (= out_dir)
   // With resume: accept an accum other than the checkpoint's (a global-batch
-  // ramp). Weights, optimizer state and schedule carry over; the data draws
+  // ramp). Weights, optimizer state and step carry over; the data draws
   // follow the new accum, so it is not the checkpoint's exact trajectory.
   bool resume_new_accum = false;
   int64_t log_every = 10;  // lines when stdout is not a terminal
