@@ -26,7 +26,9 @@
 #     the 0.1x model frozen (its floor), and 32768 tokens per step for
 #     BPE32_STEPS steps (router 0.1x), that model frozen for 20 steps more,
 #     and that run continued for 25 steps at 65536 tokens per step (a
-#     global-batch ramp, --resume-new-accum).
+#     global-batch ramp, --resume-new-accum); the frozen model and a 20-step
+#     continuation of the run with the balance lr at 3e-3 (a smaller
+#     controller step once the biases have settled).
 # Loads are summarised by bench/zaya_balance.py (after 40 warm-up steps, and
 # over the last 20 steps; groups of 4 steps = 32768 tokens).
 # Usage: bench/zaya_acceptance.sh [RUNS (3)] [STEPS (120)] [BIG_STEPS (120)] [BIG32_STEPS (80)]
@@ -113,6 +115,9 @@ run bpe-muon-pid-32k-r01 --steps "$bpe32_steps" --accum 16 --optimizer muon --mu
 frozen bpe-frozen-32k-r01 bpe-muon-pid-32k-r01 16 $((bpe32_steps + 20))
 run bpe-muon-pid-64k-ramp-r01 --steps $((bpe32_steps + 25)) --accum 32 --resume-new-accum \
   --resume "$out/bpe-muon-pid-32k-r01" --optimizer muon --muon-bf16 --set router_lr_scale=0.1
+frozen bpe-frozen-32k-r01-blr3e-3 bpe-muon-pid-32k-r01 16 $((bpe32_steps + 20)) --balance-lr 3e-3
+run bpe-muon-pid-32k-r01-blr3e-3 --steps $((bpe32_steps + 20)) --accum 16 --balance-lr 3e-3 \
+  --resume "$out/bpe-muon-pid-32k-r01" --optimizer muon --muon-bf16 --set router_lr_scale=0.1
 bal=bench/zaya_balance.py
 /usr/bin/python3 $bal --warmup 40 --window 40 --json "$out/balance.json" \
   "$out"/adamw-pid "$out"/muon-pid "$out"/adamw-none "$out"/adamw-pid-8k "$out"/adamw-pid-8k-r01 \
@@ -131,3 +136,5 @@ bal=bench/zaya_balance.py
   "$out"/bpe-frozen-32k-r01
 /usr/bin/python3 $bal --warmup "$bpe32_steps" --window 25 --group 1 --json "$out/balance-bpe-64k-ramp.json" \
   "$out"/bpe-muon-pid-64k-ramp-r01
+/usr/bin/python3 $bal --warmup "$bpe32_steps" --window 20 --group 2 --json "$out/balance-bpe-32k-blr3e-3.json" \
+  "$out"/bpe-frozen-32k-r01-blr3e-3 "$out"/bpe-muon-pid-32k-r01-blr3e-3
