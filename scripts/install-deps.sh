@@ -7,6 +7,7 @@ packages=(
   build-essential cmake
   libopenblas-openmp-dev   # GEMM (fp32); anvil dlopen()s it to pick the kernels
   libdnnl-dev              # oneDNN: bf16 GEMM (AVX512_BF16)
+  ocl-icd-opencl-dev       # Debian's dnnl-config.cmake calls find_package(OpenCL REQUIRED); libdnnl-dev only recommends it
   libopenmpi-dev openmpi-bin
   nlohmann-json3-dev libcli11-dev
   libgtest-dev
