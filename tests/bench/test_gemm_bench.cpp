@@ -2,11 +2,13 @@
 // 90%-of-peak work is derived, and that results come back complete.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "anvil/base/error.hpp"
 #include "anvil/bench/gemm_bench.hpp"
 #include "anvil/bench/membw_bench.hpp"
+#include "anvil/kernels/gemm.hpp"
 
 namespace anvil::bench {
 namespace {
@@ -72,12 +74,30 @@ TEST(GemmBench, RunsEveryShapeDtypeAndThreadCount) {
   o.timing.min_seconds = 0.001;
   const auto r = run_gemm_bench(o);
   ASSERT_EQ(r.rows.size(), 8u);
+  ASSERT_EQ(r.summaries.size(), 4u);
+  // Each (dtype, threads) group's peak is its best row, and every row's
+  // %peak is its GFLOP/s over that peak.
+  for (const auto& s : r.summaries) {
+    double best = 0;
+    for (const auto& row : r.rows) {
+      if (row.dtype != s.dtype || row.threads != s.threads) continue;
+      best = std::max(best, row.gflops);
+      EXPECT_NEAR(row.pct_of_peak, 100.0 * row.gflops / s.peak_gflops, 1e-9)
+          << row.dtype << " " << row.threads << "T " << row.shape.m;
+    }
+    EXPECT_EQ(s.peak_gflops, best) << s.dtype << " " << s.threads << "T";
+  }
+  // bf16 rows name their path; the other path is measured beside them
+  // exactly where the CPU can run both.
+  EXPECT_FALSE(r.bf16_path.empty());
+  const char* other = kernels::bf16_path() == kernels::Bf16Path::native ? "bf16-emulated"
+                                                                         : "bf16-native";
   for (const auto& row : r.rows) {
     EXPECT_GT(row.gflops, 0);
-    EXPECT_LE(row.pct_of_peak, 100.0 + 1e-9);
     EXPECT_EQ(row.baseline_gflops.count("naive"), 1u);
+    EXPECT_EQ(row.baseline_gflops.count(other),
+              row.dtype == "bf16" && kernels::bf16_native_available() ? 1u : 0u);
   }
-  EXPECT_EQ(r.summaries.size(), 4u);
   const auto j = r.to_json();
   EXPECT_EQ(j["rows"].size(), 8u);
   EXPECT_EQ(r.to_table().rows().size(), 8u);

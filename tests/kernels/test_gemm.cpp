@@ -128,8 +128,48 @@ TEST(Gemm, OneDnnF32MatchesReferenceOn200RandomShapes) {
   run_random_cases(GemmBackend::onednn, false, 200, 3);
 }
 
+// The process's bf16 path (native or emulated; CI runs this binary once more
+// with ANVIL_BF16=emulated, so the fallback runs on every machine).
 TEST(Gemm, Bf16MatchesReferenceOn200RandomShapes) {
   run_random_cases(GemmBackend::automatic, true, 200, 4);
+}
+
+// The fallback, asked for by name: on every CPU, whatever the automatic path.
+TEST(Gemm, EmulatedBf16MatchesReferenceOn200RandomShapes) {
+  run_random_cases(GemmBackend::emulated, true, 200, 5);
+}
+
+// Blocks of the widened operands far smaller than the shapes: every block
+// boundary in m and n, with transposes and padded leading dimensions.
+TEST(Gemm, EmulatedBf16InSmallBlocksMatchesReference) {
+  std::mt19937 rng(6);
+  for (int t = 0; t < 60; ++t) {
+    const Case c = random_case(rng);
+    const int64_t block = 16 * c.k + static_cast<int64_t>(rng() % (8 * c.k));
+    const auto a = small_integers(static_cast<size_t>(rows_a(c) * c.lda), rng);
+    const auto b = small_integers(static_cast<size_t>(rows_b(c) * c.ldb), rng);
+    const auto c0 = small_integers(static_cast<size_t>(c.m * c.ldc), rng);
+    std::vector<bf16> a16(a.size()), b16(b.size());
+    for (size_t i = 0; i < a.size(); ++i) a16[i] = to_bf16(a[i]);
+    for (size_t i = 0; i < b.size(); ++i) b16[i] = to_bf16(b[i]);
+    std::vector<float> got = c0, want = c0;
+    detail::gemm_bf16_emulated(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a16.data(), c.lda, b16.data(),
+                               c.ldb, c.beta, got.data(), c.ldc, block);
+    gemm(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a16.data(), c.lda, b16.data(), c.ldb, c.beta,
+         want.data(), c.ldc, GemmBackend::reference);
+    ASSERT_EQ(got, want) << "case " << t << " m=" << c.m << " n=" << c.n << " k=" << c.k
+                         << " block=" << block;
+  }
+}
+
+// The path is chosen once and is the fallback wherever the CPU lacks AVX512_BF16.
+TEST(Gemm, Bf16PathIsNamedAndParsed) {
+  const Bf16Path path = bf16_path();
+  EXPECT_FALSE(bf16_path_description(path).empty());
+  if (!bf16_native_available()) {
+    EXPECT_EQ(path, Bf16Path::emulated);
+  }
+  EXPECT_EQ(parse_gemm_backend("emulated", "--backend"), GemmBackend::emulated);
 }
 
 TEST(Gemm, BetaZeroIgnoresNanInC) {

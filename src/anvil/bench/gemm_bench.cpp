@@ -281,6 +281,21 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
         "OpenBLAS sgemm in this process (" + blas.corename + " kernels)";
   }
   if (baselines.count("onednn")) result.baseline_notes["onednn"] = "oneDNN f32 matmul";
+  // bf16: the other path beside the chosen one, where the CPU can run both.
+  std::string other_bf16;
+  GemmBackend other_bf16_backend = GemmBackend::emulated;
+  if (any_bf16) {
+    const kernels::Bf16Path path = kernels::bf16_path();
+    result.bf16_path = kernels::bf16_path_description(path);
+    if (kernels::bf16_native_available()) {
+      const bool native = path == kernels::Bf16Path::native;
+      other_bf16 = native ? "bf16-emulated" : "bf16-native";
+      other_bf16_backend = native ? GemmBackend::emulated : GemmBackend::onednn;
+      result.baseline_notes[other_bf16] = "bf16 rows: " + kernels::bf16_path_description(
+                                                              native ? kernels::Bf16Path::emulated
+                                                                     : kernels::Bf16Path::native);
+    }
+  }
   if (baselines.count("naive")) {
     result.baseline_notes["naive"] = "reference triple loop (double accumulation), shapes up to " +
                                      fmt(o.naive_max_flops / 1e9, 3) + " GFLOP";
@@ -311,6 +326,11 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
             const Samples so =
                 time_calls([&] { ops.run(g, dtype, GemmBackend::onednn); }, o.timing);
             row.baseline_gflops["onednn"] = gflops_of(g, so.median());
+          }
+          if (dtype == "bf16" && !other_bf16.empty()) {
+            const Samples so =
+                time_calls([&] { ops.run(g, dtype, other_bf16_backend); }, o.timing);
+            row.baseline_gflops[other_bf16] = gflops_of(g, so.median());
           }
           if (baselines.count("naive") && g.flops() <= o.naive_max_flops) {
             TimingPolicy once = o.timing;
@@ -390,6 +410,7 @@ json GemmBenchResult::to_json() const {
               {"inherited", blas.inherited},
               {"reason", blas.reason}}},
             {"baselines", baseline_notes},
+            {"bf16_path", bf16_path.empty() ? json(nullptr) : json(bf16_path)},
             {"rows", json::array()},
             {"summaries", json::array()}};
   for (const auto& r : rows) {
@@ -467,6 +488,7 @@ std::string GemmBenchResult::summary_text() const {
                : fmt(s.work_for_90pct_flops / 1e9, 2) + " GFLOP per GEMM";
     out += "\n";
   }
+  if (!bf16_path.empty()) out += "bf16 rows: " + bf16_path + "\n";
   for (const auto& [name, note] : baseline_notes) out += "baseline " + name + ": " + note + "\n";
   return out;
 }

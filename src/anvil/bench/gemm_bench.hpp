@@ -9,6 +9,9 @@
 //            what the automatic backend's shape rule gains
 //   onednn   oneDNN's f32 matmul (another BLAS-class library on this machine)
 //   naive    the reference triple loop, for small shapes only
+// bf16 rows run the process's bf16 path (kernels::bf16_path()); where the CPU
+// has AVX512_BF16, the other path is measured beside it ("bf16-native" or
+// "bf16-emulated").
 #pragma once
 
 #include <cstdint>
@@ -70,6 +73,7 @@ struct GemmBenchResult {
   std::vector<GemmRow> rows;
   std::vector<GemmSummary> summaries;
   std::map<std::string, std::string> baseline_notes;  // name -> what it is, as measured
+  std::string bf16_path;  // what the bf16 rows' GFLOP/s column ran; empty without bf16 rows
   nlohmann::json to_json() const;
   Table to_table() const;
   std::string summary_text() const;

@@ -16,6 +16,7 @@
 #include "anvil/bench/measure.hpp"
 #include "anvil/bench/membw_bench.hpp"
 #include "anvil/kernels/blas.hpp"
+#include "anvil/kernels/gemm.hpp"
 #include "anvil/kernels/layers.hpp"
 
 namespace anvil::bench {
@@ -95,6 +96,10 @@ json hw_report() {
         {"inherited", blas.inherited},
         {"reason", blas.reason}}},
       {"onednn", onednn_version()},
+      {"bf16_gemm",
+       {{"path", kernels::bf16_path() == kernels::Bf16Path::native ? "native" : "emulated"},
+        {"native_available", kernels::bf16_native_available()},
+        {"description", kernels::bf16_path_description(kernels::bf16_path())}}},
       {"mpi", mpi_library_version()},
   };
 }
@@ -129,6 +134,7 @@ std::string hw_report_text(const json& r) {
   t.add_row({"BLAS kernels",
              b["corename"].get<std::string>() + " (" + b["reason"].get<std::string>() + ")"});
   t.add_row({"oneDNN", r["onednn"].get<std::string>()});
+  t.add_row({"bf16 GEMM", r["bf16_gemm"]["description"].get<std::string>()});
   t.add_row({"MPI", r["mpi"].get<std::string>()});
   return t.to_text();
 }

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <stdexcept>
+#include <vector>
 
+#include "anvil/base/cpu.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/kernels/blas.hpp"
 #include "anvil/kernels/gemm_onednn.hpp"
@@ -57,7 +60,95 @@ void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
   }
 }
 
+// The emulated bf16 path: bf16 -> fp32 is exact, so widening the operands and
+// running the fp32 GEMM multiplies exactly the values the native path does.
+// Operands are widened a block of C at a time into per-thread buffers of at
+// most kBlockElems floats each, so the extra memory stays bounded (2 x 16 MiB)
+// whatever the shape.
+constexpr int64_t kBlockElems = int64_t{1} << 22;
+
+// Widens rows [r0, r0 + rows) x cols [c0, c0 + cols) of a row-major bf16
+// matrix with row stride ld into dst (contiguous, row stride cols).
+void widen(const bf16* src, int64_t ld, int64_t r0, int64_t rows, int64_t c0, int64_t cols,
+           float* dst) {
+#pragma omp parallel for schedule(static) if (rows * cols > (int64_t{1} << 16))
+  for (int64_t r = 0; r < rows; ++r) {
+    const bf16* s = src + (r0 + r) * ld + c0;
+    float* d = dst + r * cols;
+    for (int64_t c = 0; c < cols; ++c) d[c] = to_float(s[c]);
+  }
+}
+
+void emulated_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float beta, float* c,
+                   int64_t ldc) {
+  detail::gemm_bf16_emulated(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                             kBlockElems);
+}
+
 }  // namespace
+
+void detail::gemm_bf16_emulated(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                                float alpha, const bf16* a, int64_t lda, const bf16* b,
+                                int64_t ldb, float beta, float* c, int64_t ldc,
+                                int64_t block_elems) {
+  check_args(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == 0.0f) return scale_c(m, n, beta, c, ldc);
+  thread_local std::vector<float> wa, wb;
+  // Rows of C per block (all of op(A) when it fits) and columns likewise; at
+  // least 16 so a very long k still makes GEMMs, not dot products.
+  const int64_t bm = std::min(m, std::max<int64_t>(16, block_elems / k));
+  const int64_t bn = std::min(n, std::max<int64_t>(16, block_elems / k));
+  wa.resize(static_cast<size_t>(bm * k));
+  wb.resize(static_cast<size_t>(bn * k));
+  for (int64_t i0 = 0; i0 < m; i0 += bm) {
+    const int64_t mi = std::min(bm, m - i0);
+    // op(A) rows [i0, i0 + mi): stored rows when not transposed, columns when transposed.
+    if (trans_a) {
+      widen(a, lda, 0, k, i0, mi, wa.data());
+    } else {
+      widen(a, lda, i0, mi, 0, k, wa.data());
+    }
+    for (int64_t j0 = 0; j0 < n; j0 += bn) {
+      const int64_t nj = std::min(bn, n - j0);
+      if (trans_b) {
+        widen(b, ldb, j0, nj, 0, k, wb.data());
+      } else {
+        widen(b, ldb, 0, k, j0, nj, wb.data());
+      }
+      gemm(trans_a, trans_b, mi, nj, k, alpha, wa.data(), trans_a ? mi : k, wb.data(),
+           trans_b ? k : nj, beta, c + i0 * ldc + j0, ldc, GemmBackend::automatic);
+    }
+  }
+}
+
+bool bf16_native_available() {
+  return cpu_info().features.avx512_bf16;
+}
+
+Bf16Path bf16_path() {
+  static const Bf16Path path = [] {
+    const char* env = std::getenv("ANVIL_BF16");
+    const std::string want = env ? env : "auto";
+    if (want == "emulated") return Bf16Path::emulated;
+    if (want == "native") {
+      if (!bf16_native_available())
+        throw InputError("ANVIL_BF16=native: this CPU has no AVX512_BF16 (expected auto or emulated)");
+      return Bf16Path::native;
+    }
+    if (want != "auto" && !want.empty())
+      throw InputError("ANVIL_BF16: unknown value '" + want +
+                       "' (expected auto, native or emulated)");
+    return bf16_native_available() ? Bf16Path::native : Bf16Path::emulated;
+  }();
+  return path;
+}
+
+std::string bf16_path_description(Bf16Path path) {
+  return path == Bf16Path::native ? "native AVX512_BF16 (oneDNN)"
+                                  : "emulated (bf16 widened to fp32, then the fp32 GEMM)";
+}
 
 bool prefer_onednn_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k) {
   // Measured on this project's machines (docs/kernels.md, `anvil bench gemm
@@ -83,17 +174,19 @@ std::string to_string(GemmBackend backend) {
       return "onednn";
     case GemmBackend::reference:
       return "reference";
+    case GemmBackend::emulated:
+      return "emulated";
   }
   return "?";
 }
 
 GemmBackend parse_gemm_backend(const std::string& name, const std::string& flag) {
   for (auto b : {GemmBackend::automatic, GemmBackend::openblas, GemmBackend::onednn,
-                 GemmBackend::reference}) {
+                 GemmBackend::reference, GemmBackend::emulated}) {
     if (to_string(b) == name) return b;
   }
   throw InputError(flag + ": unknown GEMM backend '" + name +
-                   "' (expected auto, openblas, onednn or reference)");
+                   "' (expected auto, openblas, onednn, reference or emulated)");
 }
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -104,6 +197,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   if (k == 0 || alpha == 0.0f) return scale_c(m, n, beta, c, ldc);
   switch (backend) {
     case GemmBackend::automatic:
+    case GemmBackend::emulated:
       if (prefer_onednn_f32(trans_a, trans_b, m, n, k)) {
         return detail::onednn_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
       }
@@ -125,8 +219,16 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   if (k == 0 || alpha == 0.0f) return scale_c(m, n, beta, c, ldc);
   switch (backend) {
     case GemmBackend::automatic:
-    case GemmBackend::onednn:
+      if (bf16_path() == Bf16Path::emulated) {
+        return emulated_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      }
       return detail::onednn_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    case GemmBackend::onednn:
+      if (!bf16_native_available())
+        throw std::invalid_argument("gemm: oneDNN's bf16 GEMM needs AVX512_BF16, which this CPU lacks");
+      return detail::onednn_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    case GemmBackend::emulated:
+      return emulated_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     case GemmBackend::openblas:
       throw std::invalid_argument("gemm: the openblas backend has no bf16 GEMM in Debian's build");
     case GemmBackend::reference:
