@@ -2,7 +2,9 @@
 // layer with an EDA scale), inputs, anvil's outputs, expert choices and every
 // gradient for tests/python/moe_parity.py (a PyTorch reference from
 // ../shared/ZAYA1.md section 4). Balancing biases favour the skip class so
-// some tokens skip. Usage: moe_parity_dump [TOP_K (default 1)] OUT_DIR
+// some tokens skip. With AUX and Z, the router's load-balancing loss and
+// z-loss are on (those coefficients) and their gradients are part of every
+// gradient dumped. Usage: moe_parity_dump [TOP_K (default 1) [AUX Z]] OUT_DIR
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -13,9 +15,14 @@
 #include "anvil/model/zaya_moe_layer.hpp"
 
 int main(int argc, char** argv) {
-  if (argc != 2 && argc != 3) {
-    std::fprintf(stderr, "usage: moe_parity_dump [TOP_K] OUT_DIR\n");
+  if (argc != 2 && argc != 3 && argc != 5) {
+    std::fprintf(stderr, "usage: moe_parity_dump [TOP_K [AUX Z]] OUT_DIR\n");
     return 2;
+  }
+  anvil::model::RouterLossCoefs losses;
+  if (argc == 5) {
+    losses.aux = std::stof(argv[2]);
+    losses.z = std::stof(argv[3]);
   }
   const std::string out = argv[argc - 1];
   std::filesystem::create_directories(out);
@@ -24,7 +31,7 @@ int main(int argc, char** argv) {
   s.router_dim = 16;
   s.experts = 4;
   s.expert_ffn = 12;
-  s.top_k = argc == 3 ? std::stoi(argv[1]) : 1;
+  s.top_k = argc >= 3 ? std::stoi(argv[1]) : 1;
   const int64_t k = s.top_k;
   const int64_t N = 60, H = s.hidden, R = s.router_dim, E = s.experts, K = E + 1, F = s.expert_ffn;
   std::mt19937 gen(21);
@@ -49,7 +56,7 @@ int main(int argc, char** argv) {
                                    0.02f};  // the last is skip; every class gets tokens
   auto x = random(N * H), rprev = random(N * R), r = random(N * H), r2 = random(N * R);
   std::vector<float> y(N * H), rstate(N * R), dx(N * H), drprev(N * R);
-  anvil::model::ZayaMoeLayer layer(s, N);
+  anvil::model::ZayaMoeLayer layer(s, N, losses);
   layer.forward(y.data(), rstate.data(), x.data(), rprev.data(), params(w), bias.data());
   layer.backward(dx.data(), drprev.data(), params(gw), r.data(), r2.data(), x.data(), rprev.data(),
                  params(w));
@@ -84,9 +91,15 @@ int main(int argc, char** argv) {
   t.push_back({"choices", {N, k}, choices.data()});
   t.push_back({"grad.x", {N, H}, dx.data()});
   t.push_back({"grad.rstate_prev", {N, R}, drprev.data()});
+  const float aux_loss = static_cast<float>(layer.stats().aux_loss);
+  const float z_loss = static_cast<float>(layer.stats().z_loss);
+  t.push_back({"aux_loss", {1}, &aux_loss});
+  t.push_back({"z_loss", {1}, &z_loss});
   anvil::ckpt::write_safetensors(out + "/moe.safetensors", t,
                                  {{"experts", std::to_string(E)},
                                   {"expert_ffn", std::to_string(F)},
-                                  {"top_k", std::to_string(k)}});
+                                  {"top_k", std::to_string(k)},
+                                  {"aux_coef", argc == 5 ? argv[2] : "0"},
+                                  {"z_coef", argc == 5 ? argv[3] : "0"}});
   return 0;
 }

@@ -41,7 +41,7 @@ def zaya(cfg, w, tokens):
             h = cca(w, x, cfg["n_heads"], 2, cfg["head_dim"], cfg["rotary_dim"] or cfg["head_dim"],
                     cfg["rope_theta"], p=p + "self_attn.")
         else:
-            out, rstate, choice = moe(w, x.reshape(B * T, H), rstate, cfg["n_experts"],
+            out, rstate, choice, _, _ = moe(w, x.reshape(B * T, H), rstate, cfg["n_experts"],
                                       cfg["expert_ffn_hidden"], cfg.get("top_k", 1), a=p + "zaya_block.")
             h = out.reshape(B, T, H)
             choices[n] = choice

@@ -118,7 +118,11 @@ ShmSegment::ShmSegment(Communicator& comm, size_t chunk_bytes)
   const int next = (rank_ + 1) % size_;
   uint64_t got = 0;
   iovec local{&got, sizeof got}, remote{reinterpret_cast<void*>(peers_[next].address), sizeof got};
-  int ok_cma = ::process_vm_readv(static_cast<pid_t>(peers_[next].pid), &local, 1, &remote, 1, 0) ==
+  // ANVIL_SHM_CMA=0 turns it off (the staged copies then run at every size).
+  const char* cma_env = std::getenv("ANVIL_SHM_CMA");
+  const bool cma_allowed = !(cma_env && std::string(cma_env) == "0");
+  int ok_cma = cma_allowed &&
+               ::process_vm_readv(static_cast<pid_t>(peers_[next].pid), &local, 1, &remote, 1, 0) ==
                    static_cast<ssize_t>(sizeof got) &&
                got == 0x5eed0000u + static_cast<uint64_t>(next);
   int all_cma = 0;

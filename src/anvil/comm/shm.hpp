@@ -15,6 +15,11 @@
 // publishes the address of its buffer and the others read it directly, one
 // copy, as Open MPI's vader does.
 //
+// Environment: ANVIL_SHM_CHUNK=BYTES sets the staging chunk (>= 4096; the
+// tests use 4096 so every multi-round path runs on small messages) and
+// ANVIL_SHM_CMA=0 turns cross-memory attach off (the staged copies then run
+// at every size).
+//
 // Hygiene: rank 0 creates the segment with O_CREAT|O_EXCL, mode 0600, under a
 // name unique to the job (pid, time, counter); the others open it; then it is
 // unlinked at once, so it lives exactly as long as the processes that map it
