@@ -7,8 +7,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -389,4 +392,119 @@ TEST(Cli, ExportsAZaya1CheckpointInTheHuggingFaceLayout) {
   expect_usage_error("ckpt export --hf --checkpoint /nonexistent --out " + dir + "/y",
                      "/nonexistent");
   expect_usage_error("ckpt frobnicate", "frobnicate");
+}
+
+namespace {
+
+// Every file under `dir` with its contents: equal snapshots, nothing written
+// or deleted.
+std::map<std::string, std::string> snapshot(const std::filesystem::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    std::ifstream in(e.path(), std::ios::binary);
+    files[std::filesystem::relative(e.path(), dir).string()] =
+        e.is_regular_file() ? std::string(std::istreambuf_iterator<char>(in), {}) : "<dir>";
+  }
+  return files;
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// A token file (docs/train.md's format) of 2-byte ids.
+std::string token_file(uint64_t vocab, const std::vector<uint16_t>& ids) {
+  std::string header(64, '\0');
+  header.replace(0, 8, "ANVILTOK");
+  auto put = [&](size_t at, uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) header[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  put(8, 1, 4);
+  put(12, 2, 4);
+  put(16, vocab, 8);
+  put(24, ids.size(), 8);
+  return header + std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 2);
+}
+
+// A safetensors file from a header text and `data_bytes` zero bytes of data.
+std::string safetensors(const std::string& header, size_t data_bytes) {
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  return bytes + header + std::string(data_bytes, '\0');
+}
+
+}  // namespace
+
+TEST(Cli, BadTokenFilesCheckpointsAndStateJsonAreOneLineStatus2AndWriteNothing) {
+  const std::string dir = testing::TempDir() + "/cli_bad_inputs";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream text(dir + "/text.txt");
+    for (int i = 0; i < 100; ++i) text << "a small corpus, line " << i << "\n";
+  }
+  const std::string cfg = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/gpt2-tiny.json";
+  const std::string train =
+      "train --config " + cfg + " --set vocab_size=256 -B 2 -T 16 --peak-gflops 1 --data ";
+
+  // Token files: an id past the header's vocabulary; a vocabulary past the model's.
+  std::vector<uint16_t> ids(3000, 5);
+  ids[2047] = 256;
+  write_bytes(dir + "/bad.tok", token_file(256, ids));
+  expect_usage_error(train + dir + "/bad.tok --steps 2 --out " + dir + "/never",
+                     dir + "/bad.tok: token 256 at position 2047");
+  ids[2047] = 5;
+  write_bytes(dir + "/wide.tok", token_file(300, ids));
+  expect_usage_error(train + dir + "/wide.tok --steps 2 --out " + dir + "/never",
+                     dir + "/wide.tok: vocabulary 300 exceeds the model's vocab_size 256");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/never"));
+
+  // A checkpoint, then copies of it with one file corrupted each.
+  ASSERT_EQ(anvil(train + dir + "/text.txt --steps 2 --out " + dir + "/run", false).status, 0);
+  const std::string emb = "model.embed_tokens.weight";
+  auto entry = [&](const std::string& shape, int begin, int end) {
+    return "\"" + emb + "\":{\"dtype\":\"F32\",\"shape\":" + shape + ",\"data_offsets\":[" +
+           std::to_string(begin) + "," + std::to_string(end) + "]}";
+  };
+  struct Case {
+    std::string file, contents, problem;
+  };
+  const std::vector<Case> cases = {
+      {"state.json", "{\"format\": \"anvil-train-state\", \"step\": 2, \"con", "not valid JSON"},
+      {"state.json", "{\"format\": \"anvil-train-state\", \"step\": \"two\"}", "step is \"two\""},
+      {"model.safetensors", safetensors("{" + entry("[-4,4]", 0, 64) + "}", 64),
+       "tensor " + emb + ": shape [-4,4]: dimension -4 is negative"},
+      {"model.safetensors", safetensors("{" + entry("[4611686018427387904,4]", 0, 0) + "}", 0),
+       "tensor " + emb + ": shape [4611686018427387904,4] of F32 overflows"},
+      {"model.safetensors",
+       safetensors("{" + entry("[4]", 0, 16) + ",\"__metadata__\":{\"version\":1}}", 16),
+       "__metadata__: version is 1 (expected a string)"},
+      {"model.safetensors",
+       safetensors("{" + entry("[4]", 0, 16) + "," + entry("[4]", 16, 32) + "}", 32),
+       "tensor " + emb + ": named twice"},
+      {"model.safetensors",
+       safetensors("{" + entry("[4]", 0, 16) + ",\"b\":{\"dtype\":\"F32\",\"shape\":[4]," +
+                       "\"data_offsets\":[8,24]}}",
+                   24),
+       "tensor b: data_offsets [8, 24] overlap tensor " + emb + "'s [0, 16]"},
+      {"model.safetensors", safetensors("{" + entry("[4]", 16, 0) + "}", 16),
+       "tensor " + emb + ": data_offsets [16, 0]: end before begin"},
+      {"model.safetensors", safetensors("{" + entry("[4,4]", 0, 32) + "}", 32),
+       "tensor " + emb + ": data_offsets [0, 32]: 32 bytes (expected 64 for F32 [4,4])"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string run = dir + "/bad" + std::to_string(i);
+    std::filesystem::copy(dir + "/run", run, std::filesystem::copy_options::recursive);
+    const std::string path = run + "/step-00000002/" + cases[i].file;
+    write_bytes(path, cases[i].contents);
+    const auto before = snapshot(run);
+    expect_usage_error(train + dir + "/text.txt --steps 4 --out " + run + " --resume latest",
+                       path + ": ");
+    expect_usage_error(train + dir + "/text.txt --steps 4 --out " + run + " --resume latest",
+                       cases[i].problem);
+    expect_usage_error("generate --checkpoint " + run + " --prompt hi --max-new 2", path + ": ");
+    expect_usage_error("generate --checkpoint " + run + " --prompt hi --max-new 2",
+                       cases[i].problem);
+    EXPECT_EQ(snapshot(run), before) << cases[i].problem;
+  }
 }

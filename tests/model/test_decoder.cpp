@@ -13,12 +13,52 @@
 #include "anvil/model/param_count.hpp"
 #include "anvil/optim/adamw.hpp"
 #include "anvil/optim/muon.hpp"
+#include "anvil/tensor/tensor.hpp"
 
 namespace anvil::model {
 namespace {
 
 ModelConfig preset(const std::string& name, std::vector<std::string> overrides = {}) {
   return load_model_config(std::string(ANVIL_SOURCE_DIR) + "/configs/" + name + ".json", overrides);
+}
+
+// `f` must throw InputError with a one-line message holding each of `parts`.
+template <typename F>
+void expect_input_error(F&& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no InputError; expected one naming " << parts.front();
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.find('\n'), std::string::npos) << "not one line: " << m;
+    for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << p << " not in: " << m;
+  }
+}
+
+// A safetensors file from a header text and `data_bytes` zero bytes of data.
+std::string raw_safetensors(const std::string& name, const std::string& header, size_t data_bytes) {
+  const std::string path = testing::TempDir() + "/" + name + ".safetensors";
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  write_file_atomic(path, bytes + header + std::string(data_bytes, '\0'));
+  return path;
+}
+
+// A token file "anvil-tokens" v1 with the given header fields and body.
+std::string raw_token_file(const std::string& name, uint32_t width, uint64_t vocab, uint64_t count,
+                           const std::string& body) {
+  std::string header(64, '\0');
+  header.replace(0, 8, "ANVILTOK");
+  auto put = [&](size_t at, uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) header[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  put(8, 1, 4);
+  put(12, width, 4);
+  put(16, vocab, 8);
+  put(24, count, 8);
+  const std::string path = testing::TempDir() + "/" + name + ".tok";
+  write_file_atomic(path, header + body);
+  return path;
 }
 
 TEST(Registry, Gpt2PresetHasHuggingFaceNamesAndTheGpt2ParameterCount) {
@@ -158,6 +198,14 @@ TEST(Decoder, RejectsTokensOutsideTheVocabularyAndOversizedBatches) {
   tokens[3] = 1;
   EXPECT_THROW(d.forward(tokens.data(), targets.data(), 2, 8, &scored), InputError);
   EXPECT_THROW(Decoder(c, 1, 9, true), InputError);
+  // A target past the vocabulary never reaches logits[target] in the loss.
+  targets[5] = 50;
+  EXPECT_THROW(d.forward(tokens.data(), targets.data(), 1, 8, &scored), std::out_of_range);
+  EXPECT_THROW(d.forward_backward(tokens.data(), targets.data(), 1, 8, 1.0f, &scored),
+               std::out_of_range);
+  targets[5] = -1;  // not scored
+  d.forward(tokens.data(), targets.data(), 1, 8, &scored);
+  EXPECT_EQ(scored, 7);
 }
 
 TEST(Decoder, ZayaLayersAreRefusedWithAClearError) {
@@ -195,6 +243,71 @@ TEST(Safetensors, RoundTripsAndNamesTheFileOnBadInput) {
   EXPECT_THROW(ckpt::read_safetensors(path), InputError);
 }
 
+TEST(Safetensors, EachMalformedHeaderIsOneLineNamingTheFileAndTensor) {
+  auto entry = [](const std::string& name, const std::string& dtype, const std::string& shape,
+                  uint64_t begin, uint64_t end) {
+    return "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape +
+           ",\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(end) + "]}";
+  };
+  auto check = [&](const std::string& name, const std::string& header, size_t data,
+                   std::vector<std::string> parts) {
+    const std::string path = raw_safetensors(name, header, data);
+    parts.insert(parts.begin(), path + ": ");
+    expect_input_error([&] { ckpt::read_safetensors(path); }, parts);
+  };
+  // Well formed, both dtypes: the checks below are what rejects the others.
+  const auto good = ckpt::read_safetensors(raw_safetensors(
+      "st_good",
+      "{" + entry("a", "F32", "[2,3]", 0, 24) + "," + entry("b", "BF16", "[3]", 24, 30) +
+          ",\"__metadata__\":{\"format\":\"pt\"}}",
+      30));
+  EXPECT_EQ(good.tensors.at("b").data.size(), 3u);
+  EXPECT_EQ(good.metadata.at("format"), "pt");
+
+  EXPECT_EQ(tensor::checked_numel({int64_t{1} << 62, 4}), -1);
+  EXPECT_EQ(tensor::checked_numel({0, -1}), -1);
+  EXPECT_EQ(tensor::checked_numel({int64_t{1} << 62, 0}), 0);
+  EXPECT_THROW(tensor::numel({3, -1}), std::invalid_argument);
+  check("st_negative", "{" + entry("a", "F32", "[-1,4]", 0, 16) + "}", 16,
+        {"tensor a: ", "dimension -1 is negative"});
+  // 2^62 x 4 elements wrap to 0 in int64 (and so to 0 bytes): refused, not read as empty.
+  check("st_numel_overflow", "{" + entry("a", "F32", "[4611686018427387904,4]", 0, 0) + "}", 0,
+        {"tensor a: ", "overflows"});
+  // 2^62 elements fit, 2^64 bytes of F32 do not.
+  check("st_bytes_overflow", "{" + entry("a", "F32", "[4611686018427387904]", 0, 0) + "}", 0,
+        {"tensor a: ", "overflows"});
+  check("st_huge_dim", "{" + entry("a", "F32", "[18446744073709551615]", 0, 0) + "}", 0,
+        {"tensor a: ", "dimension 18446744073709551615"});
+  check("st_float_dim", "{" + entry("a", "F32", "[2.5]", 0, 8) + "}", 8,
+        {"tensor a: ", "dimension 2.5"});
+  check("st_meta_number", "{" + entry("a", "F32", "[1]", 0, 4) + ",\"__metadata__\":{\"step\":5}}",
+        4, {"__metadata__: step is 5 (expected a string)"});
+  check("st_meta_array", "{\"__metadata__\":[1]}", 0,
+        {"__metadata__ is [1] (expected an object of strings)"});
+  check("st_duplicate",
+        "{" + entry("a", "F32", "[1]", 0, 4) + "," + entry("a", "F32", "[2]", 4, 12) + "}", 12,
+        {"tensor a: named twice"});
+  check("st_overlap",
+        "{" + entry("a", "F32", "[4]", 0, 16) + "," + entry("b", "F32", "[4]", 8, 24) + "}", 24,
+        {"tensor b: data_offsets [8, 24] overlap tensor a's [0, 16]"});
+  check("st_same_range",
+        "{" + entry("a", "F32", "[4]", 0, 16) + "," + entry("b", "F32", "[4]", 0, 16) + "}", 16,
+        {"tensor b: ", "overlap tensor a's [0, 16]"});
+  check("st_reversed", "{" + entry("a", "F32", "[0]", 16, 0) + "}", 16,
+        {"tensor a: data_offsets [16, 0]: end before begin"});
+  check("st_past_end", "{" + entry("a", "F32", "[4]", 0, 16) + "}", 12,
+        {"tensor a: data_offsets [0, 16]: past the end", "expected end <= 12"});
+  check("st_f32_size", "{" + entry("a", "F32", "[2,3]", 0, 12) + "}", 12,
+        {"tensor a: data_offsets [0, 12]: 12 bytes (expected 24 for F32 [2,3])"});
+  check("st_bf16_size", "{" + entry("a", "BF16", "[2,3]", 0, 24) + "}", 24,
+        {"tensor a: ", "24 bytes (expected 12 for BF16 [2,3])"});
+  check("st_dtype", "{" + entry("a", "F16", "[1]", 0, 2) + "}", 2,
+        {"tensor a: dtype F16 (expected F32 or BF16)"});
+  check("st_negative_offset", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}}",
+        4, {"tensor a: data_offsets [-4,0]"});
+  check("st_not_object", "[1,2]", 0, {"header is [1,2], expected an object"});
+}
+
 TEST(TokenFile, RoundTripsAndTextIsReadAsBytes) {
   const std::string dir = testing::TempDir();
   data::write_token_file(dir + "/t.tok", {0, 5, 65535, 7}, 65536);
@@ -216,6 +329,45 @@ TEST(TokenFile, RoundTripsAndTextIsReadAsBytes) {
   broken[24] = 2;  // says 2 tokens, holds 1.5
   write_file_atomic(dir + "/b.tok", broken);
   EXPECT_THROW(data::TokenData(dir + "/b.tok"), InputError);
+}
+
+TEST(TokenFile, EveryIdIsCheckedAgainstTheVocabularyWhenOpened) {
+  auto u16 = [](std::vector<uint16_t> v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 2);
+  };
+  auto u32 = [](std::vector<uint32_t> v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  };
+  auto check = [](const std::string& path, const std::vector<std::string>& parts) {
+    std::vector<std::string> all = {path + ": "};
+    all.insert(all.end(), parts.begin(), parts.end());
+    expect_input_error([&] { data::TokenData t(path); }, all);
+  };
+  // Long enough for the vectorised pass to run whole vectors; the first bad
+  // id is reported, not the largest.
+  std::vector<uint16_t> ids(1000, 7);
+  ids[999] = 255;
+  EXPECT_EQ(data::TokenData(raw_token_file("ok16", 2, 256, ids.size(), u16(ids)))[999], 255);
+  ids[613] = 256;
+  ids[870] = 65535;
+  check(raw_token_file("bad16", 2, 256, ids.size(), u16(ids)),
+        {"token 256 at position 613 is outside the header's vocabulary [0, 256)"});
+  ids.assign(1000, 7);
+  ids[0] = 300;
+  check(raw_token_file("bad16_first", 2, 256, ids.size(), u16(ids)), {"token 300 at position 0"});
+  std::vector<uint32_t> wide(333, 99999);
+  wide[332] = 100000;
+  check(raw_token_file("bad32", 4, 100000, wide.size(), u32(wide)),
+        {"token 100000 at position 332", "[0, 100000)"});
+  wide[332] = 4000000000u;  // past int32: would read back as a negative id
+  check(raw_token_file("bad32_sign", 4, 100000, wide.size(), u32(wide)),
+        {"token 4000000000 at position 332"});
+  check(raw_token_file("vocab0", 2, 0, 1, u16({0})), {"vocabulary 0 (expected 1..2147483647)"});
+  check(raw_token_file("vocab_huge", 4, uint64_t{1} << 40, 1, u32({0})),
+        {"vocabulary 1099511627776"});
+  // 2^63 tokens of 2 bytes wrap to 0 bytes: refused, not read as empty.
+  check(raw_token_file("count_wrap", 2, 256, uint64_t{1} << 63, ""),
+        {"header says 9223372036854775808 tokens"});
 }
 
 TEST(Schedule, WarmupCosineAndWsd) {

@@ -5,12 +5,15 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/ckpt/safetensors.hpp"
+#include "anvil/data/tokens.hpp"
 #include "anvil/train/trainer.hpp"
 
 namespace anvil::train {
@@ -45,6 +48,39 @@ TrainOptions tiny(const std::string& run_dir) {
   o.quiet = true;
   o.val_batches = 2;
   return o;
+}
+
+// `f` must throw InputError with a one-line message holding each of `parts`.
+template <typename F>
+void expect_input_error(F&& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no InputError; expected one naming " << parts.front();
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.find('\n'), std::string::npos) << "not one line: " << m;
+    for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << p << " not in: " << m;
+  }
+}
+
+// Every file under `dir` with its contents: equal snapshots, nothing written
+// or deleted.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    const std::string rel = fs::relative(e.path(), dir).string();
+    files[rel] = e.is_regular_file() ? read_file(e.path().string()) : "<dir>";
+  }
+  return files;
+}
+
+std::vector<int64_t> metric_steps(const std::string& path) {
+  std::vector<int64_t> steps;
+  std::istringstream in(read_file(path));
+  for (std::string line; std::getline(in, line);) {
+    steps.push_back(nlohmann::json::parse(line).at("step").get<int64_t>());
+  }
+  return steps;
 }
 
 // Runs `o` for `first_steps` into a fresh `dir`, then resumes it to o.steps;
@@ -188,6 +224,144 @@ TEST(Trainer, ResumesWithANewAccumOnlyWhenAsked) {
   plain.resume = "latest";
   plain.accum = 3;
   EXPECT_EQ(run_training(plain).first_step, 6);
+}
+
+TEST(Trainer, PruningAfterAResumeFromAnOlderStepKeepsTheNewCheckpoint) {
+  const std::string dir = testing::TempDir() + "/prune_run";
+  fs::remove_all(dir);
+  auto o = tiny(dir);
+  o.ckpt_every = 2;
+  run_training(o);  // step-4, -6, -8 (keep 3)
+  auto again = tiny(dir);
+  again.resume = dir + "/step-00000004";
+  again.steps = 5;
+  again.keep = 2;
+  const auto r = run_training(again);
+  EXPECT_EQ(r.last_checkpoint, dir + "/step-00000005");
+  // The newest 2 by step (6, 8) and the one just written; by name the new
+  // step-5 sorted among the oldest and went.
+  std::vector<std::string> steps;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.is_directory()) steps.push_back(e.path().filename().string());
+  }
+  std::sort(steps.begin(), steps.end());
+  EXPECT_EQ(steps, (std::vector<std::string>{"step-00000005", "step-00000006", "step-00000008"}));
+  // Steps past 8 digits sort by number, not by name.
+  const std::string wide = testing::TempDir() + "/prune_wide";
+  fs::remove_all(wide);
+  fs::create_directories(wide + "/step-99999999");
+  fs::create_directories(wide + "/step-100000000");
+  fs::create_directories(wide + "/step-notanumber");
+  EXPECT_EQ(ckpt::resolve_checkpoint(wide), wide + "/step-100000000");
+}
+
+TEST(Trainer, ResumeTruncatesMetricsToTheResumedStepAndKeepsTheOldFile) {
+  const std::string dir = testing::TempDir() + "/metrics_run";
+  fs::remove_all(dir);
+  auto o = tiny(dir);
+  o.ckpt_every = 2;
+  o.keep = 0;  // all
+  run_training(o);
+  const std::string metrics = dir + "/metrics.jsonl";
+  const std::string first = read_file(metrics);
+  ASSERT_EQ(metric_steps(metrics), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  // Continuing from the end appends: nothing to drop, nothing rotated.
+  auto more = tiny(dir);
+  more.resume = "latest";
+  more.steps = 9;
+  more.schedule.total = 9;
+  more.keep = 0;
+  run_training(more);
+  EXPECT_EQ(metric_steps(metrics), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_FALSE(fs::exists(metrics + ".1"));
+  const std::string nine = read_file(metrics);
+  // From step 4 again: each step once, the first 4 lines as they were, and
+  // the whole previous file kept as metrics.jsonl.1.
+  auto back = tiny(dir);
+  back.resume = dir + "/step-00000004";
+  back.keep = 0;
+  run_training(back);
+  EXPECT_EQ(metric_steps(metrics), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  size_t four_lines = 0;
+  for (int i = 0; i < 4; ++i) four_lines = first.find('\n', four_lines) + 1;
+  EXPECT_EQ(read_file(metrics).substr(0, four_lines), first.substr(0, four_lines));
+  EXPECT_EQ(read_file(metrics + ".1"), nine);
+  // A line cut by a crash goes too; the next rotation takes the next number.
+  write_file_atomic(metrics, read_file(metrics) + "{\"step\": 9, \"lo");
+  const std::string cut = read_file(metrics);
+  auto from8 = tiny(dir);
+  from8.resume = dir + "/step-00000008";
+  from8.steps = 9;
+  from8.schedule.total = 9;
+  run_training(from8);
+  EXPECT_EQ(metric_steps(metrics), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(read_file(metrics + ".2"), cut);
+}
+
+TEST(Trainer, BadTokenFilesAndStateJsonAreOneLineErrorsThatWriteNothing) {
+  const std::string dir = testing::TempDir() + "/bad_inputs";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  // A token file whose id 300 at position 41 is past its vocabulary of 256.
+  std::vector<int32_t> ids(2000, 3);
+  ids[41] = 300;
+  data::write_token_file(dir + "/bad.tok", ids, 256);
+  auto o = tiny(dir + "/run_bad_tok");
+  o.data = dir + "/bad.tok";
+  expect_input_error([&] { run_training(o); },
+                     {dir + "/bad.tok: ", "token 300 at position 41", "[0, 256)"});
+  EXPECT_FALSE(fs::exists(dir + "/run_bad_tok"));
+  // Its header's vocabulary past the model's.
+  ids[41] = 3;
+  data::write_token_file(dir + "/wide.tok", ids, 512);
+  o.data = dir + "/wide.tok";
+  expect_input_error([&] { run_training(o); },
+                     {dir + "/wide.tok: vocabulary 512 exceeds the model's vocab_size 256"});
+  EXPECT_FALSE(fs::exists(dir + "/run_bad_tok"));
+
+  // A checkpoint, then corrupt copies of its state.json.
+  const std::string run = dir + "/run";
+  auto first = tiny(run);
+  first.steps = 2;
+  run_training(first);
+  const std::string state = run + "/step-00000002/state.json";
+  const std::string good = read_file(state);
+  auto json_state = nlohmann::json::parse(good);
+  auto with = [&](const std::string& key, const nlohmann::json& value) {
+    auto s = json_state;
+    s[key] = value;
+    return s.dump(2);
+  };
+  auto without = [&](const std::string& key) {
+    auto s = json_state;
+    s.erase(key);
+    return s.dump(2);
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {good.substr(0, good.size() / 2), "not valid JSON"},
+      {"", "not valid JSON"},
+      {"[1, 2]", "expected an anvil-train-state object"},
+      {with("format", "something"), "format is \"something\""},
+      {with("step", -3), "step is -3 (expected an integer >= 0)"},
+      {with("step", "2"), "step is \"2\""},
+      {without("step"), "no step (expected an integer >= 0)"},
+      {with("config", 7), "config is 7"},
+      {with("accum", 0), "accum is 0 (expected an integer >= 1)"},
+      {with("seed", 1.5), "seed is 1.5"},
+      {with("optimizer", 3), "optimizer is 3 (expected a string)"},
+  };
+  for (const auto& [text, problem] : cases) {
+    write_file_atomic(state, text);
+    const auto before = snapshot(run);
+    auto resume = tiny(run);
+    resume.resume = "latest";
+    expect_input_error([&] { run_training(resume); }, {state + ": ", problem});
+    EXPECT_EQ(snapshot(run), before) << problem;
+  }
+  write_file_atomic(state, good);
+  auto resume = tiny(run);
+  resume.resume = "latest";
+  EXPECT_EQ(run_training(resume).first_step, 2);
 }
 
 }  // namespace

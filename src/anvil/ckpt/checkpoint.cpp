@@ -3,9 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <utility>
 
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
@@ -21,14 +25,22 @@ std::string step_name(int64_t step) {
   return buf;
 }
 
+// The step-N checkpoint directories of a run, oldest step first (by number:
+// names outgrow their 8 digits past step 99999999).
 std::vector<fs::path> step_dirs(const fs::path& run_dir) {
-  std::vector<fs::path> out;
+  std::vector<std::pair<int64_t, fs::path>> found;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(run_dir, ec)) {
     const std::string n = e.path().filename().string();
-    if (e.is_directory() && n.rfind("step-", 0) == 0) out.push_back(e.path());
+    if (!e.is_directory() || n.rfind("step-", 0) != 0) continue;
+    int64_t step = 0;
+    const char* end = n.data() + n.size();
+    const auto [last, err] = std::from_chars(n.data() + 5, end, step);
+    if (err == std::errc() && last == end && n.size() > 5) found.emplace_back(step, e.path());
   }
-  std::sort(out.begin(), out.end());
+  std::sort(found.begin(), found.end());
+  std::vector<fs::path> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
   return out;
 }
 
@@ -77,9 +89,11 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const Chec
     fs::remove_all(tmp_dir, ec);
     throw;
   }
-  auto dirs = step_dirs(run_dir);
+  const auto dirs = step_dirs(run_dir);
   if (keep > 0 && static_cast<int>(dirs.size()) > keep) {
-    for (size_t i = 0; i + keep < dirs.size(); ++i) fs::remove_all(dirs[i], ec);
+    for (size_t i = 0; i + keep < dirs.size(); ++i) {
+      if (dirs[i].filename() != final_dir.filename()) fs::remove_all(dirs[i], ec);
+    }
   }
   return final_dir.string();
 }
@@ -99,6 +113,55 @@ std::string resolve_checkpoint(const std::string& path) {
 
 std::string read_state_json(const std::string& checkpoint_dir) {
   return read_file((fs::path(checkpoint_dir) / "state.json").string());
+}
+
+nlohmann::json read_state(const std::string& checkpoint_dir) {
+  const std::string path = (fs::path(checkpoint_dir) / "state.json").string();
+  nlohmann::json s;
+  try {
+    s = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError(path + ": not valid JSON (" + e.what() + ")");
+  }
+  auto bad = [&](const std::string& why) { return InputError(path + ": " + why); };
+  if (!s.is_object()) {
+    throw bad("a JSON " + std::string(s.type_name()) + " (expected an anvil-train-state object)");
+  }
+  auto field = [&](const char* key, bool (*ok)(const nlohmann::json&), const char* expected,
+                   bool required) {
+    const auto it = s.find(key);
+    if (it == s.end()) {
+      if (required) throw bad(std::string("no ") + key + " (expected " + expected + ")");
+      return;
+    }
+    if (!ok(*it)) {
+      std::string value = it->dump();
+      if (value.size() > 60) value = value.substr(0, 57) + "...";
+      throw bad(std::string(key) + " is " + value + " (expected " + expected + ")");
+    }
+  };
+  auto is_string = [](const nlohmann::json& v) { return v.is_string(); };
+  auto is_object = [](const nlohmann::json& v) { return v.is_object(); };
+  auto is_count = [](const nlohmann::json& v) { return v.is_number_unsigned(); };
+  auto is_step = [](const nlohmann::json& v) {
+    return v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX);
+  };
+  auto is_positive = [](const nlohmann::json& v) {
+    return v.is_number_unsigned() && v.get<uint64_t>() >= 1 &&
+           v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX);
+  };
+  auto is_format = [](const nlohmann::json& v) { return v == "anvil-train-state"; };
+  field("format", is_format, "\"anvil-train-state\"", true);
+  field("step", is_step, "an integer >= 0", true);
+  field("config", is_object, "the model config object", true);
+  field("seed", is_count, "an integer >= 0", true);
+  for (const char* key : {"batch", "seq", "accum"}) {
+    field(key, is_positive, "an integer >= 1", true);
+  }
+  for (const char* key : {"precision", "optimizer", "data", "tokenizer"}) {
+    field(key, is_string, "a string", false);
+  }
+  return s;
 }
 
 void load_checkpoint(const std::string& dir, const model::ParamRegistry& registry, float* params,

@@ -4,11 +4,12 @@
 //                                               (+ <name>.momentum_buffer with Muon)
 //   <run>/step-00000100/state.json             step, config, options, data
 // A checkpoint is written under a temporary name, fsynced and renamed, so a
-// directory named step-* is always complete; older ones beyond `keep` are
-// removed after the new one is in place.
+// directory named step-* is always complete; older ones beyond `keep` (by
+// step number) are removed after the new one is in place.
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,10 @@ struct CheckpointData {
   std::string state_json;
 };
 
-// Writes <run_dir>/step-NNNNNNNN and returns its path; keeps the newest `keep`.
+// Writes <run_dir>/step-NNNNNNNN and returns its path. Then removes all but
+// the newest `keep` checkpoints by step, never the one just written (after a
+// resume from an older step, newer ones of the earlier run stay while they
+// are among the newest `keep`).
 std::string save_checkpoint(const std::string& run_dir, int64_t step, const CheckpointData& data,
                             int keep);
 
@@ -36,6 +40,11 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const Chec
 std::string resolve_checkpoint(const std::string& path);
 
 std::string read_state_json(const std::string& checkpoint_dir);
+
+// state.json parsed and checked: an anvil-train-state object whose step,
+// config, seed, batch, seq and accum have their types. Throws InputError
+// naming the file and the problem.
+nlohmann::json read_state(const std::string& checkpoint_dir);
 
 // Loads parameters (and optimizer moments when the pointers are non-null)
 // into arenas laid out by `registry`; names and shapes must match exactly.

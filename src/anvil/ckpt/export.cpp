@@ -51,7 +51,7 @@ nlohmann::json zaya_hf_config(const model::ModelConfig& c) {
 
 ExportResult export_hf(const std::string& checkpoint, const std::string& out_dir) {
   const std::string dir = resolve_checkpoint(checkpoint);
-  const auto state = nlohmann::json::parse(read_state_json(dir));
+  const auto state = read_state(dir);
   const model::ModelConfig config =
       model::parse_model_config(state.at("config").dump(), dir + "/state.json");
   if (config.attention != "cca") {

@@ -1,7 +1,10 @@
 #include "anvil/ckpt/safetensors.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string_view>
 
 #include "anvil/base/bf16.hpp"
@@ -38,6 +41,29 @@ void write_safetensors(const std::string& path, const std::vector<TensorRef>& te
   write_file_atomic(path, pieces);
 }
 
+namespace {
+
+std::string range_string(uint64_t begin, uint64_t end) {
+  std::string s = "[";  // (built with append: GCC 12 warns falsely on "[" + std::string)
+  return s.append(std::to_string(begin)).append(", ").append(std::to_string(end)).append("]");
+}
+
+// A JSON value for an error message: compact, cut at 60 characters.
+std::string brief(const nlohmann::json& v) {
+  std::string s = v.dump();
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+// One tensor's header entry, checked on its own; ranges are checked together.
+struct Entry {
+  std::string name;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0, width = 0;
+};
+
+}  // namespace
+
 SafetensorsFile read_safetensors(const std::string& path) {
   const std::string bytes = read_file(path);
   auto bad = [&](const std::string& why) {
@@ -48,48 +74,150 @@ SafetensorsFile read_safetensors(const std::string& path) {
   for (int i = 0; i < 8; ++i)
     n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
   if (n > bytes.size() - 8) throw bad("header length " + std::to_string(n) + " past the end");
+  // nlohmann keeps the last of two equal keys; the parser callback sees every
+  // key of every object, so the first repeated one is found here.
+  using Event = nlohmann::json::parse_event_t;
+  std::vector<std::set<std::string>> open_objects;
+  std::string repeated;
+  bool repeated_at_top = false;
+  const nlohmann::json::parser_callback_t on_event = [&](int, Event event, nlohmann::json& parsed) {
+    if (event == Event::object_start) {
+      open_objects.emplace_back();
+    } else if (event == Event::object_end) {
+      open_objects.pop_back();
+    } else if (event == Event::key && repeated.empty() &&
+               !open_objects.back().insert(parsed.get<std::string>()).second) {
+      repeated = parsed.get<std::string>();
+      repeated_at_top = open_objects.size() == 1;
+    }
+    return true;
+  };
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(bytes.substr(8, n));
+    header = nlohmann::json::parse(bytes.substr(8, n), on_event);
   } catch (const nlohmann::json::parse_error& e) {
     throw bad(std::string("header is not JSON: ") + e.what());
   }
-  const size_t data_start = 8 + n;
-  const size_t data_size = bytes.size() - data_start;
+  if (!repeated.empty()) {
+    if (repeated_at_top) {
+      throw InputError(path + ": tensor " + repeated +
+                       ": named twice in the header (expected unique names)");
+    }
+    throw InputError(path + ": header: key " + repeated +
+                     " appears twice in one entry (expected unique keys)");
+  }
+  if (!header.is_object()) {
+    throw bad("header is " + brief(header) + ", expected an object");
+  }
+  const uint64_t data_start = 8 + n;
+  const uint64_t data_size = bytes.size() - data_start;
   SafetensorsFile file;
   file.path = path;
+  std::vector<Entry> entries;
   for (const auto& [name, info] : header.items()) {
     if (name == "__metadata__") {
-      for (const auto& [k, v] : info.items()) file.metadata[k] = v.get<std::string>();
+      if (!info.is_object()) {
+        throw InputError(path + ": __metadata__ is " + brief(info) +
+                         " (expected an object of strings)");
+      }
+      for (const auto& [k, v] : info.items()) {
+        if (!v.is_string()) {
+          throw InputError(path + ": __metadata__: " + k + " is " + brief(v) +
+                           " (expected a string)");
+        }
+        file.metadata[k] = v.get<std::string>();
+      }
       continue;
     }
-    try {
-      const std::string dtype = info.at("dtype").get<std::string>();
-      LoadedTensor t;
-      t.shape = info.at("shape").get<std::vector<int64_t>>();
-      const auto offs = info.at("data_offsets").get<std::vector<uint64_t>>();
-      const auto count = static_cast<uint64_t>(tensor::numel(t.shape));
-      const uint64_t width = dtype == "F32" ? 4 : dtype == "BF16" ? 2 : 0;
-      if (width == 0) throw bad(name + ": dtype " + dtype + " (expected F32 or BF16)");
-      if (offs.size() != 2 || offs[1] < offs[0] || offs[1] > data_size ||
-          offs[1] - offs[0] != count * width) {
-        throw bad(name + ": data_offsets do not match its shape");
-      }
-      t.data.resize(count);
-      const char* src = bytes.data() + data_start + offs[0];
-      if (width == 4) {
-        std::memcpy(t.data.data(), src, count * 4);
-      } else {
-        for (uint64_t i = 0; i < count; ++i) {
-          bf16 h;
-          std::memcpy(&h.bits, src + 2 * i, 2);
-          t.data[i] = to_float(h);
-        }
-      }
-      file.tensors.emplace(name, std::move(t));
-    } catch (const nlohmann::json::exception& e) {
-      throw bad(name + ": " + e.what());
+    auto tensor_bad = [&](const std::string& why) {
+      return InputError(path + ": tensor " + name + ": " + why);
+    };
+    if (!info.is_object()) {
+      throw tensor_bad("entry is " + brief(info) + " (expected {dtype, shape, data_offsets})");
     }
+    Entry e;
+    e.name = name;
+    const auto dtype = info.find("dtype");
+    if (dtype == info.end() || !dtype->is_string()) {
+      throw tensor_bad("no dtype string (expected \"F32\" or \"BF16\")");
+    }
+    const std::string dtype_name = dtype->get<std::string>();
+    e.width = dtype_name == "F32" ? 4 : dtype_name == "BF16" ? 2 : 0;
+    if (e.width == 0) throw tensor_bad("dtype " + dtype_name + " (expected F32 or BF16)");
+    const auto shape = info.find("shape");
+    if (shape == info.end() || !shape->is_array()) {
+      throw tensor_bad("no shape (expected a list of dimensions)");
+    }
+    for (const auto& d : *shape) {
+      if (!d.is_number_integer() ||
+          (d.is_number_unsigned() && d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
+        throw tensor_bad("shape " + brief(*shape) + ": dimension " + brief(d) +
+                         " (expected an integer in 0..2^63-1)");
+      }
+      if (d.get<int64_t>() < 0) {
+        throw tensor_bad("shape " + brief(*shape) + ": dimension " + brief(d) +
+                         " is negative (expected >= 0)");
+      }
+      e.shape.push_back(d.get<int64_t>());
+    }
+    const int64_t count = tensor::checked_numel(e.shape);
+    uint64_t need = 0;
+    if (count < 0 || __builtin_mul_overflow(static_cast<uint64_t>(count), e.width, &need)) {
+      throw tensor_bad("shape " + brief(*shape) + " of " + dtype_name +
+                       " overflows a 64-bit element or byte count (expected a size within the " +
+                       std::to_string(data_size) + "-byte data section)");
+    }
+    const auto offsets = info.find("data_offsets");
+    if (offsets == info.end() || !offsets->is_array() || offsets->size() != 2 ||
+        !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
+      throw tensor_bad("data_offsets " + (offsets == info.end() ? "missing" : brief(*offsets)) +
+                       " (expected [begin, end], two non-negative integers)");
+    }
+    e.begin = (*offsets)[0].get<uint64_t>();
+    e.end = (*offsets)[1].get<uint64_t>();
+    const std::string range = "data_offsets " + range_string(e.begin, e.end) + ":";
+    if (e.end < e.begin) throw tensor_bad(range + " end before begin (expected begin <= end)");
+    if (e.end > data_size) {
+      throw tensor_bad(range + " past the end of the data section (expected end <= " +
+                       std::to_string(data_size) + ")");
+    }
+    if (e.end - e.begin != need) {
+      throw tensor_bad(range + " " + std::to_string(e.end - e.begin) + " bytes (expected " +
+                       std::to_string(need) + " for " + dtype_name + " " + brief(*shape) + ")");
+    }
+    entries.push_back(std::move(e));
+  }
+  // Ranges in data order: each starts at or after the end of the one before.
+  std::vector<const Entry*> by_begin;
+  for (const auto& e : entries) by_begin.push_back(&e);
+  std::sort(by_begin.begin(), by_begin.end(), [](const Entry* a, const Entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  for (size_t i = 1; i < by_begin.size(); ++i) {
+    const Entry& prev = *by_begin[i - 1];
+    const Entry& e = *by_begin[i];
+    if (e.begin < prev.end) {
+      throw InputError(path + ": tensor " + e.name + ": data_offsets " +
+                       range_string(e.begin, e.end) + " overlap tensor " + prev.name + "'s " +
+                       range_string(prev.begin, prev.end) + " (expected disjoint ranges)");
+    }
+  }
+  for (auto& e : entries) {
+    LoadedTensor t;
+    t.shape = std::move(e.shape);
+    const uint64_t count = (e.end - e.begin) / e.width;
+    t.data.resize(count);
+    const char* src = bytes.data() + data_start + e.begin;
+    if (e.width == 4) {
+      std::memcpy(t.data.data(), src, count * 4);
+    } else {
+      for (uint64_t i = 0; i < count; ++i) {
+        bf16 h;
+        std::memcpy(&h.bits, src + 2 * i, 2);
+        t.data[i] = to_float(h);
+      }
+    }
+    file.tensors.emplace(e.name, std::move(t));
   }
   return file;
 }
@@ -97,10 +225,11 @@ SafetensorsFile read_safetensors(const std::string& path) {
 const LoadedTensor& SafetensorsFile::get(const std::string& name,
                                          const std::vector<int64_t>& shape) const {
   const auto it = tensors.find(name);
-  if (it == tensors.end()) throw InputError(path + ": no tensor named " + name);
+  if (it == tensors.end()) throw InputError(path + ": tensor " + name + ": absent");
   if (it->second.shape != shape) {
-    throw InputError(path + ": " + name + " has shape " + tensor::shape_string(it->second.shape) +
-                     ", expected " + tensor::shape_string(shape));
+    throw InputError(path + ": tensor " + name + ": shape " +
+                     tensor::shape_string(it->second.shape) + " (expected " +
+                     tensor::shape_string(shape) + ")");
   }
   return it->second;
 }

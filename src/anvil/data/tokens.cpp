@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string_view>
 
@@ -23,6 +25,21 @@ T read_le(const unsigned char* p) {
   T v = 0;
   for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(p[i]) << (8 * i);
   return v;
+}
+
+// The position of the first token >= vocab, or -1: one pass over the file as
+// a max reduction (vectorised; memory-bound), and a second pass to find the
+// position only when that fails.
+template <typename T>
+int64_t first_out_of_vocabulary(const T* tokens, int64_t n, int64_t vocab) {
+  T most = 0;
+#pragma omp simd reduction(max : most)
+  for (int64_t i = 0; i < n; ++i) most = std::max(most, tokens[i]);
+  if (static_cast<int64_t>(most) < vocab) return -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (static_cast<int64_t>(tokens[i]) >= vocab) return i;
+  }
+  return -1;
 }
 
 }  // namespace
@@ -47,8 +64,8 @@ TokenData::TokenData(const std::string& path) {
   if (map_size_ >= kHeader && std::memcmp(bytes, kMagic, 8) == 0) {
     const auto version = read_le<uint32_t>(bytes + 8);
     width_ = static_cast<int>(read_le<uint32_t>(bytes + 12));
-    vocab_ = static_cast<int64_t>(read_le<uint64_t>(bytes + 16));
-    count_ = static_cast<int64_t>(read_le<uint64_t>(bytes + 24));
+    const auto vocab = read_le<uint64_t>(bytes + 16);
+    const auto count = read_le<uint64_t>(bytes + 24);
     auto bad = [&](const std::string& why) {
       ::munmap(map_, map_size_);
       map_ = nullptr;
@@ -57,11 +74,29 @@ TokenData::TokenData(const std::string& path) {
     if (version != 1) throw bad("token file version " + std::to_string(version) + " (expected 1)");
     if (width_ != 2 && width_ != 4)
       throw bad("bytes per token " + std::to_string(width_) + " (expected 2 or 4)");
-    if (kHeader + static_cast<size_t>(count_) * width_ != map_size_) {
-      throw bad("holds " + std::to_string(map_size_ - kHeader) + " token bytes, header says " +
-                std::to_string(count_) + " tokens of " + std::to_string(width_) + " bytes");
+    // Token ids are int32 inside anvil: every id below the vocabulary must fit.
+    if (vocab < 1 || vocab > static_cast<uint64_t>(INT32_MAX)) {
+      throw bad("vocabulary " + std::to_string(vocab) + " (expected 1..2147483647)");
     }
+    const uint64_t body = map_size_ - kHeader;
+    if (count > body / static_cast<uint64_t>(width_) ||
+        count * static_cast<uint64_t>(width_) != body) {
+      throw bad("holds " + std::to_string(body) + " token bytes, header says " +
+                std::to_string(count) + " tokens of " + std::to_string(width_) + " bytes");
+    }
+    vocab_ = static_cast<int64_t>(vocab);
+    count_ = static_cast<int64_t>(count);
     tokens_ = bytes + kHeader;
+    const int64_t at =
+        width_ == 2
+            ? first_out_of_vocabulary(static_cast<const uint16_t*>(tokens_), count_, vocab_)
+            : first_out_of_vocabulary(static_cast<const uint32_t*>(tokens_), count_, vocab_);
+    if (at >= 0) {
+      const uint64_t id = width_ == 2 ? static_cast<const uint16_t*>(tokens_)[at]
+                                      : static_cast<const uint32_t*>(tokens_)[at];
+      throw bad("token " + std::to_string(id) + " at position " + std::to_string(at) +
+                " is outside the header's vocabulary [0, " + std::to_string(vocab_) + ")");
+    }
     tokenizer_ = "file";
     return;
   }

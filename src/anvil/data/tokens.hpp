@@ -5,7 +5,7 @@
 //   0  char[8]  magic "ANVILTOK"
 //   8  u32      version (1)
 //  12  u32      bytes per token (2 = uint16, 4 = uint32)
-//  16  u64      vocabulary size (every token is < this)
+//  16  u64      vocabulary size (every token is < this; checked on opening)
 //  24  u64      number of tokens
 //  32  u8[32]   zero
 //  64  tokens
@@ -20,6 +20,8 @@ namespace anvil::data {
 class TokenData {
  public:
   // A token file (by its magic) or, otherwise, UTF-8 text tokenized by bytes.
+  // Throws InputError naming the file for a bad header or the first id at or
+  // past the header's vocabulary (all ids are checked here, once).
   explicit TokenData(const std::string& path);
   ~TokenData();
   TokenData(const TokenData&) = delete;

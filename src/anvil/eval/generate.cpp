@@ -70,7 +70,7 @@ void decode_all(Model& model, const std::vector<int32_t>& prompt, int64_t total,
 
 GenerateResult generate(const GenerateOptions& o, const std::function<void(int32_t)>& on_token) {
   const std::string dir = ckpt::resolve_checkpoint(o.checkpoint);
-  const auto state = nlohmann::json::parse(ckpt::read_state_json(dir));
+  const auto state = ckpt::read_state(dir);
   const model::ModelConfig config =
       model::parse_model_config(state.at("config").dump(), dir + "/state.json");
   GenerateResult r;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "anvil/kernels/fast_math.hpp"
@@ -18,6 +19,15 @@ double classifier_loss(float* dx, float* dweight, const float* x, MatmulWeight w
   const bool mixed = weight.bf16_copy != nullptr;
   if (mixed && (low == nullptr || low->capacity < std::min(chunk, N) * std::max(C, V))) {
     throw std::logic_error("classifier_loss: bf16 scratch too small");
+  }
+  // Token files are checked against their vocabulary when opened; this keeps
+  // logits[target] in bounds whatever the caller passes (negative: not scored).
+  for (int64_t i = 0; i < N; ++i) {
+    if (targets[i] >= V) {
+      throw std::out_of_range("classifier_loss: target " + std::to_string(targets[i]) +
+                              " at position " + std::to_string(i) +
+                              " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    }
   }
   double total = 0.0;
   int64_t count = 0;

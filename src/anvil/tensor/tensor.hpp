@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -20,9 +21,26 @@ inline const char* dtype_name(DType t) {
   return t == DType::f32 ? "f32" : "bf16";
 }
 
-inline int64_t numel(const std::vector<int64_t>& shape) {
+std::string shape_string(const std::vector<int64_t>& shape);
+
+// The element count of `shape`, or -1 when a dimension is negative or the
+// count does not fit in int64 (readers of files check shapes with this).
+inline int64_t checked_numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
-  for (auto d : shape) n *= d;
+  for (auto d : shape) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return -1;
+  }
+  return n;
+}
+
+// The element count of a shape built by the program; a negative dimension or
+// an overflowing count is a bug, never a wrapped number.
+inline int64_t numel(const std::vector<int64_t>& shape) {
+  const int64_t n = checked_numel(shape);
+  if (n < 0) {
+    throw std::invalid_argument("shape " + shape_string(shape) +
+                                ": a negative dimension or more than 2^63 elements");
+  }
   return n;
 }
 
@@ -36,7 +54,5 @@ struct Tensor {
   float* f32() const { return static_cast<float*>(data); }
   bf16* as_bf16() const { return static_cast<bf16*>(data); }
 };
-
-std::string shape_string(const std::vector<int64_t>& shape);
 
 }  // namespace anvil::tensor

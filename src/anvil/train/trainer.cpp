@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
@@ -74,9 +76,12 @@ class Batches {
       : seed_(seed), T_(T), vocab_(vocab) {
     if (path.empty()) return;
     data_ = std::make_unique<data::TokenData>(path);
+    // Every id is below the file's vocabulary (checked when it was opened),
+    // so this keeps every input and target inside the model's.
     if (data_->vocab_size() > vocab) {
       throw InputError(path + ": vocabulary " + std::to_string(data_->vocab_size()) +
-                       " exceeds the model's vocab_size " + std::to_string(vocab));
+                       " exceeds the model's vocab_size " + std::to_string(vocab) +
+                       " (expected <= " + std::to_string(vocab) + ")");
     }
     const int64_t n = data_->size();
     val_begin_ = static_cast<int64_t>(static_cast<double>(n) * (1.0 - val_fraction));
@@ -120,6 +125,42 @@ class Batches {
   std::unique_ptr<data::TokenData> data_;
   int64_t val_begin_ = 0;
 };
+
+// metrics.jsonl keeps one line per step of the trajectory this run
+// continues: lines past `start` (a run that went further before this one
+// resumed from an earlier step, or a fresh run in an old directory) go. The
+// whole previous file stays as metrics.jsonl.N (a hard link, else a copy)
+// before the kept lines replace it atomically (temporary, fsync, rename).
+void truncate_metrics(const std::string& path, int64_t start) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return;
+  const std::string old = read_file(path);
+  std::string kept;
+  bool dropped = false;
+  for (size_t pos = 0; pos < old.size();) {
+    size_t end = old.find('\n', pos);
+    const bool whole = end != std::string::npos;  // a line cut by a crash is not
+    if (!whole) end = old.size();
+    const std::string_view line(old.data() + pos, end - pos);
+    const json m = whole ? json::parse(line, nullptr, /*allow_exceptions=*/false) : json();
+    const auto step = m.is_object() ? m.find("step") : m.end();
+    if (step != m.end() && step->is_number_integer() && step->get<int64_t>() <= start) {
+      kept.append(line).push_back('\n');
+    } else {
+      dropped = true;
+    }
+    pos = end + 1;
+  }
+  if (!dropped) return;
+  for (int i = 1;; ++i) {
+    const std::string rotated = path + "." + std::to_string(i);
+    if (::link(path.c_str(), rotated.c_str()) == 0) break;
+    if (errno == EEXIST) continue;
+    write_file_atomic(rotated, old);  // a file system without hard links
+    break;
+  }
+  write_file_atomic(path, kept);
+}
 
 std::string format_eta(double seconds) {
   char buf[32];
@@ -184,6 +225,10 @@ TrainResult run_training(const TrainOptions& o) {
         "data: %s (%s); MFU against a measured %s GEMM peak of %.1f GFLOP/s; %.3f GFLOP/token\n",
         o.data.empty() ? "random tokens" : o.data.c_str(), batches.tokenizer().c_str(),
         o.precision.c_str(), result.peak_gflops, result.flops_per_token / 1e9);
+    if (precision == model::Precision::bf16 || (use_muon && o.muon.ns_bf16)) {
+      std::printf("bf16 GEMM: %s\n",
+                  kernels::bf16_path_description(kernels::bf16_path()).c_str());
+    }
     std::fflush(stdout);
   }
 
@@ -192,7 +237,7 @@ TrainResult run_training(const TrainOptions& o) {
   const std::string resume_from =
       o.resume.empty() ? "" : ckpt::resolve_checkpoint(o.resume == "latest" ? o.out_dir : o.resume);
   if (!resume_from.empty()) {
-    const json state = json::parse(ckpt::read_state_json(resume_from));
+    const json state = ckpt::read_state(resume_from);
     const std::string saved = state.at("config").dump();
     if (json::parse(model::model_config_to_json(config)).dump() != saved) {
       throw InputError("--resume " + resume_from + ": the checkpoint's model config differs from " +
@@ -226,6 +271,7 @@ TrainResult run_training(const TrainOptions& o) {
   std::unique_ptr<std::ofstream> metrics;
   if (!o.out_dir.empty()) {
     std::filesystem::create_directories(o.out_dir);
+    truncate_metrics(o.out_dir + "/metrics.jsonl", start);
     metrics = std::make_unique<std::ofstream>(o.out_dir + "/metrics.jsonl", std::ios::app);
     if (!*metrics) throw SystemError(o.out_dir + "/metrics.jsonl: cannot open for appending");
   }
