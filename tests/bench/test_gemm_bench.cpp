@@ -90,8 +90,8 @@ TEST(GemmBench, RunsEveryShapeDtypeAndThreadCount) {
   // bf16 rows name their path; the other path is measured beside them
   // exactly where the CPU can run both.
   EXPECT_FALSE(r.bf16_path.empty());
-  const char* other = kernels::bf16_path() == kernels::Bf16Path::native ? "bf16-emulated"
-                                                                         : "bf16-native";
+  const char* other =
+      kernels::bf16_path() == kernels::Bf16Path::native ? "bf16-emulated" : "bf16-native";
   for (const auto& row : r.rows) {
     EXPECT_GT(row.gflops, 0);
     EXPECT_EQ(row.baseline_gflops.count("naive"), 1u);

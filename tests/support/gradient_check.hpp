@@ -71,8 +71,7 @@ inline void expect_matches_finite_differences(const char* what, std::vector<floa
   }
   EXPECT_LE(worst, 1.0) << what << ": at index " << worst_i << " numeric " << worst_num
                         << " analytic " << grad[worst_i] << " (allowed " << tol
-                        << " x (|numeric| + " << floor << "); max |numeric| " << max_numeric
-                        << ")";
+                        << " x (|numeric| + " << floor << "); max |numeric| " << max_numeric << ")";
 }
 
 }  // namespace anvil::test_support

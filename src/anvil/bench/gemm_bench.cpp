@@ -291,9 +291,9 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
       const bool native = path == kernels::Bf16Path::native;
       other_bf16 = native ? "bf16-emulated" : "bf16-native";
       other_bf16_backend = native ? GemmBackend::emulated : GemmBackend::onednn;
-      result.baseline_notes[other_bf16] = "bf16 rows: " + kernels::bf16_path_description(
-                                                              native ? kernels::Bf16Path::emulated
-                                                                     : kernels::Bf16Path::native);
+      result.baseline_notes[other_bf16] =
+          "bf16 rows: " + kernels::bf16_path_description(native ? kernels::Bf16Path::emulated
+                                                                : kernels::Bf16Path::native);
     }
   }
   if (baselines.count("naive")) {
@@ -328,8 +328,7 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
             row.baseline_gflops["onednn"] = gflops_of(g, so.median());
           }
           if (dtype == "bf16" && !other_bf16.empty()) {
-            const Samples so =
-                time_calls([&] { ops.run(g, dtype, other_bf16_backend); }, o.timing);
+            const Samples so = time_calls([&] { ops.run(g, dtype, other_bf16_backend); }, o.timing);
             row.baseline_gflops[other_bf16] = gflops_of(g, so.median());
           }
           if (baselines.count("naive") && g.flops() <= o.naive_max_flops) {

@@ -89,9 +89,8 @@ void emulated_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 }  // namespace
 
 void detail::gemm_bf16_emulated(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                                float alpha, const bf16* a, int64_t lda, const bf16* b,
-                                int64_t ldb, float beta, float* c, int64_t ldc,
-                                int64_t block_elems) {
+                                float alpha, const bf16* a, int64_t lda, const bf16* b, int64_t ldb,
+                                float beta, float* c, int64_t ldc, int64_t block_elems) {
   check_args(trans_a, trans_b, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == 0.0f) return scale_c(m, n, beta, c, ldc);
@@ -134,7 +133,8 @@ Bf16Path bf16_path() {
     if (want == "emulated") return Bf16Path::emulated;
     if (want == "native") {
       if (!bf16_native_available())
-        throw InputError("ANVIL_BF16=native: this CPU has no AVX512_BF16 (expected auto or emulated)");
+        throw InputError(
+            "ANVIL_BF16=native: this CPU has no AVX512_BF16 (expected auto or emulated)");
       return Bf16Path::native;
     }
     if (want != "auto" && !want.empty())
@@ -225,7 +225,8 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
       return detail::onednn_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     case GemmBackend::onednn:
       if (!bf16_native_available())
-        throw std::invalid_argument("gemm: oneDNN's bf16 GEMM needs AVX512_BF16, which this CPU lacks");
+        throw std::invalid_argument(
+            "gemm: oneDNN's bf16 GEMM needs AVX512_BF16, which this CPU lacks");
       return detail::onednn_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     case GemmBackend::emulated:
       return emulated_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

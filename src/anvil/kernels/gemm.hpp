@@ -58,8 +58,8 @@ namespace detail {
 // gemm(..., GemmBackend::emulated) uses 4M; tests use small bounds to run the
 // blocked loops on small shapes.
 void gemm_bf16_emulated(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                        const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float beta, float* c,
-                        int64_t ldc, int64_t block_elems);
+                        const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float beta,
+                        float* c, int64_t ldc, int64_t block_elems);
 }  // namespace detail
 
 }  // namespace anvil::kernels
