@@ -12,13 +12,16 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "anvil/base/cpu.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
 #include "anvil/base/process.hpp"
+#include "anvil/base/threads.hpp"
 #include "anvil/bench/comm_bench.hpp"
 #include "anvil/bench/gemm_bench.hpp"
 #include "anvil/bench/hw_report.hpp"
@@ -26,6 +29,7 @@
 #include "anvil/ckpt/export.hpp"
 #include "anvil/comm/communicator.hpp"
 #include "anvil/data/tokens.hpp"
+#include "anvil/dist/data_parallel.hpp"
 #include "anvil/eval/generate.hpp"
 #include "anvil/kernels/blas.hpp"
 #include "anvil/model/config.hpp"
@@ -308,6 +312,7 @@ int main(int argc, char** argv) {
       app.add_subcommand("train", "Train a decoder from a config on a token file or text");
   anvil::train::TrainOptions topt;
   std::string train_json_out;
+  int train_ranks_per_node = 0;
   train->add_option("--config", topt.config, "Model config JSON (configs/*.json)")->required();
   train->add_option("--set", topt.overrides, "Override a config key: --set key=value (repeatable)");
   train->add_option("--data", topt.data,
@@ -407,6 +412,16 @@ int main(int argc, char** argv) {
   train
       ->add_option("--z-loss-coef", topt.balancing.z_loss_coef,
                    "ZAYA1 router: coefficient of the router z-loss (0 = off)")
+      ->check(CLI::NonNegativeNumber);
+  train
+      ->add_option("--bucket-mib", topt.bucket_mib,
+                   "Data parallel (under mpirun): gradient bucket size in MiB; each bucket's "
+                   "all-reduce starts as soon as backward has written it")
+      ->check(CLI::PositiveNumber);
+  train
+      ->add_option("--ranks-per-node", train_ranks_per_node,
+                   "Data parallel: simulate nodes of N consecutive ranks (the gradient "
+                   "all-reduce then crosses them as it would cross hosts); 0: the real nodes")
       ->check(CLI::NonNegativeNumber);
   train->add_option("--precision", topt.precision,
                     "fp32, or bf16: bf16 GEMM inputs with fp32 accumulation, master weights and "
@@ -562,8 +577,40 @@ int main(int argc, char** argv) {
     }
     if (*train) {
       if (topt.schedule.total <= 1) topt.schedule.total = topt.steps;
-      const auto r = anvil::train::run_training(topt);
-      if (!train_json_out.empty()) {
+      // Under mpirun (or srun with PMIx) every rank is a data-parallel rank.
+      const bool under_mpi =
+          std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
+      std::optional<anvil::comm::MpiRuntime> mpi;
+      std::unique_ptr<anvil::dist::DataParallelGroup> dp;
+      int rank = 0;
+      if (under_mpi) {
+        mpi.emplace(&argc, &argv, /*thread_multiple=*/true);
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      }
+      anvil::train::TrainResult r;
+      try {
+        if (under_mpi) {
+          dp = std::make_unique<anvil::dist::DataParallelGroup>(train_ranks_per_node);
+          // The cores are shared by the ranks of a machine: each gets its
+          // share of compute threads (OMP_NUM_THREADS overrides).
+          if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+            anvil::set_num_threads(
+                std::max(1, anvil::cpu_info().logical_cpus / std::max(1, dp->local_size())));
+          }
+        }
+        r = anvil::train::run_training(topt, dp.get());
+      } catch (const anvil::comm::CommTimeout& e) {
+        const std::string line = std::string("anvil: error: ") + e.what() + "\n";
+        std::fputs(line.c_str(), stderr);
+        std::fflush(stderr);
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        MPI_Abort(MPI_COMM_WORLD, 3);
+      } catch (const anvil::InputError& e) {
+        if (!under_mpi) throw;
+        if (rank == 0) std::cerr << "anvil: error: " << e.what() << "\n";
+        return 2;
+      }
+      if (!train_json_out.empty() && rank == 0) {
         nlohmann::json j = {{"losses", r.losses},
                             {"step_seconds", r.step_seconds},
                             {"first_step", r.first_step},
@@ -574,7 +621,10 @@ int main(int argc, char** argv) {
                             {"peak_gflops", r.peak_gflops},
                             {"planned_bytes", r.planned_bytes},
                             {"peak_rss_bytes", r.peak_rss_bytes},
-                            {"checkpoint", r.last_checkpoint}};
+                            {"checkpoint", r.last_checkpoint},
+                            {"ranks", r.world},
+                            {"comm_seconds", r.comm_seconds},
+                            {"comm_exposed_seconds", r.exposed_seconds}};
         anvil::write_file_atomic(train_json_out, j.dump(2) + "\n");
       }
       return 0;

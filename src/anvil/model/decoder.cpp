@@ -218,6 +218,7 @@ Decoder::Decoder(const ModelConfig& config, int64_t B, int64_t T, bool training,
   F2_ = config.mlp == "swiglu" ? 2 * F_ : F_;
   V_ = config.vocab_size;
   L_ = config.n_layers;
+  for (int64_t l = 0; l < L_; ++l) layer_begin_.push_back(registry_.layer_begin(l));
   rotary_ = config.rotary_dim == 0 ? D_ : config.rotary_dim;
   loss_chunk_ = kLossChunk;
   params_.arena = tensor::Arena("parameters", plan_.parameters);
@@ -428,10 +429,12 @@ void Decoder::run_backward(const int32_t* tokens, int64_t B, int64_t T) {
                              matmul_weight(p.qkv_w), N, C_, Q_, &scratch_);
     norm_backward(d_res_, mut(g.ln1_w), mut(g.ln1_b), d_ln_, x_[l], p.ln1_w, a.ln1_mean, a.ln1_rstd,
                   N);
+    grads_ready_from(layer_begin_[static_cast<size_t>(l)]);
   }
   kernels::embedding_backward(mut(param("model.embed_tokens.weight", G)),
                               mut(param("model.embed_positions.weight", G)), d_res_, tokens, B, T,
                               C_);
+  grads_ready_from(0);
 }
 
 void Decoder::logits(float* out, int64_t B, int64_t T) {

@@ -72,6 +72,7 @@ class Decoder : public TrainableModel {
   void decode_step(int32_t token, int64_t pos, float* logits);
 
  private:
+  std::vector<int64_t> layer_begin_;  // registry_.layer_begin(l) per layer (backward's hook)
   struct Layer {
     const float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *o_w, *o_b, *ln2_w, *ln2_b, *up_w, *up_b, *down_w,
         *down_b;

@@ -1,5 +1,8 @@
 #include "anvil/model/params.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "anvil/base/error.hpp"
 #include "anvil/base/rng.hpp"
 #include "anvil/tensor/tensor.hpp"
@@ -18,9 +21,19 @@ const ParamSpec& ParamRegistry::add(std::string name, std::vector<int64_t> shape
   spec.group = group;
   spec.offset = total_;
   spec.numel = tensor::numel(spec.shape);
+  const std::string layers = "model.layers.";
+  if (spec.name.rfind(layers, 0) == 0) spec.layer = std::atoll(spec.name.c_str() + layers.size());
   total_ += spec.numel;
   specs_.push_back(std::move(spec));
   return specs_.back();
+}
+
+int64_t ParamRegistry::layer_begin(int64_t layer) const {
+  int64_t begin = total_;
+  for (const auto& s : specs_) {
+    if (s.layer == layer) begin = std::min(begin, s.offset);
+  }
+  return begin;
 }
 
 const ParamSpec* ParamRegistry::find(const std::string& name) const {

@@ -34,6 +34,7 @@ struct ParamSpec {
   float lr_scale = 1.0f;
   int64_t offset = 0;  // floats from the start of the arena
   int64_t numel = 0;
+  int64_t layer = -1;  // N for "model.layers.N.*", else -1
 };
 
 class ParamRegistry {
@@ -48,6 +49,9 @@ class ParamRegistry {
   // Throws InputError naming the parameter when absent.
   const ParamSpec& get(const std::string& name) const;
   const ParamSpec* find(const std::string& name) const;
+  // The smallest offset of layer `layer`'s parameters (total() when none):
+  // where backward's gradients are final once it has passed that layer.
+  int64_t layer_begin(int64_t layer) const;
   // Sets lr_scale of every parameter whose name contains `part`.
   void scale_lr(const std::string& part, float scale);
   // Fills `params` from `seed`: each parameter draws from its own stream keyed

@@ -7,8 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,6 +47,10 @@ class TrainableModel {
                          int64_t* scored) = 0;
   virtual double forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B,
                                   int64_t T, float grad_scale, int64_t* scored) = 0;
+  // Counters summed over the step's micro-batches that after_step reads
+  // (ZAYA1: tokens per class per MoE layer). A data-parallel trainer sums
+  // them over ranks before after_step, so every rank sees the global batch.
+  virtual std::span<int64_t> step_counts() { return {}; }
   // After the optimizer step (ZAYA1: expert-bias balancing over the step's tokens).
   virtual void after_step(int64_t /*step, from 1*/) {}
   // Per-step metrics beyond the loss (ZAYA1: router load statistics).
@@ -52,6 +58,20 @@ class TrainableModel {
   // A short progress-line fragment ("" when none).
   virtual std::string progress_note() const { return ""; }
   virtual std::vector<ExtraTensor> extra_state() { return {}; }
+
+  // Called during forward_backward with X as soon as every gradient at
+  // offset >= X is final for this micro-batch (X decreases; the last call is
+  // 0): the data-parallel trainer starts reducing those gradients while the
+  // rest of backward runs. Empty: no calls.
+  void set_grads_ready_hook(std::function<void(int64_t)> hook) { grads_ready_ = std::move(hook); }
+
+ protected:
+  void grads_ready_from(int64_t offset) const {
+    if (grads_ready_) grads_ready_(offset);
+  }
+
+ private:
+  std::function<void(int64_t)> grads_ready_;
 };
 
 }  // namespace anvil::model

@@ -144,10 +144,8 @@ ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing 
     }
   }
   const size_t K = static_cast<size_t>(c_.n_experts + 1);
-  for (size_t m = 0; m < moe_.size(); ++m) {
-    step_load_.emplace_back(K, 0);
-    last_load_.emplace_back(K, 0);
-  }
+  step_load_.assign(moe_.size() * K, 0);
+  last_load_.assign(moe_.size(), std::vector<int64_t>(K, 0));
   size_t back_bytes = 0;
   for (auto* v : {&back_.d_lnf, &back_.d_rf, &back_.dr, &back_.dh, &back_.dx, &back_.dr_prev,
                   &back_.dh_prev}) {
@@ -192,18 +190,19 @@ double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets
   const double loss = forward_backward(tokens, targets, grad_scale, scored);
   for (size_t m = 0; m < moe_.size(); ++m) {
     const auto& load = moe_[m]->stats().tokens_per_class;
-    for (size_t e = 0; e < load.size(); ++e) step_load_[m][e] += load[e];
+    for (size_t e = 0; e < load.size(); ++e) step_load_[m * load.size() + e] += load[e];
   }
   return loss;
 }
 
 void ZayaModel::after_step(int64_t step) {
+  const size_t K = static_cast<size_t>(c_.n_experts + 1);
   for (size_t m = 0; m < moe_.size(); ++m) {
-    auto& load = step_load_[m];
-    last_load_[m] = load;
-    balancer_.update(static_cast<int64_t>(m), load, step);
-    std::fill(load.begin(), load.end(), 0);
+    const auto first = step_load_.begin() + static_cast<std::ptrdiff_t>(m * K);
+    last_load_[m].assign(first, first + static_cast<std::ptrdiff_t>(K));
+    balancer_.update(static_cast<int64_t>(m), last_load_[m], step);
   }
+  std::fill(step_load_.begin(), step_load_.end(), 0);
 }
 
 nlohmann::json ZayaModel::step_metrics() const {
@@ -429,9 +428,11 @@ double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets
         at(p + "residual_scale", P), at(p + "residual_bias", P), N_, H_);
     dr.swap(dr_prev);
     dh.swap(dh_prev);
+    grads_ready_from(registry_.layer_begin(n));
   }
   kernels::embedding_backward(at("model.embed_tokens.weight", G), nullptr, dh.data(), tokens, B_,
                               T_, H_);
+  grads_ready_from(0);
   return loss;
 }
 

@@ -35,6 +35,7 @@ class ZayaModel : public TrainableModel {
                  int64_t* scored) override;
   double forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
                           float grad_scale, int64_t* scored) override;
+  std::span<int64_t> step_counts() override { return step_load_; }
   void after_step(int64_t step) override;
   nlohmann::json step_metrics() const override;
   std::string progress_note() const override;
@@ -70,7 +71,10 @@ class ZayaModel : public TrainableModel {
   BiasBalancer balancer_;
   // Per MoE layer: tokens per class over the current step; the last step's
   // loads (for metrics).
-  std::vector<std::vector<int64_t>> step_load_, last_load_;
+  // Tokens per class of each MoE layer over the step ([layer][E + 1], flat:
+  // the data-parallel trainer sums it over ranks), and of the last step.
+  std::vector<int64_t> step_load_;
+  std::vector<std::vector<int64_t>> last_load_;
   int64_t B_, T_, N_, H_, R_, layers_;
   std::vector<float> params_, grads_;
   // Parameter and gradient pointers per layer, resolved once (the arrays never move).

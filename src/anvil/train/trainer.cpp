@@ -14,14 +14,16 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string_view>
 
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
-#include "anvil/base/rng.hpp"
 #include "anvil/base/table.hpp"
+#include "anvil/base/threads.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
-#include "anvil/data/tokens.hpp"
+#include "anvil/dist/data_parallel.hpp"
+#include "anvil/dist/grad_reducer.hpp"
 #include "anvil/kernels/gemm.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/decoder.hpp"
@@ -66,65 +68,6 @@ size_t peak_rss_bytes() {
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<size_t>(ru.ru_maxrss) * 1024;
 }
-
-// Where training and validation batches come from. Training rows start at
-// offsets drawn from (seed, step, micro, row); validation rows are fixed and
-// evenly spaced over the held-out tail.
-class Batches {
- public:
-  Batches(const std::string& path, int64_t vocab, uint64_t seed, int64_t T, double val_fraction)
-      : seed_(seed), T_(T), vocab_(vocab) {
-    if (path.empty()) return;
-    data_ = std::make_unique<data::TokenData>(path);
-    // Every id is below the file's vocabulary (checked when it was opened),
-    // so this keeps every input and target inside the model's.
-    if (data_->vocab_size() > vocab) {
-      throw InputError(path + ": vocabulary " + std::to_string(data_->vocab_size()) +
-                       " exceeds the model's vocab_size " + std::to_string(vocab) +
-                       " (expected <= " + std::to_string(vocab) + ")");
-    }
-    const int64_t n = data_->size();
-    val_begin_ = static_cast<int64_t>(static_cast<double>(n) * (1.0 - val_fraction));
-    if (val_begin_ < T + 1 || (val_fraction > 0 && n - val_begin_ < T + 1)) {
-      throw InputError(path + ": " + std::to_string(n) + " tokens are too few for sequences of " +
-                       std::to_string(T) + " with a validation fraction of " +
-                       std::to_string(val_fraction));
-    }
-  }
-  bool has_data() const { return data_ != nullptr; }
-  bool has_validation() const { return data_ != nullptr && val_begin_ < data_->size(); }
-  std::string tokenizer() const { return data_ ? data_->tokenizer() : "random"; }
-
-  void train_row(int64_t step, int64_t micro, int64_t row, int64_t B, int32_t* tokens,
-                 int32_t* targets) const {
-    const uint64_t index = static_cast<uint64_t>((step * 4096 + micro) * B + row);
-    if (!data_) {  // random tokens: throughput benchmarks without a corpus
-      for (int64_t t = 0; t <= T_; ++t) {
-        const auto tok = static_cast<int32_t>(random_u64(seed_, index, t) % vocab_);
-        if (t < T_) tokens[t] = tok;
-        if (t > 0) targets[t - 1] = tok;
-      }
-      return;
-    }
-    const int64_t span = val_begin_ - T_ - 1;
-    const int64_t off = static_cast<int64_t>(random_u64(seed_, stream_id("train"), index) %
-                                             static_cast<uint64_t>(span + 1));
-    data_->copy(tokens, off, T_);
-    data_->copy(targets, off + 1, T_);
-  }
-  void val_row(int64_t i, int64_t count, int32_t* tokens, int32_t* targets) const {
-    const int64_t span = data_->size() - val_begin_ - T_ - 1;
-    const int64_t off = val_begin_ + (count > 1 ? span * i / (count - 1) : 0);
-    data_->copy(tokens, off, T_);
-    data_->copy(targets, off + 1, T_);
-  }
-
- private:
-  uint64_t seed_;
-  int64_t T_, vocab_;
-  std::unique_ptr<data::TokenData> data_;
-  int64_t val_begin_ = 0;
-};
 
 // metrics.jsonl keeps one line per step of the trajectory this run
 // continues: lines past `start` (a run that went further before this one
@@ -171,255 +114,361 @@ std::string format_eta(double seconds) {
 
 }  // namespace
 
-TrainResult run_training(const TrainOptions& o) {
-  const model::ModelConfig config = model::load_model_config(o.config, o.overrides);
-  const int64_t B = o.batch, T = o.seq == 0 ? config.seq_len : o.seq;
-  if (B < 1) throw InputError("--batch: expected >= 1");
-  if (T < 1 || T > config.seq_len) {
-    throw InputError("--seq: expected 1.." + std::to_string(config.seq_len) +
-                     " (the config's seq_len), got " + std::to_string(T));
+Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
+    : o_(o),
+      dp_(dp),
+      rank_(dp ? dp->rank() : 0),
+      world_(dp ? dp->size() : 1),
+      config_(model::load_model_config(o.config, o.overrides)),
+      B_(o.batch),
+      T_(o.seq == 0 ? config_.seq_len : o.seq),
+      batches_(o.data, config_.vocab_size, o.seed, T_, o.val_fraction) {
+  if (B_ < 1) throw InputError("--batch: expected >= 1");
+  if (T_ < 1 || T_ > config_.seq_len) {
+    throw InputError("--seq: expected 1.." + std::to_string(config_.seq_len) +
+                     " (the config's seq_len), got " + std::to_string(T_));
   }
   if (o.accum < 1) throw InputError("--accum: expected >= 1");
   if (o.steps < 1) throw InputError("--steps: expected >= 1");
+  if (!(o.bucket_mib > 0)) throw InputError("--bucket-mib: expected > 0");
   optim::validate(o.schedule, "--schedule");
-  Batches batches(o.data, config.vocab_size, o.seed, T, o.val_fraction);
-
-  const model::Precision precision = model::parse_precision(o.precision, "--precision");
-  TrainResult result;
-  result.peak_gflops = o.peak_gflops > 0 ? o.peak_gflops : measure_peak_gflops(precision);
-  result.flops_per_token = model::training_flops_per_token(config, T);
-
-  std::unique_ptr<model::TrainableModel> model_owner;
-  if (config.attention == "cca") {
-    if (precision != model::Precision::fp32) {
-      throw InputError("--precision bf16: the ZAYA1 model runs in fp32 only so far");
-    }
-    model_owner = std::make_unique<model::ZayaModel>(config, B, T, o.balancing);
-  } else {
-    model_owner = std::make_unique<model::Decoder>(config, B, T, /*training=*/true, precision);
-  }
-  model::TrainableModel& model = *model_owner;
   if (o.optimizer != "adamw" && o.optimizer != "muon") {
     throw InputError("--optimizer: expected adamw or muon, got '" + o.optimizer + "'");
   }
+  precision_ = model::parse_precision(o.precision, "--precision");
+  result_.world = world_;
+  result_.peak_gflops = o.peak_gflops > 0 ? o.peak_gflops : measure_peak_gflops(precision_);
+  result_.flops_per_token = model::training_flops_per_token(config_, T_);
+
+  if (config_.attention == "cca") {
+    if (precision_ != model::Precision::fp32) {
+      throw InputError("--precision bf16: the ZAYA1 model runs in fp32 only so far");
+    }
+    model_ = std::make_unique<model::ZayaModel>(config_, B_, T_, o.balancing);
+  } else {
+    model_ = std::make_unique<model::Decoder>(config_, B_, T_, /*training=*/true, precision_);
+  }
   const bool use_muon = o.optimizer == "muon";
-  optim::AdamW adamw(model.registry(), o.adamw, /*skip_muon_group=*/use_muon);
-  std::unique_ptr<optim::Muon> muon;
-  if (use_muon) muon = std::make_unique<optim::Muon>(model.registry(), o.muon);
-  const size_t optimizer_bytes = adamw.state_bytes() + (muon ? muon->state_bytes() : 0);
-  const auto& plan = model.plan();
-  result.planned_bytes =
+  adamw_ =
+      std::make_unique<optim::AdamW>(model_->registry(), o.adamw, /*skip_muon_group=*/use_muon);
+  if (use_muon) muon_ = std::make_unique<optim::Muon>(model_->registry(), o.muon);
+  if (dp_ && world_ > 1) {
+    reducer_ = std::make_unique<dist::GradReducer>(
+        dp_->async(), model_->grads(), model_->registry().total(),
+        std::max<int64_t>(1, static_cast<int64_t>(o.bucket_mib * (1 << 20) / sizeof(float))));
+  }
+  tokens_.resize(static_cast<size_t>(B_ * T_));
+  targets_.resize(static_cast<size_t>(B_ * T_));
+
+  const size_t optimizer_bytes = adamw_->state_bytes() + (muon_ ? muon_->state_bytes() : 0);
+  const auto& plan = model_->plan();
+  result_.planned_bytes =
       plan.parameters + plan.gradients + optimizer_bytes + plan.activations + plan.low_precision;
-  const bool tty = ::isatty(STDOUT_FILENO) != 0;
-  if (!o.quiet) {
-    std::printf("model %s: %s parameters (%lld tensors), batch %lldx%lld, accum %lld\n",
-                config.name.c_str(), fmt(static_cast<double>(model.registry().total()), 0).c_str(),
-                static_cast<long long>(model.registry().specs().size()), static_cast<long long>(B),
-                static_cast<long long>(T), static_cast<long long>(o.accum));
+  // mpirun gives rank 0 a pseudo-terminal even when its own output is a file.
+  tty_ = ::isatty(STDOUT_FILENO) != 0 && dp_ == nullptr;
+  if (!o.quiet && rank_ == 0) {
     std::printf(
-        "memory plan: parameters %s | gradients %s | optimizer %s | activations %s | total %s\n",
-        human_bytes(plan.parameters).c_str(), human_bytes(plan.gradients).c_str(),
-        human_bytes(optimizer_bytes).c_str(), human_bytes(plan.activations).c_str(),
-        human_bytes(result.planned_bytes).c_str());
+        "model %s: %s parameters (%lld tensors), batch %lldx%lld, accum %lld", config_.name.c_str(),
+        fmt(static_cast<double>(model_->registry().total()), 0).c_str(),
+        static_cast<long long>(model_->registry().specs().size()), static_cast<long long>(B_),
+        static_cast<long long>(T_), static_cast<long long>(o.accum));
+    if (world_ > 1) {
+      std::printf(
+          ", %d data-parallel ranks (global batch %lld rows; %d threads each; %lld "
+          "gradient buckets)",
+          world_, static_cast<long long>(B_ * o.accum * world_), num_threads(),
+          static_cast<long long>(reducer_->bucket_count()));
+    }
+    std::printf("\n");
+    std::printf(
+        "memory plan%s: parameters %s | gradients %s | optimizer %s | activations %s | total %s\n",
+        world_ > 1 ? " per rank" : "", human_bytes(plan.parameters).c_str(),
+        human_bytes(plan.gradients).c_str(), human_bytes(optimizer_bytes).c_str(),
+        human_bytes(plan.activations).c_str(), human_bytes(result_.planned_bytes).c_str());
     std::printf(
         "data: %s (%s); MFU against a measured %s GEMM peak of %.1f GFLOP/s; %.3f GFLOP/token\n",
-        o.data.empty() ? "random tokens" : o.data.c_str(), batches.tokenizer().c_str(),
-        o.precision.c_str(), result.peak_gflops, result.flops_per_token / 1e9);
-    if (precision == model::Precision::bf16 || (use_muon && o.muon.ns_bf16)) {
-      std::printf("bf16 GEMM: %s\n",
-                  kernels::bf16_path_description(kernels::bf16_path()).c_str());
+        o.data.empty() ? "random tokens" : o.data.c_str(), batches_.tokenizer().c_str(),
+        o.precision.c_str(), result_.peak_gflops, result_.flops_per_token / 1e9);
+    if (precision_ == model::Precision::bf16 || (use_muon && o.muon.ns_bf16)) {
+      std::printf("bf16 GEMM: %s\n", kernels::bf16_path_description(kernels::bf16_path()).c_str());
     }
     std::fflush(stdout);
   }
 
-  // Start: fresh init or a checkpoint.
-  int64_t start = 0;
-  const std::string resume_from =
+  const std::string from =
       o.resume.empty() ? "" : ckpt::resolve_checkpoint(o.resume == "latest" ? o.out_dir : o.resume);
-  if (!resume_from.empty()) {
-    const json state = ckpt::read_state(resume_from);
-    const std::string saved = state.at("config").dump();
-    if (json::parse(model::model_config_to_json(config)).dump() != saved) {
-      throw InputError("--resume " + resume_from + ": the checkpoint's model config differs from " +
-                       o.config + " with the given --set overrides");
-    }
-    const auto saved_accum = state.at("accum").get<int64_t>();
-    if (state.at("seed").get<uint64_t>() != o.seed || state.at("batch").get<int64_t>() != B ||
-        state.at("seq").get<int64_t>() != T || (saved_accum != o.accum && !o.resume_new_accum) ||
-        state.value("precision", "fp32") != o.precision ||
-        state.value("optimizer", "adamw") != o.optimizer) {
-      throw InputError("--resume " + resume_from +
-                       ": seed, batch, seq, accum, precision and optimizer must match the "
-                       "checkpoint's to continue its trajectory (a different --accum: add "
-                       "--resume-new-accum)");
-    }
-    if (saved_accum != o.accum && !o.quiet)
-      std::printf("global batch ramp: accum %lld -> %lld\n", static_cast<long long>(saved_accum),
-                  static_cast<long long>(o.accum));
-    ckpt::load_checkpoint(resume_from, model.registry(), model.params(), adamw.exp_avg(),
-                          adamw.exp_avg_sq(), muon ? muon->momentum() : nullptr,
-                          model.extra_state());
-    start = state.at("step").get<int64_t>();
-    if (!o.quiet)
-      std::printf("resumed from %s at step %lld\n", resume_from.c_str(),
-                  static_cast<long long>(start));
+  if (!from.empty()) {
+    resume(from);
   } else {
-    model.registry().initialize(model.params(), o.seed);
+    model_->registry().initialize(model_->params(), o.seed);
   }
-  result.first_step = start;
-
-  std::unique_ptr<std::ofstream> metrics;
-  if (!o.out_dir.empty()) {
+  result_.first_step = step_;
+  if (!o.out_dir.empty() && rank_ == 0) {
     std::filesystem::create_directories(o.out_dir);
-    truncate_metrics(o.out_dir + "/metrics.jsonl", start);
-    metrics = std::make_unique<std::ofstream>(o.out_dir + "/metrics.jsonl", std::ios::app);
-    if (!*metrics) throw SystemError(o.out_dir + "/metrics.jsonl: cannot open for appending");
+    truncate_metrics(o.out_dir + "/metrics.jsonl", step_);
+    metrics_ = std::make_unique<std::ofstream>(o.out_dir + "/metrics.jsonl", std::ios::app);
+    if (!*metrics_) throw SystemError(o.out_dir + "/metrics.jsonl: cannot open for appending");
   }
-  auto state_json = [&](int64_t step) {
-    json s = {{"format", "anvil-train-state"},
-              {"version", 1},
-              {"step", step},
-              {"config", json::parse(model::model_config_to_json(config))},
-              {"seed", o.seed},
-              {"batch", B},
-              {"seq", T},
-              {"accum", o.accum},
-              {"precision", o.precision},
-              {"optimizer", o.optimizer},
-              {"data", o.data},
-              {"tokenizer", batches.tokenizer()},
-              {"schedule",
-               {{"kind", o.schedule.kind},
-                {"lr", o.schedule.lr},
-                {"warmup", o.schedule.warmup},
-                {"total", o.schedule.total}}}};
-    return s.dump(2) + "\n";
-  };
-  auto checkpoint = [&](int64_t step) {
-    if (o.out_dir.empty()) return;
-    ckpt::CheckpointData d{&model.registry(),
-                           model.params(),
-                           adamw.exp_avg(),
-                           adamw.exp_avg_sq(),
-                           muon ? muon->momentum() : nullptr,
-                           model.extra_state(),
-                           state_json(step)};
-    result.last_checkpoint = ckpt::save_checkpoint(o.out_dir, step, d, o.keep);
-  };
-  auto validate = [&]() {
-    if (!batches.has_validation()) return -1.0;
-    std::vector<int32_t> tok(B * T), tgt(B * T);
-    double sum = 0;
-    int64_t count = 0;
-    // Whole micro-batches (--val-batches rounded up to a multiple of B), so
-    // every model runs the shape it planned for.
-    const int64_t val_rows = (o.val_batches + B - 1) / B * B;
-    for (int64_t i = 0; i < val_rows; i += B) {
-      for (int64_t r = 0; r < B; ++r) batches.val_row(i + r, val_rows, &tok[r * T], &tgt[r * T]);
-      int64_t scored = 0;
-      sum += model.forward(tok.data(), tgt.data(), B, T, &scored);
-      count += scored;
-    }
-    return sum / static_cast<double>(count);
-  };
+}
 
+Trainer::~Trainer() = default;
+
+void Trainer::resume(const std::string& from) {
+  const json state = ckpt::read_state(from);
+  const std::string saved = state.at("config").dump();
+  if (json::parse(model::model_config_to_json(config_)).dump() != saved) {
+    throw InputError("--resume " + from + ": the checkpoint's model config differs from " +
+                     o_.config + " with the given --set overrides");
+  }
+  // The weights are replicated, so any rank count continues the trajectory
+  // whose micro-batch holds the same global rows (batch x ranks).
+  const auto saved_accum = state.at("accum").get<int64_t>();
+  const auto saved_rows = state.at("batch").get<int64_t>() * state.value("world", int64_t{1});
+  if (state.at("seed").get<uint64_t>() != o_.seed || saved_rows != B_ * world_ ||
+      state.at("seq").get<int64_t>() != T_ || (saved_accum != o_.accum && !o_.resume_new_accum) ||
+      state.value("precision", "fp32") != o_.precision ||
+      state.value("optimizer", "adamw") != o_.optimizer) {
+    throw InputError("--resume " + from +
+                     ": seed, batch x ranks, seq, accum, precision and optimizer must match the "
+                     "checkpoint's to continue its trajectory (a different --accum: add "
+                     "--resume-new-accum)");
+  }
+  if (saved_accum != o_.accum && !o_.quiet && rank_ == 0)
+    std::printf("global batch ramp: accum %lld -> %lld\n", static_cast<long long>(saved_accum),
+                static_cast<long long>(o_.accum));
+  ckpt::load_checkpoint(from, model_->registry(), model_->params(), adamw_->exp_avg(),
+                        adamw_->exp_avg_sq(), muon_ ? muon_->momentum() : nullptr,
+                        model_->extra_state());
+  step_ = state.at("step").get<int64_t>();
+  if (!o_.quiet && rank_ == 0)
+    std::printf("resumed from %s at step %lld\n", from.c_str(), static_cast<long long>(step_));
+}
+
+std::string Trainer::state_json() const {
+  json s = {{"format", "anvil-train-state"},
+            {"version", 1},
+            {"step", step_},
+            {"config", json::parse(model::model_config_to_json(config_))},
+            {"seed", o_.seed},
+            {"batch", B_},
+            {"world", world_},
+            {"seq", T_},
+            {"accum", o_.accum},
+            {"precision", o_.precision},
+            {"optimizer", o_.optimizer},
+            {"data", o_.data},
+            {"tokenizer", batches_.tokenizer()},
+            {"schedule",
+             {{"kind", o_.schedule.kind},
+              {"lr", o_.schedule.lr},
+              {"warmup", o_.schedule.warmup},
+              {"total", o_.schedule.total}}}};
+  return s.dump(2) + "\n";
+}
+
+void Trainer::save() {
+  if (o_.out_dir.empty() || rank_ != 0) return;
+  ckpt::CheckpointData d{&model_->registry(),
+                         model_->params(),
+                         adamw_->exp_avg(),
+                         adamw_->exp_avg_sq(),
+                         muon_ ? muon_->momentum() : nullptr,
+                         model_->extra_state(),
+                         state_json()};
+  result_.last_checkpoint = ckpt::save_checkpoint(o_.out_dir, step_, d, o_.keep);
+}
+
+StepStats Trainer::step() {
+  const double t0 = now();
+  model_->zero_grads();
+  // Loss over the global batch: summed token losses and scored tokens.
+  double sums[2] = {0, 0};
+  const auto grad_scale =
+      static_cast<float>(1.0 / static_cast<double>(B_ * T_ * o_.accum * world_));
+  for (int64_t m = 0; m < o_.accum; ++m) {
+    batches_.train_micro_batch(step_, m, rank_, world_, B_, tokens_.data(), targets_.data());
+    // The last micro-batch's backward hands finished gradients to the reducer.
+    const bool last = m + 1 == o_.accum;
+    if (reducer_ && last) {
+      reducer_->begin();
+      model_->set_grads_ready_hook([this](int64_t offset) { reducer_->ready_from(offset); });
+    }
+    int64_t scored = 0;
+    sums[0] +=
+        model_->forward_backward(tokens_.data(), targets_.data(), B_, T_, grad_scale, &scored);
+    sums[1] += static_cast<double>(scored);
+    if (reducer_ && last) model_->set_grads_ready_hook({});
+  }
+  StepStats s;
+  if (reducer_) {
+    const dist::ReduceTimes t = reducer_->finish();
+    s.comm_seconds = t.comm_seconds;
+    s.exposed_seconds = t.exposed_seconds;
+    dp_->sum(sums);
+    dp_->sum(model_->step_counts());
+  }
+  s.step = step_ + 1;
+  s.loss = sums[0] / sums[1];
+  s.grad_norm = optim::global_norm(model_->grads(), model_->registry().total());
+  s.lr = o_.schedule.at(step_);
+  const float coef = optim::clip_coefficient(s.grad_norm, o_.clip);
+  adamw_->update(model_->params(), model_->grads(), static_cast<float>(s.lr), step_ + 1, coef);
+  if (muon_) muon_->update(model_->params(), model_->grads(), static_cast<float>(s.lr), coef);
+  model_->after_step(step_ + 1);
+  ++step_;
+  s.seconds = now() - t0;
+  return s;
+}
+
+double Trainer::validate() {
+  if (!batches_.has_validation()) return -1.0;
+  // Whole micro-batches on every rank (--val-batches rounded up to a
+  // multiple of batch x ranks), each rank its share: the same rows on any
+  // rank count with the same batch x ranks.
+  const int64_t rows = B_ * world_;
+  const int64_t val_rows = (o_.val_batches + rows - 1) / rows * rows;
+  double sums[2] = {0, 0};
+  for (int64_t i = 0; i < val_rows; i += rows) {
+    for (int64_t r = 0; r < B_; ++r) {
+      batches_.val_row(i + rank_ * B_ + r, val_rows, &tokens_[r * T_], &targets_[r * T_]);
+    }
+    int64_t scored = 0;
+    sums[0] += model_->forward(tokens_.data(), targets_.data(), B_, T_, &scored);
+    sums[1] += static_cast<double>(scored);
+  }
+  if (dp_ && world_ > 1) dp_->sum(sums);
+  return sums[0] / sums[1];
+}
+
+bool Trainer::stop_requested() {
+  // Every rank stops at the same step, whichever got the signal.
+  if (!dp_ || world_ == 1) return g_stop.load();
+  int64_t flag = g_stop.load() ? 1 : 0;
+  dp_->sum(std::span<int64_t>(&flag, 1));
+  return flag > 0;
+}
+
+void Trainer::log(const StepStats& s, double val) {
+  const double tokens_per_step = static_cast<double>(B_ * T_ * o_.accum * world_);
+  const double tps = tokens_per_step / s.seconds;
+  const double mfu = tps * result_.flops_per_token / (result_.peak_gflops * 1e9 * world_);
+  // Every rank's own peak memory and communication, for rank 0's metrics.
+  std::vector<double> rss, comm, exposed;
+  if (dp_ && world_ > 1 && !o_.out_dir.empty()) {
+    rss = dp_->gather(static_cast<double>(peak_rss_bytes()));
+    comm = dp_->gather(s.comm_seconds);
+    exposed = dp_->gather(s.exposed_seconds);
+  }
+  if (rank_ != 0) return;
+  if (metrics_) {
+    json m = {{"step", s.step},       {"loss", s.loss},
+              {"lr", s.lr},           {"grad_norm", s.grad_norm},
+              {"seconds", s.seconds}, {"tokens_per_s", tps},
+              {"mfu", mfu},           {"tokens", s.step * static_cast<int64_t>(tokens_per_step)}};
+    if (val >= 0) m["val_loss"] = val;
+    if (world_ > 1) {
+      m["ranks"] = world_;
+      m["comm_s"] = s.comm_seconds;
+      m["comm_exposed_s"] = s.exposed_seconds;
+      m["rank_peak_rss_bytes"] = rss;
+      m["rank_comm_s"] = comm;
+      m["rank_comm_exposed_s"] = exposed;
+    }
+    m.update(model_->step_metrics());
+    *metrics_ << m.dump() << "\n";
+    metrics_->flush();
+  }
+  if (o_.quiet) return;
+  const bool last = s.step == o_.steps;
+  const double eta = s.seconds * static_cast<double>(o_.steps - s.step);
+  char line[384];
+  std::snprintf(line, sizeof line,
+                "step %lld/%lld | loss %.4f | lr %.2e | grad-norm %.3f | %.0f tok/s | MFU "
+                "%.1f%% | ETA %s",
+                static_cast<long long>(s.step), static_cast<long long>(o_.steps), s.loss, s.lr,
+                s.grad_norm, tps, 100 * mfu, format_eta(eta).c_str());
+  std::string note = model_->progress_note();
+  if (world_ > 1) {
+    char c[96];
+    std::snprintf(c, sizeof c, "comm %.0f ms (%.0f exposed)", 1e3 * s.comm_seconds,
+                  1e3 * s.exposed_seconds);
+    note = note.empty() ? c : note + " | " + c;
+  }
+  if (!note.empty())
+    std::strncat(line, (" | " + note).c_str(), sizeof line - std::strlen(line) - 1);
+  if (tty_) {
+    std::printf("\r%s\x1b[K", line);
+    if (val >= 0 || last) std::printf("\n");
+  } else if (s.step % std::max<int64_t>(1, o_.log_every) == 0 || last ||
+             s.step == result_.first_step + 1) {
+    std::printf("%s\n", line);
+  }
+  if (val >= 0)
+    std::printf("validation loss %.4f at step %lld\n", val, static_cast<long long>(s.step));
+  std::fflush(stdout);
+}
+
+TrainResult Trainer::run() {
   g_stop.store(false);
   auto old_int = std::signal(SIGINT, on_stop_signal);
   auto old_term = std::signal(SIGTERM, on_stop_signal);
-  std::vector<int32_t> tokens(B * T), targets(B * T);
-  const auto grad_scale = static_cast<float>(1.0 / static_cast<double>(B * T * o.accum));
-  const double tokens_per_step = static_cast<double>(B * T * o.accum);
-  const double t_run = now();
-  int64_t step = start;
-  for (; step < o.steps && !g_stop.load(); ++step) {
-    const double t0 = now();
-    model.zero_grads();
-    double loss_sum = 0;
-    int64_t scored_total = 0;
-    for (int64_t m = 0; m < o.accum; ++m) {
-      for (int64_t r = 0; r < B; ++r)
-        batches.train_row(step, m, r, B, &tokens[r * T], &targets[r * T]);
-      int64_t scored = 0;
-      loss_sum += model.forward_backward(tokens.data(), targets.data(), B, T, grad_scale, &scored);
-      scored_total += scored;
-    }
-    const double loss = loss_sum / static_cast<double>(scored_total);
-    const double norm = optim::global_norm(model.grads(), model.registry().total());
-    const double lr = o.schedule.at(step);
-    const float coef = optim::clip_coefficient(norm, o.clip);
-    adamw.update(model.params(), model.grads(), static_cast<float>(lr), step + 1, coef);
-    if (muon) muon->update(model.params(), model.grads(), static_cast<float>(lr), coef);
-    model.after_step(step + 1);
-    const double dt = now() - t0;
-    result.losses.push_back(loss);
-    result.step_seconds.push_back(dt);
-    const double tps = tokens_per_step / dt;
-    const double mfu = tps * result.flops_per_token / (result.peak_gflops * 1e9);
-    double val = -1;
-    const bool last = step + 1 == o.steps;
-    if ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last) val = validate();
-    if (last) result.val_loss = val;
-    if (metrics) {
-      json m = {{"step", step + 1}, {"loss", loss},
-                {"lr", lr},         {"grad_norm", norm},
-                {"seconds", dt},    {"tokens_per_s", tps},
-                {"mfu", mfu},       {"tokens", (step + 1) * static_cast<int64_t>(tokens_per_step)}};
-      if (val >= 0) m["val_loss"] = val;
-      m.update(model.step_metrics());
-      *metrics << m.dump() << "\n";
-      metrics->flush();
-    }
-    if (!o.quiet) {
-      const double eta = dt * static_cast<double>(o.steps - step - 1);
-      char line[384];
-      std::snprintf(line, sizeof line,
-                    "step %lld/%lld | loss %.4f | lr %.2e | grad-norm %.3f | %.0f tok/s | MFU "
-                    "%.1f%% | ETA %s",
-                    static_cast<long long>(step + 1), static_cast<long long>(o.steps), loss, lr,
-                    norm, tps, 100 * mfu, format_eta(eta).c_str());
-      const std::string note = model.progress_note();
-      if (!note.empty()) {
-        std::strncat(line, (" | " + note).c_str(), sizeof line - std::strlen(line) - 1);
-      }
-      if (tty) {
-        std::printf("\r%s\x1b[K", line);
-        if (val >= 0 || last) std::printf("\n");
-      } else if ((step + 1) % std::max<int64_t>(1, o.log_every) == 0 || last || step == start) {
-        std::printf("%s\n", line);
-      }
-      if (val >= 0)
-        std::printf("validation loss %.4f at step %lld\n", val, static_cast<long long>(step + 1));
-      std::fflush(stdout);
-    }
-    if (o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0 && !last) checkpoint(step + 1);
+  std::vector<double> comm, exposed;
+  while (step_ < o_.steps && !stop_requested()) {
+    const StepStats s = step();
+    result_.losses.push_back(s.loss);
+    result_.step_seconds.push_back(s.seconds);
+    comm.push_back(s.comm_seconds);
+    exposed.push_back(s.exposed_seconds);
+    const bool last = step_ == o_.steps;
+    const bool val_now = (o_.val_every > 0 && step_ % o_.val_every == 0) || last;
+    const double val = val_now ? validate() : -1;
+    if (last) result_.val_loss = val;
+    log(s, val);
+    if (o_.ckpt_every > 0 && step_ % o_.ckpt_every == 0 && !last) save();
   }
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
-  if (step > start) checkpoint(step);
-  if (g_stop.load() && !o.quiet) {
-    std::printf("\nstopped by a signal at step %lld%s\n", static_cast<long long>(step),
-                o.out_dir.empty() ? "" : "; checkpoint written");
+  if (step_ > result_.first_step) save();
+  if (g_stop.load() && !o_.quiet && rank_ == 0) {
+    std::printf("\nstopped by a signal at step %lld%s\n", static_cast<long long>(step_),
+                o_.out_dir.empty() ? "" : "; checkpoint written");
   }
-  (void)t_run;
   // Throughput: the median step, leaving out the first (warm-up) when there are more.
-  std::vector<double> times(result.step_seconds.begin() + (result.step_seconds.size() > 1 ? 1 : 0),
-                            result.step_seconds.end());
-  if (!times.empty()) {
-    std::sort(times.begin(), times.end());
-    const double median = times[times.size() / 2];
-    result.tokens_per_second = tokens_per_step / median;
-    result.mfu = result.tokens_per_second * result.flops_per_token / (result.peak_gflops * 1e9);
+  auto median_after_first = [](const std::vector<double>& v) {
+    std::vector<double> t(v.begin() + (v.size() > 1 ? 1 : 0), v.end());
+    if (t.empty()) return 0.0;
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  const double tokens_per_step = static_cast<double>(B_ * T_ * o_.accum * world_);
+  const double median = median_after_first(result_.step_seconds);
+  if (median > 0) {
+    result_.tokens_per_second = tokens_per_step / median;
+    result_.mfu =
+        result_.tokens_per_second * result_.flops_per_token / (result_.peak_gflops * 1e9 * world_);
   }
-  result.peak_rss_bytes = peak_rss_bytes();
-  if (!o.quiet) {
-    std::printf("done: %lld steps, median %.0f tok/s, MFU %.1f%%, peak RSS %s (plan %s)\n",
-                static_cast<long long>(step - start), result.tokens_per_second, 100 * result.mfu,
-                human_bytes(result.peak_rss_bytes).c_str(),
-                human_bytes(result.planned_bytes).c_str());
-    if (!result.last_checkpoint.empty())
-      std::printf("checkpoint: %s\n", result.last_checkpoint.c_str());
+  result_.comm_seconds = median_after_first(comm);
+  result_.exposed_seconds = median_after_first(exposed);
+  result_.peak_rss_bytes = peak_rss_bytes();
+  if (!o_.quiet && rank_ == 0) {
+    std::printf("done: %lld steps, median %.0f tok/s, MFU %.1f%%, peak RSS %s%s (plan %s)\n",
+                static_cast<long long>(step_ - result_.first_step), result_.tokens_per_second,
+                100 * result_.mfu, human_bytes(result_.peak_rss_bytes).c_str(),
+                world_ > 1 ? " on rank 0" : "", human_bytes(result_.planned_bytes).c_str());
+    if (world_ > 1) {
+      std::printf("communication per step (median): %.1f ms all-reduce, %.1f ms exposed\n",
+                  1e3 * result_.comm_seconds, 1e3 * result_.exposed_seconds);
+    }
+    if (!result_.last_checkpoint.empty())
+      std::printf("checkpoint: %s\n", result_.last_checkpoint.c_str());
+    std::fflush(stdout);
   }
-  return result;
+  return result_;
+}
+
+TrainResult run_training(const TrainOptions& options, dist::DataParallelGroup* dp) {
+  Trainer trainer(options, dp);
+  return trainer.run();
 }
 
 }  // namespace anvil::train

@@ -1,18 +1,32 @@
-// `anvil train`: the training loop. Reads tokens (token file or raw text),
-// builds the decoder and AdamW on planned memory, prints the memory plan,
-// then steps: micro-batches with gradient accumulation, global-norm clipping,
-// the learning-rate schedule, a live progress line and a JSONL metrics log,
-// periodic validation and checkpoints. Batches are a pure function of
-// (seed, step), so a resumed run continues the exact trajectory.
+// `anvil train`: the training loop. A Trainer reads tokens (token file or
+// raw text), builds the model and its optimizers on planned memory, prints
+// the memory plan and starts fresh or from a checkpoint (setup); step() runs
+// one optimizer step: micro-batches with gradient accumulation, the
+// data-parallel gradient reduction overlapped with the last backward,
+// global-norm clipping, the learning-rate schedule; run() loops over steps
+// with a live progress line, a JSONL metrics log, periodic validation and
+// checkpoints. Batches are a pure function of (seed, step, global row), so a
+// resumed run continues the exact trajectory, and N data-parallel ranks
+// (mpirun -np N) train on exactly the rows one process would.
 #pragma once
 
 #include <cstdint>
+#include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "anvil/data/batches.hpp"
+
+#include "anvil/model/decoder.hpp"
 #include "anvil/model/zaya_model.hpp"
 #include "anvil/optim/adamw.hpp"
 #include "anvil/optim/muon.hpp"
+
+namespace anvil::dist {
+class DataParallelGroup;
+class GradReducer;
+}  // namespace anvil::dist
 
 namespace anvil::train {
 
@@ -20,8 +34,8 @@ struct TrainOptions {
   std::string config;                  // path to a model config JSON
   std::vector<std::string> overrides;  // --set key=value
   std::string data;                    // token file or text; empty: random tokens (benchmarks)
-  int64_t batch = 4;
-  int64_t seq = 0;  // 0: the config's seq_len
+  int64_t batch = 4;  // rows per micro-batch on each rank; global = batch x accum x ranks
+  int64_t seq = 0;    // 0: the config's seq_len
   int64_t accum = 1;
   int64_t steps = 100;
   optim::Schedule schedule;
@@ -47,6 +61,8 @@ struct TrainOptions {
   model::Balancing balancing;
   std::string precision = "fp32";  // fp32 | bf16 (bf16 GEMM inputs, fp32 master weights)
   bool quiet = false;
+  // Data parallel (under mpirun): gradient bucket size in MiB of fp32.
+  double bucket_mib = 4.0;
 };
 
 struct TrainResult {
@@ -61,8 +77,60 @@ struct TrainResult {
   size_t peak_rss_bytes = 0;
   int64_t first_step = 0;
   std::string last_checkpoint;
+  int world = 1;               // data-parallel ranks
+  double comm_seconds = 0;     // median per step: the gradient all-reduce's own time
+  double exposed_seconds = 0;  // median per step: the part backward did not hide
 };
 
-TrainResult run_training(const TrainOptions& options);
+// One optimizer step's results, the same on every rank.
+struct StepStats {
+  int64_t step = 0;  // from 1
+  double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
+  double comm_seconds = 0, exposed_seconds = 0;  // data parallel; 0 on one process
+};
+
+class Trainer {
+ public:
+  // Set up: checks the options, reads the data, builds the model and the
+  // optimizers, prints the plan, initialises or resumes (options.resume).
+  Trainer(const TrainOptions& options, dist::DataParallelGroup* dp);
+  ~Trainer();
+  // One optimizer step (the next one).
+  StepStats step();
+  // Validation loss over the held-out rows (-1 without them).
+  double validate();
+  // A checkpoint of the current step (rank 0 writes; no-op without out_dir).
+  void save();
+  // The whole loop to options.steps (or a stop signal).
+  TrainResult run();
+  int64_t current_step() const { return step_; }
+
+ private:
+  void resume(const std::string& from);
+  std::string state_json() const;
+  void log(const StepStats& s, double val);
+  bool stop_requested();
+
+  TrainOptions o_;
+  dist::DataParallelGroup* dp_;
+  int rank_ = 0, world_ = 1;
+  model::ModelConfig config_;
+  int64_t B_ = 0, T_ = 0;
+  model::Precision precision_ = model::Precision::fp32;
+  data::Batches batches_;
+  std::unique_ptr<model::TrainableModel> model_;
+  std::unique_ptr<optim::AdamW> adamw_;
+  std::unique_ptr<optim::Muon> muon_;
+  std::unique_ptr<dist::GradReducer> reducer_;
+  std::unique_ptr<std::ofstream> metrics_;
+  std::vector<int32_t> tokens_, targets_;
+  int64_t step_ = 0;
+  bool tty_ = false;
+  TrainResult result_;
+};
+
+// `dp` is the data-parallel group (null: one process). On a group, every rank
+// runs the same options; rank 0 prints, writes metrics and checkpoints.
+TrainResult run_training(const TrainOptions& options, dist::DataParallelGroup* dp = nullptr);
 
 }  // namespace anvil::train

@@ -1,0 +1,46 @@
+// The data-parallel group of a training run: every MPI rank of the job holds
+// the whole model and trains on its rows of each global batch (see
+// data/batches.hpp). The group owns the communicators: one for the small
+// per-step collectives (loss, token counts, router loads, the stop flag,
+// per-rank metrics) and an AsyncCommunicator whose progress thread reduces
+// the gradient buckets while backward runs (grad_reducer.hpp).
+// MPI must be initialised with MPI_THREAD_MULTIPLE.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "anvil/comm/async.hpp"
+#include "anvil/comm/communicator.hpp"
+
+namespace anvil::dist {
+
+class DataParallelGroup {
+ public:
+  // Collective over MPI_COMM_WORLD. ranks_per_node > 0 simulates nodes of
+  // that many consecutive ranks (the hierarchical all-reduce then reduces
+  // across them as across hosts); 0 finds the real nodes.
+  explicit DataParallelGroup(int ranks_per_node = 0);
+
+  int rank() const { return comm_->rank(); }
+  int size() const { return comm_->size(); }
+  // Ranks of this group on this machine (the real one, not simulated).
+  int local_size() const { return local_size_; }
+  comm::Communicator& comm() { return *comm_; }
+  comm::AsyncCommunicator& async() { return *async_; }
+
+  // Element-wise sums over the group, in place (a fixed reduction order).
+  void sum(std::span<double> values);
+  void sum(std::span<int64_t> values);
+  // Every rank's value, by rank.
+  std::vector<double> gather(double value);
+
+ private:
+  std::unique_ptr<comm::Communicator> comm_;
+  std::unique_ptr<comm::AsyncCommunicator> async_;
+  int local_size_ = 1;
+};
+
+}  // namespace anvil::dist

@@ -1,0 +1,50 @@
+// Data-parallel gradient reduction. The flat gradient arena is cut into
+// buckets of `bucket_floats` counted from its end, because backward writes
+// the arena from its end towards its start (the last layers' gradients are
+// final first; the tied embedding, at offset 0, last). As backward reports
+// that every gradient at offset >= X is final (ready_from), each bucket
+// wholly above X is handed to the non-blocking all-reduce (sum, in place),
+// so the reduction of late layers overlaps the backward of early ones.
+// finish() starts what is left and waits for all of it. Every rank cuts the
+// same buckets and starts them in the same order, and every algorithm
+// reduces in a fixed order, so results repeat bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "anvil/comm/async.hpp"
+
+namespace anvil::dist {
+
+struct ReduceTimes {
+  double comm_seconds = 0;     // the collectives' own time, on the progress thread
+  double exposed_seconds = 0;  // the trainer's wait in finish(): what was not overlapped
+  int64_t buckets = 0;
+};
+
+class GradReducer {
+ public:
+  GradReducer(comm::AsyncCommunicator& comm, float* grads, int64_t total, int64_t bucket_floats,
+              comm::Algo algo = comm::Algo::automatic);
+  // A new reduction: the step's last backward is about to run.
+  void begin();
+  // Every gradient at offset >= `offset` is final: start each bucket that
+  // lies wholly there and has not started.
+  void ready_from(int64_t offset);
+  // Starts the rest and waits for every bucket; returns this step's times.
+  ReduceTimes finish();
+  int64_t bucket_count() const { return static_cast<int64_t>(begins_.size()); }
+
+ private:
+  comm::AsyncCommunicator& comm_;
+  float* grads_;
+  int64_t total_;
+  comm::Algo algo_;
+  std::vector<int64_t> begins_;  // bucket i covers [begins_[i], i ? begins_[i - 1] : total)
+  size_t started_ = 0;
+  std::vector<comm::CommRequest> requests_;
+  std::vector<double> seconds_;  // per bucket, written by the progress thread
+};
+
+}  // namespace anvil::dist
