@@ -325,7 +325,15 @@ void Communicator::wait_all(MPI_Request* reqs, int n, const int* peers, const ch
     int done = 0;
     MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
     if (done) return;
-    if (++polls > 256) ::sched_yield();  // let an oversubscribed peer run
+    // Poll, then yield (an oversubscribed peer may need this core), then
+    // sleep between polls: a progress thread waiting on the network must
+    // not take a core from the compute threads beside it.
+    ++polls;
+    if (polls > 4096) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    } else if (polls > 256) {
+      ::sched_yield();
+    }
     if (polls % 256 == 0 && now() > deadline) {
       std::vector<int> missing;
       for (int i = 0; i < n; ++i) {

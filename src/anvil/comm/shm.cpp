@@ -1,17 +1,21 @@
 #include "anvil/comm/shm.hpp"
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <new>
 #include <random>
@@ -52,6 +56,27 @@ void remove_stale_segments() {
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Barrier waits: ~kSpins pause instructions (tens of microseconds), then
+// kYields sched_yield calls, then futex sleeps.
+constexpr unsigned kSpins = 2048;
+constexpr unsigned kYields = 16;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Shared (not FUTEX_PRIVATE): the word lives in memory mapped by several processes.
+void futex_wait(std::atomic<uint32_t>* word, uint32_t seen) {
+  const timespec timeout{0, 1000000};  // 1 ms
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &timeout, nullptr, 0);
+}
+
+void futex_wake(std::atomic<uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
 }  // namespace
@@ -106,7 +131,7 @@ ShmSegment::ShmSegment(Communicator& comm, size_t chunk_bytes)
   slots_ = small_ + small;
   result_ = slots_ + static_cast<size_t>(size_) * chunk_;
   if (rank_ == 0) {
-    for (int r = 0; r < size_; ++r) new (&arrive_[r]) Counter{{0}};
+    for (int r = 0; r < size_; ++r) new (&arrive_[r]) Counter{{0}, {0}, {0}};
   }
   MPI_Barrier(comm.mpi_comm());
 
@@ -153,16 +178,32 @@ ShmSegment::~ShmSegment() {
 
 void ShmSegment::barrier(const char* what) {
   ++step_;
-  arrive_[rank_].value.store(step_, std::memory_order_release);
+  Counter& mine = arrive_[rank_];
+  mine.value.store(step_, std::memory_order_seq_cst);
+  mine.word.store(static_cast<uint32_t>(step_), std::memory_order_seq_cst);
+  if (mine.sleepers.load(std::memory_order_seq_cst) > 0) futex_wake(&mine.word);
+  // Spin (not when ranks outnumber cores: the one we wait for may need
+  // ours), then yield, then sleep until woken (or 1 ms, a bound on any race).
+  const unsigned spin_limit = oversubscribed_ ? 0 : kSpins;
   const double deadline = now() + comm_.timeout();
   for (int q = 0; q < size_; ++q) {
-    unsigned spins = 0;
-    while (arrive_[q].value.load(std::memory_order_acquire) < step_) {
-      // Yield rarely when every rank has a core (a syscall costs ~1 us here),
-      // at once when ranks share cores (the one we wait for may need ours).
-      if (oversubscribed_ || ++spins % 4096 == 0) ::sched_yield();
-      if (oversubscribed_) ++spins;
-      if (spins % 1024 == 0 && now() > deadline) {
+    Counter& peer = arrive_[q];
+    unsigned waits = 0;
+    while (peer.value.load(std::memory_order_acquire) < step_) {
+      ++waits;
+      if (waits < spin_limit) {
+        cpu_relax();
+        continue;
+      }
+      if (waits < spin_limit + kYields) {
+        ::sched_yield();
+      } else {
+        const uint32_t seen = peer.word.load(std::memory_order_seq_cst);
+        peer.sleepers.fetch_add(1, std::memory_order_seq_cst);
+        if (peer.value.load(std::memory_order_seq_cst) < step_) futex_wait(&peer.word, seen);
+        peer.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      }
+      if (waits % 64 == 0 && now() > deadline) {
         std::vector<int> missing;
         for (int m = 0; m < size_; ++m) {
           if (arrive_[m].value.load(std::memory_order_acquire) < step_) missing.push_back(m);

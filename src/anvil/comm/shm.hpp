@@ -20,6 +20,12 @@
 // ANVIL_SHM_CMA=0 turns cross-memory attach off (the staged copies then run
 // at every size).
 //
+// Waiting: a rank that arrives early spins briefly (a peer with a core of
+// its own arrives within microseconds), then yields, then sleeps on a futex
+// in the segment that the last arriving rank wakes — so ranks that share
+// cores with compute threads (data-parallel training: a progress thread per
+// rank beside the compute threads) do not take those cores from them.
+//
 // Hygiene: rank 0 creates the segment with O_CREAT|O_EXCL, mode 0600, under a
 // name unique to the job (pid, time, counter); the others open it; then it is
 // unlinked at once, so it lives exactly as long as the processes that map it
@@ -55,8 +61,12 @@ class ShmSegment {
   size_t chunk_bytes() const { return chunk_; }
 
  private:
+  // A rank's arrival count, and the futex word waiters sleep on (its low 32
+  // bits, bumped after `value`) with the number of ranks asleep on it.
   struct alignas(64) Counter {
     std::atomic<uint64_t> value;
+    std::atomic<uint32_t> word;
+    std::atomic<uint32_t> sleepers;
   };
   // What a rank offers for single-copy reads (all-gather, broadcast).
   struct alignas(64) Peer {
