@@ -4,6 +4,7 @@
 // repeats bit for bit. Runs the anvil binary under mpirun (oversubscribed).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -29,9 +30,19 @@ struct TrainRun {
   double val_loss = 0;
 };
 
+// Removed when the test binary exits.
+struct ScratchDir {
+  fs::path path = fs::temp_directory_path() / ("anvil-dp-" + std::to_string(::getpid()));
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
 fs::path work_dir() {
+  static const ScratchDir scratch;
   static const fs::path dir = [] {
-    const fs::path d = fs::temp_directory_path() / ("anvil-dp-" + std::to_string(::getpid()));
+    const fs::path d = scratch.path;
     fs::create_directories(d);
     // Words drawn from a small vocabulary with a skewed distribution: a
     // corpus with structure to learn, made here (no download).

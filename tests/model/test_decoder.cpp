@@ -14,6 +14,7 @@
 #include "anvil/optim/adamw.hpp"
 #include "anvil/optim/muon.hpp"
 #include "anvil/tensor/tensor.hpp"
+#include "support/input_error.hpp"
 
 namespace anvil::model {
 namespace {
@@ -22,18 +23,7 @@ ModelConfig preset(const std::string& name, std::vector<std::string> overrides =
   return load_model_config(std::string(ANVIL_SOURCE_DIR) + "/configs/" + name + ".json", overrides);
 }
 
-// `f` must throw InputError with a one-line message holding each of `parts`.
-template <typename F>
-void expect_input_error(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no InputError; expected one naming " << parts.front();
-  } catch (const InputError& e) {
-    const std::string m = e.what();
-    EXPECT_EQ(m.find('\n'), std::string::npos) << "not one line: " << m;
-    for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << p << " not in: " << m;
-  }
-}
+using test_support::expect_input_error;
 
 // A safetensors file from a header text and `data_bytes` zero bytes of data.
 std::string raw_safetensors(const std::string& name, const std::string& header, size_t data_bytes) {

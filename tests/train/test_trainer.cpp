@@ -15,6 +15,7 @@
 #include "anvil/ckpt/safetensors.hpp"
 #include "anvil/data/tokens.hpp"
 #include "anvil/train/trainer.hpp"
+#include "support/input_error.hpp"
 
 namespace anvil::train {
 namespace {
@@ -50,18 +51,7 @@ TrainOptions tiny(const std::string& run_dir) {
   return o;
 }
 
-// `f` must throw InputError with a one-line message holding each of `parts`.
-template <typename F>
-void expect_input_error(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no InputError; expected one naming " << parts.front();
-  } catch (const InputError& e) {
-    const std::string m = e.what();
-    EXPECT_EQ(m.find('\n'), std::string::npos) << "not one line: " << m;
-    for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << p << " not in: " << m;
-  }
-}
+using test_support::expect_input_error;
 
 // Every file under `dir` with its contents: equal snapshots, nothing written
 // or deleted.
