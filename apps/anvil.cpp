@@ -418,6 +418,9 @@ int main(int argc, char** argv) {
                    "Data parallel (under mpirun): gradient bucket size in MiB; each bucket's "
                    "all-reduce starts as soon as backward has written it")
       ->check(CLI::PositiveNumber);
+  train->add_flag("--zero", topt.zero,
+                  "Data parallel: ZeRO-1 - each rank keeps the AdamW state of 1/N of the "
+                  "parameters, updates those and all-gathers the weights (AdamW only so far)");
   train
       ->add_option("--ranks-per-node", train_ranks_per_node,
                    "Data parallel: simulate nodes of N consecutive ranks (the gradient "
@@ -620,6 +623,7 @@ int main(int argc, char** argv) {
                             {"flops_per_token", r.flops_per_token},
                             {"peak_gflops", r.peak_gflops},
                             {"planned_bytes", r.planned_bytes},
+                            {"optimizer_bytes", r.optimizer_bytes},
                             {"peak_rss_bytes", r.peak_rss_bytes},
                             {"checkpoint", r.last_checkpoint},
                             {"ranks", r.world},

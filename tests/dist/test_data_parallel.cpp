@@ -28,6 +28,8 @@ struct TrainRun {
   std::vector<double> losses;
   anvil::ckpt::SafetensorsFile weights;
   double val_loss = 0;
+  int64_t optimizer_bytes = 0;
+  std::string checkpoint;
 };
 
 // Removed when the test binary exits.
@@ -84,6 +86,8 @@ TrainRun train(int ranks, const std::string& name, const std::string& args) {
   const auto j = nlohmann::json::parse(anvil::read_file(out.string() + ".json"));
   r.losses = j.at("losses").get<std::vector<double>>();
   r.val_loss = j.at("val_loss").get<double>();
+  r.optimizer_bytes = j.at("optimizer_bytes").get<int64_t>();
+  r.checkpoint = j.at("checkpoint").get<std::string>();
   r.weights =
       anvil::ckpt::read_safetensors(j.at("checkpoint").get<std::string>() + "/model.safetensors");
   return r;
@@ -136,9 +140,10 @@ void expect_same_trajectory(const TrainRun& got, const TrainRun& want, double to
 
 // A run where the ranks' gradients really differ: 20 steps, the global
 // batch 12 rows of 32 tokens, lr high enough to move far from init.
-const std::string kGpt = " --config " ANVIL_SOURCE_DIR
-                         "/tests/configs/gpt2-tiny.json --set vocab_size=256 -T 32 --steps 20 "
-                         "--lr 3e-3 --warmup 2 --val-batches 12";
+const std::string kGptModel = " --config " ANVIL_SOURCE_DIR
+                              "/tests/configs/gpt2-tiny.json --set vocab_size=256 -T 32 --lr 3e-3 "
+                              "--warmup 2 --val-batches 12";
+const std::string kGpt = kGptModel + " --steps 20";
 const std::string kZaya = " --config " ANVIL_SOURCE_DIR
                           "/tests/configs/zaya-tiny.json --set vocab_size=256 -T 32 --steps 20 "
                           "--lr 3e-3 --warmup 2 --val-batches 12";
@@ -165,6 +170,60 @@ TEST(DataParallel, ARerunRepeatsBitForBit) {
   EXPECT_EQ(a.losses, b.losses);
   for (const auto& [name, t] : a.weights.tensors)
     EXPECT_EQ(t.data, b.weights.tensors.at(name).data) << name;
+}
+
+void expect_identical(const TrainRun& a, const TrainRun& b, const std::string& what) {
+  EXPECT_EQ(a.losses, b.losses) << what;
+  EXPECT_EQ(a.val_loss, b.val_loss) << what;
+  for (const auto& [name, t] : a.weights.tensors)
+    EXPECT_EQ(t.data, b.weights.tensors.at(name).data) << what << ": " << name;
+  const auto moments = [](const TrainRun& r) {
+    return anvil::ckpt::read_safetensors(fs::path(r.checkpoint).string() +
+                                         "/optimizer.safetensors");
+  };
+  const auto ma = moments(a), mb = moments(b);
+  for (const auto& [name, t] : ma.tensors)
+    EXPECT_EQ(t.data, mb.tensors.at(name).data) << what << ": " << name;
+}
+
+// ZeRO-1 sums every gradient in the order plain data parallelism does and
+// applies the same element-wise AdamW to each rank's blocks: the same bits,
+// with 1/N of the optimizer state per rank.
+TEST(DataParallel, ZeroEqualsPlainDataParallelBitForBit) {
+  for (int ranks : {2, 3}) {
+    const std::string args = kGpt + " -B " + std::to_string(12 / ranks) + " --bucket-mib 0.02";
+    const std::string n = std::to_string(ranks);
+    const TrainRun dp = train(ranks, "dp-" + n, args);
+    const TrainRun zero = train(ranks, "zero-" + n, args + " --zero");
+    expect_identical(zero, dp, "--zero on " + n + " ranks");
+    // Each rank's moments are its blocks of every bucket: 1/N, rounded per bucket.
+    EXPECT_LE(zero.optimizer_bytes, dp.optimizer_bytes / ranks + 64 * ranks) << n << " ranks";
+    EXPECT_GE(zero.optimizer_bytes, dp.optimizer_bytes / ranks - 64 * ranks) << n << " ranks";
+  }
+}
+
+// A ZeRO-1 checkpoint holds whole moments: it resumes on another rank count,
+// with or without ZeRO, on the trajectory of the run that never stopped.
+TEST(DataParallel, ZeroCheckpointResumesOnAnotherLayout) {
+  // A constant schedule: the first half's run ends at step 10 of its own.
+  const std::string args = kGptModel + " --schedule constant";
+  const TrainRun straight = train(3, "straight", args + " --steps 20 -B 4 --zero");
+  train(3, "halves", args + " --steps 10 -B 4 --zero");
+  const fs::path dir = work_dir() / "halves";
+  const std::string cmd =
+      std::string(ANVIL_MPIRUN) + " --allow-run-as-root --oversubscribe -np 2 " + ANVIL_BINARY +
+      " train --data " + (work_dir() / "text.txt").string() + args +
+      " --steps 20 -B 6 --peak-gflops 1 --out " + dir.string() + " --resume latest" +
+      " --json-out " + dir.string() + "-2.json > " + dir.string() + "-2.log 2>&1";
+  ASSERT_EQ(std::system(("OMP_NUM_THREADS=1 timeout 300 " + cmd).c_str()), 0)
+      << anvil::read_file(dir.string() + "-2.log");
+  const auto j = nlohmann::json::parse(anvil::read_file(dir.string() + "-2.json"));
+  const auto rest = j.at("losses").get<std::vector<double>>();
+  ASSERT_EQ(rest.size(), 10u);
+  for (size_t s = 0; s < 10; ++s) {
+    EXPECT_LE(std::abs(rest[s] - straight.losses[10 + s]), 1e-6 * straight.losses[10 + s])
+        << "step " << 11 + s;
+  }
 }
 
 // ZAYA1: the router's loads are summed over ranks before the balancing

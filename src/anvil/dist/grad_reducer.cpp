@@ -14,8 +14,8 @@ double now() {
 }  // namespace
 
 GradReducer::GradReducer(comm::AsyncCommunicator& comm, float* grads, int64_t total,
-                         int64_t bucket_floats, comm::Algo algo)
-    : comm_(comm), grads_(grads), total_(total), algo_(algo) {
+                         int64_t bucket_floats, bool zero, comm::Algo algo)
+    : comm_(comm), grads_(grads), total_(total), zero_(zero), algo_(algo) {
   if (bucket_floats < 1) throw std::invalid_argument("GradReducer: bucket size must be >= 1");
   for (int64_t end = total; end > 0; end -= bucket_floats) {
     begins_.push_back(std::max<int64_t>(0, end - bucket_floats));
@@ -40,12 +40,42 @@ void GradReducer::ready_from(int64_t offset) {
     const auto count = static_cast<size_t>(end - begin);
     double* seconds = &seconds_[i];
     const comm::Algo algo = algo_;
-    requests_.push_back(comm_.start([data, count, seconds, algo](comm::Communicator& c) {
+    const bool zero = zero_;
+    requests_.push_back(comm_.start([data, count, seconds, algo, zero](comm::Communicator& c) {
       const double t0 = now();
-      c.allreduce(data, data, count, comm::DType::f32, comm::ReduceOp::sum, algo);
+      float* mine = data + comm::block_offset(count, c.size(), c.rank());
+      c.reduce_scatter(data, mine, count, comm::DType::f32, comm::ReduceOp::sum, algo);
+      if (!zero) c.allgather(mine, data, count, comm::DType::f32, algo);
       *seconds = now() - t0;
     }));
   }
+}
+
+std::vector<std::pair<int64_t, int64_t>> GradReducer::owned() const {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (size_t i = begins_.size(); i-- > 0;) {
+    const int64_t begin = begins_[i], end = i == 0 ? total_ : begins_[i - 1];
+    const auto count = static_cast<size_t>(end - begin);
+    const auto off = static_cast<int64_t>(comm::block_offset(count, comm_.size(), comm_.rank()));
+    const auto n = static_cast<int64_t>(comm::block_count(count, comm_.size(), comm_.rank()));
+    if (n > 0) out.emplace_back(begin + off, begin + off + n);
+  }
+  return out;
+}
+
+void GradReducer::gather(float* data) {
+  std::vector<comm::CommRequest> requests;
+  for (size_t i = 0; i < begins_.size(); ++i) {
+    const int64_t begin = begins_[i], end = i == 0 ? total_ : begins_[i - 1];
+    float* d = data + begin;
+    const auto count = static_cast<size_t>(end - begin);
+    const comm::Algo algo = algo_;
+    requests.push_back(comm_.start([d, count, algo](comm::Communicator& c) {
+      c.allgather(d + comm::block_offset(count, c.size(), c.rank()), d, count, comm::DType::f32,
+                  algo);
+    }));
+  }
+  for (auto& r : requests) r.wait();
 }
 
 ReduceTimes GradReducer::finish() {

@@ -3,14 +3,22 @@
 // the arena from its end towards its start (the last layers' gradients are
 // final first; the tied embedding, at offset 0, last). As backward reports
 // that every gradient at offset >= X is final (ready_from), each bucket
-// wholly above X is handed to the non-blocking all-reduce (sum, in place),
-// so the reduction of late layers overlaps the backward of early ones.
-// finish() starts what is left and waits for all of it. Every rank cuts the
-// same buckets and starts them in the same order, and every algorithm
-// reduces in a fixed order, so results repeat bit for bit.
+// wholly above X is handed to the non-blocking collectives, so the
+// reduction of late layers overlaps the backward of early ones. finish()
+// starts what is left and waits for all of it.
+//
+// Each bucket is reduce-scattered (sum, in place): rank r ends up owning the
+// summed block r of every bucket (owned()). Plain data parallelism then
+// all-gathers the bucket, so every rank has every summed gradient; ZeRO-1
+// stops there, updates the parameters of its blocks only, and all-gathers
+// the updated parameters (gather()). Both sum every element in the same
+// order, so --zero and plain DP give the same bits. Every rank cuts the same
+// buckets and starts them in the same order, and every algorithm reduces in
+// a fixed order, so runs repeat bit for bit.
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "anvil/comm/async.hpp"
@@ -25,8 +33,9 @@ struct ReduceTimes {
 
 class GradReducer {
  public:
+  // zero: reduce-scatter only (ZeRO-1); otherwise reduce-scatter + all-gather.
   GradReducer(comm::AsyncCommunicator& comm, float* grads, int64_t total, int64_t bucket_floats,
-              comm::Algo algo = comm::Algo::automatic);
+              bool zero, comm::Algo algo = comm::Algo::automatic);
   // A new reduction: the step's last backward is about to run.
   void begin();
   // Every gradient at offset >= `offset` is final: start each bucket that
@@ -35,11 +44,18 @@ class GradReducer {
   // Starts the rest and waits for every bucket; returns this step's times.
   ReduceTimes finish();
   int64_t bucket_count() const { return static_cast<int64_t>(begins_.size()); }
+  // The ranges [begin, end) of the arena this rank owns: block `rank` of
+  // every bucket, ascending.
+  std::vector<std::pair<int64_t, int64_t>> owned() const;
+  // All-gathers `data` (an arena like the gradients) bucket by bucket, in
+  // place, from each rank's owned blocks; blocking.
+  void gather(float* data);
 
  private:
   comm::AsyncCommunicator& comm_;
   float* grads_;
   int64_t total_;
+  bool zero_;
   comm::Algo algo_;
   std::vector<int64_t> begins_;  // bucket i covers [begins_[i], i ? begins_[i - 1] : total)
   size_t started_ = 0;

@@ -10,12 +10,28 @@
 
 namespace anvil::optim {
 
-AdamW::AdamW(const model::ParamRegistry& registry, AdamWConfig config, bool skip_muon_group)
+namespace {
+
+int64_t owned_total(const std::vector<AdamW::Range>& owned, int64_t all) {
+  if (owned.empty()) return all;
+  int64_t n = 0;
+  for (const auto& [b, e] : owned) n += e - b;
+  return n;
+}
+
+}  // namespace
+
+AdamW::AdamW(const model::ParamRegistry& registry, AdamWConfig config, bool skip_muon_group,
+             std::vector<Range> owned)
     : registry_(registry),
       config_(config),
       skip_muon_group_(skip_muon_group),
-      m_("adamw.exp_avg", static_cast<size_t>(registry.total()) * sizeof(float)),
-      v_("adamw.exp_avg_sq", static_cast<size_t>(registry.total()) * sizeof(float)) {}
+      owned_(owned.empty() ? std::vector<Range>{{0, registry.total()}} : std::move(owned)),
+      sharded_(owned_.size() != 1 || owned_[0] != Range{0, registry.total()}),
+      m_("adamw.exp_avg",
+         static_cast<size_t>(owned_total(owned_, registry.total())) * sizeof(float)),
+      v_("adamw.exp_avg_sq",
+         static_cast<size_t>(owned_total(owned_, registry.total())) * sizeof(float)) {}
 
 void AdamW::update(float* params, const float* grads, float lr, int64_t step, float grad_scale) {
   const float b1 = config_.beta1, b2 = config_.beta2, eps = config_.eps;
@@ -23,26 +39,51 @@ void AdamW::update(float* params, const float* grads, float lr, int64_t step, fl
   const float bc2_sqrt = std::sqrt(1.0f - std::pow(b2, static_cast<float>(step)));
   float* m = exp_avg();
   float* v = exp_avg_sq();
-  for (const auto& s : registry_.specs()) {
-    if (skip_muon_group_ && s.group == model::OptimizerGroup::muon) continue;
-    const float plr = lr * s.lr_scale, step_size = plr / bc1;
-    const float decay = s.weight_decay ? 1.0f - plr * config_.weight_decay : 1.0f;
-    float* p = params + s.offset;
-    const float* g = grads + s.offset;
-    float* ms = m + s.offset;
-    float* vs = v + s.offset;
+  int64_t local = 0;  // where the current owned range's state starts
+  for (const auto& [begin, end] : owned_) {
+    for (const auto& s : registry_.specs()) {
+      if (skip_muon_group_ && s.group == model::OptimizerGroup::muon) continue;
+      const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
+      if (lo >= hi) continue;
+      const float plr = lr * s.lr_scale, step_size = plr / bc1;
+      const float decay = s.weight_decay ? 1.0f - plr * config_.weight_decay : 1.0f;
+      float* p = params + lo;
+      const float* g = grads + lo;
+      float* ms = m + local + (lo - begin);
+      float* vs = v + local + (lo - begin);
+      const int64_t n = hi - lo;
 #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < s.numel; ++i) {
-      const float gi = g[i] * grad_scale;
-      p[i] *= decay;
-      ms[i] = b1 * ms[i] + (1.0f - b1) * gi;
-      vs[i] = b2 * vs[i] + (1.0f - b2) * gi * gi;
-      p[i] -= step_size * ms[i] / (std::sqrt(vs[i]) / bc2_sqrt + eps);
+      for (int64_t i = 0; i < n; ++i) {
+        const float gi = g[i] * grad_scale;
+        p[i] *= decay;
+        ms[i] = b1 * ms[i] + (1.0f - b1) * gi;
+        vs[i] = b2 * vs[i] + (1.0f - b2) * gi * gi;
+        p[i] -= step_size * ms[i] / (std::sqrt(vs[i]) / bc2_sqrt + eps);
+      }
     }
+    local += end - begin;
   }
 }
 
-double global_norm(const float* grads, int64_t n) {
+void AdamW::copy_state_to(float* m, float* v) {
+  int64_t local = 0;
+  for (const auto& [begin, end] : owned_) {
+    std::copy(exp_avg() + local, exp_avg() + local + (end - begin), m + begin);
+    std::copy(exp_avg_sq() + local, exp_avg_sq() + local + (end - begin), v + begin);
+    local += end - begin;
+  }
+}
+
+void AdamW::copy_state_from(const float* m, const float* v) {
+  int64_t local = 0;
+  for (const auto& [begin, end] : owned_) {
+    std::copy(m + begin, m + end, exp_avg() + local);
+    std::copy(v + begin, v + end, exp_avg_sq() + local);
+    local += end - begin;
+  }
+}
+
+double sum_of_squares(const float* grads, int64_t n) {
   std::vector<double> partial(static_cast<size_t>(omp_get_max_threads()), 0.0);
 #pragma omp parallel
   {
@@ -57,7 +98,11 @@ double global_norm(const float* grads, int64_t n) {
   }
   double total = 0.0;
   for (double s : partial) total += s;
-  return std::sqrt(total);
+  return total;
+}
+
+double global_norm(const float* grads, int64_t n) {
+  return std::sqrt(sum_of_squares(grads, n));
 }
 
 float clip_coefficient(double norm, double max_norm) {

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "anvil/model/params.hpp"
 #include "anvil/tensor/arena.hpp"
@@ -20,26 +22,41 @@ struct AdamWConfig {
 
 class AdamW {
  public:
+  using Range = std::pair<int64_t, int64_t>;  // [begin, end) of the flat arena
   // skip_muon_group: leave the muon group to Muon (their moments stay zero).
-  AdamW(const model::ParamRegistry& registry, AdamWConfig config, bool skip_muon_group = false);
+  // owned: the ascending arena ranges this optimizer updates and keeps state
+  // for (ZeRO-1: a rank's blocks, dist/grad_reducer.hpp); empty: all of it.
+  AdamW(const model::ParamRegistry& registry, AdamWConfig config, bool skip_muon_group = false,
+        std::vector<Range> owned = {});
   // One step at learning rate `lr`; `step` counts from 1 (bias correction).
   // The gradients are multiplied by `grad_scale` as they are read (gradient
   // clipping without a separate pass over them).
   void update(float* params, const float* grads, float lr, int64_t step, float grad_scale = 1.0f);
-  // First and second moments, same offsets as the parameters.
+  // First and second moments: the owned ranges one after another (the
+  // parameters' offsets when nothing is sharded).
   float* exp_avg() { return reinterpret_cast<float*>(m_.base()); }
   float* exp_avg_sq() { return reinterpret_cast<float*>(v_.base()); }
   size_t state_bytes() const { return m_.capacity() + v_.capacity(); }
+  bool sharded() const { return sharded_; }
+  // Between the owned state and arena-shaped moments (checkpoints of a
+  // sharded optimizer): copies the owned ranges out of / into m and v.
+  void copy_state_to(float* m, float* v);
+  void copy_state_from(const float* m, const float* v);
+  const std::vector<Range>& owned() const { return owned_; }
 
  private:
   const model::ParamRegistry& registry_;
   AdamWConfig config_;
   bool skip_muon_group_;
+  std::vector<Range> owned_;
+  bool sharded_;
   tensor::Arena m_, v_;
 };
 
 // The L2 norm of all gradients (accumulated in double, deterministically).
 double global_norm(const float* grads, int64_t n);
+// Sum of squares of grads[0, n) in double (global_norm squared).
+double sum_of_squares(const float* grads, int64_t n);
 // The factor torch.nn.utils.clip_grad_norm_ scales gradients by so their
 // global norm is at most max_norm: min(1, max_norm / (norm + 1e-6)); 1 when
 // max_norm <= 0 (clipping off).

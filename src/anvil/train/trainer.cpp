@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -149,18 +150,24 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
     model_ = std::make_unique<model::Decoder>(config_, B_, T_, /*training=*/true, precision_);
   }
   const bool use_muon = o.optimizer == "muon";
-  adamw_ =
-      std::make_unique<optim::AdamW>(model_->registry(), o.adamw, /*skip_muon_group=*/use_muon);
-  if (use_muon) muon_ = std::make_unique<optim::Muon>(model_->registry(), o.muon);
+  if (o.zero && use_muon) {
+    throw InputError("--zero: ZeRO-1 with Muon is not built yet (expected --optimizer adamw)");
+  }
   if (dp_ && world_ > 1) {
     reducer_ = std::make_unique<dist::GradReducer>(
         dp_->async(), model_->grads(), model_->registry().total(),
-        std::max<int64_t>(1, static_cast<int64_t>(o.bucket_mib * (1 << 20) / sizeof(float))));
+        std::max<int64_t>(1, static_cast<int64_t>(o.bucket_mib * (1 << 20) / sizeof(float))),
+        o.zero);
   }
+  adamw_ = std::make_unique<optim::AdamW>(
+      model_->registry(), o.adamw, /*skip_muon_group=*/use_muon,
+      reducer_ && o.zero ? reducer_->owned() : std::vector<optim::AdamW::Range>{});
+  if (use_muon) muon_ = std::make_unique<optim::Muon>(model_->registry(), o.muon);
   tokens_.resize(static_cast<size_t>(B_ * T_));
   targets_.resize(static_cast<size_t>(B_ * T_));
 
   const size_t optimizer_bytes = adamw_->state_bytes() + (muon_ ? muon_->state_bytes() : 0);
+  result_.optimizer_bytes = optimizer_bytes;
   const auto& plan = model_->plan();
   result_.planned_bytes =
       plan.parameters + plan.gradients + optimizer_bytes + plan.activations + plan.low_precision;
@@ -236,9 +243,17 @@ void Trainer::resume(const std::string& from) {
   if (saved_accum != o_.accum && !o_.quiet && rank_ == 0)
     std::printf("global batch ramp: accum %lld -> %lld\n", static_cast<long long>(saved_accum),
                 static_cast<long long>(o_.accum));
-  ckpt::load_checkpoint(from, model_->registry(), model_->params(), adamw_->exp_avg(),
-                        adamw_->exp_avg_sq(), muon_ ? muon_->momentum() : nullptr,
-                        model_->extra_state());
+  // A sharded optimizer reads the whole moments and keeps its ranges.
+  std::vector<float> m, v;
+  if (adamw_->sharded()) {
+    m.resize(static_cast<size_t>(model_->registry().total()));
+    v.resize(m.size());
+  }
+  ckpt::load_checkpoint(from, model_->registry(), model_->params(),
+                        adamw_->sharded() ? m.data() : adamw_->exp_avg(),
+                        adamw_->sharded() ? v.data() : adamw_->exp_avg_sq(),
+                        muon_ ? muon_->momentum() : nullptr, model_->extra_state());
+  if (adamw_->sharded()) adamw_->copy_state_from(m.data(), v.data());
   step_ = state.at("step").get<int64_t>();
   if (!o_.quiet && rank_ == 0)
     std::printf("resumed from %s at step %lld\n", from.c_str(), static_cast<long long>(step_));
@@ -267,11 +282,22 @@ std::string Trainer::state_json() const {
 }
 
 void Trainer::save() {
-  if (o_.out_dir.empty() || rank_ != 0) return;
+  if (o_.out_dir.empty()) return;
+  // ZeRO-1: the moments are gathered whole (every rank takes part) for the
+  // one-file checkpoint; sharded checkpoints are issue 17's.
+  std::vector<float> m, v;
+  if (adamw_->sharded()) {
+    m.assign(static_cast<size_t>(model_->registry().total()), 0.0f);
+    v.assign(m.size(), 0.0f);
+    adamw_->copy_state_to(m.data(), v.data());
+    reducer_->gather(m.data());
+    reducer_->gather(v.data());
+  }
+  if (rank_ != 0) return;
   ckpt::CheckpointData d{&model_->registry(),
                          model_->params(),
-                         adamw_->exp_avg(),
-                         adamw_->exp_avg_sq(),
+                         adamw_->sharded() ? m.data() : adamw_->exp_avg(),
+                         adamw_->sharded() ? v.data() : adamw_->exp_avg_sq(),
                          muon_ ? muon_->momentum() : nullptr,
                          model_->extra_state(),
                          state_json()};
@@ -309,15 +335,29 @@ StepStats Trainer::step() {
   }
   s.step = step_ + 1;
   s.loss = sums[0] / sums[1];
-  s.grad_norm = optim::global_norm(model_->grads(), model_->registry().total());
+  s.grad_norm = reducer_ ? distributed_norm()
+                         : optim::global_norm(model_->grads(), model_->registry().total());
   s.lr = o_.schedule.at(step_);
   const float coef = optim::clip_coefficient(s.grad_norm, o_.clip);
   adamw_->update(model_->params(), model_->grads(), static_cast<float>(s.lr), step_ + 1, coef);
+  if (adamw_->sharded()) reducer_->gather(model_->params());
   if (muon_) muon_->update(model_->params(), model_->grads(), static_cast<float>(s.lr), coef);
   model_->after_step(step_ + 1);
   ++step_;
   s.seconds = now() - t0;
   return s;
+}
+
+double Trainer::distributed_norm() {
+  // Each rank's share over its owned blocks, summed in rank order: the same
+  // bits with ZeRO-1 (where only those blocks are reduced here) and without.
+  double mine = 0;
+  for (const auto& [begin, end] : reducer_->owned()) {
+    mine += optim::sum_of_squares(model_->grads() + begin, end - begin);
+  }
+  double total = 0;
+  for (double x : dp_->gather(mine)) total += x;
+  return std::sqrt(total);
 }
 
 double Trainer::validate() {

@@ -63,6 +63,9 @@ struct TrainOptions {
   bool quiet = false;
   // Data parallel (under mpirun): gradient bucket size in MiB of fp32.
   double bucket_mib = 4.0;
+  // ZeRO-1: each rank keeps the AdamW state of, and updates, only its block
+  // of every gradient bucket; the updated weights are all-gathered.
+  bool zero = false;
 };
 
 struct TrainResult {
@@ -74,6 +77,7 @@ struct TrainResult {
   double flops_per_token = 0;
   double peak_gflops = 0;
   size_t planned_bytes = 0;
+  size_t optimizer_bytes = 0;  // this rank's optimizer state (1/N of it with ZeRO-1)
   size_t peak_rss_bytes = 0;
   int64_t first_step = 0;
   std::string last_checkpoint;
@@ -110,6 +114,7 @@ class Trainer {
   std::string state_json() const;
   void log(const StepStats& s, double val);
   bool stop_requested();
+  double distributed_norm();
 
   TrainOptions o_;
   dist::DataParallelGroup* dp_;
