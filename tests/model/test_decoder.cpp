@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -11,6 +12,7 @@
 #include "anvil/model/config.hpp"
 #include "anvil/model/decoder.hpp"
 #include "anvil/model/param_count.hpp"
+#include "anvil/model/zaya_model.hpp"
 #include "anvil/optim/adamw.hpp"
 #include "anvil/optim/muon.hpp"
 #include "anvil/tensor/tensor.hpp"
@@ -91,6 +93,35 @@ TEST(Registry, MuonGroupIsTheBlocksWeightMatrices) {
   }
   EXPECT_EQ(muon, 12 * 6);  // q, k, v, o, up, down per layer
   EXPECT_EQ(r.get("model.embed_tokens.weight").group, OptimizerGroup::adamw);
+}
+
+// Distributed Muon's assignment: every muon-group matrix to exactly one rank
+// (nothing else to any), no rank above the lightest by more than the largest
+// single matrix (greedy, largest first), the same on every call.
+TEST(Muon, OwnersCoverTheGroupOnceAndBalanceTheNewtonSchulzCost) {
+  const ParamRegistry r = zaya_registry(preset("zaya-small"));
+  for (int world : {1, 2, 3, 4, 7}) {
+    const std::vector<int> owners = optim::muon_owners(r, world);
+    ASSERT_EQ(owners.size(), r.specs().size());
+    EXPECT_EQ(owners, optim::muon_owners(r, world));
+    std::vector<double> load(static_cast<size_t>(world), 0.0);
+    double largest = 0;
+    for (size_t i = 0; i < owners.size(); ++i) {
+      const auto& s = r.specs()[i];
+      if (s.group != OptimizerGroup::muon) {
+        EXPECT_EQ(owners[i], -1) << s.name;
+        continue;
+      }
+      ASSERT_GE(owners[i], 0) << s.name;
+      ASSERT_LT(owners[i], world) << s.name;
+      const double rows = static_cast<double>(s.shape[0]), cols = s.numel / rows;
+      const double cost = rows * cols * std::min(rows, cols);
+      load[static_cast<size_t>(owners[i])] += cost;
+      largest = std::max(largest, cost);
+    }
+    const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+    EXPECT_LE(*hi - *lo, largest) << world << " ranks";
+  }
 }
 
 TEST(Muon, NewtonSchulzOrthogonalisesAndIsTransposeSymmetric) {

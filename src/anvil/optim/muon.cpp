@@ -102,9 +102,34 @@ size_t largest_gram(const model::ParamRegistry& registry) {
 
 }  // namespace
 
-Muon::Muon(const model::ParamRegistry& registry, MuonConfig config)
+std::vector<int> muon_owners(const model::ParamRegistry& registry, int world) {
+  const auto& specs = registry.specs();
+  std::vector<int> owners(specs.size(), -1);
+  std::vector<size_t> order;
+  auto cost = [&](size_t i) {
+    const double rows = static_cast<double>(specs[i].shape[0]);
+    const double cols = static_cast<double>(specs[i].numel) / rows;
+    return rows * cols * std::min(rows, cols);
+  };
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].group == model::OptimizerGroup::muon) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return cost(a) > cost(b); });
+  std::vector<double> load(static_cast<size_t>(std::max(1, world)), 0.0);
+  for (size_t i : order) {
+    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+    owners[i] = static_cast<int>(least);
+    load[static_cast<size_t>(least)] += cost(i);
+  }
+  return owners;
+}
+
+Muon::Muon(const model::ParamRegistry& registry, MuonConfig config, int rank, int world)
     : registry_(registry),
       config_(config),
+      rank_(rank),
+      owners_(muon_owners(registry, world)),
       momentum_("muon.momentum_buffer", static_cast<size_t>(registry.total()) * sizeof(float)),
       scratch_("muon scratch",
                tensor::Arena::rounded(largest_matrix(registry) * 4) * 3 +
@@ -126,8 +151,10 @@ Muon::Muon(const model::ParamRegistry& registry, MuonConfig config)
 void Muon::update(float* params, const float* grads, float lr, float grad_scale) {
   const float mu = config_.momentum;
   float* buf_all = momentum();
-  for (const auto& s : registry_.specs()) {
-    if (s.group != model::OptimizerGroup::muon) continue;
+  const auto& specs = registry_.specs();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto& s = specs[i];
+    if (owners_[i] != rank_) continue;  // outside the group, or another rank's
     const int64_t rows = s.shape[0], cols = s.numel / rows;
     float* p = params + s.offset;
     const float* g = grads + s.offset;

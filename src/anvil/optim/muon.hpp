@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "anvil/base/bf16.hpp"
 #include "anvil/model/params.hpp"
@@ -25,11 +26,22 @@ struct MuonConfig {
   bool ns_bf16 = false;  // Newton-Schulz GEMMs with bf16 inputs
 };
 
+// Which of `world` data-parallel ranks orthogonalises each muon-group
+// matrix (by registry index; -1 outside the group): largest Newton-Schulz
+// cost (rows x cols x min(rows, cols)) first, each to the least-loaded rank,
+// ties to the lower rank — deterministic, the same on every rank.
+std::vector<int> muon_owners(const model::ParamRegistry& registry, int world);
+
 class Muon {
  public:
-  Muon(const model::ParamRegistry& registry, MuonConfig config);
-  // Updates every muon-group parameter; gradients are scaled by grad_scale as read.
+  // rank/world: distributed Muon — this rank updates only the matrices
+  // muon_owners gives it (the trainer then broadcasts them from their owners).
+  Muon(const model::ParamRegistry& registry, MuonConfig config, int rank = 0, int world = 1);
+  // Updates every muon-group parameter this rank owns; gradients are scaled
+  // by grad_scale as read.
   void update(float* params, const float* grads, float lr, float grad_scale = 1.0f);
+  // Owner rank of each registry entry (-1 outside the muon group).
+  const std::vector<int>& owners() const { return owners_; }
   // Momentum buffers, same offsets as the parameters (muon group only is used).
   float* momentum() { return reinterpret_cast<float*>(momentum_.base()); }
   size_t state_bytes() const { return momentum_.capacity() + scratch_.capacity(); }
@@ -37,6 +49,8 @@ class Muon {
  private:
   const model::ParamRegistry& registry_;
   MuonConfig config_;
+  int rank_;
+  std::vector<int> owners_;
   tensor::Arena momentum_, scratch_;
   float *x_, *y_, *u_, *a_, *b_;
   bf16 *xb_ = nullptr, *ab_ = nullptr;

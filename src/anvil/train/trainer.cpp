@@ -162,7 +162,7 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
   adamw_ = std::make_unique<optim::AdamW>(
       model_->registry(), o.adamw, /*skip_muon_group=*/use_muon,
       reducer_ && o.zero ? reducer_->owned() : std::vector<optim::AdamW::Range>{});
-  if (use_muon) muon_ = std::make_unique<optim::Muon>(model_->registry(), o.muon);
+  if (use_muon) muon_ = std::make_unique<optim::Muon>(model_->registry(), o.muon, rank_, world_);
   tokens_.resize(static_cast<size_t>(B_ * T_));
   targets_.resize(static_cast<size_t>(B_ * T_));
 
@@ -341,11 +341,29 @@ StepStats Trainer::step() {
   const float coef = optim::clip_coefficient(s.grad_norm, o_.clip);
   adamw_->update(model_->params(), model_->grads(), static_cast<float>(s.lr), step_ + 1, coef);
   if (adamw_->sharded()) reducer_->gather(model_->params());
-  if (muon_) muon_->update(model_->params(), model_->grads(), static_cast<float>(s.lr), coef);
+  if (muon_) {
+    muon_->update(model_->params(), model_->grads(), static_cast<float>(s.lr), coef);
+    if (world_ > 1) broadcast_muon_matrices();
+  }
   model_->after_step(step_ + 1);
   ++step_;
   s.seconds = now() - t0;
   return s;
+}
+
+void Trainer::broadcast_muon_matrices() {
+  // Distributed Muon: each matrix was orthogonalised and updated by its
+  // owner; its weights and momentum go from there to every rank.
+  const auto& specs = model_->registry().specs();
+  const auto& owners = muon_->owners();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (owners[i] < 0) continue;
+    const auto n = static_cast<size_t>(specs[i].numel);
+    dp_->comm().broadcast(model_->params() + specs[i].offset, n, comm::DType::f32, owners[i],
+                          comm::Algo::automatic);
+    dp_->comm().broadcast(muon_->momentum() + specs[i].offset, n, comm::DType::f32, owners[i],
+                          comm::Algo::automatic);
+  }
 }
 
 double Trainer::distributed_norm() {

@@ -115,6 +115,7 @@ class Trainer {
   void log(const StepStats& s, double val);
   bool stop_requested();
   double distributed_norm();
+  void broadcast_muon_matrices();
 
   TrainOptions o_;
   dist::DataParallelGroup* dp_;
