@@ -14,7 +14,70 @@ namespace {
 // primitive per exact shape (and thrash its cache), so they run on OpenBLAS.
 constexpr auto kSegmentGemm = kernels::GemmBackend::openblas;
 
+// Every expert here, on the layer's own sorted rows.
+class LocalExperts : public ExpertDispatcher {
+ public:
+  LocalExperts(const ZayaMoeShape& s, int64_t max_rows)
+      : s_(s),
+        y_(static_cast<size_t>(max_rows * 2 * s.expert_ffn)),
+        act_(static_cast<size_t>(max_rows * s.expert_ffn)) {}
+  void forward(float* ys, const float* xs, const int64_t* offsets,
+               const ZayaMoeParams& p) override {
+    xs_ = xs;
+    offsets_ = offsets;
+    experts_forward(ys, y_.data(), act_.data(), xs, offsets, 0, s_.experts, s_, p);
+  }
+  void backward(float* dxs, const ZayaMoeParams& g, const float* dys, const ZayaMoeParams& p,
+                std::vector<float>& dy, std::vector<float>& dact) override {
+    const int64_t rows = offsets_[s_.experts];
+    if (dy.size() < static_cast<size_t>(rows * 2 * s_.expert_ffn))
+      dy.resize(static_cast<size_t>(rows * 2 * s_.expert_ffn));
+    if (dact.size() < static_cast<size_t>(rows * s_.expert_ffn))
+      dact.resize(static_cast<size_t>(rows * s_.expert_ffn));
+    experts_backward(dxs, dy.data(), dact.data(), g, dys, xs_, y_.data(), act_.data(), offsets_, 0,
+                     s_.experts, s_, p);
+  }
+  size_t bytes() const override { return (y_.size() + act_.size()) * sizeof(float); }
+
+ private:
+  ZayaMoeShape s_;
+  std::vector<float> y_, act_;
+  const float* xs_ = nullptr;
+  const int64_t* offsets_ = nullptr;
+};
+
 }  // namespace
+
+void experts_forward(float* ys, float* y, float* act, const float* xs, const int64_t* seg,
+                     int64_t first, int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p) {
+  const int64_t H = s.hidden, F = s.expert_ffn;
+  for (int64_t j = 0; j < count; ++j) {
+    const int64_t e = first + j, b = seg[j], n = seg[j + 1] - b;
+    if (n == 0) continue;
+    kernels::linear_forward(y + b * 2 * F, xs + b * H, p.fc1 + e * 2 * F * H, nullptr, n, H, 2 * F,
+                            nullptr, kSegmentGemm);
+    kernels::swiglu_forward(act + b * F, y + b * 2 * F, n, F);
+    kernels::linear_forward(ys + b * H, act + b * F, p.fc2 + e * H * F, nullptr, n, F, H, nullptr,
+                            kSegmentGemm);
+  }
+}
+
+void experts_backward(float* dxs, float* dy, float* dact, const ZayaMoeParams& g, const float* dys,
+                      const float* xs, const float* y, const float* act, const int64_t* seg,
+                      int64_t first, int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p) {
+  const int64_t H = s.hidden, F = s.expert_ffn, rows = seg[count] - seg[0];
+  std::fill(dact + seg[0] * F, dact + (seg[0] + rows) * F, 0.0f);
+  std::fill(dy + seg[0] * 2 * F, dy + (seg[0] + rows) * 2 * F, 0.0f);
+  for (int64_t j = 0; j < count; ++j) {
+    const int64_t e = first + j, b = seg[j], n = seg[j + 1] - b;
+    if (n == 0) continue;
+    kernels::linear_backward(dact + b * F, g.fc2 + e * H * F, nullptr, dys + b * H, act + b * F,
+                             p.fc2 + e * H * F, n, F, H, nullptr, kSegmentGemm);
+    kernels::swiglu_backward(dy + b * 2 * F, dact + b * F, y + b * 2 * F, n, F);
+    kernels::linear_backward(dxs + b * H, g.fc1 + e * 2 * F * H, nullptr, dy + b * 2 * F,
+                             xs + b * H, p.fc1 + e * 2 * F * H, n, H, 2 * F, nullptr, kSegmentGemm);
+  }
+}
 
 ZayaMoeLayer::ZayaMoeLayer(ZayaMoeShape shape, int64_t N, RouterLossCoefs losses,
                            std::shared_ptr<Scratch> scratch)
@@ -35,9 +98,8 @@ ZayaMoeLayer::ZayaMoeLayer(ZayaMoeShape shape, int64_t N, RouterLossCoefs losses
   slot_.assign(static_cast<size_t>(A), 0);
   offsets_.assign(static_cast<size_t>(s_.experts + 1), 0);
   sized(xs_, A * H);
-  sized(y_, A * 2 * F);
-  sized(act_, A * F);
   sized(ys_, A * H);
+  experts_ = std::make_unique<LocalExperts>(s_, A);
   // Backward scratch at its largest (every assignment dispatched).
   auto at_least = [](std::vector<float>& v, int64_t n) {
     if (v.size() < static_cast<size_t>(n)) v.assign(static_cast<size_t>(n), 0.0f);
@@ -62,16 +124,16 @@ size_t ZayaMoeLayer::Scratch::bytes() const {
 
 size_t ZayaMoeLayer::bytes() const {
   size_t n = 0;
-  for (const auto* v : {&h_, &rstd_, &z0_, &a1_, &z1_, &a2_, &z2_, &logits_, &probs_, &gate_, &xs_,
-                        &y_, &act_, &ys_}) {
+  for (const auto* v :
+       {&h_, &rstd_, &z0_, &a1_, &z1_, &a2_, &z2_, &logits_, &probs_, &gate_, &xs_, &ys_}) {
     n += v->size() * sizeof(float);
   }
-  return n + (choice_.size() + order_.size() + slot_.size()) * sizeof(int32_t);
+  return n + experts_->bytes() + (choice_.size() + order_.size() + slot_.size()) * sizeof(int32_t);
 }
 
 void ZayaMoeLayer::forward(float* out, float* rstate_out, const float* x, const float* rstate_prev,
                            const ZayaMoeParams& p, const float* balancing_bias) {
-  const int64_t R = s_.router_dim, E = s_.experts, K = E + 1, H = s_.hidden, F = s_.expert_ffn;
+  const int64_t R = s_.router_dim, E = s_.experts, K = E + 1, H = s_.hidden;
   const int64_t k = s_.top_k;
   // Router.
   kernels::linear_forward(h_.data(), x, p.down_w, p.down_b, N_, H, R);
@@ -115,15 +177,7 @@ void ZayaMoeLayer::forward(float* out, float* rstate_out, const float* x, const 
   stats_.aux_loss = rl.aux;
   stats_.z_loss = rl.z;
   kernels::moe_gather(xs_.data(), x, order_.data(), rows_, k, H);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t b = offsets_[e], n = offsets_[e + 1] - b;
-    if (n == 0) continue;
-    kernels::linear_forward(y_.data() + b * 2 * F, xs_.data() + b * H, p.fc1 + e * 2 * F * H,
-                            nullptr, n, H, 2 * F, nullptr, kSegmentGemm);
-    kernels::swiglu_forward(act_.data() + b * F, y_.data() + b * 2 * F, n, F);
-    kernels::linear_forward(ys_.data() + b * H, act_.data() + b * F, p.fc2 + e * H * F, nullptr, n,
-                            F, H, nullptr, kSegmentGemm);
-  }
+  experts_->forward(ys_.data(), xs_.data(), offsets_.data(), p);
   kernels::moe_combine_forward(out, ys_.data(), x, gate_.data(), slot_.data(), s_.skip_identity, N_,
                                k, H);
 }
@@ -131,7 +185,7 @@ void ZayaMoeLayer::forward(float* out, float* rstate_out, const float* x, const 
 void ZayaMoeLayer::backward(float* dx, float* drstate_prev, const ZayaMoeParams& g,
                             const float* dout, const float* drstate_out, const float* x,
                             const float* rstate_prev, const ZayaMoeParams& p, float loss_scale) {
-  const int64_t R = s_.router_dim, E = s_.experts, K = E + 1, H = s_.hidden, F = s_.expert_ffn;
+  const int64_t R = s_.router_dim, E = s_.experts, K = E + 1, H = s_.hidden;
   const int64_t k = s_.top_k;
   // Combine, experts, gather.
   // Scratch is sized at construction and cleared here: no per-step allocation.
@@ -144,20 +198,8 @@ void ZayaMoeLayer::backward(float* dx, float* drstate_prev, const ZayaMoeParams&
   float* dgate = zeroed(back_->dgate, N_ * k);
   kernels::moe_combine_backward(dys, dgate, dx, dout, ys_.data(), x, gate_.data(), slot_.data(),
                                 s_.skip_identity, N_, k, H);
-  float* dact = zeroed(back_->dact, rows_ * F);
-  float* dy = zeroed(back_->dy, rows_ * 2 * F);
   float* dxs = zeroed(back_->dxs, rows_ * H);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t b = offsets_[e], n = offsets_[e + 1] - b;
-    if (n == 0) continue;
-    kernels::linear_backward(dact + b * F, g.fc2 + e * H * F, nullptr, dys + b * H,
-                             act_.data() + b * F, p.fc2 + e * H * F, n, F, H, nullptr,
-                             kSegmentGemm);
-    kernels::swiglu_backward(dy + b * 2 * F, dact + b * F, y_.data() + b * 2 * F, n, F);
-    kernels::linear_backward(dxs + b * H, g.fc1 + e * 2 * F * H, nullptr, dy + b * 2 * F,
-                             xs_.data() + b * H, p.fc1 + e * 2 * F * H, n, H, 2 * F, nullptr,
-                             kSegmentGemm);
-  }
+  experts_->backward(dxs, g, dys, p, back_->dy, back_->dact);
   kernels::moe_gather_backward(dx, dxs, slot_.data(), N_, k, H);
   // Router: only through the gate.
   float* dlogits = zeroed(back_->dlogits, N_ * K);

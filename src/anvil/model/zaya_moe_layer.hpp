@@ -41,6 +41,39 @@ struct ZayaMoeParams {
   float* fc2;        // [E, H, F]
 };
 
+// The token dispatcher and the experts of one MoE layer: rows `xs`
+// [rows, H] sorted by expert (offsets [E + 1] into them) in, the experts'
+// outputs `ys` [rows, H] out, in the same order. LocalExperts runs every
+// expert in this process; the expert-parallel dispatcher
+// (dist/expert_parallel.hpp) sends each expert's rows to the rank holding it
+// with an all-to-all and brings the outputs back. The router above and the
+// combine below do not change.
+class ExpertDispatcher {
+ public:
+  virtual ~ExpertDispatcher() = default;
+  virtual void forward(float* ys, const float* xs, const int64_t* offsets,
+                       const ZayaMoeParams& p) = 0;
+  // Writes d/dxs into dxs (zeroed by the caller) and adds the weight
+  // gradients of the experts this process ran to g; dy and dact are scratch.
+  virtual void backward(float* dxs, const ZayaMoeParams& g, const float* dys,
+                        const ZayaMoeParams& p, std::vector<float>& dy,
+                        std::vector<float>& dact) = 0;
+  virtual size_t bytes() const = 0;
+  // Seconds spent communicating since the last call (0 for local experts).
+  virtual double take_comm_seconds() { return 0; }
+};
+
+// SwiGLU experts [first, first + count) on rows grouped by expert: expert
+// first + j owns rows [seg[j], seg[j + 1]). y [rows, 2F] and act [rows, F]
+// are kept for backward.
+void experts_forward(float* ys, float* y, float* act, const float* xs, const int64_t* seg,
+                     int64_t first, int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p);
+// Adds d/dxs to dxs and the experts' weight gradients to g; dy [rows, 2F] and
+// dact [rows, F] are scratch (zeroed here).
+void experts_backward(float* dxs, float* dy, float* dact, const ZayaMoeParams& g, const float* dys,
+                      const float* xs, const float* y, const float* act, const int64_t* seg,
+                      int64_t first, int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p);
+
 struct RouterStats {
   std::vector<int64_t> tokens_per_class;  // E + 1 (the last is skip); sums to N * top_k
   double aux_loss = 0, z_loss = 0;        // the optional router losses, as added to the loss
@@ -85,6 +118,12 @@ class ZayaMoeLayer {
   // Bytes of the activations this layer holds (its scratch: scratch()).
   size_t bytes() const;
   const std::shared_ptr<Scratch>& scratch() const { return back_; }
+  // Replaces the local experts (expert parallelism).
+  void set_dispatcher(std::unique_ptr<ExpertDispatcher> dispatcher) {
+    experts_ = std::move(dispatcher);
+  }
+  ExpertDispatcher& dispatcher() { return *experts_; }
+  const ZayaMoeShape& shape() const { return s_; }
 
  private:
   ZayaMoeShape s_;
@@ -94,7 +133,8 @@ class ZayaMoeLayer {
   std::vector<int32_t> choice_, order_, slot_;
   std::vector<int64_t> offsets_;
   int64_t rows_ = 0;
-  std::vector<float> xs_, y_, act_, ys_;
+  std::vector<float> xs_, ys_;
+  std::unique_ptr<ExpertDispatcher> experts_;
   std::shared_ptr<Scratch> back_;
   RouterStats stats_;
 };
