@@ -422,6 +422,11 @@ int main(int argc, char** argv) {
                   "Data parallel: ZeRO-1 - each rank keeps the AdamW state of 1/N of the "
                   "parameters, updates those and all-gathers the weights (AdamW only so far)");
   train
+      ->add_option("--ep", topt.ep,
+                   "Expert parallelism (ZAYA1, under mpirun): groups of N consecutive ranks "
+                   "share the experts, E/N each, tokens dispatched by all-to-all")
+      ->check(CLI::PositiveNumber);
+  train
       ->add_option("--ranks-per-node", train_ranks_per_node,
                    "Data parallel: simulate nodes of N consecutive ranks (the gradient "
                    "all-reduce then crosses them as it would cross hosts); 0: the real nodes")
@@ -628,7 +633,8 @@ int main(int argc, char** argv) {
                             {"checkpoint", r.last_checkpoint},
                             {"ranks", r.world},
                             {"comm_seconds", r.comm_seconds},
-                            {"comm_exposed_seconds", r.exposed_seconds}};
+                            {"comm_exposed_seconds", r.exposed_seconds},
+                            {"alltoall_seconds", r.alltoall_seconds}};
         anvil::write_file_atomic(train_json_out, j.dump(2) + "\n");
       }
       return 0;

@@ -2,6 +2,10 @@
 
 #include <mpi.h>
 
+#include <string>
+
+#include "anvil/base/error.hpp"
+
 namespace anvil::dist {
 
 DataParallelGroup::DataParallelGroup(int ranks_per_node)
@@ -11,6 +15,23 @@ DataParallelGroup::DataParallelGroup(int ranks_per_node)
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
   MPI_Comm_size(local, &local_size_);
   MPI_Comm_free(&local);
+}
+
+DataParallelGroup::~DataParallelGroup() {
+  expert_.reset();
+  if (expert_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&expert_mpi_);
+}
+
+comm::Communicator& DataParallelGroup::expert_group(int ep) {
+  if (!expert_) {
+    if (ep < 1 || size() % ep != 0) {
+      throw InputError("--ep: " + std::to_string(ep) + " does not divide the " +
+                       std::to_string(size()) + " ranks (expected a divisor of the rank count)");
+    }
+    MPI_Comm_split(MPI_COMM_WORLD, rank() / ep, rank(), &expert_mpi_);
+    expert_ = std::make_unique<comm::Communicator>(expert_mpi_);
+  }
+  return *expert_;
 }
 
 void DataParallelGroup::sum(std::span<double> values) {

@@ -23,6 +23,7 @@ class DataParallelGroup {
   // that many consecutive ranks (the hierarchical all-reduce then reduces
   // across them as across hosts); 0 finds the real nodes.
   explicit DataParallelGroup(int ranks_per_node = 0);
+  ~DataParallelGroup();
 
   int rank() const { return comm_->rank(); }
   int size() const { return comm_->size(); }
@@ -36,10 +37,15 @@ class DataParallelGroup {
   void sum(std::span<int64_t> values);
   // Every rank's value, by rank.
   std::vector<double> gather(double value);
+  // The expert-parallel group of this rank: `ep` consecutive ranks
+  // (collective; made once; ep must divide the group's size).
+  comm::Communicator& expert_group(int ep);
 
  private:
   std::unique_ptr<comm::Communicator> comm_;
   std::unique_ptr<comm::AsyncCommunicator> async_;
+  std::unique_ptr<comm::Communicator> expert_;
+  MPI_Comm expert_mpi_ = MPI_COMM_NULL;
   int local_size_ = 1;
 };
 

@@ -195,6 +195,17 @@ double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets
   return loss;
 }
 
+void ZayaModel::set_expert_dispatchers(
+    const std::function<std::unique_ptr<ExpertDispatcher>(const ZayaMoeShape&)>& make) {
+  for (auto& layer : moe_) layer->set_dispatcher(make(layer->shape()));
+}
+
+double ZayaModel::take_dispatch_seconds() {
+  double s = 0;
+  for (auto& layer : moe_) s += layer->dispatcher().take_comm_seconds();
+  return s;
+}
+
 void ZayaModel::after_step(int64_t step) {
   const size_t K = static_cast<size_t>(c_.n_experts + 1);
   for (size_t m = 0; m < moe_.size(); ++m) {

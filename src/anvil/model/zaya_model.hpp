@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -55,6 +56,12 @@ class ZayaModel : public TrainableModel {
   void start_decode(int64_t max_len);
   void decode_step(int32_t token, int64_t pos, float* logits);
   const ZayaMoeLayer& moe_layer(int64_t m) const { return *moe_[m]; }
+  // Expert parallelism: every MoE layer's experts behind a dispatcher made
+  // by `make` (dist/expert_parallel.hpp) instead of the local experts.
+  void set_expert_dispatchers(
+      const std::function<std::unique_ptr<ExpertDispatcher>(const ZayaMoeShape&)>& make);
+  // Seconds the dispatchers spent communicating since the last call.
+  double take_dispatch_seconds();
 
  private:
   CcaParams cca_params(int64_t n, float* base) const;

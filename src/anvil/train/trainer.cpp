@@ -24,6 +24,7 @@
 #include "anvil/base/threads.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/dist/data_parallel.hpp"
+#include "anvil/dist/expert_parallel.hpp"
 #include "anvil/dist/grad_reducer.hpp"
 #include "anvil/kernels/gemm.hpp"
 #include "anvil/model/config.hpp"
@@ -145,9 +146,19 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
     if (precision_ != model::Precision::fp32) {
       throw InputError("--precision bf16: the ZAYA1 model runs in fp32 only so far");
     }
-    model_ = std::make_unique<model::ZayaModel>(config_, B_, T_, o.balancing);
+    auto zaya = std::make_unique<model::ZayaModel>(config_, B_, T_, o.balancing);
+    zaya_ = zaya.get();
+    model_ = std::move(zaya);
   } else {
     model_ = std::make_unique<model::Decoder>(config_, B_, T_, /*training=*/true, precision_);
+  }
+  if (o.ep > 1) {
+    if (zaya_ == nullptr) throw InputError("--ep: expert parallelism needs a MoE (ZAYA1) config");
+    if (!dp_) throw InputError("--ep: expected a run under mpirun with a multiple of --ep ranks");
+    comm::Communicator& group = dp_->expert_group(o.ep);
+    zaya_->set_expert_dispatchers([&group](const model::ZayaMoeShape& shape) {
+      return std::make_unique<dist::AllToAllExperts>(group, shape);
+    });
   }
   const bool use_muon = o.optimizer == "muon";
   if (o.zero && use_muon) {
@@ -326,6 +337,7 @@ StepStats Trainer::step() {
     if (reducer_ && last) model_->set_grads_ready_hook({});
   }
   StepStats s;
+  if (zaya_) s.alltoall_seconds = zaya_->take_dispatch_seconds();
   if (reducer_) {
     const dist::ReduceTimes t = reducer_->finish();
     s.comm_seconds = t.comm_seconds;
@@ -428,6 +440,7 @@ void Trainer::log(const StepStats& s, double val) {
       m["ranks"] = world_;
       m["comm_s"] = s.comm_seconds;
       m["comm_exposed_s"] = s.exposed_seconds;
+      if (o_.ep > 1) m["alltoall_s"] = s.alltoall_seconds;
       m["rank_peak_rss_bytes"] = rss;
       m["rank_comm_s"] = comm;
       m["rank_comm_exposed_s"] = exposed;
@@ -448,8 +461,13 @@ void Trainer::log(const StepStats& s, double val) {
   std::string note = model_->progress_note();
   if (world_ > 1) {
     char c[96];
-    std::snprintf(c, sizeof c, "comm %.0f ms (%.0f exposed)", 1e3 * s.comm_seconds,
-                  1e3 * s.exposed_seconds);
+    if (o_.ep > 1) {
+      std::snprintf(c, sizeof c, "comm %.0f ms (%.0f exposed) | all-to-all %.0f ms",
+                    1e3 * s.comm_seconds, 1e3 * s.exposed_seconds, 1e3 * s.alltoall_seconds);
+    } else {
+      std::snprintf(c, sizeof c, "comm %.0f ms (%.0f exposed)", 1e3 * s.comm_seconds,
+                    1e3 * s.exposed_seconds);
+    }
     note = note.empty() ? c : note + " | " + c;
   }
   if (!note.empty())
@@ -470,9 +488,10 @@ TrainResult Trainer::run() {
   g_stop.store(false);
   auto old_int = std::signal(SIGINT, on_stop_signal);
   auto old_term = std::signal(SIGTERM, on_stop_signal);
-  std::vector<double> comm, exposed;
+  std::vector<double> comm, exposed, alltoall;
   while (step_ < o_.steps && !stop_requested()) {
     const StepStats s = step();
+    alltoall.push_back(s.alltoall_seconds);
     result_.losses.push_back(s.loss);
     result_.step_seconds.push_back(s.seconds);
     comm.push_back(s.comm_seconds);
@@ -507,6 +526,7 @@ TrainResult Trainer::run() {
   }
   result_.comm_seconds = median_after_first(comm);
   result_.exposed_seconds = median_after_first(exposed);
+  result_.alltoall_seconds = median_after_first(alltoall);
   result_.peak_rss_bytes = peak_rss_bytes();
   if (!o_.quiet && rank_ == 0) {
     std::printf("done: %lld steps, median %.0f tok/s, MFU %.1f%%, peak RSS %s%s (plan %s)\n",
@@ -514,8 +534,12 @@ TrainResult Trainer::run() {
                 100 * result_.mfu, human_bytes(result_.peak_rss_bytes).c_str(),
                 world_ > 1 ? " on rank 0" : "", human_bytes(result_.planned_bytes).c_str());
     if (world_ > 1) {
-      std::printf("communication per step (median): %.1f ms all-reduce, %.1f ms exposed\n",
-                  1e3 * result_.comm_seconds, 1e3 * result_.exposed_seconds);
+      std::printf(
+          "communication per step (median): %.1f ms all-reduce, %.1f ms exposed%s\n",
+          1e3 * result_.comm_seconds, 1e3 * result_.exposed_seconds,
+          o_.ep > 1
+              ? (", " + fmt(1e3 * result_.alltoall_seconds, 1) + " ms expert all-to-all").c_str()
+              : "");
     }
     if (!result_.last_checkpoint.empty())
       std::printf("checkpoint: %s\n", result_.last_checkpoint.c_str());

@@ -66,6 +66,9 @@ struct TrainOptions {
   // ZeRO-1: each rank keeps the AdamW state of, and updates, only its block
   // of every gradient bucket; the updated weights are all-gathered.
   bool zero = false;
+  // Expert parallelism (ZAYA1): groups of `ep` consecutive ranks share the
+  // experts, E / ep each, with all-to-all token dispatch.
+  int ep = 1;
 };
 
 struct TrainResult {
@@ -81,9 +84,10 @@ struct TrainResult {
   size_t peak_rss_bytes = 0;
   int64_t first_step = 0;
   std::string last_checkpoint;
-  int world = 1;               // data-parallel ranks
-  double comm_seconds = 0;     // median per step: the gradient all-reduce's own time
-  double exposed_seconds = 0;  // median per step: the part backward did not hide
+  int world = 1;                // data-parallel ranks
+  double comm_seconds = 0;      // median per step: the gradient all-reduce's own time
+  double exposed_seconds = 0;   // median per step: the part backward did not hide
+  double alltoall_seconds = 0;  // median per step: expert parallelism's dispatch and combine
 };
 
 // One optimizer step's results, the same on every rank.
@@ -91,6 +95,7 @@ struct StepStats {
   int64_t step = 0;  // from 1
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
   double comm_seconds = 0, exposed_seconds = 0;  // data parallel; 0 on one process
+  double alltoall_seconds = 0;                   // expert parallel; 0 without
 };
 
 class Trainer {
@@ -125,6 +130,7 @@ class Trainer {
   model::Precision precision_ = model::Precision::fp32;
   data::Batches batches_;
   std::unique_ptr<model::TrainableModel> model_;
+  model::ZayaModel* zaya_ = nullptr;  // model_ when it is ZAYA1
   std::unique_ptr<optim::AdamW> adamw_;
   std::unique_ptr<optim::Muon> muon_;
   std::unique_ptr<dist::GradReducer> reducer_;

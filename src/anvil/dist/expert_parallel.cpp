@@ -1,0 +1,139 @@
+#include "anvil/dist/expert_parallel.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "anvil/base/error.hpp"
+
+namespace anvil::dist {
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void at_least(std::vector<float>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+}
+
+}  // namespace
+
+AllToAllExperts::AllToAllExperts(comm::Communicator& group, const model::ZayaMoeShape& shape)
+    : group_(group), s_(shape), K_(group.size()), rank_(group.rank()) {
+  if (s_.experts % K_ != 0) {
+    throw InputError("--ep: " + std::to_string(K_) + " does not divide the " +
+                     std::to_string(s_.experts) + " experts (expected a divisor of n_experts)");
+  }
+  per_ = s_.experts / K_;
+  counts_.assign(static_cast<size_t>(K_ * s_.experts), 0);
+  for (auto* v : {&send_counts_, &send_offsets_, &recv_counts_, &recv_offsets_}) {
+    v->assign(static_cast<size_t>(K_), 0);
+  }
+  seg_.assign(static_cast<size_t>(per_ + 1), 0);
+}
+
+void AllToAllExperts::to_owners(const float* in, std::vector<float>& out) {
+  const int64_t H = s_.hidden, E = s_.experts;
+  const double t0 = now();
+  group_.alltoallv(in, send_counts_.data(), send_offsets_.data(), recv_.data(), recv_counts_.data(),
+                   recv_offsets_.data(), comm::DType::f32, comm::Algo::automatic);
+  comm_seconds_ += now() - t0;
+  // Group by local expert, then by source rank.
+  at_least(out, seg_[per_] * H);
+  for (int64_t j = 0; j < per_; ++j) {
+    int64_t dst = seg_[j];
+    for (int k = 0; k < K_; ++k) {
+      int64_t src = static_cast<int64_t>(recv_offsets_[k]) / H;
+      for (int64_t i = 0; i < j; ++i) src += counts_[k * E + rank_ * per_ + i];
+      const int64_t n = counts_[k * E + rank_ * per_ + j];
+      std::memcpy(out.data() + dst * H, recv_.data() + src * H,
+                  static_cast<size_t>(n * H) * sizeof(float));
+      dst += n;
+    }
+  }
+}
+
+void AllToAllExperts::from_owners(const float* in, float* out) {
+  const int64_t H = s_.hidden, E = s_.experts;
+  for (int64_t j = 0; j < per_; ++j) {
+    int64_t src = seg_[j];
+    for (int k = 0; k < K_; ++k) {
+      int64_t dst = static_cast<int64_t>(recv_offsets_[k]) / H;
+      for (int64_t i = 0; i < j; ++i) dst += counts_[k * E + rank_ * per_ + i];
+      const int64_t n = counts_[k * E + rank_ * per_ + j];
+      std::memcpy(recv_.data() + dst * H, in + src * H, static_cast<size_t>(n * H) * sizeof(float));
+      src += n;
+    }
+  }
+  const double t0 = now();
+  // The way back: what came from rank k returns to it.
+  group_.alltoallv(recv_.data(), recv_counts_.data(), recv_offsets_.data(), out,
+                   send_counts_.data(), send_offsets_.data(), comm::DType::f32,
+                   comm::Algo::automatic);
+  comm_seconds_ += now() - t0;
+}
+
+void AllToAllExperts::forward(float* ys, const float* xs, const int64_t* offsets,
+                              const model::ZayaMoeParams& p) {
+  const int64_t H = s_.hidden, E = s_.experts, F = s_.expert_ffn;
+  // Everyone's rows per expert: the layout of both exchanges.
+  int64_t* mine = counts_.data() + rank_ * E;
+  for (int64_t e = 0; e < E; ++e) mine[e] = offsets[e + 1] - offsets[e];
+  const double t0 = now();
+  group_.allgather(mine, counts_.data(), counts_.size(), comm::DType::i64, comm::Algo::automatic);
+  comm_seconds_ += now() - t0;
+  int64_t received = 0;
+  for (int k = 0; k < K_; ++k) {
+    const int64_t first = offsets[k * per_], last = offsets[(k + 1) * per_];
+    send_offsets_[k] = static_cast<size_t>(first * H);
+    send_counts_[k] = static_cast<size_t>((last - first) * H);
+    int64_t rows = 0;
+    for (int64_t j = 0; j < per_; ++j) rows += counts_[k * E + rank_ * per_ + j];
+    recv_offsets_[k] = static_cast<size_t>(received * H);
+    recv_counts_[k] = static_cast<size_t>(rows * H);
+    received += rows;
+  }
+  seg_[0] = 0;
+  for (int64_t j = 0; j < per_; ++j) {
+    int64_t rows = 0;
+    for (int k = 0; k < K_; ++k) rows += counts_[k * E + rank_ * per_ + j];
+    seg_[j + 1] = seg_[j] + rows;
+  }
+  at_least(recv_, received * H);
+  to_owners(xs, xr_);
+  at_least(y_, received * 2 * F);
+  at_least(act_, received * F);
+  at_least(yr_, received * H);
+  model::experts_forward(yr_.data(), y_.data(), act_.data(), xr_.data(), seg_.data(), rank_ * per_,
+                         per_, s_, p);
+  from_owners(yr_.data(), ys);
+}
+
+void AllToAllExperts::backward(float* dxs, const model::ZayaMoeParams& g, const float* dys,
+                               const model::ZayaMoeParams& p, std::vector<float>& dy,
+                               std::vector<float>& dact) {
+  const int64_t H = s_.hidden, F = s_.expert_ffn, rows = seg_[per_];
+  to_owners(dys, dyr_);
+  at_least(dy, rows * 2 * F);
+  at_least(dact, rows * F);
+  at_least(dxr_, rows * H);
+  std::fill(dxr_.begin(), dxr_.begin() + rows * H, 0.0f);
+  model::experts_backward(dxr_.data(), dy.data(), dact.data(), g, dyr_.data(), xr_.data(),
+                          y_.data(), act_.data(), seg_.data(), rank_ * per_, per_, s_, p);
+  from_owners(dxr_.data(), dxs);
+}
+
+size_t AllToAllExperts::bytes() const {
+  size_t n = 0;
+  for (const auto* v : {&recv_, &xr_, &y_, &act_, &yr_, &dyr_, &dxr_}) n += v->size();
+  return n * sizeof(float);
+}
+
+double AllToAllExperts::take_comm_seconds() {
+  const double s = comm_seconds_;
+  comm_seconds_ = 0;
+  return s;
+}
+
+}  // namespace anvil::dist
