@@ -9,6 +9,7 @@ packages=(
   libdnnl-dev              # oneDNN: bf16 GEMM (AVX512_BF16)
   ocl-icd-opencl-dev       # Debian's dnnl-config.cmake calls find_package(OpenCL REQUIRED); libdnnl-dev only recommends it
   libopenmpi-dev openmpi-bin
+  iproute2                 # ip netns / veth / tc tbf: the multi-host test's hosts and link
   nlohmann-json3-dev libcli11-dev
   libgtest-dev
   python3-torch            # the PyTorch reference in the parity tests and the training baseline

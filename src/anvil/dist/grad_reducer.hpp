@@ -12,7 +12,9 @@
 // all-gathers the bucket, so every rank has every summed gradient; ZeRO-1
 // stops there, updates the parameters of its blocks only, and all-gathers
 // the updated parameters (gather()). Both sum every element in the same
-// order, so --zero and plain DP give the same bits. Every rank cuts the same
+// order, so --zero and plain DP give the same bits on one node. Across nodes
+// plain DP takes the hierarchical all-reduce instead (shm inside a node,
+// ring across), and ZeRO's reduce-scatter / all-gather run as rings. Every rank cuts the same
 // buckets and starts them in the same order, and every algorithm reduces in
 // a fixed order, so runs repeat bit for bit.
 #pragma once
