@@ -420,7 +420,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   train->add_flag("--zero", topt.zero,
                   "Data parallel: ZeRO-1 - each rank keeps the AdamW state of 1/N of the "
-                  "parameters, updates those and all-gathers the weights (AdamW only so far)");
+                  "parameters, updates those and all-gathers the weights (Muon matrices: "
+                  "each owned whole by one rank)");
   train
       ->add_option("--ep", topt.ep,
                    "Expert parallelism (ZAYA1, under mpirun): groups of N consecutive ranks "

@@ -144,9 +144,10 @@ const std::string kGptModel = " --config " ANVIL_SOURCE_DIR
                               "/tests/configs/gpt2-tiny.json --set vocab_size=256 -T 32 --lr 3e-3 "
                               "--warmup 2 --val-batches 12";
 const std::string kGpt = kGptModel + " --steps 20";
-const std::string kZaya = " --config " ANVIL_SOURCE_DIR
-                          "/tests/configs/zaya-tiny.json --set vocab_size=256 -T 32 --steps 20 "
-                          "--lr 3e-3 --warmup 2 --val-batches 12";
+const std::string kZayaModel = " --config " ANVIL_SOURCE_DIR
+                               "/tests/configs/zaya-tiny.json --set vocab_size=256 -T 32 "
+                               "--lr 3e-3 --warmup 2 --val-batches 12";
+const std::string kZaya = kZayaModel + " --steps 20";
 
 TEST(DataParallel, Gpt2TinyOn1To4RanksMatchesOneRank) {
   const TrainRun one = train(1, "gpt-1", kGpt + " -B 12");
@@ -204,26 +205,45 @@ TEST(DataParallel, ZeroEqualsPlainDataParallelBitForBit) {
 
 // A ZeRO-1 checkpoint holds whole moments: it resumes on another rank count,
 // with or without ZeRO, on the trajectory of the run that never stopped.
-TEST(DataParallel, ZeroCheckpointResumesOnAnotherLayout) {
-  // A constant schedule: the first half's run ends at step 10 of its own.
-  const std::string args = kGptModel + " --schedule constant";
-  const TrainRun straight = train(3, "straight", args + " --steps 20 -B 4 --zero");
-  train(3, "halves", args + " --steps 10 -B 4 --zero");
-  const fs::path dir = work_dir() / "halves";
+// 20 steps straight on `first_ranks` against 10 steps there and 10 more
+// resumed on 2 ranks with `second` (a constant schedule: the first half's
+// run ends at step 10 of its own): the losses agree within 1e-6.
+void expect_resume_on_two_ranks(const std::string& name, const std::string& model, int first_ranks,
+                                const std::string& first, const std::string& second) {
+  const std::string args = model + " --schedule constant";
+  const TrainRun straight = train(first_ranks, name + "-straight", args + " --steps 20" + first);
+  train(first_ranks, name + "-halves", args + " --steps 10" + first);
+  const fs::path dir = work_dir() / (name + "-halves");
   const std::string cmd =
       std::string(ANVIL_MPIRUN) + " --allow-run-as-root --oversubscribe -np 2 " + ANVIL_BINARY +
-      " train --data " + (work_dir() / "text.txt").string() + args +
-      " --steps 20 -B 6 --peak-gflops 1 --out " + dir.string() + " --resume latest" +
-      " --json-out " + dir.string() + "-2.json > " + dir.string() + "-2.log 2>&1";
+      " train --data " + (work_dir() / "text.txt").string() + args + " --steps 20" + second +
+      " --peak-gflops 1 --out " + dir.string() + " --resume latest" + " --json-out " +
+      dir.string() + "-2.json > " + dir.string() + "-2.log 2>&1";
   ASSERT_EQ(std::system(("OMP_NUM_THREADS=1 timeout 300 " + cmd).c_str()), 0)
       << anvil::read_file(dir.string() + "-2.log");
   const auto j = nlohmann::json::parse(anvil::read_file(dir.string() + "-2.json"));
   const auto rest = j.at("losses").get<std::vector<double>>();
-  ASSERT_EQ(rest.size(), 10u);
+  ASSERT_EQ(rest.size(), 10u) << name;
   for (size_t s = 0; s < 10; ++s) {
     EXPECT_LE(std::abs(rest[s] - straight.losses[10 + s]), 1e-6 * straight.losses[10 + s])
-        << "step " << 11 + s;
+        << name << ": step " << 11 + s;
   }
+}
+
+// Checkpoints hold whole moments (ZeRO-1's blocks and distributed Muon's
+// matrices gathered at save): they resume on another rank count, with or
+// without ZeRO.
+TEST(DataParallel, ShardedOptimizerCheckpointsResumeOnAnotherLayout) {
+  expect_resume_on_two_ranks("zero", kGptModel, 3, " -B 4 --zero", " -B 6");
+  expect_resume_on_two_ranks("muon", kZayaModel + " --optimizer muon", 3, " -B 2 --zero", " -B 3");
+}
+
+// ZeRO-1 with Muon: AdamW's state split by bucket blocks, each Muon matrix
+// owned whole by one rank; the same bits as data parallelism without ZeRO.
+TEST(DataParallel, ZeroWithMuonEqualsPlainDataParallelBitForBit) {
+  const std::string args = kZaya + " --optimizer muon -B 3 --bucket-mib 0.01";
+  expect_identical(train(2, "zero-muon", args + " --zero"), train(2, "dp-muon", args),
+                   "--zero with Muon on 2 ranks");
 }
 
 // Expert parallelism: each rank of a group of 2 or 4 runs its share of the

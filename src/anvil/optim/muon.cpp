@@ -102,6 +102,25 @@ size_t largest_gram(const model::ParamRegistry& registry) {
 
 }  // namespace
 
+namespace {
+
+// Momentum offsets per registry entry (the last element: the total): the
+// parameter offsets, or, sharded, the owned matrices packed in order.
+std::vector<int64_t> owned_offsets(const model::ParamRegistry& registry,
+                                   const std::vector<int>& owners, int rank, bool sharded) {
+  const auto& specs = registry.specs();
+  std::vector<int64_t> local(specs.size() + 1, 0);
+  int64_t next = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    local[i] = sharded ? next : specs[i].offset;
+    if (owners[i] == rank) next += specs[i].numel;
+  }
+  local[specs.size()] = sharded ? next : registry.total();
+  return local;
+}
+
+}  // namespace
+
 std::vector<int> muon_owners(const model::ParamRegistry& registry, int world) {
   const auto& specs = registry.specs();
   std::vector<int> owners(specs.size(), -1);
@@ -130,7 +149,10 @@ Muon::Muon(const model::ParamRegistry& registry, MuonConfig config, int rank, in
       config_(config),
       rank_(rank),
       owners_(muon_owners(registry, world)),
-      momentum_("muon.momentum_buffer", static_cast<size_t>(registry.total()) * sizeof(float)),
+      sharded_(world > 1),
+      local_(owned_offsets(registry, owners_, rank, sharded_)),
+      momentum_("muon.momentum_buffer",
+                static_cast<size_t>(sharded_ ? local_.back() : registry.total()) * sizeof(float)),
       scratch_("muon scratch",
                tensor::Arena::rounded(largest_matrix(registry) * 4) * 3 +
                    tensor::Arena::rounded(largest_gram(registry) * 4) * 2 +
@@ -158,7 +180,7 @@ void Muon::update(float* params, const float* grads, float lr, float grad_scale)
     const int64_t rows = s.shape[0], cols = s.numel / rows;
     float* p = params + s.offset;
     const float* g = grads + s.offset;
-    float* buf = buf_all + s.offset;
+    float* buf = buf_all + local_[i];
     float* update = u_;
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < s.numel; ++i) {
@@ -177,6 +199,24 @@ void Muon::update(float* params, const float* grads, float lr, float grad_scale)
     const float decay = s.weight_decay ? 1.0f - plr * config_.weight_decay : 1.0f;
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < s.numel; ++i) p[i] = p[i] * decay - plr * scale * update[i];
+  }
+}
+
+void Muon::copy_momentum_to(float* full) {
+  const auto& specs = registry_.specs();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (owners_[i] != rank_) continue;
+    std::copy(momentum() + local_[i], momentum() + local_[i] + specs[i].numel,
+              full + specs[i].offset);
+  }
+}
+
+void Muon::copy_momentum_from(const float* full) {
+  const auto& specs = registry_.specs();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (owners_[i] != rank_) continue;
+    std::copy(full + specs[i].offset, full + specs[i].offset + specs[i].numel,
+              momentum() + local_[i]);
   }
 }
 

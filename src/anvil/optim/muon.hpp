@@ -42,15 +42,23 @@ class Muon {
   void update(float* params, const float* grads, float lr, float grad_scale = 1.0f);
   // Owner rank of each registry entry (-1 outside the muon group).
   const std::vector<int>& owners() const { return owners_; }
-  // Momentum buffers, same offsets as the parameters (muon group only is used).
+  // Momentum buffers: the parameters' offsets on one rank; distributed, only
+  // this rank's matrices, back to back (copy_momentum_to/from convert).
   float* momentum() { return reinterpret_cast<float*>(momentum_.base()); }
   size_t state_bytes() const { return momentum_.capacity() + scratch_.capacity(); }
+  bool sharded() const { return sharded_; }
+  // Between the owned momentum and an arena-shaped one (checkpoints): the
+  // owned matrices out of / into `full` at their parameter offsets.
+  void copy_momentum_to(float* full);
+  void copy_momentum_from(const float* full);
 
  private:
   const model::ParamRegistry& registry_;
   MuonConfig config_;
   int rank_;
   std::vector<int> owners_;
+  bool sharded_;
+  std::vector<int64_t> local_;  // per registry entry: its momentum's offset (owned ones)
   tensor::Arena momentum_, scratch_;
   float *x_, *y_, *u_, *a_, *b_;
   bf16 *xb_ = nullptr, *ab_ = nullptr;

@@ -161,14 +161,13 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
     });
   }
   const bool use_muon = o.optimizer == "muon";
-  if (o.zero && use_muon) {
-    throw InputError("--zero: ZeRO-1 with Muon is not built yet (expected --optimizer adamw)");
-  }
   if (dp_ && world_ > 1) {
     reducer_ = std::make_unique<dist::GradReducer>(
         dp_->async(), model_->grads(), model_->registry().total(),
         std::max<int64_t>(1, static_cast<int64_t>(o.bucket_mib * (1 << 20) / sizeof(float))),
-        o.zero);
+        // With Muon a matrix is updated whole by its owner, so every rank
+        // needs every summed gradient: the buckets are all-gathered too.
+        o.zero && !use_muon);
   }
   adamw_ = std::make_unique<optim::AdamW>(
       model_->registry(), o.adamw, /*skip_muon_group=*/use_muon,
@@ -255,16 +254,21 @@ void Trainer::resume(const std::string& from) {
     std::printf("global batch ramp: accum %lld -> %lld\n", static_cast<long long>(saved_accum),
                 static_cast<long long>(o_.accum));
   // A sharded optimizer reads the whole moments and keeps its ranges.
-  std::vector<float> m, v;
+  std::vector<float> m, v, momentum;
   if (adamw_->sharded()) {
     m.resize(static_cast<size_t>(model_->registry().total()));
     v.resize(m.size());
   }
+  if (muon_ && muon_->sharded()) momentum.resize(static_cast<size_t>(model_->registry().total()));
   ckpt::load_checkpoint(from, model_->registry(), model_->params(),
                         adamw_->sharded() ? m.data() : adamw_->exp_avg(),
                         adamw_->sharded() ? v.data() : adamw_->exp_avg_sq(),
-                        muon_ ? muon_->momentum() : nullptr, model_->extra_state());
+                        !muon_             ? nullptr
+                        : muon_->sharded() ? momentum.data()
+                                           : muon_->momentum(),
+                        model_->extra_state());
   if (adamw_->sharded()) adamw_->copy_state_from(m.data(), v.data());
+  if (muon_ && muon_->sharded()) muon_->copy_momentum_from(momentum.data());
   step_ = state.at("step").get<int64_t>();
   if (!o_.quiet && rank_ == 0)
     std::printf("resumed from %s at step %lld\n", from.c_str(), static_cast<long long>(step_));
@@ -304,12 +308,20 @@ void Trainer::save() {
     reducer_->gather(m.data());
     reducer_->gather(v.data());
   }
+  std::vector<float> momentum;
+  if (muon_ && muon_->sharded()) {
+    momentum.assign(static_cast<size_t>(model_->registry().total()), 0.0f);
+    muon_->copy_momentum_to(momentum.data());
+    broadcast_muon_matrices(momentum.data());
+  }
   if (rank_ != 0) return;
   ckpt::CheckpointData d{&model_->registry(),
                          model_->params(),
                          adamw_->sharded() ? m.data() : adamw_->exp_avg(),
                          adamw_->sharded() ? v.data() : adamw_->exp_avg_sq(),
-                         muon_ ? muon_->momentum() : nullptr,
+                         !muon_             ? nullptr
+                         : muon_->sharded() ? momentum.data()
+                                            : muon_->momentum(),
                          model_->extra_state(),
                          state_json()};
   result_.last_checkpoint = ckpt::save_checkpoint(o_.out_dir, step_, d, o_.keep);
@@ -355,7 +367,7 @@ StepStats Trainer::step() {
   if (adamw_->sharded()) reducer_->gather(model_->params());
   if (muon_) {
     muon_->update(model_->params(), model_->grads(), static_cast<float>(s.lr), coef);
-    if (world_ > 1) broadcast_muon_matrices();
+    if (world_ > 1) broadcast_muon_matrices(model_->params());
   }
   model_->after_step(step_ + 1);
   ++step_;
@@ -363,17 +375,16 @@ StepStats Trainer::step() {
   return s;
 }
 
-void Trainer::broadcast_muon_matrices() {
+void Trainer::broadcast_muon_matrices(float* data) {
   // Distributed Muon: each matrix was orthogonalised and updated by its
-  // owner; its weights and momentum go from there to every rank.
+  // owner, which alone keeps its momentum; its weights (or, for a
+  // checkpoint, its momentum) go from there to every rank.
   const auto& specs = model_->registry().specs();
   const auto& owners = muon_->owners();
   for (size_t i = 0; i < specs.size(); ++i) {
     if (owners[i] < 0) continue;
     const auto n = static_cast<size_t>(specs[i].numel);
-    dp_->comm().broadcast(model_->params() + specs[i].offset, n, comm::DType::f32, owners[i],
-                          comm::Algo::automatic);
-    dp_->comm().broadcast(muon_->momentum() + specs[i].offset, n, comm::DType::f32, owners[i],
+    dp_->comm().broadcast(data + specs[i].offset, n, comm::DType::f32, owners[i],
                           comm::Algo::automatic);
   }
 }

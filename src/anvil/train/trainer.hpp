@@ -64,7 +64,8 @@ struct TrainOptions {
   // Data parallel (under mpirun): gradient bucket size in MiB of fp32.
   double bucket_mib = 4.0;
   // ZeRO-1: each rank keeps the AdamW state of, and updates, only its block
-  // of every gradient bucket; the updated weights are all-gathered.
+  // of every gradient bucket; the updated weights are all-gathered. (Muon's
+  // momentum is always split by matrix over the ranks.)
   bool zero = false;
   // Expert parallelism (ZAYA1): groups of `ep` consecutive ranks share the
   // experts, E / ep each, with all-to-all token dispatch.
@@ -120,7 +121,7 @@ class Trainer {
   void log(const StepStats& s, double val);
   bool stop_requested();
   double distributed_norm();
-  void broadcast_muon_matrices();
+  void broadcast_muon_matrices(float* data);
 
   TrainOptions o_;
   dist::DataParallelGroup* dp_;
