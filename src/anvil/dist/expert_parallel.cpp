@@ -33,39 +33,36 @@ AllToAllExperts::AllToAllExperts(comm::Communicator& group, const model::ZayaMoe
   seg_.assign(static_cast<size_t>(per_ + 1), 0);
 }
 
-void AllToAllExperts::to_owners(const float* in, std::vector<float>& out) {
+template <typename Copy>
+void AllToAllExperts::each_block(Copy copy) const {
   const int64_t H = s_.hidden, E = s_.experts;
-  const double t0 = now();
-  group_.alltoallv(in, send_counts_.data(), send_offsets_.data(), recv_.data(), recv_counts_.data(),
-                   recv_offsets_.data(), comm::DType::f32, comm::Algo::automatic);
-  comm_seconds_ += now() - t0;
-  // Group by local expert, then by source rank.
-  at_least(out, seg_[per_] * H);
   for (int64_t j = 0; j < per_; ++j) {
-    int64_t dst = seg_[j];
+    int64_t grouped = seg_[j];
     for (int k = 0; k < K_; ++k) {
-      int64_t src = static_cast<int64_t>(recv_offsets_[k]) / H;
-      for (int64_t i = 0; i < j; ++i) src += counts_[k * E + rank_ * per_ + i];
+      int64_t received = static_cast<int64_t>(recv_offsets_[k]) / H;
+      for (int64_t i = 0; i < j; ++i) received += counts_[k * E + rank_ * per_ + i];
       const int64_t n = counts_[k * E + rank_ * per_ + j];
-      std::memcpy(out.data() + dst * H, recv_.data() + src * H,
-                  static_cast<size_t>(n * H) * sizeof(float));
-      dst += n;
+      copy(grouped * H, received * H, static_cast<size_t>(n * H) * sizeof(float));
+      grouped += n;
     }
   }
 }
 
+void AllToAllExperts::to_owners(const float* in, std::vector<float>& out) {
+  const double t0 = now();
+  group_.alltoallv(in, send_counts_.data(), send_offsets_.data(), recv_.data(), recv_counts_.data(),
+                   recv_offsets_.data(), comm::DType::f32, comm::Algo::automatic);
+  comm_seconds_ += now() - t0;
+  at_least(out, seg_[per_] * s_.hidden);
+  each_block([&](int64_t grouped, int64_t received, size_t bytes) {
+    std::memcpy(out.data() + grouped, recv_.data() + received, bytes);
+  });
+}
+
 void AllToAllExperts::from_owners(const float* in, float* out) {
-  const int64_t H = s_.hidden, E = s_.experts;
-  for (int64_t j = 0; j < per_; ++j) {
-    int64_t src = seg_[j];
-    for (int k = 0; k < K_; ++k) {
-      int64_t dst = static_cast<int64_t>(recv_offsets_[k]) / H;
-      for (int64_t i = 0; i < j; ++i) dst += counts_[k * E + rank_ * per_ + i];
-      const int64_t n = counts_[k * E + rank_ * per_ + j];
-      std::memcpy(recv_.data() + dst * H, in + src * H, static_cast<size_t>(n * H) * sizeof(float));
-      src += n;
-    }
-  }
+  each_block([&](int64_t grouped, int64_t received, size_t bytes) {
+    std::memcpy(recv_.data() + received, in + grouped, bytes);
+  });
   const double t0 = now();
   // The way back: what came from rank k returns to it.
   group_.alltoallv(recv_.data(), recv_counts_.data(), recv_offsets_.data(), out,

@@ -42,6 +42,10 @@ class AllToAllExperts : public model::ExpertDispatcher {
   // Ungroups `in` (grouped by local expert) and sends it back into `out`
   // (local sorted order).
   void from_owners(const float* in, float* out);
+  // copy(grouped, received, bytes) for each (local expert, source rank)
+  // block: its offsets (floats) in the grouped and the received buffers.
+  template <typename Copy>
+  void each_block(Copy copy) const;
 
   comm::Communicator& group_;
   model::ZayaMoeShape s_;
