@@ -109,6 +109,18 @@ bool stderr_is_terminal() {
 
 // `anvil bench comm --np N` outside mpirun: run this same command under
 // mpirun with N ranks (dropping --np), so a user needs no launcher syntax.
+// A collective that timed out on this rank: every rank says what it waited
+// for (one write, so ranks' lines do not interleave), gives the others time
+// to say it too, then ends the job.
+[[noreturn]] void abort_on_timeout(const anvil::comm::CommTimeout& e) {
+  const std::string line = std::string("anvil: error: ") + e.what() + "\n";
+  std::fputs(line.c_str(), stderr);
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  MPI_Abort(MPI_COMM_WORLD, 3);
+  std::abort();  // MPI_Abort does not return
+}
+
 [[noreturn]] void relaunch_under_mpirun(int argc, char** argv, int np) {
   std::vector<std::string> args = {"mpirun"};
   if (::geteuid() == 0) args.push_back("--allow-run-as-root");
@@ -572,12 +584,7 @@ int main(int argc, char** argv) {
                                          : result.text());
         }
       } catch (const anvil::comm::CommTimeout& e) {
-        // Every rank says what it waited for; give the others time to say it too.
-        const std::string line = std::string("anvil: error: ") + e.what() + "\n";
-        std::fputs(line.c_str(), stderr);  // one write: ranks' lines do not interleave
-        std::fflush(stderr);
-        std::this_thread::sleep_for(std::chrono::seconds(2));
-        MPI_Abort(MPI_COMM_WORLD, 3);
+        abort_on_timeout(e);
       } catch (const anvil::InputError& e) {
         if (rank == 0) std::cerr << "anvil: error: " << e.what() << "\n";
         return 2;
@@ -609,11 +616,7 @@ int main(int argc, char** argv) {
         }
         r = anvil::train::run_training(topt, dp.get());
       } catch (const anvil::comm::CommTimeout& e) {
-        const std::string line = std::string("anvil: error: ") + e.what() + "\n";
-        std::fputs(line.c_str(), stderr);
-        std::fflush(stderr);
-        std::this_thread::sleep_for(std::chrono::seconds(2));
-        MPI_Abort(MPI_COMM_WORLD, 3);
+        abort_on_timeout(e);
       } catch (const anvil::InputError& e) {
         if (!under_mpi) throw;
         if (rank == 0) std::cerr << "anvil: error: " << e.what() << "\n";

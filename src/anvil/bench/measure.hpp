@@ -7,6 +7,8 @@
 #include <functional>
 #include <vector>
 
+#include "anvil/base/clock.hpp"
+
 namespace anvil::bench {
 
 struct Samples {
@@ -26,8 +28,6 @@ struct TimingPolicy {
 // Calls `body` policy.warmup times untimed, then times it call by call.
 Samples time_calls(const std::function<void()>& body, const TimingPolicy& policy);
 
-inline double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using anvil::now_seconds;
 
 }  // namespace anvil::bench

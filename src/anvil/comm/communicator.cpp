@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "anvil/base/bf16.hpp"
+#include "anvil/base/clock.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
 #include "anvil/comm/algorithms.hpp"
@@ -20,10 +21,6 @@
 
 namespace anvil::comm {
 namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // ---- The MPI library's collectives (the baseline) -------------------------
 
@@ -239,10 +236,6 @@ Algo Communicator::resolve(Op op, Algo algo, size_t bytes) const {
 
 // ---- Communicator ------------------------------------------------------------
 
-double MpiWatchdog::now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 MpiWatchdog::MpiWatchdog(int rank, double timeout_s)
     : rank_(rank), timeout_s_(timeout_s), thread_([this] { run(); }) {}
 
@@ -259,7 +252,7 @@ void MpiWatchdog::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop_; })) {
     const double deadline = deadline_.load();
-    if (deadline > 0 && now() > deadline) {
+    if (deadline > 0 && now_seconds() > deadline) {
       std::fprintf(stderr,
                    "anvil: error: rank %d: %s did not finish within %g s (MPI's own collective "
                    "cannot say which ranks did not arrive); ending the job\n",
@@ -319,7 +312,7 @@ void Communicator::fail_timeout(const std::string& what, int step,
 
 void Communicator::wait_all(MPI_Request* reqs, int n, const int* peers, const char* what,
                             int step) {
-  const double deadline = now() + timeout_s_;
+  const double deadline = now_seconds() + timeout_s_;
   unsigned polls = 0;
   for (;;) {
     int done = 0;
@@ -334,7 +327,7 @@ void Communicator::wait_all(MPI_Request* reqs, int n, const int* peers, const ch
     } else if (polls > 256) {
       ::sched_yield();
     }
-    if (polls % 256 == 0 && now() > deadline) {
+    if (polls % 256 == 0 && now_seconds() > deadline) {
       std::vector<int> missing;
       for (int i = 0; i < n; ++i) {
         int flag = 0;

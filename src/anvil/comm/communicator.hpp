@@ -45,6 +45,7 @@
 #include <thread>
 #include <vector>
 
+#include "anvil/base/clock.hpp"
 #include "anvil/comm/types.hpp"
 
 namespace anvil::comm {
@@ -91,11 +92,10 @@ class MpiWatchdog {
   ~MpiWatchdog();
   void arm(const char* what) {
     what_.store(what);
-    deadline_.store(now() + timeout_s_);
+    deadline_.store(now_seconds() + timeout_s_);
   }
   void disarm() { deadline_.store(0.0); }
   void set_timeout(double s) { timeout_s_ = s; }
-  static double now();
 
  private:
   void run();

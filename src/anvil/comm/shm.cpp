@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +20,7 @@
 #include <random>
 #include <vector>
 
+#include "anvil/base/clock.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/comm/communicator.hpp"
 #include "anvil/comm/reduce.hpp"
@@ -52,10 +52,6 @@ void remove_stale_segments() {
       ::shm_unlink(("/" + name).c_str());
     }
   }
-}
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // Barrier waits: ~kSpins pause instructions (tens of microseconds), then
@@ -185,7 +181,7 @@ void ShmSegment::barrier(const char* what) {
   // Spin (not when ranks outnumber cores: the one we wait for may need
   // ours), then yield, then sleep until woken (or 1 ms, a bound on any race).
   const unsigned spin_limit = oversubscribed_ ? 0 : kSpins;
-  const double deadline = now() + comm_.timeout();
+  const double deadline = now_seconds() + comm_.timeout();
   for (int q = 0; q < size_; ++q) {
     Counter& peer = arrive_[q];
     unsigned waits = 0;
@@ -203,7 +199,7 @@ void ShmSegment::barrier(const char* what) {
         if (peer.value.load(std::memory_order_seq_cst) < step_) futex_wait(&peer.word, seen);
         peer.sleepers.fetch_sub(1, std::memory_order_seq_cst);
       }
-      if (waits % 64 == 0 && now() > deadline) {
+      if (waits % 64 == 0 && now_seconds() > deadline) {
         std::vector<int> missing;
         for (int m = 0; m < size_; ++m) {
           if (arrive_[m].value.load(std::memory_order_acquire) < step_) missing.push_back(m);

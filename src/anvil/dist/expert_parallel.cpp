@@ -1,17 +1,13 @@
 #include "anvil/dist/expert_parallel.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
+#include "anvil/base/clock.hpp"
 #include "anvil/base/error.hpp"
 
 namespace anvil::dist {
 namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 void at_least(std::vector<float>& v, int64_t n) {
   if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
@@ -49,10 +45,10 @@ void AllToAllExperts::each_block(Copy copy) const {
 }
 
 void AllToAllExperts::to_owners(const float* in, std::vector<float>& out) {
-  const double t0 = now();
+  const double t0 = now_seconds();
   group_.alltoallv(in, send_counts_.data(), send_offsets_.data(), recv_.data(), recv_counts_.data(),
                    recv_offsets_.data(), comm::DType::f32, comm::Algo::automatic);
-  comm_seconds_ += now() - t0;
+  comm_seconds_ += now_seconds() - t0;
   at_least(out, seg_[per_] * s_.hidden);
   each_block([&](int64_t grouped, int64_t received, size_t bytes) {
     std::memcpy(out.data() + grouped, recv_.data() + received, bytes);
@@ -63,12 +59,12 @@ void AllToAllExperts::from_owners(const float* in, float* out) {
   each_block([&](int64_t grouped, int64_t received, size_t bytes) {
     std::memcpy(recv_.data() + received, in + grouped, bytes);
   });
-  const double t0 = now();
+  const double t0 = now_seconds();
   // The way back: what came from rank k returns to it.
   group_.alltoallv(recv_.data(), recv_counts_.data(), recv_offsets_.data(), out,
                    send_counts_.data(), send_offsets_.data(), comm::DType::f32,
                    comm::Algo::automatic);
-  comm_seconds_ += now() - t0;
+  comm_seconds_ += now_seconds() - t0;
 }
 
 void AllToAllExperts::forward(float* ys, const float* xs, const int64_t* offsets,
@@ -77,9 +73,9 @@ void AllToAllExperts::forward(float* ys, const float* xs, const int64_t* offsets
   // Everyone's rows per expert: the layout of both exchanges.
   int64_t* mine = counts_.data() + rank_ * E;
   for (int64_t e = 0; e < E; ++e) mine[e] = offsets[e + 1] - offsets[e];
-  const double t0 = now();
+  const double t0 = now_seconds();
   group_.allgather(mine, counts_.data(), counts_.size(), comm::DType::i64, comm::Algo::automatic);
-  comm_seconds_ += now() - t0;
+  comm_seconds_ += now_seconds() - t0;
   int64_t received = 0;
   for (int k = 0; k < K_; ++k) {
     const int64_t first = offsets[k * per_], last = offsets[(k + 1) * per_];

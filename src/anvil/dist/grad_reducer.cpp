@@ -1,21 +1,15 @@
 #include "anvil/dist/grad_reducer.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <stdexcept>
 
+#include "anvil/base/clock.hpp"
+
 namespace anvil::dist {
-namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
 
 GradReducer::GradReducer(comm::AsyncCommunicator& comm, float* grads, int64_t total,
-                         int64_t bucket_floats, bool zero, comm::Algo algo)
-    : comm_(comm), grads_(grads), total_(total), zero_(zero), algo_(algo) {
+                         int64_t bucket_floats, bool scatter_only, comm::Algo algo)
+    : comm_(comm), grads_(grads), total_(total), scatter_only_(scatter_only), algo_(algo) {
   if (bucket_floats < 1) throw std::invalid_argument("GradReducer: bucket size must be >= 1");
   for (int64_t end = total; end > 0; end -= bucket_floats) {
     begins_.push_back(std::max<int64_t>(0, end - bucket_floats));
@@ -40,25 +34,26 @@ void GradReducer::ready_from(int64_t offset) {
     const auto count = static_cast<size_t>(end - begin);
     double* seconds = &seconds_[i];
     const comm::Algo algo = algo_;
-    const bool zero = zero_;
-    requests_.push_back(comm_.start([data, count, seconds, algo, zero](comm::Communicator& c) {
-      const double t0 = now();
-      if (!zero && !c.single_node() && algo == comm::Algo::automatic) {
-        // Across nodes plain DP takes the hierarchical all-reduce (shm inside
-        // a node, ring across): one pass over the network instead of two
-        // library collectives with their per-call latency.
-        c.allreduce(data, data, count, comm::DType::f32, comm::ReduceOp::sum, comm::Algo::hier);
-      } else {
-        float* mine = data + comm::block_offset(count, c.size(), c.rank());
-        // On one node `automatic` is shm; across nodes ZeRO's halves run as
-        // rings (the library's own carry ~10 ms of latency per call over TCP).
-        const comm::Algo a =
-            algo == comm::Algo::automatic && !c.single_node() ? comm::Algo::ring : algo;
-        c.reduce_scatter(data, mine, count, comm::DType::f32, comm::ReduceOp::sum, a);
-        if (!zero) c.allgather(mine, data, count, comm::DType::f32, a);
-      }
-      *seconds = now() - t0;
-    }));
+    const bool scatter_only = scatter_only_;
+    requests_.push_back(
+        comm_.start([data, count, seconds, algo, scatter_only](comm::Communicator& c) {
+          const double t0 = now_seconds();
+          if (!scatter_only && !c.single_node() && algo == comm::Algo::automatic) {
+            // Across nodes plain DP takes the hierarchical all-reduce (shm inside
+            // a node, ring across): one pass over the network instead of two
+            // library collectives with their per-call latency.
+            c.allreduce(data, data, count, comm::DType::f32, comm::ReduceOp::sum, comm::Algo::hier);
+          } else {
+            float* mine = data + comm::block_offset(count, c.size(), c.rank());
+            // On one node `automatic` is shm; across nodes ZeRO's halves run as
+            // rings (the library's own carry ~10 ms of latency per call over TCP).
+            const comm::Algo a =
+                algo == comm::Algo::automatic && !c.single_node() ? comm::Algo::ring : algo;
+            c.reduce_scatter(data, mine, count, comm::DType::f32, comm::ReduceOp::sum, a);
+            if (!scatter_only) c.allgather(mine, data, count, comm::DType::f32, a);
+          }
+          *seconds = now_seconds() - t0;
+        }));
   }
 }
 
@@ -92,10 +87,10 @@ void GradReducer::gather(float* data) {
 
 ReduceTimes GradReducer::finish() {
   ready_from(0);
-  const double t0 = now();
+  const double t0 = now_seconds();
   for (auto& r : requests_) r.wait();
   ReduceTimes t;
-  t.exposed_seconds = now() - t0;
+  t.exposed_seconds = now_seconds() - t0;
   for (double s : seconds_) t.comm_seconds += s;
   t.buckets = static_cast<int64_t>(requests_.size());
   requests_.clear();

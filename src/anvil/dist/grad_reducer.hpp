@@ -35,9 +35,10 @@ struct ReduceTimes {
 
 class GradReducer {
  public:
-  // zero: reduce-scatter only (ZeRO-1); otherwise reduce-scatter + all-gather.
+  // scatter_only: reduce-scatter only (ZeRO-1 with AdamW); otherwise
+  // reduce-scatter + all-gather.
   GradReducer(comm::AsyncCommunicator& comm, float* grads, int64_t total, int64_t bucket_floats,
-              bool zero, comm::Algo algo = comm::Algo::automatic);
+              bool scatter_only, comm::Algo algo = comm::Algo::automatic);
   // A new reduction: the step's last backward is about to run.
   void begin();
   // Every gradient at offset >= `offset` is final: start each bucket that
@@ -57,7 +58,7 @@ class GradReducer {
   comm::AsyncCommunicator& comm_;
   float* grads_;
   int64_t total_;
-  bool zero_;
+  bool scatter_only_;
   comm::Algo algo_;
   std::vector<int64_t> begins_;  // bucket i covers [begins_[i], i ? begins_[i - 1] : total)
   size_t started_ = 0;

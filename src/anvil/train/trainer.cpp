@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -18,6 +17,7 @@
 #include <span>
 #include <string_view>
 
+#include "anvil/base/clock.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
 #include "anvil/base/table.hpp"
@@ -36,10 +36,6 @@ namespace {
 
 using json = nlohmann::json;
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 std::atomic<bool> g_stop{false};
 extern "C" void on_stop_signal(int) {
   g_stop.store(true);
@@ -54,13 +50,13 @@ double measure_peak_gflops(model::Precision precision) {
   std::vector<bf16> b16(a16.size(), to_bf16(0.25f));
   double best = 1e30;
   for (int i = 0; i < 4; ++i) {
-    const double t0 = now();
+    const double t0 = now_seconds();
     if (precision == model::Precision::bf16) {
       kernels::gemm(false, false, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f, c.data(), n);
     } else {
       kernels::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     }
-    best = std::min(best, now() - t0);
+    best = std::min(best, now_seconds() - t0);
   }
   return 2.0 * n * n * n / best / 1e9;
 }
@@ -253,22 +249,12 @@ void Trainer::resume(const std::string& from) {
   if (saved_accum != o_.accum && !o_.quiet && rank_ == 0)
     std::printf("global batch ramp: accum %lld -> %lld\n", static_cast<long long>(saved_accum),
                 static_cast<long long>(o_.accum));
-  // A sharded optimizer reads the whole moments and keeps its ranges.
-  std::vector<float> m, v, momentum;
-  if (adamw_->sharded()) {
-    m.resize(static_cast<size_t>(model_->registry().total()));
-    v.resize(m.size());
-  }
-  if (muon_ && muon_->sharded()) momentum.resize(static_cast<size_t>(model_->registry().total()));
-  ckpt::load_checkpoint(from, model_->registry(), model_->params(),
-                        adamw_->sharded() ? m.data() : adamw_->exp_avg(),
-                        adamw_->sharded() ? v.data() : adamw_->exp_avg_sq(),
-                        !muon_             ? nullptr
-                        : muon_->sharded() ? momentum.data()
-                                           : muon_->momentum(),
-                        model_->extra_state());
-  if (adamw_->sharded()) adamw_->copy_state_from(m.data(), v.data());
-  if (muon_ && muon_->sharded()) muon_->copy_momentum_from(momentum.data());
+  // A sharded optimizer reads the whole moments and keeps its own part.
+  WholeOptimizerState whole = whole_optimizer_state();
+  ckpt::load_checkpoint(from, model_->registry(), model_->params(), whole.exp_avg, whole.exp_avg_sq,
+                        whole.momentum, model_->extra_state());
+  if (adamw_->sharded()) adamw_->copy_state_from(whole.exp_avg, whole.exp_avg_sq);
+  if (muon_ && muon_->sharded()) muon_->copy_momentum_from(whole.momentum);
   step_ = state.at("step").get<int64_t>();
   if (!o_.quiet && rank_ == 0)
     std::printf("resumed from %s at step %lld\n", from.c_str(), static_cast<long long>(step_));
@@ -296,39 +282,44 @@ std::string Trainer::state_json() const {
   return s.dump(2) + "\n";
 }
 
+Trainer::WholeOptimizerState Trainer::whole_optimizer_state() {
+  WholeOptimizerState w;
+  const auto n = static_cast<size_t>(model_->registry().total());
+  auto whole = [&](std::vector<float>& buffer, float* own, bool sharded) {
+    if (!sharded) return own;
+    buffer.assign(n, 0.0f);
+    return buffer.data();
+  };
+  w.exp_avg = whole(w.buffers[0], adamw_->exp_avg(), adamw_->sharded());
+  w.exp_avg_sq = whole(w.buffers[1], adamw_->exp_avg_sq(), adamw_->sharded());
+  if (muon_) w.momentum = whole(w.buffers[2], muon_->momentum(), muon_->sharded());
+  return w;
+}
+
 void Trainer::save() {
   if (o_.out_dir.empty()) return;
-  // ZeRO-1: the moments are gathered whole (every rank takes part) for the
-  // one-file checkpoint; sharded checkpoints are issue 17's.
-  std::vector<float> m, v;
+  // Sharded moments (ZeRO-1's blocks, distributed Muon's matrices) are
+  // gathered whole, every rank taking part, for the one-file checkpoint;
+  // sharded checkpoints are issue 17's.
+  WholeOptimizerState whole = whole_optimizer_state();
   if (adamw_->sharded()) {
-    m.assign(static_cast<size_t>(model_->registry().total()), 0.0f);
-    v.assign(m.size(), 0.0f);
-    adamw_->copy_state_to(m.data(), v.data());
-    reducer_->gather(m.data());
-    reducer_->gather(v.data());
+    adamw_->copy_state_to(whole.exp_avg, whole.exp_avg_sq);
+    reducer_->gather(whole.exp_avg);
+    reducer_->gather(whole.exp_avg_sq);
   }
-  std::vector<float> momentum;
   if (muon_ && muon_->sharded()) {
-    momentum.assign(static_cast<size_t>(model_->registry().total()), 0.0f);
-    muon_->copy_momentum_to(momentum.data());
-    broadcast_muon_matrices(momentum.data());
+    muon_->copy_momentum_to(whole.momentum);
+    broadcast_muon_matrices(whole.momentum);
   }
   if (rank_ != 0) return;
-  ckpt::CheckpointData d{&model_->registry(),
-                         model_->params(),
-                         adamw_->sharded() ? m.data() : adamw_->exp_avg(),
-                         adamw_->sharded() ? v.data() : adamw_->exp_avg_sq(),
-                         !muon_             ? nullptr
-                         : muon_->sharded() ? momentum.data()
-                                            : muon_->momentum(),
-                         model_->extra_state(),
+  ckpt::CheckpointData d{&model_->registry(), model_->params(), whole.exp_avg,
+                         whole.exp_avg_sq,    whole.momentum,   model_->extra_state(),
                          state_json()};
   result_.last_checkpoint = ckpt::save_checkpoint(o_.out_dir, step_, d, o_.keep);
 }
 
 StepStats Trainer::step() {
-  const double t0 = now();
+  const double t0 = now_seconds();
   model_->zero_grads();
   // Loss over the global batch: summed token losses and scored tokens.
   double sums[2] = {0, 0};
@@ -371,7 +362,7 @@ StepStats Trainer::step() {
   }
   model_->after_step(step_ + 1);
   ++step_;
-  s.seconds = now() - t0;
+  s.seconds = now_seconds() - t0;
   return s;
 }
 

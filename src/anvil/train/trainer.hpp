@@ -116,6 +116,13 @@ class Trainer {
   int64_t current_step() const { return step_; }
 
  private:
+  // The optimizers' state laid out like the parameters (checkpoints): their
+  // own arrays, or zeroed whole-size buffers where they hold only a shard.
+  struct WholeOptimizerState {
+    std::vector<float> buffers[3];
+    float *exp_avg = nullptr, *exp_avg_sq = nullptr, *momentum = nullptr;
+  };
+  WholeOptimizerState whole_optimizer_state();
   void resume(const std::string& from);
   std::string state_json() const;
   void log(const StepStats& s, double val);
