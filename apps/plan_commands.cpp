@@ -55,7 +55,17 @@ void PlanCommands::add_model_flags(CLI::App* cmd, Model& m, bool required) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--nodes", m.nodes, "Nodes")->check(CLI::PositiveNumber);
   cmd->add_option("--gpus-per-node", m.gpus_per_node,
-                  "Devices per node (default: the profile's devices_per_node)")
+                  "Devices (ranks) per node (default: the profile's devices_per_node; on a CPU "
+                  "profile, --dp / --nodes: the ranks share the node's CPU)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--threads-per-rank", m.threads_per_rank,
+                  "CPU profiles: threads one rank runs; it gets that share of the profile's "
+                  "whole-CPU compute and memory rates (default: the CPU split evenly over the "
+                  "node's ranks)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--link-gbps", m.link_gbps,
+                  "Inter-node link bandwidth per node, Gbit/s (replaces the profile's NICs: one "
+                  "link per node)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--dp", m.dp, "Data-parallel ranks (= nodes x gpus per node; sets --nodes)")
       ->check(CLI::PositiveNumber);
@@ -148,7 +158,20 @@ bool PlanCommands::run() {
     l.devices_per_node = m.gpus_per_node > 0
                              ? m.gpus_per_node
                              : std::max<int64_t>(1, r.hw.interconnect.devices_per_node);
+    // A CPU is one device that its node's ranks share: --dp N on one node
+    // means N ranks on this CPU, not N nodes.
+    if (r.hw.kind == "cpu" && m.gpus_per_node == 0 && m.dp > 0) {
+      if (m.dp % m.nodes != 0)
+        throw InputError("--dp " + std::to_string(m.dp) + ": expected a multiple of --nodes " +
+                         std::to_string(m.nodes));
+      l.devices_per_node = m.dp / m.nodes;
+    }
     l.nodes = m.nodes;
+    l.threads_per_rank = m.threads_per_rank;
+    if (m.link_gbps > 0) {
+      r.hw.interconnect.nic_gbps = m.link_gbps;
+      r.hw.interconnect.nics_per_node = 1;
+    }
     if (m.dp > 0) {
       if (m.dp % l.devices_per_node != 0 && m.dp >= l.devices_per_node)
         throw InputError("--dp " + std::to_string(m.dp) + ": expected a multiple of " +

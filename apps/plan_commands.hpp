@@ -31,6 +31,8 @@ class PlanCommands {
     int64_t global_batch = 0;
     std::string optimizer = "adamw";
     bool recompute = false;
+    int64_t threads_per_rank = 0;
+    double link_gbps = 0;
   };
   void add_model_flags(CLI::App* cmd, Model& m, bool required);
 

@@ -5,6 +5,8 @@
 # per host must give the same losses as two ranks on one host.
 # Usage: multihost.sh ANVIL_BINARY SOURCE_DIR [RATE=1gbit] [STEPS=20] [CONFIG=tests/configs/zaya-tiny.json] [B=4] [T=32]
 # Prints both runs' median step time and the all-reduce time over the link.
+# With ANVIL_MULTIHOST_OUT=DIR, both runs' --json-out files are kept there
+# (one-host.json, two-hosts.json).
 set -euo pipefail
 anvil=$1; src=$2; rate=${3:-1gbit}; steps=${4:-20}
 config=${5:-$src/tests/configs/zaya-tiny.json}; B=${6:-4}; T=${7:-32}
@@ -15,6 +17,10 @@ work=$(mktemp -d)
 cleanup() {
   ip netns del "$h1" 2>/dev/null || true
   ip netns del "$h2" 2>/dev/null || true
+  if [ -n "${ANVIL_MULTIHOST_OUT:-}" ]; then
+    mkdir -p "$ANVIL_MULTIHOST_OUT"
+    cp "$work"/*.json "$ANVIL_MULTIHOST_OUT"/ 2>/dev/null || true
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT

@@ -8,6 +8,7 @@
 #include "anvil/base/error.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/decoder.hpp"
+#include "anvil/model/param_count.hpp"
 #include "anvil/plan/hw_profile.hpp"
 #include "anvil/plan/model_calc.hpp"
 #include "anvil/plan/perf_model.hpp"
@@ -182,6 +183,61 @@ TEST(Planner, StepPredictionAddsUpAndReliabilityFollowsYoungDaly) {
   EXPECT_NEAR(p.ckpt_save_s, p.ckpt_bytes / (1e9 * 4), 1e-9);
   EXPECT_GT(p.goodput, 0.9);
   EXPECT_LT(p.goodput, 1.0);
+}
+
+// A CPU's ranks share it: each computes and streams memory at its share of
+// the profile's whole-CPU rates, so two ranks on one node take twice the
+// single-rank compute time for the same per-rank micro-batch.
+TEST(Planner, CpuRanksGetTheirShareOfTheProcessor) {
+  HwProfile cpu;
+  cpu.name = "cpu";
+  cpu.kind = "cpu";
+  cpu.compute_units = 2;
+  cpu.memory_bytes = int64_t{16} << 30;
+  cpu.peak = {{"f32", 1, 80}, {"f32", 2, 150}};
+  cpu.memory_levels = {{"DRAM", int64_t{1} << 30, 2, 30}};
+  cpu.attention = {{"f32", 64, 64, 15}};
+  cpu.comm["ranks"]["2"]["allreduce"]["shm"] = {{"alpha_us", 10.0}, {"bandwidth_gbs", 2.0}};
+  cpu.comm["ranks"]["2"]["reduce_scatter"]["shm"] = {{"alpha_us", 10.0}, {"bandwidth_gbs", 2.0}};
+  cpu.comm["ranks"]["2"]["allgather"]["shm"] = {{"alpha_us", 10.0}, {"bandwidth_gbs", 2.0}};
+  EXPECT_EQ(cpu_threads(cpu), 2);
+  Layout one;
+  one.dtype = "f32";
+  one.micro_batch = 2;
+  one.seq = 64;
+  one.global_batch = 2;
+  Layout two = one;
+  two.devices_per_node = 2;
+  two.global_batch = 4;
+  EXPECT_DOUBLE_EQ(cpu_rank_share(cpu, one), 1.0);
+  EXPECT_DOUBLE_EQ(cpu_rank_share(cpu, two), 0.5);
+  Layout pinned = two;
+  pinned.threads_per_rank = 2;
+  EXPECT_DOUBLE_EQ(cpu_rank_share(cpu, pinned), 1.0);
+  EXPECT_DOUBLE_EQ(cpu_rank_share(gpu_node(), two), 1.0);
+  const HwProfile half = cpu_rank_view(cpu, 0.5);
+  EXPECT_DOUBLE_EQ(half.peak_gflops("f32"), 75);
+  EXPECT_DOUBLE_EQ(half.memory_levels[0].gbs, 15);
+  EXPECT_DOUBLE_EQ(half.attention[0].gflops, 7.5);
+
+  const auto c = preset("gpt2-124m");
+  PlanOptions a, b;
+  a.layout = one;
+  b.layout = two;
+  const Prediction p1 = predict_step(c, cpu, a), p2 = predict_step(c, cpu, b);
+  EXPECT_NEAR(p2.compute_s / p1.compute_s, 2.0, 1e-9);
+  EXPECT_NEAR(p2.optimizer_s / p1.optimizer_s, 2.0, 1e-9);
+  // The gradient all-reduce from the measured 2-rank fit: alpha + bytes / bandwidth.
+  const double grad_bytes = static_cast<double>(model::count_parameters(c).total()) * 4;
+  EXPECT_NEAR(p2.comm_s, 10e-6 + grad_bytes / 2e9, 1e-9);
+  // The same two ranks on two nodes: the one-node fit does not apply; the
+  // link prices it (one ring step each way: bytes / link at 0.8 + alpha).
+  cpu.interconnect.nic_gbps = 8;
+  cpu.interconnect.nics_per_node = 1;
+  const CommPrice across = price_collective(cpu, "allreduce", 2, 1, 1e9);
+  EXPECT_NEAR(across.seconds, 2 * (0.5e9 / 0.8e9 + kInterNodeAlphaUs * 1e-6), 1e-12);
+  EXPECT_NE(across.how.find("2 nodes"), std::string::npos) << across.how;
+  EXPECT_THROW(price_collective(gpu_node(), "allreduce", 2, 2, 1e6, "shm"), InputError);
 }
 
 TEST(Planner, InconsistentLayoutsAndUnknownHardwareAreInputErrors) {

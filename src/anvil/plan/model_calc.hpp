@@ -29,6 +29,10 @@ struct Layout {
   std::string dtype = "bf16";       // GEMM inputs: f32 | bf16
   std::string optimizer = "adamw";  // adamw | muon (Muon on 2-D matrices, AdamW on the rest)
   bool recompute = false;           // full activation recompute per layer
+  // CPU profiles: threads one rank runs. The rank gets that share of the
+  // profile's whole-CPU rates (compute, memory); 0: the CPU split evenly
+  // over the node's ranks (devices_per_node).
+  int64_t threads_per_rank = 0;
   int64_t dp() const { return nodes * devices_per_node; }
   int64_t accumulation() const;  // micro-batches per optimizer step on one rank
 };

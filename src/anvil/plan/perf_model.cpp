@@ -173,69 +173,93 @@ GemmPrice price_gemm(const HwProfile& hw, const std::string& dtype, int64_t m, i
   return g;
 }
 
+namespace {
+
+// The profile's measured fit of `op` on `ranks` ranks of one node (the
+// fastest algorithm unless `algo` names one): seconds, or -1 without one.
+double measured_collective(const HwProfile& hw, const std::string& op, int64_t ranks,
+                           double bytes, const std::string& algo, std::string& how) {
+  const std::string key = std::to_string(ranks);
+  if (!hw.comm.contains("ranks") || !hw.comm["ranks"].contains(key) ||
+      !hw.comm["ranks"][key].contains(op))
+    return -1;
+  double best = -1;
+  for (const auto& [name, fit] : hw.comm["ranks"][key][op].items()) {
+    if (!algo.empty() && name != algo) continue;
+    const double bw = fit.value("bandwidth_gbs", 0.0);
+    if (!(bw > 0)) continue;
+    double t = fit.value("alpha_us", 0.0) * 1e-6 + bytes / (bw * 1e9);
+    if (const double measured = interpolate_points(fit, bytes); measured > 0) t = measured;
+    if (best < 0 || t < best) {
+      best = t;
+      how = "measured " + name + " (" + key + " ranks)";
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
 CommPrice price_collective(const HwProfile& hw, const std::string& op, int64_t ranks,
                            int64_t ranks_per_node, double bytes, const std::string& algo) {
   CommPrice c;
   if (ranks < 2) return c;
-  // Measured fits for this rank count win.
+  const int64_t G = std::max<int64_t>(1, std::min(ranks, ranks_per_node));
+  const int64_t N = ceil_div(ranks, G);
   const std::string key = std::to_string(ranks);
-  if (hw.comm.contains("ranks") && hw.comm["ranks"].contains(key) &&
-      hw.comm["ranks"][key].contains(op)) {
-    double best = -1;
-    for (const auto& [name, fit] : hw.comm["ranks"][key][op].items()) {
-      if (!algo.empty() && name != algo) continue;
-      const double bw = fit.value("bandwidth_gbs", 0.0);
-      if (!(bw > 0)) continue;
-      double t = fit.value("alpha_us", 0.0) * 1e-6 + bytes / (bw * 1e9);
-      if (const double measured = interpolate_points(fit, bytes); measured > 0) t = measured;
-      if (best < 0 || t < best) {
-        best = t;
-        c.how = "measured " + name + " (" + key + " ranks)";
-      }
-    }
-    if (best >= 0) {
-      c.seconds = best;
+  // Measured fits (anvil bench comm, on one node) win for single-node groups.
+  if (N == 1) {
+    if (const double t = measured_collective(hw, op, ranks, bytes, algo, c.how); t >= 0) {
+      c.seconds = t;
       return c;
     }
   }
   if (!algo.empty() && algo != "ring")
     throw InputError("hardware profile " + hw.name + ": no measured " + op + " fit for algo " +
                      algo + " on " + key + " ranks (run anvil bench comm --profile)");
-  // From the links: ring inside a node, rails across nodes (one NIC per device).
-  const int64_t G = std::max<int64_t>(1, std::min(ranks, ranks_per_node));
-  const int64_t N = ceil_div(ranks, G);
+  if (!(op == "allreduce" || op == "reduce_scatter" || op == "allgather" || op == "alltoall" ||
+        op == "broadcast"))
+    throw InputError("collective '" + op +
+                     "': expected allreduce, reduce_scatter, allgather, broadcast or alltoall");
+  // From the links: ring inside a node, rails across nodes (one NIC per
+  // device). Inside the node a measured fit for G ranks replaces the ring.
+  std::string intra_how;
+  const double intra_measured =
+      G > 1 && N > 1 ? measured_collective(hw, op, G, bytes, "", intra_how) : -1;
   const double intra = hw.interconnect.intra_node_gbs * kAssumedLinkEfficiency * 1e9;
   const double nics = std::max(1, hw.interconnect.nics_per_node);
+  // Each device's own rail; ranks that share a node's links (a CPU's ranks)
+  // share their bandwidth.
   const double inter = hw.interconnect.nic_gbps / 8.0 * nics /
-                       std::max(1, hw.interconnect.devices_per_node) * kAssumedLinkEfficiency * 1e9;
-  if ((G > 1 && !(intra > 0)) || (N > 1 && !(inter > 0)))
+                       static_cast<double>(std::max<int64_t>(G, hw.interconnect.devices_per_node)) *
+                       kAssumedLinkEfficiency * 1e9;
+  if ((G > 1 && intra_measured < 0 && !(intra > 0)) || (N > 1 && !(inter > 0)))
     throw InputError("hardware profile " + hw.name + ": no interconnect bandwidth and no " +
-                     "measured " + op + " fit for " + key + " ranks");
+                     "measured " + op + " fit for " + key + " ranks" +
+                     (N > 1 ? " (--link-gbps gives the inter-node link)" : ""));
   const double g = static_cast<double>(G), n = static_cast<double>(N);
   // One ring pass (reduce-scatter or all-gather): (G-1)/G of the data inside
   // the node, then (N-1)/N of each device's 1/G share across its rail.
-  auto pass = [&](double s) {
-    double t = 0;
-    if (G > 1) t += (g - 1) / g * s / intra + (g - 1) * kIntraNodeAlphaUs * 1e-6;
-    if (N > 1) t += (n - 1) / n * (s / g) / inter + (n - 1) * kInterNodeAlphaUs * 1e-6;
-    return t;
+  auto intra_pass = [&](double s) {
+    return G > 1 ? (g - 1) / g * s / intra + (g - 1) * kIntraNodeAlphaUs * 1e-6 : 0.0;
   };
-  if (op == "allreduce") {
-    c.seconds = 2 * pass(bytes);
-  } else if (op == "reduce_scatter" || op == "allgather") {
-    c.seconds = pass(bytes);
-  } else if (op == "alltoall") {
+  auto inter_pass = [&](double s) {
+    return N > 1 ? (n - 1) / n * (s / g) / inter + (n - 1) * kInterNodeAlphaUs * 1e-6 : 0.0;
+  };
+  const double passes = op == "allreduce" || op == "broadcast" ? 2 : 1;  // broadcast: scatter + all-gather
+  if (op == "alltoall") {
     const double r = static_cast<double>(ranks);
-    const double t_intra = G > 1 ? bytes * (g - 1) / r / intra : 0;
+    const double t_intra =
+        G > 1 ? (intra_measured >= 0 ? intra_measured : bytes * (g - 1) / r / intra) : 0;
     const double t_inter = N > 1 ? bytes * (r - g) / r / inter : 0;
     c.seconds = std::max(t_intra, t_inter) + (r - 1) * kIntraNodeAlphaUs * 1e-6;
-  } else if (op == "broadcast") {
-    c.seconds = pass(bytes) * 2;  // scatter + all-gather
+  } else if (intra_measured >= 0) {
+    c.seconds = intra_measured + passes * inter_pass(bytes);
   } else {
-    throw InputError("collective '" + op +
-                     "': expected allreduce, reduce_scatter, allgather, broadcast or alltoall");
+    c.seconds = passes * (intra_pass(bytes) + inter_pass(bytes));
   }
-  c.how = N > 1 ? "links: ring in node + rails (" + std::to_string(N) + " nodes)"
+  c.how = N > 1 ? "links: " + (intra_measured >= 0 ? intra_how + " in node" : "ring in node") +
+                      " + rails (" + std::to_string(N) + " nodes)"
                 : "links: ring in node";
   return c;
 }
@@ -252,9 +276,42 @@ double decode_seconds_per_token(const model::ModelConfig& c, const HwProfile& hw
   return (weights + kv) / (memory_gbs(hw) * 1e9);
 }
 
-Prediction predict_step(const model::ModelConfig& c, const HwProfile& hw, const PlanOptions& o) {
+int cpu_threads(const HwProfile& hw) {
+  int threads = 0;
+  for (const auto& p : hw.peak) threads = std::max(threads, p.threads);
+  if (threads == 0) threads = static_cast<int>(std::max<int64_t>(1, hw.compute_units));
+  return threads;
+}
+
+double cpu_rank_share(const HwProfile& hw, const Layout& l) {
+  if (hw.kind != "cpu") return 1.0;
+  const double threads = cpu_threads(hw);
+  const double per_rank = l.threads_per_rank > 0
+                              ? static_cast<double>(l.threads_per_rank)
+                              : threads / static_cast<double>(std::max<int64_t>(
+                                              1, l.devices_per_node));
+  return std::min(1.0, per_rank / threads);
+}
+
+HwProfile cpu_rank_view(const HwProfile& hw, double share) {
+  if (share >= 1.0) return hw;
+  HwProfile v = hw;
+  for (auto& p : v.peak) p.gflops *= share;
+  for (auto& g : v.gemm_shapes) g.gflops *= share;
+  for (auto& a : v.attention) a.gflops *= share;
+  for (auto& m : v.memory_levels) m.gbs *= share;
+  v.memory_bandwidth_gbs *= share;
+  return v;
+}
+
+Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
+                        const PlanOptions& o) {
   const Layout& l = o.layout;
   validate_layout(c, l);
+  // On a CPU a rank is a share of the processor: it computes and streams
+  // memory at that share of the whole-CPU rates the profile measured.
+  const double share = cpu_rank_share(whole_hw, l);
+  const HwProfile hw = cpu_rank_view(whole_hw, share);
   Prediction p;
   p.model = c.name;
   p.hw = hw.name;
@@ -300,8 +357,8 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& hw, const 
   // Optimizer: streaming over the local parameters (a 1/dp share with ZeRO-1),
   // plus Muon's Newton-Schulz GEMMs on its share of the matrices.
   const LocalParams lp = local_params(c, l);
-  const double share = l.zero1 ? 1.0 / static_cast<double>(l.dp()) : 1.0;
-  const double stream = lp.total() * share * optimizer_bytes_per_param(l.optimizer) +
+  const double owned = l.zero1 ? 1.0 / static_cast<double>(l.dp()) : 1.0;
+  const double stream = lp.total() * owned * optimizer_bytes_per_param(l.optimizer) +
                         (l.dtype == "bf16" ? lp.total() * 6.0 : 0.0);
   p.optimizer_s = stream / (memory_gbs(hw) * 1e9);
   if (l.optimizer == "muon") {
@@ -310,7 +367,7 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& hw, const 
       const int64_t a = std::min(g.shape.n, g.shape.k), b = std::max(g.shape.n, g.shape.k);
       const GemmPrice xxt = price_gemm(hw, "f32", a, a, b);
       const GemmPrice aa = price_gemm(hw, "f32", a, a, a);
-      p.optimizer_s += 5.0 * (2 * xxt.seconds + aa.seconds) * static_cast<double>(g.count) * share;
+      p.optimizer_s += 5.0 * (2 * xxt.seconds + aa.seconds) * static_cast<double>(g.count) * owned;
     }
   }
 
@@ -372,6 +429,10 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& hw, const 
     p.assumptions.push_back("attention at " + fmt(kAssumedAttentionRelative, 2) +
                             " of the GEMM efficiency at its per-head work");
   p.assumptions.push_back("balanced routing (tokens x top_k / n_experts per expert)");
+  if (share < 1.0)
+    p.assumptions.push_back("each rank runs at " + fmt(share, 3) + " of the CPU's measured " +
+                            std::to_string(cpu_threads(whole_hw)) +
+                            "-thread compute and memory rates");
   if (l.dp() > 1)
     p.assumptions.push_back("links at " + fmt(kAssumedLinkEfficiency, 2) +
                             " of published bandwidth where no fit was measured");

@@ -98,6 +98,13 @@ struct Prediction {
 Prediction predict_step(const model::ModelConfig& config, const HwProfile& hw,
                         const PlanOptions& options);
 
+// CPU profiles: the threads of the whole processor (its largest measured
+// thread count), the share of it one rank of `layout` gets (1 on a GPU), and
+// the profile as that rank sees it (compute and memory rates x share).
+int cpu_threads(const HwProfile& hw);
+double cpu_rank_share(const HwProfile& hw, const Layout& layout);
+HwProfile cpu_rank_view(const HwProfile& hw, double share);
+
 // Batch-1 decode at `context` tokens: active weights and the KV cache read
 // once per token at the memory bandwidth.
 double decode_seconds_per_token(const model::ModelConfig& config, const HwProfile& hw,
