@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -21,12 +22,15 @@
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
 #include "anvil/base/process.hpp"
+#include "anvil/base/table.hpp"
 #include "anvil/base/threads.hpp"
 #include "anvil/bench/comm_bench.hpp"
 #include "anvil/bench/gemm_bench.hpp"
 #include "anvil/bench/hw_report.hpp"
 #include "anvil/bench/membw_bench.hpp"
+#include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/ckpt/export.hpp"
+#include "anvil/ckpt/sharded.hpp"
 #include "anvil/comm/communicator.hpp"
 #include "anvil/data/tokens.hpp"
 #include "anvil/dist/data_parallel.hpp"
@@ -367,6 +371,10 @@ int main(int argc, char** argv) {
   train->add_option("--ckpt-every", topt.ckpt_every, "Checkpoint every N steps (and at the end)")
       ->check(CLI::NonNegativeNumber);
   train->add_option("--keep", topt.keep, "Checkpoints kept (newest)")->check(CLI::PositiveNumber);
+  bool sync_save = false;
+  train->add_flag("--sync-save", sync_save,
+                  "Write each checkpoint before going on (default: a background thread writes it "
+                  "during the next step's forward and backward; that step's update waits for it)");
   auto* resume_opt = train->add_option(
       "--resume", topt.resume,
       "Continue from a checkpoint dir, a run dir, or 'latest' (the newest in --out)");
@@ -484,6 +492,27 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--checkpoint", export_ckpt, "A step-* directory or a run directory")
       ->required();
   export_cmd->add_option("--out", export_out, "New directory to write")->required();
+  // anvil ckpt verify / reshape
+  auto* verify_cmd = ckpt_cmd->add_subcommand(
+      "verify",
+      "Check a checkpoint (or every checkpoint of a run): each shard against its CRC-32, every "
+      "tensor covered once, state.json; exit 0 when all are intact, 2 when one is not");
+  std::string verify_path;
+  bool verify_json = false;
+  verify_cmd->add_option("dir", verify_path, "A step-* directory or a run directory")->required();
+  verify_cmd->add_flag("--json", verify_json, "Print JSON instead of the table");
+  auto* reshape_cmd = ckpt_cmd->add_subcommand(
+      "reshape",
+      "Rewrite a checkpoint as written by N ranks (any layout in; the same tensors out). "
+      "anvil train --resume also reshapes on load: any rank count, --zero or not, any --ep");
+  std::string reshape_from, reshape_out;
+  int reshape_to = 1;
+  reshape_cmd->add_option("--checkpoint", reshape_from, "A step-* directory or a run directory")
+      ->required();
+  reshape_cmd->add_option("--to", reshape_to, "Ranks of the new layout (files rank-00000..N-1)")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  reshape_cmd->add_option("--out", reshape_out, "Run directory to write step-N into")->required();
 
   // anvil data tokenize
   auto* data_cmd = app.add_subcommand("data", "Training data");
@@ -514,7 +543,7 @@ int main(int argc, char** argv) {
         const std::string expected = *bench      ? "gemm, membw, comm"
                                      : *data_cmd ? "tokenize"
                                      : *ckpt_cmd
-                                         ? "export"
+                                         ? "export, verify, reshape"
                                          : "hw, bench, train, generate, size, plan, ckpt, data";
         msg = rest.empty()
                   ? where + ": expected a command (" + expected + ")"
@@ -614,6 +643,7 @@ int main(int argc, char** argv) {
                 std::max(1, anvil::cpu_info().logical_cpus / std::max(1, dp->local_size())));
           }
         }
+        topt.async_save = !sync_save;
         r = anvil::train::run_training(topt, dp.get());
       } catch (const anvil::comm::CommTimeout& e) {
         abort_on_timeout(e);
@@ -634,6 +664,7 @@ int main(int argc, char** argv) {
                             {"planned_bytes", r.planned_bytes},
                             {"optimizer_bytes", r.optimizer_bytes},
                             {"peak_rss_bytes", r.peak_rss_bytes},
+                            {"rank_peak_rss_bytes", r.rank_peak_rss_bytes},
                             {"checkpoint", r.last_checkpoint},
                             {"ranks", r.world},
                             {"comm_seconds", r.comm_seconds},
@@ -667,6 +698,43 @@ int main(int argc, char** argv) {
       const auto r = anvil::ckpt::export_hf(export_ckpt, export_out);
       std::cerr << "wrote " << r.out_dir << ": " << r.tensors << " tensors, " << r.parameters
                 << " parameters (model.safetensors, config.json)\n";
+      return 0;
+    }
+    if (*verify_cmd) {
+      namespace fs = std::filesystem;
+      std::vector<std::string> dirs;
+      if (fs::exists(fs::path(verify_path) / "state.json") ||
+          fs::exists(fs::path(verify_path) / "index.json")) {
+        dirs.push_back(verify_path);
+      } else {
+        anvil::ckpt::resolve_checkpoint(verify_path);  // names the path when it holds none
+        dirs = anvil::ckpt::checkpoint_dirs(verify_path);
+      }
+      anvil::Table t({"checkpoint", "format", "tensors", "shards", "bytes", "status"});
+      nlohmann::json j = nlohmann::json::array();
+      std::string first_problem;
+      for (const auto& d : dirs) {
+        const auto r = anvil::ckpt::verify_checkpoint(d);
+        t.add_row({d, "v" + std::to_string(r.version), std::to_string(r.tensors),
+                   std::to_string(r.shards), anvil::human_bytes(static_cast<double>(r.bytes)),
+                   r.problems.empty() ? "intact" : r.problems.front()});
+        j.push_back({{"checkpoint", d},
+                     {"version", r.version},
+                     {"tensors", r.tensors},
+                     {"shards", r.shards},
+                     {"bytes", r.bytes},
+                     {"layout", r.layout},
+                     {"problems", r.problems}});
+        if (!r.problems.empty() && first_problem.empty())
+          first_problem = d + " is damaged: " + r.problems.front();
+      }
+      std::cout << (verify_json ? j.dump(2) + "\n" : t.to_text());
+      if (!first_problem.empty()) throw anvil::InputError(first_problem);
+      return 0;
+    }
+    if (*reshape_cmd) {
+      const std::string dir = anvil::ckpt::reshape_checkpoint(reshape_from, reshape_out, reshape_to);
+      std::cerr << "wrote " << dir << " as " << reshape_to << " rank file(s)\n";
       return 0;
     }
     if (*tokenize) {

@@ -98,8 +98,8 @@ TEST(Cli, TrainsOnTextCheckpointsAndGenerates) {
   ASSERT_EQ(t.status, 0) << t.out;
   EXPECT_NE(t.out.find("memory plan: parameters"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("step 6/6"), std::string::npos) << t.out;
-  EXPECT_TRUE(std::filesystem::exists(dir + "/run/step-00000006/model.safetensors"));
-  EXPECT_TRUE(std::filesystem::exists(dir + "/run/step-00000006/optimizer.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/run/step-00000006/index.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/run/step-00000006/rank-00000.safetensors"));
   std::ifstream metrics(dir + "/run/metrics.jsonl");
   int lines = 0;
   for (std::string line; std::getline(metrics, line); ++lines) {
@@ -427,6 +427,11 @@ std::string token_file(uint64_t vocab, const std::vector<uint16_t>& ids) {
 }
 
 // A safetensors file from a header text and `data_bytes` zero bytes of data.
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
 std::string safetensors(const std::string& header, size_t data_bytes) {
   std::string bytes(8, '\0');
   for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
@@ -492,19 +497,43 @@ TEST(Cli, BadTokenFilesCheckpointsAndStateJsonAreOneLineStatus2AndWriteNothing) 
       {"model.safetensors", safetensors("{" + entry("[4,4]", 0, 32) + "}", 32),
        "tensor " + emb + ": data_offsets [0, 32]: 32 bytes (expected 64 for F32 [4,4])"},
   };
-  for (size_t i = 0; i < cases.size(); ++i) {
+  // The safetensors cases go into a version-1 checkpoint (model.safetensors
+  // and state.json); the others into the sharded one the run wrote.
+  const std::string index = slurp(dir + "/run/step-00000002/index.json");
+  std::string shard = slurp(dir + "/run/step-00000002/rank-00000.safetensors");
+  // Damage the first tensor's data (model weights come first; generation
+  // reads only those).
+  size_t data_start = 8;
+  for (int i = 0; i < 8; ++i) data_start += static_cast<size_t>(static_cast<unsigned char>(shard[i])) << (8 * i);
+  std::string flipped = shard;
+  flipped[data_start + 3] ^= 0x40;
+  const std::vector<Case> sharded_cases = {
+      {"rank-00000.safetensors", flipped, "checksum mismatch"},
+      {"rank-00000.safetensors", shard.substr(0, data_start + 16), "beyond the file's"},
+      {"index.json", index.substr(0, index.size() / 2), "not valid JSON"},
+      {"index.json", "{\"format\": \"anvil-checkpoint\", \"version\": 2, \"tensors\": {}}",
+       "no tensor model.embed_tokens.weight"},
+  };
+  std::vector<Case> all = cases;
+  all.insert(all.end(), sharded_cases.begin(), sharded_cases.end());
+  for (size_t i = 0; i < all.size(); ++i) {
+    const auto& c = all[i];
     const std::string run = dir + "/bad" + std::to_string(i);
     std::filesystem::copy(dir + "/run", run, std::filesystem::copy_options::recursive);
-    const std::string path = run + "/step-00000002/" + cases[i].file;
-    write_bytes(path, cases[i].contents);
+    const std::string step = run + "/step-00000002/";
+    if (c.file == "model.safetensors") {
+      std::filesystem::remove(step + "index.json");
+      std::filesystem::remove(step + "rank-00000.safetensors");
+    }
+    const std::string path = step + c.file;
+    write_bytes(path, c.contents);
     const auto before = snapshot(run);
     expect_usage_error(train + dir + "/text.txt --steps 4 --out " + run + " --resume latest",
                        path + ": ");
     expect_usage_error(train + dir + "/text.txt --steps 4 --out " + run + " --resume latest",
-                       cases[i].problem);
+                       c.problem);
     expect_usage_error("generate --checkpoint " + run + " --prompt hi --max-new 2", path + ": ");
-    expect_usage_error("generate --checkpoint " + run + " --prompt hi --max-new 2",
-                       cases[i].problem);
-    EXPECT_EQ(snapshot(run), before) << cases[i].problem;
+    expect_usage_error("generate --checkpoint " + run + " --prompt hi --max-new 2", c.problem);
+    EXPECT_EQ(snapshot(run), before) << c.problem;
   }
 }

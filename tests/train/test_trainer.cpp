@@ -13,6 +13,7 @@
 #include "anvil/base/files.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/ckpt/safetensors.hpp"
+#include "anvil/ckpt/sharded.hpp"
 #include "anvil/data/tokens.hpp"
 #include "anvil/train/trainer.hpp"
 #include "support/input_error.hpp"
@@ -148,8 +149,8 @@ TEST(Trainer, Zaya1TrainsBalancesAndResumesExactlyWithItsBiases) {
   const std::string dir = testing::TempDir() + "/resume_zaya";
   const auto joined = run_in_two_halves(o, dir, 4);
   EXPECT_EQ(joined, whole.losses);  // balancing biases and their Adam state are checkpointed
-  const auto w = ckpt::read_safetensors(dir + "/step-00000010/model.safetensors");
-  EXPECT_EQ(w.tensors.count("model.layers.1.zaya_block.router.balancing_biases"), 1u);
+  const auto w = ckpt::read_tensors(dir + "/step-00000010", "model");
+  EXPECT_EQ(w.count("model.layers.1.zaya_block.router.balancing_biases"), 1u);
   auto bf16 = o;
   bf16.precision = "bf16";
   EXPECT_THROW(run_training(bf16), InputError);

@@ -46,61 +46,29 @@ std::vector<fs::path> step_dirs(const fs::path& run_dir) {
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& run_dir, int64_t step, const CheckpointData& d,
-                            int keep) {
-  std::error_code ec;
-  fs::create_directories(run_dir, ec);
-  if (ec) throw SystemError(run_dir + ": cannot create directory: " + ec.message());
-  const fs::path final_dir = fs::path(run_dir) / step_name(step);
-  char tmp_name[64];
-  std::snprintf(tmp_name, sizeof tmp_name, ".step-%08lld.tmp-%d", static_cast<long long>(step),
-                static_cast<int>(::getpid()));
-  const fs::path tmp_dir = fs::path(run_dir) / tmp_name;
-  fs::remove_all(tmp_dir, ec);
-  fs::create_directory(tmp_dir, ec);
-  if (ec) throw SystemError(tmp_dir.string() + ": cannot create directory: " + ec.message());
-  try {
-    std::vector<TensorRef> weights, moments;
-    for (const auto& s : d.registry->specs()) {
-      weights.push_back({s.name, s.shape, d.params + s.offset});
-      if (d.exp_avg != nullptr) {
-        moments.push_back({s.name + ".exp_avg", s.shape, d.exp_avg + s.offset});
-        moments.push_back({s.name + ".exp_avg_sq", s.shape, d.exp_avg_sq + s.offset});
-      }
-      if (d.momentum != nullptr && s.group == model::OptimizerGroup::muon) {
-        moments.push_back({s.name + ".momentum_buffer", s.shape, d.momentum + s.offset});
-      }
-    }
-    for (const auto& e : d.extra) {
-      (e.optimizer_state ? moments : weights).push_back({e.name, e.shape, e.data});
-    }
-    const std::map<std::string, std::string> meta = {{"format", "anvil-checkpoint"},
-                                                     {"version", "1"}};
-    write_safetensors((tmp_dir / "model.safetensors").string(), weights, meta);
-    if (!moments.empty()) {
-      write_safetensors((tmp_dir / "optimizer.safetensors").string(), moments, meta);
-    }
-    write_file_atomic((tmp_dir / "state.json").string(), d.state_json);
-    fsync_directory(tmp_dir.string());
-    fs::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier run
-    fs::rename(tmp_dir, final_dir);
-    fsync_directory(run_dir);
-  } catch (...) {
-    fs::remove_all(tmp_dir, ec);
-    throw;
-  }
+std::vector<std::string> checkpoint_dirs(const std::string& run_dir) {
+  std::vector<std::string> out;
+  for (const auto& d : step_dirs(run_dir)) out.push_back(d.string());
+  return out;
+}
+
+std::string checkpoint_name(int64_t step) {
+  return step_name(step);
+}
+
+void prune_checkpoints(const std::string& run_dir, int keep, const std::string& newest) {
   const auto dirs = step_dirs(run_dir);
+  std::error_code ec;
   if (keep > 0 && static_cast<int>(dirs.size()) > keep) {
     for (size_t i = 0; i + keep < dirs.size(); ++i) {
-      if (dirs[i].filename() != final_dir.filename()) fs::remove_all(dirs[i], ec);
+      if (dirs[i].filename() != fs::path(newest).filename()) fs::remove_all(dirs[i], ec);
     }
   }
-  return final_dir.string();
 }
 
 std::string resolve_checkpoint(const std::string& path) {
   const fs::path p(path);
-  if (fs::exists(p / "state.json")) return p.string();
+  if (fs::exists(p / "state.json") || fs::exists(p / "index.json")) return p.string();
   if (!fs::is_directory(p)) {
     throw InputError(path +
                      ": not a checkpoint or run directory (expected a directory holding "
@@ -164,37 +132,5 @@ nlohmann::json read_state(const std::string& checkpoint_dir) {
   return s;
 }
 
-void load_checkpoint(const std::string& dir, const model::ParamRegistry& registry, float* params,
-                     float* exp_avg, float* exp_avg_sq, float* momentum,
-                     const std::vector<model::ExtraTensor>& extra) {
-  auto load_extra = [&](const SafetensorsFile& file, bool optimizer_state) {
-    for (const auto& e : extra) {
-      if (e.optimizer_state != optimizer_state) continue;
-      const auto& t = file.get(e.name, e.shape);
-      std::memcpy(e.data, t.data.data(), t.data.size() * sizeof(float));
-    }
-  };
-  {
-    const auto w = read_safetensors((fs::path(dir) / "model.safetensors").string());
-    for (const auto& s : registry.specs()) {
-      const auto& t = w.get(s.name, s.shape);
-      std::memcpy(params + s.offset, t.data.data(), t.data.size() * sizeof(float));
-    }
-    load_extra(w, false);
-  }
-  if (exp_avg == nullptr) return;
-  const auto o = read_safetensors((fs::path(dir) / "optimizer.safetensors").string());
-  for (const auto& s : registry.specs()) {
-    const auto& m = o.get(s.name + ".exp_avg", s.shape);
-    const auto& v = o.get(s.name + ".exp_avg_sq", s.shape);
-    std::memcpy(exp_avg + s.offset, m.data.data(), m.data.size() * sizeof(float));
-    std::memcpy(exp_avg_sq + s.offset, v.data.data(), v.data.size() * sizeof(float));
-    if (momentum != nullptr && s.group == model::OptimizerGroup::muon) {
-      const auto& b = o.get(s.name + ".momentum_buffer", s.shape);
-      std::memcpy(momentum + s.offset, b.data.data(), b.data.size() * sizeof(float));
-    }
-  }
-  load_extra(o, true);
-}
 
 }  // namespace anvil::ckpt

@@ -9,6 +9,7 @@
 #include "anvil/base/files.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/ckpt/safetensors.hpp"
+#include "anvil/ckpt/sharded.hpp"
 #include "anvil/model/config.hpp"
 
 namespace anvil::ckpt {
@@ -61,7 +62,9 @@ ExportResult export_hf(const std::string& checkpoint, const std::string& out_dir
   std::error_code ec;
   if (fs::exists(out_dir, ec))
     throw InputError("--out: " + out_dir + " exists; expected a new directory");
-  const SafetensorsFile weights = read_safetensors((fs::path(dir) / "model.safetensors").string());
+  SafetensorsFile weights;
+  weights.path = dir;
+  weights.tensors = read_tensors(dir, "model");
   const fs::path target = fs::absolute(out_dir);
   // (Built with append: GCC 12 warns falsely on "." + std::string.)
   std::string tmp_name = ".";

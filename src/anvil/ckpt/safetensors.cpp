@@ -14,8 +14,9 @@
 
 namespace anvil::ckpt {
 
-void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+std::vector<std::pair<uint64_t, uint64_t>> write_safetensors(
+    const std::string& path, const std::vector<TensorRef>& tensors,
+    const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
   uint64_t offset = 0;
   std::vector<std::string_view> pieces;
@@ -34,11 +35,16 @@ void write_safetensors(const std::string& path, const std::vector<TensorRef>& te
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((n >> (8 * i)) & 0xff);
   prefix += text;
   pieces.emplace_back(prefix);
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  uint64_t at = prefix.size();
   for (const auto& t : tensors) {
-    pieces.emplace_back(reinterpret_cast<const char*>(t.data),
-                        static_cast<size_t>(tensor::numel(t.shape)) * sizeof(float));
+    const size_t bytes = static_cast<size_t>(tensor::numel(t.shape)) * sizeof(float);
+    pieces.emplace_back(reinterpret_cast<const char*>(t.data), bytes);
+    ranges.emplace_back(at, at + bytes);
+    at += bytes;
   }
   write_file_atomic(path, pieces);
+  return ranges;
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace anvil::ckpt {
@@ -22,8 +23,10 @@ struct TensorRef {
 // Writes atomically (temporary name, fsync, rename). Tensors keep the given
 // order in the data section; the header is sorted by name as the format's
 // reference writer does.
-void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+// Returns each tensor's [begin, end) byte range in the file (from its start).
+std::vector<std::pair<uint64_t, uint64_t>> write_safetensors(
+    const std::string& path, const std::vector<TensorRef>& tensors,
+    const std::map<std::string, std::string>& metadata = {});
 
 struct LoadedTensor {
   std::vector<int64_t> shape;

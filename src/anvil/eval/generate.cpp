@@ -9,6 +9,7 @@
 #include "anvil/base/error.hpp"
 #include "anvil/base/rng.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
+#include "anvil/ckpt/sharded.hpp"
 #include "anvil/data/tokens.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/decoder.hpp"
@@ -94,12 +95,11 @@ GenerateResult generate(const GenerateOptions& o, const std::function<void(int32
   r.capped = static_cast<int64_t>(prompt.size()) + o.max_new > config.seq_len;
   if (config.attention == "cca") {  // ZAYA1: CCA caches, router biases from the checkpoint
     model::ZayaModel model(config, 1, 1);
-    ckpt::load_checkpoint(dir, model.registry(), model.params(), nullptr, nullptr, nullptr,
-                          model.extra_state());
+    ckpt::load_weights(dir, model.registry(), model.params(), model.extra_state());
     decode_all(model, prompt, total, o, on_token, config.vocab_size, r);
   } else {
     model::Decoder model(config, 1, 1, /*training=*/false);
-    ckpt::load_checkpoint(dir, model.registry(), model.params(), nullptr, nullptr);
+    ckpt::load_weights(dir, model.registry(), model.params());
     decode_all(model, prompt, total, o, on_token, config.vocab_size, r);
   }
   if (r.tokenizer == "bytes") r.text = data::decode_bytes(r.tokens);

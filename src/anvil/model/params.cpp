@@ -49,6 +49,27 @@ void ParamRegistry::scale_lr(const std::string& part, float scale) {
   }
 }
 
+void ParamRegistry::set_sharding(const std::string& part, Sharding sharding) {
+  for (auto& s : specs_) {
+    if (s.name.find(part) != std::string::npos) s.sharding = sharding;
+  }
+}
+
+std::vector<TensorShard> ParamRegistry::shards(
+    float* arena, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+    const std::string& suffix, const std::function<bool(const ParamSpec&)>& keep) const {
+  std::vector<TensorShard> out;
+  for (const auto& [begin, end] : ranges) {
+    for (const auto& s : specs_) {
+      if (keep && !keep(s)) continue;
+      const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
+      if (lo >= hi) continue;
+      out.push_back({s.name + suffix, s.shape, lo - s.offset, hi - lo, 0, s.sharding, arena + lo});
+    }
+  }
+  return out;
+}
+
 const ParamSpec& ParamRegistry::get(const std::string& name) const {
   const ParamSpec* s = find(name);
   if (s == nullptr) throw InputError("no parameter named " + name);
@@ -84,6 +105,10 @@ std::string to_string(Sharding sharding) {
   switch (sharding) {
     case Sharding::replicated:
       return "replicated";
+    case Sharding::zero_range:
+      return "zero-range";
+    case Sharding::expert:
+      return "expert";
   }
   return "?";
 }

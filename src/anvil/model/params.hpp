@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace anvil::model {
@@ -18,9 +20,28 @@ enum class Init { normal, zeros, ones };
 // LM head, norms, biases, scales — AdamW. With plain AdamW every parameter
 // is AdamW's.
 enum class OptimizerGroup { adamw, muon };
-// How a parameter is laid out across ranks. Only replicated exists so far;
-// expert-axis and ZeRO flat ranges are the next rules to add.
-enum class Sharding { replicated };
+// How a tensor is laid out across ranks: whole on every rank (replicated);
+// split into flat ranges over the data-parallel ranks (zero_range: ZeRO-1's
+// optimizer state, distributed Muon's momentum); or one expert's, owned by
+// the expert-parallel rank that runs it and replicated over the
+// expert-data-parallel group (expert).
+enum class Sharding { replicated, zero_range, expert };
+
+// One rank's piece of a global tensor, after Megatron-Core's ShardedTensor:
+// the tensor's key and global shape, the piece as the flat row-major range
+// [offset, offset + numel) of it, and its replica number (0: this rank's
+// copy is the one saved; > 0: another rank saves the same elements).
+// Checkpoints are written and read as lists of these (ckpt/sharded.hpp), so
+// any layout loads what any other wrote.
+struct TensorShard {
+  std::string key;
+  std::vector<int64_t> global_shape;
+  int64_t offset = 0;
+  int64_t numel = 0;
+  int replica = 0;
+  Sharding sharding = Sharding::replicated;
+  float* data = nullptr;
+};
 
 struct ParamSpec {
   std::string name;
@@ -54,6 +75,14 @@ class ParamRegistry {
   int64_t layer_begin(int64_t layer) const;
   // Sets lr_scale of every parameter whose name contains `part`.
   void scale_lr(const std::string& part, float scale);
+  // Marks every parameter whose name contains `part` as sharded `sharding`.
+  void set_sharding(const std::string& part, Sharding sharding);
+  // The parameters' pieces inside the ascending arena ranges [begin, end)
+  // of `arena` (laid out as the registry: a tensor at arena + offset), keyed
+  // by name + `suffix`; `keep` (when set) picks the parameters.
+  std::vector<TensorShard> shards(float* arena, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                                  const std::string& suffix = "",
+                                  const std::function<bool(const ParamSpec&)>& keep = {}) const;
   // Fills `params` from `seed`: each parameter draws from its own stream keyed
   // by its name, so init does not depend on the order of the registry.
   void initialize(float* params, uint64_t seed) const;

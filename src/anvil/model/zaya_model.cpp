@@ -81,6 +81,7 @@ ParamRegistry zaya_registry(const ModelConfig& c) {
   }
   r.add("model.final_norm.weight", {H}, Init::ones);
   res_scale("model.", true);
+  r.set_sharding(".zaya_block.experts.", Sharding::expert);
   return r;
 }
 

@@ -12,11 +12,11 @@ namespace anvil::optim {
 
 namespace {
 
-int64_t owned_total(const std::vector<AdamW::Range>& owned, int64_t all) {
-  if (owned.empty()) return all;
-  int64_t n = 0;
-  for (const auto& [b, e] : owned) n += e - b;
-  return n;
+// The parts of the parameters AdamW updates inside `owned`, in arena order,
+// their moments packed back to back.
+std::vector<AdamW::Range> all_of(const model::ParamRegistry& registry,
+                                 std::vector<AdamW::Range> owned) {
+  return owned.empty() ? std::vector<AdamW::Range>{{0, registry.total()}} : owned;
 }
 
 }  // namespace
@@ -25,62 +25,72 @@ AdamW::AdamW(const model::ParamRegistry& registry, AdamWConfig config, bool skip
              std::vector<Range> owned)
     : registry_(registry),
       config_(config),
-      skip_muon_group_(skip_muon_group),
-      owned_(owned.empty() ? std::vector<Range>{{0, registry.total()}} : std::move(owned)),
+      owned_(all_of(registry, std::move(owned))),
       sharded_(owned_.size() != 1 || owned_[0] != Range{0, registry.total()}),
-      m_("adamw.exp_avg",
-         static_cast<size_t>(owned_total(owned_, registry.total())) * sizeof(float)),
-      v_("adamw.exp_avg_sq",
-         static_cast<size_t>(owned_total(owned_, registry.total())) * sizeof(float)) {}
+      pieces_([&] {
+        std::vector<Piece> pieces;
+        int64_t local = 0;
+        for (const auto& [begin, end] : owned_) {
+          for (const auto& s : registry.specs()) {
+            if (skip_muon_group && s.group == model::OptimizerGroup::muon) continue;
+            const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
+            if (lo >= hi) continue;
+            pieces.push_back({&s, lo, hi, local});
+            local += hi - lo;
+          }
+        }
+        return pieces;
+      }()),
+      m_("adamw.exp_avg", static_cast<size_t>(pieces_.empty() ? 0 : pieces_.back().local +
+                                                                         pieces_.back().end -
+                                                                         pieces_.back().begin) *
+                              sizeof(float)),
+      v_("adamw.exp_avg_sq", m_.capacity()) {}
 
 void AdamW::update(float* params, const float* grads, float lr, int64_t step, float grad_scale) {
   const float b1 = config_.beta1, b2 = config_.beta2, eps = config_.eps;
   const float bc1 = 1.0f - std::pow(b1, static_cast<float>(step));
   const float bc2_sqrt = std::sqrt(1.0f - std::pow(b2, static_cast<float>(step)));
-  float* m = exp_avg();
-  float* v = exp_avg_sq();
-  int64_t local = 0;  // where the current owned range's state starts
-  for (const auto& [begin, end] : owned_) {
-    for (const auto& s : registry_.specs()) {
-      if (skip_muon_group_ && s.group == model::OptimizerGroup::muon) continue;
-      const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
-      if (lo >= hi) continue;
-      const float plr = lr * s.lr_scale, step_size = plr / bc1;
-      const float decay = s.weight_decay ? 1.0f - plr * config_.weight_decay : 1.0f;
-      float* p = params + lo;
-      const float* g = grads + lo;
-      float* ms = m + local + (lo - begin);
-      float* vs = v + local + (lo - begin);
-      const int64_t n = hi - lo;
+  float* m = reinterpret_cast<float*>(m_.base());
+  float* v = reinterpret_cast<float*>(v_.base());
+  for (const Piece& piece : pieces_) {
+    const model::ParamSpec& s = *piece.spec;
+    const float plr = lr * s.lr_scale, step_size = plr / bc1;
+    const float decay = s.weight_decay ? 1.0f - plr * config_.weight_decay : 1.0f;
+    float* p = params + piece.begin;
+    const float* g = grads + piece.begin;
+    float* ms = m + piece.local;
+    float* vs = v + piece.local;
+    const int64_t n = piece.end - piece.begin;
 #pragma omp parallel for simd schedule(static)
-      for (int64_t i = 0; i < n; ++i) {
-        const float gi = g[i] * grad_scale;
-        p[i] *= decay;
-        ms[i] = b1 * ms[i] + (1.0f - b1) * gi;
-        vs[i] = b2 * vs[i] + (1.0f - b2) * gi * gi;
-        p[i] -= step_size * ms[i] / (std::sqrt(vs[i]) / bc2_sqrt + eps);
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = g[i] * grad_scale;
+      p[i] *= decay;
+      ms[i] = b1 * ms[i] + (1.0f - b1) * gi;
+      vs[i] = b2 * vs[i] + (1.0f - b2) * gi * gi;
+      p[i] -= step_size * ms[i] / (std::sqrt(vs[i]) / bc2_sqrt + eps);
+    }
+  }
+}
+
+std::vector<model::TensorShard> AdamW::state(const std::vector<Range>& within) {
+  std::vector<model::TensorShard> out;
+  const std::vector<Range> all = {{0, registry_.total()}};
+  const std::vector<Range>& limit = within.empty() ? all : within;
+  for (const char* which : {".exp_avg", ".exp_avg_sq"}) {
+    float* base = reinterpret_cast<float*>((which[8] == '\0' ? m_ : v_).base());
+    for (const Piece& piece : pieces_) {
+      for (const auto& [wb, we] : limit) {
+        const int64_t lo = std::max(piece.begin, wb), hi = std::min(piece.end, we);
+        if (lo >= hi) continue;
+        const model::ParamSpec& s = *piece.spec;
+        out.push_back({s.name + which, s.shape, lo - s.offset, hi - lo, 0,
+                       sharded_ ? model::Sharding::zero_range : s.sharding,
+                       base + piece.local + (lo - piece.begin)});
       }
     }
-    local += end - begin;
   }
-}
-
-void AdamW::copy_state_to(float* m, float* v) {
-  int64_t local = 0;
-  for (const auto& [begin, end] : owned_) {
-    std::copy(exp_avg() + local, exp_avg() + local + (end - begin), m + begin);
-    std::copy(exp_avg_sq() + local, exp_avg_sq() + local + (end - begin), v + begin);
-    local += end - begin;
-  }
-}
-
-void AdamW::copy_state_from(const float* m, const float* v) {
-  int64_t local = 0;
-  for (const auto& [begin, end] : owned_) {
-    std::copy(m + begin, m + end, exp_avg() + local);
-    std::copy(v + begin, v + end, exp_avg_sq() + local);
-    local += end - begin;
-  }
+  return out;
 }
 
 double sum_of_squares(const float* grads, int64_t n) {

@@ -32,24 +32,29 @@ class AdamW {
   // The gradients are multiplied by `grad_scale` as they are read (gradient
   // clipping without a separate pass over them).
   void update(float* params, const float* grads, float lr, int64_t step, float grad_scale = 1.0f);
-  // First and second moments: the owned ranges one after another (the
-  // parameters' offsets when nothing is sharded).
-  float* exp_avg() { return reinterpret_cast<float*>(m_.base()); }
-  float* exp_avg_sq() { return reinterpret_cast<float*>(v_.base()); }
+  // Bytes of the moments: 8 per element it updates (its owned ranges, less
+  // the muon group when it skips it).
   size_t state_bytes() const { return m_.capacity() + v_.capacity(); }
   bool sharded() const { return sharded_; }
-  // Between the owned state and arena-shaped moments (checkpoints of a
-  // sharded optimizer): copies the owned ranges out of / into m and v.
-  void copy_state_to(float* m, float* v);
-  void copy_state_from(const float* m, const float* v);
+  // The state it keeps, by name: <param>.exp_avg and <param>.exp_avg_sq for
+  // each parameter it updates, as the pieces inside its owned ranges
+  // (ZeRO-1: zero-range shards) intersected with `within` (ascending arena
+  // ranges; empty: all of them). Checkpoints save and load these.
+  std::vector<model::TensorShard> state(const std::vector<Range>& within = {});
   const std::vector<Range>& owned() const { return owned_; }
 
  private:
+  // A parameter's part it updates: arena [begin, end), its moments at
+  // `local` in m and v (pieces back to back).
+  struct Piece {
+    const model::ParamSpec* spec;
+    int64_t begin, end, local;
+  };
   const model::ParamRegistry& registry_;
   AdamWConfig config_;
-  bool skip_muon_group_;
   std::vector<Range> owned_;
   bool sharded_;
+  std::vector<Piece> pieces_;
   tensor::Arena m_, v_;
 };
 

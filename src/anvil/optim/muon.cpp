@@ -105,17 +105,17 @@ size_t largest_gram(const model::ParamRegistry& registry) {
 namespace {
 
 // Momentum offsets per registry entry (the last element: the total): the
-// parameter offsets, or, sharded, the owned matrices packed in order.
+// matrices this rank owns, packed in registry order.
 std::vector<int64_t> owned_offsets(const model::ParamRegistry& registry,
-                                   const std::vector<int>& owners, int rank, bool sharded) {
+                                   const std::vector<int>& owners, int rank) {
   const auto& specs = registry.specs();
   std::vector<int64_t> local(specs.size() + 1, 0);
   int64_t next = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
-    local[i] = sharded ? next : specs[i].offset;
+    local[i] = next;
     if (owners[i] == rank) next += specs[i].numel;
   }
-  local[specs.size()] = sharded ? next : registry.total();
+  local[specs.size()] = next;
   return local;
 }
 
@@ -150,9 +150,8 @@ Muon::Muon(const model::ParamRegistry& registry, MuonConfig config, int rank, in
       rank_(rank),
       owners_(muon_owners(registry, world)),
       sharded_(world > 1),
-      local_(owned_offsets(registry, owners_, rank, sharded_)),
-      momentum_("muon.momentum_buffer",
-                static_cast<size_t>(sharded_ ? local_.back() : registry.total()) * sizeof(float)),
+      local_(owned_offsets(registry, owners_, rank)),
+      momentum_("muon.momentum_buffer", static_cast<size_t>(local_.back()) * sizeof(float)),
       scratch_("muon scratch",
                tensor::Arena::rounded(largest_matrix(registry) * 4) * 3 +
                    tensor::Arena::rounded(largest_gram(registry) * 4) * 2 +
@@ -202,22 +201,16 @@ void Muon::update(float* params, const float* grads, float lr, float grad_scale)
   }
 }
 
-void Muon::copy_momentum_to(float* full) {
+std::vector<model::TensorShard> Muon::state() {
+  std::vector<model::TensorShard> out;
   const auto& specs = registry_.specs();
   for (size_t i = 0; i < specs.size(); ++i) {
     if (owners_[i] != rank_) continue;
-    std::copy(momentum() + local_[i], momentum() + local_[i] + specs[i].numel,
-              full + specs[i].offset);
+    out.push_back({specs[i].name + ".momentum_buffer", specs[i].shape, 0, specs[i].numel, 0,
+                   sharded_ ? model::Sharding::zero_range : specs[i].sharding,
+                   momentum() + local_[i]});
   }
-}
-
-void Muon::copy_momentum_from(const float* full) {
-  const auto& specs = registry_.specs();
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (owners_[i] != rank_) continue;
-    std::copy(full + specs[i].offset, full + specs[i].offset + specs[i].numel,
-              momentum() + local_[i]);
-  }
+  return out;
 }
 
 }  // namespace anvil::optim

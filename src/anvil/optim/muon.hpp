@@ -42,15 +42,13 @@ class Muon {
   void update(float* params, const float* grads, float lr, float grad_scale = 1.0f);
   // Owner rank of each registry entry (-1 outside the muon group).
   const std::vector<int>& owners() const { return owners_; }
-  // Momentum buffers: the parameters' offsets on one rank; distributed, only
-  // this rank's matrices, back to back (copy_momentum_to/from convert).
+  // Momentum buffers of the matrices this rank owns, back to back.
   float* momentum() { return reinterpret_cast<float*>(momentum_.base()); }
   size_t state_bytes() const { return momentum_.capacity() + scratch_.capacity(); }
   bool sharded() const { return sharded_; }
-  // Between the owned momentum and an arena-shaped one (checkpoints): the
-  // owned matrices out of / into `full` at their parameter offsets.
-  void copy_momentum_to(float* full);
-  void copy_momentum_from(const float* full);
+  // The state it keeps, by name: <param>.momentum_buffer of each matrix this
+  // rank updates (distributed: zero-range shards, whole matrices).
+  std::vector<model::TensorShard> state();
 
  private:
   const model::ParamRegistry& registry_;

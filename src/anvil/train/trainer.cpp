@@ -23,6 +23,7 @@
 #include "anvil/base/table.hpp"
 #include "anvil/base/threads.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
+#include "anvil/ckpt/sharded.hpp"
 #include "anvil/dist/data_parallel.hpp"
 #include "anvil/dist/expert_parallel.hpp"
 #include "anvil/dist/grad_reducer.hpp"
@@ -35,6 +36,13 @@ namespace anvil::train {
 namespace {
 
 using json = nlohmann::json;
+
+// A buffer outside the registry as one whole replicated tensor.
+model::TensorShard whole_shard(const model::ExtraTensor& e) {
+  int64_t n = 1;
+  for (const int64_t d : e.shape) n *= d;
+  return {e.name, e.shape, 0, n, 0, model::Sharding::replicated, e.data};
+}
 
 std::atomic<bool> g_stop{false};
 extern "C" void on_stop_signal(int) {
@@ -121,6 +129,10 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
       B_(o.batch),
       T_(o.seq == 0 ? config_.seq_len : o.seq),
       batches_(o.data, config_.vocab_size, o.seed, T_, o.val_fraction) {
+  // This job's nonce: rank 0's clock, the same on every rank.
+  int64_t nonce = rank_ == 0 ? static_cast<int64_t>(now_seconds() * 1e6) % 1000000000000 : 0;
+  if (dp_ && world_ > 1) dp_->sum(std::span<int64_t>(&nonce, 1));
+  nonce_ = std::to_string(nonce);
   if (B_ < 1) throw InputError("--batch: expected >= 1");
   if (T_ < 1 || T_ > config_.seq_len) {
     throw InputError("--seq: expected 1.." + std::to_string(config_.seq_len) +
@@ -208,8 +220,14 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
     std::fflush(stdout);
   }
 
+  // The newest intact checkpoint; damaged newer ones are named and skipped.
   const std::string from =
-      o.resume.empty() ? "" : ckpt::resolve_checkpoint(o.resume == "latest" ? o.out_dir : o.resume);
+      o.resume.empty()
+          ? ""
+          : ckpt::newest_intact_checkpoint(
+                o.resume == "latest" ? o.out_dir : o.resume, [this](const std::string& why) {
+                  if (rank_ == 0) std::fprintf(stderr, "anvil: warning: %s\n", why.c_str());
+                });
   if (!from.empty()) {
     resume(from);
   } else {
@@ -224,7 +242,9 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
   }
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  if (saver_.joinable()) saver_.join();
+}
 
 void Trainer::resume(const std::string& from) {
   const json state = ckpt::read_state(from);
@@ -249,12 +269,15 @@ void Trainer::resume(const std::string& from) {
   if (saved_accum != o_.accum && !o_.quiet && rank_ == 0)
     std::printf("global batch ramp: accum %lld -> %lld\n", static_cast<long long>(saved_accum),
                 static_cast<long long>(o_.accum));
-  // A sharded optimizer reads the whole moments and keeps its own part.
-  WholeOptimizerState whole = whole_optimizer_state();
-  ckpt::load_checkpoint(from, model_->registry(), model_->params(), whole.exp_avg, whole.exp_avg_sq,
-                        whole.momentum, model_->extra_state());
-  if (adamw_->sharded()) adamw_->copy_state_from(whole.exp_avg, whole.exp_avg_sq);
-  if (muon_ && muon_->sharded()) muon_->copy_momentum_from(whole.momentum);
+  // Every rank reads all the weights and the optimizer state it keeps, from
+  // whatever layout wrote them.
+  std::vector<model::TensorShard> want =
+      model_->registry().shards(model_->params(), {{0, model_->registry().total()}});
+  for (const auto& e : model_->extra_state()) want.push_back(whole_shard(e));
+  for (auto& piece : adamw_->state()) want.push_back(piece);
+  if (muon_)
+    for (auto& piece : muon_->state()) want.push_back(piece);
+  ckpt::load_pieces(from, want);
   step_ = state.at("step").get<int64_t>();
   if (!o_.quiet && rank_ == 0)
     std::printf("resumed from %s at step %lld\n", from.c_str(), static_cast<long long>(step_));
@@ -282,40 +305,59 @@ std::string Trainer::state_json() const {
   return s.dump(2) + "\n";
 }
 
-Trainer::WholeOptimizerState Trainer::whole_optimizer_state() {
-  WholeOptimizerState w;
-  const auto n = static_cast<size_t>(model_->registry().total());
-  auto whole = [&](std::vector<float>& buffer, float* own, bool sharded) {
-    if (!sharded) return own;
-    buffer.assign(n, 0.0f);
-    return buffer.data();
-  };
-  w.exp_avg = whole(w.buffers[0], adamw_->exp_avg(), adamw_->sharded());
-  w.exp_avg_sq = whole(w.buffers[1], adamw_->exp_avg_sq(), adamw_->sharded());
-  if (muon_) w.momentum = whole(w.buffers[2], muon_->momentum(), muon_->sharded());
-  return w;
-}
-
 void Trainer::save() {
   if (o_.out_dir.empty()) return;
-  // Sharded moments (ZeRO-1's blocks, distributed Muon's matrices) are
-  // gathered whole, every rank taking part, for the one-file checkpoint;
-  // sharded checkpoints are issue 17's.
-  WholeOptimizerState whole = whole_optimizer_state();
-  if (adamw_->sharded()) {
-    adamw_->copy_state_to(whole.exp_avg, whole.exp_avg_sq);
-    reducer_->gather(whole.exp_avg);
-    reducer_->gather(whole.exp_avg_sq);
+  wait_for_save();  // one save at a time
+  // Each rank writes its share: the weights and replicated state in its
+  // reducer blocks (the arena split evenly over the ranks), the optimizer
+  // state it owns (ZeRO-1 ranges, its Muon matrices); rank 0 the extras.
+  const auto& registry = model_->registry();
+  const std::vector<std::pair<int64_t, int64_t>> mine =
+      reducer_ ? reducer_->owned()
+               : std::vector<std::pair<int64_t, int64_t>>{{0, registry.total()}};
+  ckpt::ShardedSave save;
+  save.model = registry.shards(model_->params(), mine);
+  save.optimizer = adamw_->state(mine);
+  if (muon_)
+    for (auto& piece : muon_->state()) save.optimizer.push_back(piece);
+  if (rank_ == 0)
+    for (const auto& e : model_->extra_state())
+      (e.optimizer_state ? save.optimizer : save.model).push_back(whole_shard(e));
+  save.state_json = state_json();
+  save.layout = {{"world", world_},
+                 {"zero", o_.zero},
+                 {"ep", o_.ep},
+                 {"optimizer", o_.optimizer},
+                 {"batch", B_},
+                 {"accum", o_.accum}};
+  ckpt::SaveGroup group;
+  group.rank = rank_;
+  group.world = world_;
+  group.nonce = nonce_;
+  const std::string dir = o_.out_dir;
+  const int64_t step = step_;
+  const int keep = o_.keep;
+  if (rank_ == 0) result_.last_checkpoint = dir + "/" + ckpt::checkpoint_name(step);
+  auto write = [this, dir, step, keep, group, save = std::move(save)] {
+    try {
+      ckpt::save_sharded(dir, step, save, group, keep);
+    } catch (...) {
+      save_error_ = std::current_exception();
+    }
+  };
+  if (o_.async_save) {
+    saver_ = std::thread(std::move(write));
+  } else {
+    write();
+    wait_for_save();
   }
-  if (muon_ && muon_->sharded()) {
-    muon_->copy_momentum_to(whole.momentum);
-    broadcast_muon_matrices(whole.momentum);
-  }
-  if (rank_ != 0) return;
-  ckpt::CheckpointData d{&model_->registry(), model_->params(), whole.exp_avg,
-                         whole.exp_avg_sq,    whole.momentum,   model_->extra_state(),
-                         state_json()};
-  result_.last_checkpoint = ckpt::save_checkpoint(o_.out_dir, step_, d, o_.keep);
+}
+
+double Trainer::wait_for_save() {
+  const double t0 = now_seconds();
+  if (saver_.joinable()) saver_.join();
+  if (save_error_) std::rethrow_exception(std::exchange(save_error_, nullptr));
+  return now_seconds() - t0;
 }
 
 StepStats Trainer::step() {
@@ -354,6 +396,8 @@ StepStats Trainer::step() {
                          : optim::global_norm(model_->grads(), model_->registry().total());
   s.lr = o_.schedule.at(step_);
   const float coef = optim::clip_coefficient(s.grad_norm, o_.clip);
+  // A background save still reading the weights and moments finishes first.
+  s.save_wait_seconds = wait_for_save();
   adamw_->update(model_->params(), model_->grads(), static_cast<float>(s.lr), step_ + 1, coef);
   if (adamw_->sharded()) reducer_->gather(model_->params());
   if (muon_) {
@@ -438,6 +482,7 @@ void Trainer::log(const StepStats& s, double val) {
               {"seconds", s.seconds}, {"tokens_per_s", tps},
               {"mfu", mfu},           {"tokens", s.step * static_cast<int64_t>(tokens_per_step)}};
     if (val >= 0) m["val_loss"] = val;
+    if (s.save_wait_seconds > 1e-4) m["save_wait_s"] = s.save_wait_seconds;
     if (world_ > 1) {
       m["ranks"] = world_;
       m["comm_s"] = s.comm_seconds;
@@ -508,6 +553,7 @@ TrainResult Trainer::run() {
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
   if (step_ > result_.first_step) save();
+  wait_for_save();
   if (g_stop.load() && !o_.quiet && rank_ == 0) {
     std::printf("\nstopped by a signal at step %lld%s\n", static_cast<long long>(step_),
                 o_.out_dir.empty() ? "" : "; checkpoint written");
@@ -530,6 +576,8 @@ TrainResult Trainer::run() {
   result_.exposed_seconds = median_after_first(exposed);
   result_.alltoall_seconds = median_after_first(alltoall);
   result_.peak_rss_bytes = peak_rss_bytes();
+  if (dp_ && world_ > 1)
+    result_.rank_peak_rss_bytes = dp_->gather(static_cast<double>(result_.peak_rss_bytes));
   if (!o_.quiet && rank_ == 0) {
     std::printf("done: %lld steps, median %.0f tok/s, MFU %.1f%%, peak RSS %s%s (plan %s)\n",
                 static_cast<long long>(step_ - result_.first_step), result_.tokens_per_second,

@@ -11,9 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "anvil/data/batches.hpp"
@@ -70,6 +72,11 @@ struct TrainOptions {
   // Expert parallelism (ZAYA1): groups of `ep` consecutive ranks share the
   // experts, E / ep each, with all-to-all token dispatch.
   int ep = 1;
+  // Checkpoints written by a background thread while the next step's
+  // forward and backward run (they only read the weights and the optimizer
+  // state); that step's optimizer update waits for the write to finish.
+  // false: written before save() returns.
+  bool async_save = true;
 };
 
 struct TrainResult {
@@ -83,6 +90,7 @@ struct TrainResult {
   size_t planned_bytes = 0;
   size_t optimizer_bytes = 0;  // this rank's optimizer state (1/N of it with ZeRO-1)
   size_t peak_rss_bytes = 0;
+  std::vector<double> rank_peak_rss_bytes;  // every rank's, on rank 0 (data parallel)
   int64_t first_step = 0;
   std::string last_checkpoint;
   int world = 1;                // data-parallel ranks
@@ -97,6 +105,7 @@ struct StepStats {
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
   double comm_seconds = 0, exposed_seconds = 0;  // data parallel; 0 on one process
   double alltoall_seconds = 0;                   // expert parallel; 0 without
+  double save_wait_seconds = 0;  // the optimizer update waited for a background save
 };
 
 class Trainer {
@@ -109,20 +118,17 @@ class Trainer {
   StepStats step();
   // Validation loss over the held-out rows (-1 without them).
   double validate();
-  // A checkpoint of the current step (rank 0 writes; no-op without out_dir).
+  // A checkpoint of the current step (every rank writes its share; no-op
+  // without out_dir). With async_save it returns once the write has started.
   void save();
+  // Waits for a background save to finish (rethrowing its error); returns
+  // the seconds waited.
+  double wait_for_save();
   // The whole loop to options.steps (or a stop signal).
   TrainResult run();
   int64_t current_step() const { return step_; }
 
  private:
-  // The optimizers' state laid out like the parameters (checkpoints): their
-  // own arrays, or zeroed whole-size buffers where they hold only a shard.
-  struct WholeOptimizerState {
-    std::vector<float> buffers[3];
-    float *exp_avg = nullptr, *exp_avg_sq = nullptr, *momentum = nullptr;
-  };
-  WholeOptimizerState whole_optimizer_state();
   void resume(const std::string& from);
   std::string state_json() const;
   void log(const StepStats& s, double val);
@@ -147,6 +153,9 @@ class Trainer {
   int64_t step_ = 0;
   bool tty_ = false;
   TrainResult result_;
+  std::string nonce_;  // this job's, the same on every rank (checkpoint temporaries)
+  std::thread saver_;
+  std::exception_ptr save_error_;
 };
 
 // `dp` is the data-parallel group (null: one process). On a group, every rank

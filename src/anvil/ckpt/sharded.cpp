@@ -1,0 +1,563 @@
+#include "anvil/ckpt/sharded.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "anvil/base/clock.hpp"
+#include "anvil/base/files.hpp"
+#include "anvil/ckpt/checkpoint.hpp"
+#include "anvil/tensor/tensor.hpp"
+
+namespace anvil::ckpt {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kIndexVersion = 2;
+constexpr size_t kChunkBytes = size_t{8} << 20;  // bounded reads while loading and verifying
+
+std::string rank_file(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "rank-%05d", rank);
+  return buf;
+}
+
+uint32_t crc_of(const void* data, size_t bytes, uint32_t crc = 0) {
+  return static_cast<uint32_t>(crc32_z(crc, static_cast<const Bytef*>(data), bytes));
+}
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  return tensor::numel(shape);
+}
+
+// A file opened for positioned reads, closed on scope exit.
+class ReadFile {
+ public:
+  explicit ReadFile(const std::string& path) : path_(path), fd_(::open(path.c_str(), O_RDONLY)) {
+    if (fd_ < 0) throw CorruptCheckpoint(path + ": cannot open (" + std::strerror(errno) + ")");
+    struct stat st {};
+    size_ = ::fstat(fd_, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  }
+  ~ReadFile() { ::close(fd_); }
+  ReadFile(const ReadFile&) = delete;
+  ReadFile& operator=(const ReadFile&) = delete;
+  uint64_t size() const { return size_; }
+  void read(void* out, size_t bytes, uint64_t at) const {
+    auto* p = static_cast<char*>(out);
+    while (bytes > 0) {
+      const ssize_t got = ::pread(fd_, p, bytes, static_cast<off_t>(at));
+      if (got <= 0) throw CorruptCheckpoint(path_ + ": short read at byte " + std::to_string(at));
+      p += got;
+      at += static_cast<uint64_t>(got);
+      bytes -= static_cast<size_t>(got);
+    }
+  }
+
+ private:
+  std::string path_;
+  int fd_;
+  uint64_t size_ = 0;
+};
+
+json parse_index(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "index.json").string();
+  json index;
+  try {
+    index = json::parse(read_file(path));
+  } catch (const json::parse_error& e) {
+    throw CorruptCheckpoint(path + ": not valid JSON (" + e.what() + ")");
+  } catch (const InputError& e) {
+    throw CorruptCheckpoint(e.what());
+  }
+  if (!index.is_object() || index.value("format", "") != "anvil-checkpoint" ||
+      !index.contains("tensors") || !index["tensors"].is_object())
+    throw CorruptCheckpoint(path + ": expected an anvil-checkpoint index with a tensors object");
+  if (index.value("version", 0) != kIndexVersion)
+    throw InputError(path + ": index version " + index.value("version", json()).dump() +
+                     " (expected " + std::to_string(kIndexVersion) + ")");
+  return index;
+}
+
+// One shard of the index, checked for shape: its file, flat range in the
+// tensor and byte range in the file.
+struct Shard {
+  std::string file;
+  int64_t offset = 0, numel = 0;
+  uint64_t begin = 0, end = 0;
+  uint32_t crc = 0;
+};
+
+std::vector<Shard> shards_of(const std::string& dir, const std::string& key, const json& entry) {
+  const std::string where = (fs::path(dir) / "index.json").string() + ": tensor " + key;
+  std::vector<Shard> out;
+  try {
+    for (const auto& s : entry.at("shards")) {
+      Shard sh;
+      sh.file = s.at("file").get<std::string>();
+      sh.offset = s.at("offset").get<int64_t>();
+      sh.numel = s.at("numel").get<int64_t>();
+      sh.begin = s.at("bytes").at(0).get<uint64_t>();
+      sh.end = s.at("bytes").at(1).get<uint64_t>();
+      sh.crc = s.at("crc32").get<uint32_t>();
+      if (sh.file.find('/') != std::string::npos || sh.numel <= 0 || sh.offset < 0 ||
+          sh.end - sh.begin != static_cast<uint64_t>(sh.numel) * sizeof(float))
+        throw CorruptCheckpoint(where + ": a malformed shard " + s.dump());
+      out.push_back(sh);
+    }
+  } catch (const json::exception& e) {
+    throw CorruptCheckpoint(where + ": malformed shards (" + e.what() + ")");
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Shard& a, const Shard& b) { return a.offset < b.offset; });
+  return out;
+}
+
+std::vector<int64_t> shape_of(const json& entry) {
+  return entry.at("shape").get<std::vector<int64_t>>();
+}
+
+// The shards cover [0, numel) exactly once; "" when they do, else why not.
+std::string coverage_problem(const std::vector<Shard>& shards, int64_t numel) {
+  int64_t next = 0;
+  for (const auto& s : shards) {
+    if (s.offset != next)
+      return "elements [" + std::to_string(std::min(next, s.offset)) + ", " +
+             std::to_string(std::max(next, s.offset)) + ") " +
+             (s.offset > next ? "missing" : "written twice");
+    next = s.offset + s.numel;
+  }
+  if (next != numel)
+    return "shards end at element " + std::to_string(next) + " of " + std::to_string(numel);
+  return "";
+}
+
+// Where a shard's bytes must go: elements [lo, hi) of the tensor into dst.
+struct Target {
+  int64_t lo, hi;
+  float* dst;
+};
+
+// Reads a shard in chunks, checks its CRC, copies the targets' elements.
+void read_shard(const ReadFile& file, const std::string& path, const std::string& key,
+                const Shard& sh, const std::vector<Target>& targets, std::vector<char>& buffer) {
+  if (sh.end > file.size())
+    throw CorruptCheckpoint(path + ": tensor " + key + ": bytes [" + std::to_string(sh.begin) +
+                            ", " + std::to_string(sh.end) + ") beyond the file's " +
+                            std::to_string(file.size()));
+  uint32_t crc = 0;
+  for (uint64_t at = sh.begin; at < sh.end;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, sh.end - at));
+    buffer.resize(std::max(buffer.size(), n));
+    file.read(buffer.data(), n, at);
+    crc = crc_of(buffer.data(), n, crc);
+    // Elements of the tensor in this chunk: [c0, c1).
+    const int64_t c0 = sh.offset + static_cast<int64_t>((at - sh.begin) / sizeof(float));
+    const int64_t c1 = c0 + static_cast<int64_t>(n / sizeof(float));
+    for (const auto& t : targets) {
+      const int64_t lo = std::max(t.lo, c0), hi = std::min(t.hi, c1);
+      if (lo >= hi) continue;
+      std::memcpy(t.dst + (lo - t.lo), buffer.data() + (lo - c0) * sizeof(float),
+                  static_cast<size_t>(hi - lo) * sizeof(float));
+    }
+    at += n;
+  }
+  if (crc != sh.crc)
+    throw CorruptCheckpoint(path + ": tensor " + key + " (elements " + std::to_string(sh.offset) +
+                            ".." + std::to_string(sh.offset + sh.numel) +
+                            "): checksum mismatch (CRC-32 " + std::to_string(crc) + ", index says " +
+                            std::to_string(sh.crc) + ")");
+}
+
+void load_version1(const std::string& dir, const std::vector<model::TensorShard>& want) {
+  const fs::path d(dir);
+  std::vector<SafetensorsFile> files;
+  files.push_back(read_safetensors((d / "model.safetensors").string()));
+  bool has_optimizer = false;
+  for (const auto& w : want) has_optimizer |= !files[0].tensors.count(w.key);
+  if (has_optimizer && fs::exists(d / "optimizer.safetensors"))
+    files.push_back(read_safetensors((d / "optimizer.safetensors").string()));
+  for (const auto& w : want) {
+    const LoadedTensor* t = nullptr;
+    for (const auto& f : files) {
+      if (f.tensors.count(w.key)) t = &f.get(w.key, w.global_shape);
+    }
+    if (t == nullptr) throw InputError(dir + ": no tensor " + w.key);
+    std::memcpy(w.data, t->data.data() + w.offset, static_cast<size_t>(w.numel) * sizeof(float));
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// The temporary directory of one save: the step and the saving job's nonce
+// (a job restarted after a crash never mixes its files with the dead one's).
+fs::path tmp_dir_of(const std::string& run_dir, int64_t step, const std::string& nonce) {
+  std::string tmp_name = ".";  // (append: GCC 12 warns falsely on "." + std::string)
+  tmp_name.append(checkpoint_name(step)).append(".tmp-").append(nonce);
+  return fs::path(run_dir) / tmp_name;
+}
+
+fs::path make_tmp_dir(const std::string& run_dir, int64_t step, const std::string& nonce) {
+  const fs::path tmp_dir = tmp_dir_of(run_dir, step, nonce);
+  std::error_code ec;
+  fs::create_directories(tmp_dir, ec);
+  if (ec) throw SystemError(tmp_dir.string() + ": cannot create directory: " + ec.message());
+  return tmp_dir;
+}
+
+// Temporary directories no save will commit: other jobs' (crashed), and
+// this job's of earlier steps.
+void remove_stale(const std::string& run_dir, int64_t step, const std::string& nonce) {
+  std::error_code ec;
+  const std::string mine = "-" + nonce;
+  for (const auto& e : fs::directory_iterator(run_dir, ec)) {
+    const std::string n = e.path().filename().string();
+    const auto tmp = n.find(".tmp");
+    if (n.rfind(".step-", 0) != 0 || tmp == std::string::npos) continue;
+    const bool same_job = n.size() >= mine.size() && n.compare(n.size() - mine.size(), mine.size(), mine) == 0;
+    int64_t s = -1;
+    std::sscanf(n.c_str(), ".step-%ld", &s);
+    if (!same_job || s < step) fs::remove_all(e.path(), ec);
+  }
+}
+
+// Step 2 (every rank): its safetensors file and its part of the index.
+void write_part(const fs::path& tmp_dir, int rank, int64_t step,
+                const std::vector<model::TensorShard>& model_pieces,
+                const std::vector<model::TensorShard>& optimizer_pieces) {
+  std::vector<TensorRef> refs;
+  json part = json::array();
+  std::vector<std::string> names;
+  for (const auto* list : {&model_pieces, &optimizer_pieces}) {
+    const char* kind = list == &model_pieces ? "model" : "optimizer";
+    for (const auto& s : *list) {
+      if (s.replica != 0 || s.numel == 0) continue;
+      names.push_back(s.key + "@" + std::to_string(s.offset));
+      part.push_back({{"key", s.key},
+                      {"kind", kind},
+                      {"shape", s.global_shape},
+                      {"sharding", model::to_string(s.sharding)},
+                      {"offset", s.offset},
+                      {"numel", s.numel}});
+    }
+  }
+  size_t i = 0;
+  for (const auto* list : {&model_pieces, &optimizer_pieces}) {
+    for (const auto& s : *list) {
+      if (s.replica != 0 || s.numel == 0) continue;
+      refs.push_back({names[i++], {s.numel}, s.data});
+    }
+  }
+  const std::string file = rank_file(rank) + ".safetensors";
+  const auto ranges = write_safetensors((tmp_dir / file).string(), refs,
+                                        {{"format", "anvil-checkpoint-shard"},
+                                         {"rank", std::to_string(rank)},
+                                         {"step", std::to_string(step)}});
+  for (size_t k = 0; k < refs.size(); ++k) {
+    part[k]["file"] = file;
+    part[k]["rank"] = rank;
+    part[k]["bytes"] = {ranges[k].first, ranges[k].second};
+    part[k]["crc32"] = crc_of(refs[k].data, ranges[k].second - ranges[k].first);
+  }
+  write_file_atomic((tmp_dir / (rank_file(rank) + ".json")).string(), part.dump());
+}
+
+// Step 3 (rank 0): the parts merged into index.json, written last; the
+// directory renamed into place; older ones pruned.
+std::string commit(const std::string& run_dir, int64_t step, const fs::path& tmp_dir, int world,
+                   const std::string& state_json, const json& layout, int keep) {
+  std::error_code ec;
+  const fs::path final_dir = fs::path(run_dir) / checkpoint_name(step);
+  json tensors = json::object();
+  for (int r = 0; r < world; ++r) {
+    const fs::path part_path = tmp_dir / (rank_file(r) + ".json");
+    for (const auto& p : json::parse(read_file(part_path.string()))) {
+      json& t = tensors[p.at("key").get<std::string>()];
+      if (t.is_null())
+        t = {{"dtype", "F32"},
+             {"shape", p.at("shape")},
+             {"kind", p.at("kind")},
+             {"sharding", p.at("sharding")},
+             {"shards", json::array()}};
+      t["shards"].push_back({{"file", p.at("file")},
+                             {"rank", p.at("rank")},
+                             {"offset", p.at("offset")},
+                             {"numel", p.at("numel")},
+                             {"bytes", p.at("bytes")},
+                             {"crc32", p.at("crc32")}});
+    }
+    fs::remove(part_path, ec);
+  }
+  for (auto& [key, t] : tensors.items()) {
+    std::sort(t["shards"].begin(), t["shards"].end(), [](const json& a, const json& b) {
+      return a["offset"].get<int64_t>() < b["offset"].get<int64_t>();
+    });
+    const std::string why =
+        coverage_problem(shards_of(tmp_dir.string(), key, t), numel_of(shape_of(t)));
+    if (!why.empty())
+      throw SystemError("checkpoint step " + std::to_string(step) + ": tensor " + key + ": " +
+                        why + " (the ranks' pieces do not tile it; a bug in the caller)");
+  }
+  json index = {{"format", "anvil-checkpoint"},
+                {"version", kIndexVersion},
+                {"step", step},
+                {"world", world},
+                {"layout", layout},
+                {"checksum", "crc32 (zlib) of each shard's bytes"},
+                {"train_state", json::parse(state_json)},
+                {"tensors", tensors}};
+  write_file_atomic((tmp_dir / "state.json").string(), state_json);
+  write_file_atomic((tmp_dir / "index.json").string(), index.dump(1) + "\n");
+  fsync_directory(tmp_dir.string());
+  fs::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier run
+  fs::rename(tmp_dir, final_dir, ec);
+  if (ec) throw SystemError(final_dir.string() + ": cannot rename into place: " + ec.message());
+  fsync_directory(run_dir);
+  prune_checkpoints(run_dir, keep, final_dir.string());
+  return final_dir.string();
+}
+
+}  // namespace
+
+std::string save_sharded(const std::string& run_dir, int64_t step, const ShardedSave& save,
+                         const SaveGroup& group, int keep) {
+  const fs::path tmp_dir = make_tmp_dir(run_dir, step, group.nonce);
+  write_part(tmp_dir, group.rank, step, save.model, save.optimizer);
+  const std::string final_dir = (fs::path(run_dir) / checkpoint_name(step)).string();
+  if (group.rank != 0) return final_dir;
+  // Rank 0 commits once every rank's part is there.
+  const double start = now_seconds();
+  for (int r = 1; r < group.world; ++r) {
+    while (!fs::exists(tmp_dir / (rank_file(r) + ".json"))) {
+      if (now_seconds() - start > group.timeout_s)
+        throw SystemError(tmp_dir.string() + ": rank " + std::to_string(r) +
+                          " wrote no part within " + std::to_string(static_cast<int>(group.timeout_s)) +
+                          " s; the checkpoint of step " + std::to_string(step) + " is not committed");
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  commit(run_dir, step, tmp_dir, group.world, save.state_json, save.layout, keep);
+  remove_stale(run_dir, step, group.nonce);
+  return final_dir;
+}
+
+std::string reshape_checkpoint(const std::string& from, const std::string& run_dir, int world) {
+  if (world < 1) throw InputError("--to: expected a rank count >= 1");
+  const std::string src = resolve_checkpoint(from);
+  const json state = read_state(src);
+  const int64_t step = state.at("step").get<int64_t>();
+  if (fs::exists(fs::path(run_dir) / checkpoint_name(step)))
+    throw InputError("--out: " + (fs::path(run_dir) / checkpoint_name(step)).string() +
+                     " exists; expected a run directory without that step");
+  auto model_tensors = read_tensors(src, "model");
+  auto optimizer_tensors = read_tensors(src, "optimizer");
+  // Every tensor, model first, in key order, cut into `world` runs of
+  // (nearly) equal length: rank r writes elements [r T / W, (r + 1) T / W).
+  struct Whole {
+    const std::string* key;
+    LoadedTensor* t;
+    bool model;
+  };
+  std::vector<Whole> all;
+  int64_t total = 0;
+  for (auto& [k, t] : model_tensors) all.push_back({&k, &t, true});
+  for (auto& [k, t] : optimizer_tensors) all.push_back({&k, &t, false});
+  for (const auto& w : all) total += static_cast<int64_t>(w.t->data.size());
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  const std::string nonce = "reshape-" + std::to_string(::getpid());
+  const fs::path tmp_dir = make_tmp_dir(run_dir, step, nonce);
+  for (int r = 0; r < world; ++r) {
+    const int64_t lo = total * r / world, hi = total * (r + 1) / world;
+    std::vector<model::TensorShard> m, o;
+    int64_t at = 0;
+    for (const auto& w : all) {
+      const auto n = static_cast<int64_t>(w.t->data.size());
+      const int64_t b = std::max(lo, at), e = std::min(hi, at + n);
+      if (b < e)
+        (w.model ? m : o)
+            .push_back({*w.key, w.t->shape, b - at, e - b, 0, model::Sharding::replicated,
+                        w.t->data.data() + (b - at)});
+      at += n;
+    }
+    write_part(tmp_dir, r, step, m, o);
+  }
+  json layout = {{"world", world}, {"reshaped_from", fs::absolute(src).string()}};
+  const std::string out = commit(run_dir, step, tmp_dir, world, read_state_json(src), layout, 0);
+  remove_stale(run_dir, step, nonce);
+  return out;
+}
+
+void load_pieces(const std::string& dir, const std::vector<model::TensorShard>& want) {
+  if (!fs::exists(fs::path(dir) / "index.json")) {
+    load_version1(dir, want);
+    return;
+  }
+  const json index = parse_index(dir);
+  const json& tensors = index["tensors"];
+  // Per (file, shard): the wanted element ranges it serves.
+  struct Job {
+    std::string key;
+    Shard shard;
+    std::vector<Target> targets;
+  };
+  std::map<std::pair<std::string, uint64_t>, Job> jobs;  // ordered by file, then byte
+  for (const auto& w : want) {
+    const auto it = tensors.find(w.key);
+    if (it == tensors.end())
+      throw InputError((fs::path(dir) / "index.json").string() + ": no tensor " + w.key);
+    const auto shape = shape_of(*it);
+    if (shape != w.global_shape) {
+      json a = shape, b = w.global_shape;
+      throw InputError(dir + ": tensor " + w.key + " has shape " + a.dump() + " (expected " +
+                       b.dump() + ")");
+    }
+    const auto shards = shards_of(dir, w.key, *it);
+    if (const std::string why = coverage_problem(shards, numel_of(shape)); !why.empty())
+      throw CorruptCheckpoint(dir + "/index.json: tensor " + w.key + ": " + why);
+    for (const auto& sh : shards) {
+      const int64_t lo = std::max(w.offset, sh.offset);
+      const int64_t hi = std::min(w.offset + w.numel, sh.offset + sh.numel);
+      if (lo >= hi) continue;
+      Job& job = jobs[{sh.file, sh.begin}];
+      job.key = w.key;
+      job.shard = sh;
+      job.targets.push_back({lo, hi, w.data + (lo - w.offset)});
+    }
+  }
+  std::vector<char> buffer;
+  std::unique_ptr<ReadFile> file;
+  std::string open_name;
+  for (const auto& [where, job] : jobs) {
+    const std::string path = (fs::path(dir) / where.first).string();
+    if (open_name != where.first) {
+      file = std::make_unique<ReadFile>(path);
+      open_name = where.first;
+    }
+    read_shard(*file, path, job.key, job.shard, job.targets, buffer);
+  }
+}
+
+void load_weights(const std::string& dir, const model::ParamRegistry& registry, float* params,
+                  const std::vector<model::ExtraTensor>& extra) {
+  std::vector<model::TensorShard> want = registry.shards(params, {{0, registry.total()}});
+  for (const auto& e : extra) {
+    if (e.optimizer_state) continue;
+    want.push_back({e.name, e.shape, 0, numel_of(e.shape), 0, model::Sharding::replicated, e.data});
+  }
+  load_pieces(dir, want);
+}
+
+std::map<std::string, LoadedTensor> read_tensors(const std::string& dir, const std::string& kind) {
+  std::map<std::string, LoadedTensor> out;
+  if (!fs::exists(fs::path(dir) / "index.json")) {
+    const std::string name = kind == "model" ? "model.safetensors" : "optimizer.safetensors";
+    return read_safetensors((fs::path(dir) / name).string()).tensors;
+  }
+  const json index = parse_index(dir);
+  std::vector<model::TensorShard> want;
+  for (const auto& [key, t] : index["tensors"].items()) {
+    if (t.value("kind", "") != kind) continue;
+    LoadedTensor& lt = out[key];
+    lt.shape = shape_of(t);
+    lt.data.assign(static_cast<size_t>(numel_of(lt.shape)), 0.0f);
+  }
+  for (auto& [key, lt] : out)
+    want.push_back({key, lt.shape, 0, static_cast<int64_t>(lt.data.size()), 0,
+                    model::Sharding::replicated, lt.data.data()});
+  load_pieces(dir, want);
+  return out;
+}
+
+VerifyReport verify_checkpoint(const std::string& dir) {
+  VerifyReport r;
+  r.dir = dir;
+  if (!fs::exists(fs::path(dir) / "index.json")) {
+    r.version = 1;
+    try {
+      for (const char* name : {"model.safetensors", "optimizer.safetensors"}) {
+        const fs::path p = fs::path(dir) / name;
+        if (!fs::exists(p) && std::string(name) == "optimizer.safetensors") continue;
+        const auto f = read_safetensors(p.string());
+        r.tensors += static_cast<int64_t>(f.tensors.size());
+        r.shards += static_cast<int64_t>(f.tensors.size());
+        r.bytes += static_cast<int64_t>(fs::file_size(p));
+      }
+      read_state(dir);
+    } catch (const std::exception& e) {
+      r.problems.push_back(e.what());
+    }
+    return r;
+  }
+  json index;
+  try {
+    index = parse_index(dir);
+    read_state(dir);
+  } catch (const std::exception& e) {
+    r.problems.push_back(e.what());
+    return r;
+  }
+  r.version = index.value("version", 0);
+  r.layout = index.value("layout", json::object());
+  std::map<std::string, std::unique_ptr<ReadFile>> files;
+  std::vector<char> buffer;
+  for (const auto& [key, t] : index["tensors"].items()) {
+    ++r.tensors;
+    try {
+      const auto shards = shards_of(dir, key, t);
+      if (const std::string why = coverage_problem(shards, numel_of(shape_of(t))); !why.empty())
+        throw CorruptCheckpoint(dir + "/index.json: tensor " + key + ": " + why);
+      for (const auto& sh : shards) {
+        ++r.shards;
+        r.bytes += static_cast<int64_t>(sh.end - sh.begin);
+        const std::string path = (fs::path(dir) / sh.file).string();
+        auto& f = files[sh.file];
+        if (!f) f = std::make_unique<ReadFile>(path);
+        read_shard(*f, path, key, sh, {}, buffer);
+      }
+    } catch (const std::exception& e) {
+      r.problems.push_back(e.what());
+    }
+  }
+  return r;
+}
+
+std::string newest_intact_checkpoint(const std::string& path,
+                                     const std::function<void(const std::string&)>& warn) {
+  const fs::path p(path);
+  if (fs::exists(p / "state.json") || fs::exists(p / "index.json")) {
+    const VerifyReport r = verify_checkpoint(path);
+    if (!r.problems.empty()) throw CorruptCheckpoint(r.problems.front());
+    return path;
+  }
+  resolve_checkpoint(path);  // throws, naming the path, when it holds none
+  const auto dirs = checkpoint_dirs(path);
+  std::vector<std::string> skipped;
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    const VerifyReport r = verify_checkpoint(*it);
+    if (r.problems.empty()) {
+      if (warn)
+        for (const auto& why : skipped) warn(why + "; using " + *it);
+      return *it;
+    }
+    skipped.push_back(*it + " is damaged: " + r.problems.front() +
+                      (r.problems.size() > 1
+                           ? " (and " + std::to_string(r.problems.size() - 1) + " more)"
+                           : ""));
+  }
+  throw CorruptCheckpoint(path + ": no intact checkpoint; the newest, " + skipped.front());
+}
+
+}  // namespace anvil::ckpt

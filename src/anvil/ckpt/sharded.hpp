@@ -1,0 +1,108 @@
+// Sharded checkpoints (docs/checkpoints.md has the format). A step directory
+//   <run>/step-00000100/index.json              every global tensor: dtype, shape,
+//                                               kind (model | optimizer), its shards
+//                                               (file, rank, flat offset and length in
+//                                               the tensor, byte range in the file,
+//                                               CRC-32); the layout that wrote it; the
+//                                               train state
+//   <run>/step-00000100/state.json              the train state alone
+//   <run>/step-00000100/rank-00003.safetensors  rank 3's pieces, each a flat F32 tensor
+//                                               named <key>@<offset>
+// Every rank writes its own pieces (model::TensorShard lists: which rank
+// writes what is the caller's choice; each element of each tensor exactly
+// once). The commit: all ranks write into .step-N.tmp-<job>, rank 0 merges
+// their part lists into index.json, written last, fsyncs and renames the
+// directory, so a step-N directory is complete or absent.
+// Loading fills any list of pieces from whatever layout wrote the
+// checkpoint (reshaping), reading only the byte ranges it needs plus the
+// rest of each shard it touches for the checksum, in bounded chunks (no
+// whole-file copies). Version 1 checkpoints (one model.safetensors and one
+// optimizer.safetensors) load through the same calls.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "anvil/base/error.hpp"
+#include "anvil/ckpt/safetensors.hpp"
+#include "anvil/model/params.hpp"
+#include "anvil/model/trainable.hpp"
+
+namespace anvil::ckpt {
+
+// A checkpoint that is there but damaged: a missing or short file, a
+// checksum that does not match, an index that does not cover a tensor.
+class CorruptCheckpoint : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+// The ranks that save one checkpoint together. No collective is used (a
+// save may run on a background thread while training goes on): each rank
+// writes its part into .step-N.tmp-<nonce>, and rank 0 commits once every
+// part is there (within timeout_s).
+struct SaveGroup {
+  int rank = 0, world = 1;
+  std::string nonce = "0";  // the same on every rank of one job, new per job
+  double timeout_s = 600;
+};
+
+struct ShardedSave {
+  std::vector<model::TensorShard> model;      // the pieces this rank writes
+  std::vector<model::TensorShard> optimizer;  // (replica 0 only; others are skipped)
+  std::string state_json;                     // the train state (rank 0's is kept)
+  nlohmann::json layout = nlohmann::json::object();  // world, zero, ep, optimizer, ...
+};
+
+// Writes <run_dir>/step-NNNNNNNN (every rank of `group` calls it) and
+// returns its path; on rank 0 it returns once the step is committed (the
+// others return after writing their part). Rank 0 then removes all but the
+// newest `keep` step directories, never the one just written, and the
+// temporary directories of crashed jobs.
+std::string save_sharded(const std::string& run_dir, int64_t step, const ShardedSave& save,
+                         const SaveGroup& group, int keep);
+
+// Rewrites checkpoint `from` (a step or run directory, any layout) as
+// RUN/step-N written by `world` ranks, each holding 1/world of the bytes;
+// the tensors come out identical. Returns the new directory.
+std::string reshape_checkpoint(const std::string& from, const std::string& run_dir, int world);
+
+// Fills every piece of `want` (key, offset, numel, data) from the checkpoint
+// in `dir`, sharded or version 1. Each shard it reads from is checked
+// against its CRC-32. Throws CorruptCheckpoint naming the file and tensor
+// on damage, InputError when a wanted tensor is absent or of another shape.
+void load_pieces(const std::string& dir, const std::vector<model::TensorShard>& want);
+
+// The model's weights (registry order) and its extra model state (not the
+// optimizer's) from a checkpoint: generation, evaluation.
+void load_weights(const std::string& dir, const model::ParamRegistry& registry, float* params,
+                  const std::vector<model::ExtraTensor>& extra = {});
+
+// The checkpoint's tensors of one kind ("model" or "optimizer") as whole
+// tensors, by name (exports, generation, tests).
+std::map<std::string, LoadedTensor> read_tensors(const std::string& dir,
+                                                 const std::string& kind = "model");
+
+struct VerifyReport {
+  std::string dir;
+  int version = 0;
+  int64_t tensors = 0, shards = 0, bytes = 0;
+  std::vector<std::string> problems;  // empty: intact
+  nlohmann::json layout;
+};
+// Every shard's bytes against its checksum, every tensor covered exactly
+// once, every file present; never throws on damage (it is reported).
+VerifyReport verify_checkpoint(const std::string& dir);
+
+// The newest intact checkpoint of a run directory (verify_checkpoint
+// decides; each damaged newer one is reported through `warn`), or `path`
+// itself when it is a checkpoint (CorruptCheckpoint when damaged). Throws
+// InputError when there is none intact.
+std::string newest_intact_checkpoint(const std::string& path,
+                                     const std::function<void(const std::string&)>& warn);
+
+}  // namespace anvil::ckpt
