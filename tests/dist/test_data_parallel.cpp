@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -225,8 +226,8 @@ TEST(DataParallel, ZeroEqualsPlainDataParallelBitForBit) {
   }
 }
 
-// A ZeRO-1 checkpoint holds whole moments: it resumes on another rank count,
-// with or without ZeRO, on the trajectory of the run that never stopped.
+// A ZeRO-1 checkpoint resumes on another rank count, with or without ZeRO,
+// on the trajectory of the run that never stopped.
 // 20 steps straight on `first_ranks` against 10 steps there and 10 more
 // resumed on 2 ranks with `second` (a constant schedule: the first half's
 // run ends at step 10 of its own): the losses agree within 1e-6.
@@ -252,12 +253,64 @@ void expect_resume_on_two_ranks(const std::string& name, const std::string& mode
   }
 }
 
-// Checkpoints hold whole moments (ZeRO-1's blocks and distributed Muon's
-// matrices gathered at save): they resume on another rank count, with or
-// without ZeRO.
+// Sharded checkpoints (each rank writes what it owns) resume on another
+// rank count, with or without ZeRO.
 TEST(DataParallel, ShardedOptimizerCheckpointsResumeOnAnotherLayout) {
   expect_resume_on_two_ranks("zero", kGptModel, 3, " -B 4 --zero", " -B 6");
   expect_resume_on_two_ranks("muon", kZayaModel + " --optimizer muon", 3, " -B 2 --zero", " -B 3");
+}
+
+// Checkpoints are cut by layout but hold global tensors: a 4-rank ZeRO-1
+// EP-2 checkpoint reshaped offline to 1 rank, that to 3 ranks, that to 2
+// ranks gives back the same bytes (weights and optimizer state), and each
+// one resumes on its own layout (1 rank; 3 ranks without ZeRO; 2 ranks
+// with ZeRO-1 and EP 2) on the trajectory of the run that never stopped.
+TEST(DataParallel, CheckpointsReshapeAcrossLayoutsToTheSameBytes) {
+  const std::string args = kZayaModel + " --set n_experts=4 --schedule constant";
+  const std::string layout = " -B 3 --zero --ep 2";
+  const TrainRun straight = train(4, "reshape-straight", args + " --steps 20" + layout);
+  const TrainRun first = train(4, "reshape-a", args + " --steps 10" + layout);
+  ASSERT_FALSE(first.checkpoint.empty());
+  auto reshape = [&](const std::string& from, int to, const std::string& name) {
+    const fs::path out = work_dir() / name;
+    fs::remove_all(out);
+    const std::string cmd = std::string(ANVIL_BINARY) + " ckpt reshape --checkpoint " + from +
+                            " --to " + std::to_string(to) + " --out " + out.string() + " > " +
+                            out.string() + ".log 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << anvil::read_file(out.string() + ".log");
+    return (out / "step-00000010").string();
+  };
+  const std::string b = reshape(first.checkpoint, 1, "reshape-b");
+  const std::string c = reshape(b, 3, "reshape-c");
+  const std::string d = reshape(c, 2, "reshape-d");
+  for (const char* kind : {"model", "optimizer"}) {
+    const auto want = anvil::ckpt::read_tensors(first.checkpoint, kind);
+    EXPECT_GT(want.size(), 0u) << kind;
+    for (const std::string& dir : {b, c, d}) {
+      const auto got = anvil::ckpt::read_tensors(dir, kind);
+      ASSERT_EQ(got.size(), want.size()) << dir << " " << kind;
+      for (const auto& [name, t] : want) {
+        ASSERT_EQ(got.count(name), 1u) << dir << ": " << name;
+        EXPECT_EQ(got.at(name).shape, t.shape) << dir << ": " << name;
+        EXPECT_EQ(0, std::memcmp(got.at(name).data.data(), t.data.data(),
+                                 t.data.size() * sizeof(float)))
+            << dir << ": " << name;
+      }
+    }
+  }
+  struct Resume {
+    int ranks;
+    std::string flags, from;
+  };
+  for (const Resume& r : {Resume{1, " -B 12", b}, Resume{3, " -B 4", c}, Resume{2, " -B 6 --zero --ep 2", d}}) {
+    const std::string name = "reshape-resume-" + std::to_string(r.ranks);
+    const TrainRun rest = train(r.ranks, name, args + " --steps 20" + r.flags + " --resume " + r.from);
+    ASSERT_EQ(rest.losses.size(), 10u) << name;
+    for (size_t s = 0; s < 10; ++s) {
+      EXPECT_LE(std::abs(rest.losses[s] - straight.losses[10 + s]), 1e-6 * straight.losses[10 + s])
+          << name << ": step " << 11 + s;
+    }
+  }
 }
 
 // ZeRO-1 with Muon: AdamW's state split by bucket blocks, each Muon matrix
