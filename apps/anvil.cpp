@@ -35,6 +35,8 @@
 #include "anvil/data/tokens.hpp"
 #include "anvil/dist/data_parallel.hpp"
 #include "anvil/eval/generate.hpp"
+#include "anvil/ft/faults.hpp"
+#include "anvil/ft/supervisor.hpp"
 #include "anvil/kernels/blas.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/plan/hw_profile.hpp"
@@ -371,6 +373,25 @@ int main(int argc, char** argv) {
   train->add_option("--ckpt-every", topt.ckpt_every, "Checkpoint every N steps (and at the end)")
       ->check(CLI::NonNegativeNumber);
   train->add_option("--keep", topt.keep, "Checkpoints kept (newest)")->check(CLI::PositiveNumber);
+  std::string inject_text;
+  train->add_option("--inject", inject_text,
+                    "Inject a fault (tests, demos): KIND@STEP[:RANK][=ARG], KIND one of " +
+                        anvil::ft::fault_kinds() +
+                        "; e.g. kill@30:1, nan@12, slow@5=200 (ms per step), kill-in-save@20=5 "
+                        "(ms into the save), corrupt-ckpt@20 (then dies)");
+  train->add_option("--heartbeat", topt.heartbeat_dir,
+                    "Directory where each rank writes rank-R (step, time, loss) after every step "
+                    "(anvil launch watches it)");
+  train->add_option("--spike-z", topt.spike_z,
+                    "A loss this many standard deviations above the last --spike-window losses "
+                    "skips its update (0: off)")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--spike-window", topt.spike_window, "Losses the spike check looks back on")
+      ->check(CLI::Range(3, 100000));
+  train->add_option("--max-spikes", topt.max_spikes,
+                    "Spikes in a row that end the run with status 11 (roll back to the last "
+                    "checkpoint); a NaN/Inf loss ends it with status 10")
+      ->check(CLI::PositiveNumber);
   bool sync_save = false;
   train->add_flag("--sync-save", sync_save,
                   "Write each checkpoint before going on (default: a background thread writes it "
@@ -501,6 +522,13 @@ int main(int argc, char** argv) {
   bool verify_json = false;
   verify_cmd->add_option("dir", verify_path, "A step-* directory or a run directory")->required();
   verify_cmd->add_flag("--json", verify_json, "Print JSON instead of the table");
+  auto* diff_cmd = ckpt_cmd->add_subcommand(
+      "diff",
+      "Compare two checkpoints tensor by tensor (weights and optimizer state, any layouts): "
+      "exit 0 when every tensor has the same bytes, 1 when one differs");
+  std::string diff_a, diff_b;
+  diff_cmd->add_option("a", diff_a, "A step-* directory or a run directory")->required();
+  diff_cmd->add_option("b", diff_b, "Another")->required();
   auto* reshape_cmd = ckpt_cmd->add_subcommand(
       "reshape",
       "Rewrite a checkpoint as written by N ranks (any layout in; the same tensors out). "
@@ -513,6 +541,42 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::PositiveNumber);
   reshape_cmd->add_option("--out", reshape_out, "Run directory to write step-N into")->required();
+
+  // anvil launch
+  auto* launch_cmd = app.add_subcommand(
+      "launch",
+      "Run anvil train under a supervisor that restarts it from the newest intact checkpoint "
+      "after a dead rank, a hang, a NaN loss or repeated spikes, with a journal and goodput: "
+      "anvil launch --np 2 -- --config C --out RUN ...");
+  anvil::ft::LaunchOptions lopt;
+  launch_cmd->add_option("--np", lopt.np, "Ranks (mpirun -np; 1: no mpirun)")
+      ->check(CLI::PositiveNumber);
+  launch_cmd
+      ->add_option("--min-np", lopt.min_np,
+                   "After a crash restart on --shrink-by fewer ranks, not below this (0: never); "
+                   "the global batch is kept (-B scaled)")
+      ->check(CLI::NonNegativeNumber);
+  launch_cmd->add_option("--shrink-by", lopt.shrink_by, "Ranks a lost node takes with it")
+      ->check(CLI::PositiveNumber);
+  launch_cmd->add_option("--max-restarts", lopt.max_restarts, "Restart budget")
+      ->check(CLI::NonNegativeNumber);
+  launch_cmd
+      ->add_option("--hang-timeout", lopt.hang_timeout_s,
+                   "Seconds without a rank's heartbeat moving before the job counts as hung")
+      ->check(CLI::PositiveNumber);
+  launch_cmd
+      ->add_option("--startup-timeout", lopt.startup_timeout_s,
+                   "Seconds to the first heartbeat of an attempt")
+      ->check(CLI::PositiveNumber);
+  launch_cmd
+      ->add_option("--backoff", lopt.backoff_s,
+                   "Seconds before the first restart, doubled for each next one (at most 60)")
+      ->check(CLI::NonNegativeNumber);
+  launch_cmd->add_option("--journal", lopt.journal, "Event journal (JSONL; default RUN/journal.jsonl)");
+  launch_cmd->add_option("--inject", lopt.inject,
+                         "A fault for the first attempt (anvil train --inject's forms)");
+  launch_cmd->add_option("train_args", lopt.train_args, "anvil train's arguments, after --")
+      ->required();
 
   // anvil data tokenize
   auto* data_cmd = app.add_subcommand("data", "Training data");
@@ -543,8 +607,8 @@ int main(int argc, char** argv) {
         const std::string expected = *bench      ? "gemm, membw, comm"
                                      : *data_cmd ? "tokenize"
                                      : *ckpt_cmd
-                                         ? "export, verify, reshape"
-                                         : "hw, bench, train, generate, size, plan, ckpt, data";
+                                         ? "export, verify, diff, reshape"
+                                         : "hw, bench, train, launch, generate, size, plan, ckpt, data";
         msg = rest.empty()
                   ? where + ": expected a command (" + expected + ")"
                   : where + ": unknown command '" + rest.front() + "' (expected " + expected + ")";
@@ -644,9 +708,14 @@ int main(int argc, char** argv) {
           }
         }
         topt.async_save = !sync_save;
+        if (!inject_text.empty()) topt.inject = anvil::ft::parse_fault(inject_text);
         r = anvil::train::run_training(topt, dp.get());
       } catch (const anvil::comm::CommTimeout& e) {
         abort_on_timeout(e);
+      } catch (const anvil::ft::TrainingFault& e) {
+        // Every rank saw the same global loss; a supervisor rolls back.
+        if (rank == 0) std::cerr << "\nanvil: error: " << e.what() << "\n";
+        return e.exit_code();
       } catch (const anvil::InputError& e) {
         if (!under_mpi) throw;
         if (rank == 0) std::cerr << "anvil: error: " << e.what() << "\n";
@@ -700,6 +769,18 @@ int main(int argc, char** argv) {
                 << " parameters (model.safetensors, config.json)\n";
       return 0;
     }
+    if (*launch_cmd) {
+      if (!lopt.inject.empty()) anvil::ft::parse_fault(lopt.inject);  // checked before starting
+      const auto r = anvil::ft::launch(lopt);
+      std::fprintf(stderr,
+                   "anvil launch: %s after %d attempt(s); wall %.1f s, useful %.1f s, goodput "
+                   "%.1f%%; journal %s\n",
+                   r.exit_code == 0 ? "finished" : "stopped", r.attempts, r.wall_s, r.useful_s,
+                   100 * r.goodput, r.journal.c_str());
+      for (const auto& [cause, s] : r.lost_s)
+        std::fprintf(stderr, "  lost to %s: %.1f s\n", cause.c_str(), s);
+      return r.exit_code;
+    }
     if (*verify_cmd) {
       namespace fs = std::filesystem;
       std::vector<std::string> dirs;
@@ -731,6 +812,50 @@ int main(int argc, char** argv) {
       std::cout << (verify_json ? j.dump(2) + "\n" : t.to_text());
       if (!first_problem.empty()) throw anvil::InputError(first_problem);
       return 0;
+    }
+    if (*diff_cmd) {
+      const std::string a = anvil::ckpt::resolve_checkpoint(diff_a);
+      const std::string b = anvil::ckpt::resolve_checkpoint(diff_b);
+      int64_t tensors = 0, differ = 0;
+      double worst = 0;
+      std::string worst_name;
+      for (const char* kind : {"model", "optimizer"}) {
+        const auto ta = anvil::ckpt::read_tensors(a, kind), tb = anvil::ckpt::read_tensors(b, kind);
+        for (const auto& [name, t] : ta) {
+          ++tensors;
+          const auto it = tb.find(name);
+          if (it == tb.end() || it->second.shape != t.shape) {
+            ++differ;
+            std::printf("%s: only in %s (or another shape)\n", name.c_str(), a.c_str());
+            continue;
+          }
+          if (std::memcmp(t.data.data(), it->second.data.data(), t.data.size() * sizeof(float)) == 0)
+            continue;
+          ++differ;
+          double d = 0;
+          for (size_t i = 0; i < t.data.size(); ++i)
+            d = std::max(d, std::abs(static_cast<double>(t.data[i]) - it->second.data[i]));
+          if (d >= worst) {
+            worst = d;
+            worst_name = name;
+          }
+        }
+        for (const auto& [name, t] : tb) {
+          if (!ta.count(name)) {
+            ++differ;
+            std::printf("%s: only in %s\n", name.c_str(), b.c_str());
+          }
+        }
+      }
+      if (differ == 0) {
+        std::printf("identical: %lld tensors, the same bytes (%s, %s)\n",
+                    static_cast<long long>(tensors), a.c_str(), b.c_str());
+        return 0;
+      }
+      std::printf("%lld of %lld tensors differ; largest difference %.3g in %s\n",
+                  static_cast<long long>(differ), static_cast<long long>(tensors), worst,
+                  worst_name.c_str());
+      return 1;
     }
     if (*reshape_cmd) {
       const std::string dir = anvil::ckpt::reshape_checkpoint(reshape_from, reshape_out, reshape_to);

@@ -313,6 +313,47 @@ TEST(DataParallel, CheckpointsReshapeAcrossLayoutsToTheSameBytes) {
   }
 }
 
+// anvil launch keeps a 2-rank job going through a dead rank, a hang, a NaN
+// loss, a corrupted newest checkpoint and a kill inside a save: each run
+// finishes by itself on the uninterrupted run's final weights and optimizer
+// state, bit for bit, and its journal names the fault and the recovery.
+TEST(DataParallel, LaunchRecoversFromInjectedFaultsBitForBit) {
+  const std::string args = kZayaModel + " --steps 30 --ckpt-every 10 -B 2 --schedule constant";
+  const TrainRun straight = train(2, "launch-straight", args);
+  ASSERT_FALSE(straight.checkpoint.empty());
+  struct Case {
+    std::string fault, cause;
+  };
+  for (const Case& c : {Case{"kill@15:1", "crash"}, Case{"hang@15:1", "hang"},
+                        Case{"nan@15:0", "nan"}, Case{"corrupt-ckpt@20:1", "crash"},
+                        Case{"kill-in-save@20:0=1", "crash"}}) {
+    const std::string name = "launch-" + c.fault.substr(0, c.fault.find('@'));
+    const fs::path out = work_dir() / name;
+    fs::remove_all(out);
+    const std::string cmd = "OMP_NUM_THREADS=1 timeout 300 " + std::string(ANVIL_BINARY) +
+                            " launch --np 2 --inject " + c.fault +
+                            " --hang-timeout 3 --backoff 0.1 -- --data " +
+                            (work_dir() / "text.txt").string() + " --out " + out.string() +
+                            " --peak-gflops 1 --log-every 1000 " + args + " > " + out.string() +
+                            ".log 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << anvil::read_file(out.string() + ".log");
+    for (const char* kind : {"model", "optimizer"}) {
+      const auto want = anvil::ckpt::read_tensors(straight.checkpoint, kind);
+      const auto got = anvil::ckpt::read_tensors((out / "step-00000030").string(), kind);
+      ASSERT_EQ(got.size(), want.size()) << c.fault;
+      for (const auto& [key, t] : want)
+        EXPECT_EQ(0, std::memcmp(got.at(key).data.data(), t.data.data(),
+                                 t.data.size() * sizeof(float)))
+            << c.fault << ": " << key;
+    }
+    const std::string journal = anvil::read_file((out / "journal.jsonl").string());
+    EXPECT_NE(journal.find("\"cause\":\"" + c.cause + "\",\"detect_s\""), std::string::npos)
+        << c.fault << "\n" << journal;
+    EXPECT_NE(journal.find("\"event\":\"recovered\""), std::string::npos) << c.fault;
+    EXPECT_NE(journal.find("\"event\":\"finished\""), std::string::npos) << c.fault;
+  }
+}
+
 // ZeRO-1 with Muon: AdamW's state split by bucket blocks, each Muon matrix
 // owned whole by one rank; the same bits as data parallelism without ZeRO.
 TEST(DataParallel, ZeroWithMuonEqualsPlainDataParallelBitForBit) {

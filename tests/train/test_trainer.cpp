@@ -15,6 +15,7 @@
 #include "anvil/ckpt/safetensors.hpp"
 #include "anvil/ckpt/sharded.hpp"
 #include "anvil/data/tokens.hpp"
+#include "anvil/ft/faults.hpp"
 #include "anvil/train/trainer.hpp"
 #include "support/input_error.hpp"
 
@@ -353,6 +354,44 @@ TEST(Trainer, BadTokenFilesAndStateJsonAreOneLineErrorsThatWriteNothing) {
   auto resume = tiny(run);
   resume.resume = "latest";
   EXPECT_EQ(run_training(resume).first_step, 2);
+}
+
+}  // namespace
+}  // namespace anvil::train
+
+namespace anvil::train {
+namespace {
+
+// A NaN loss ends the run with the roll-back status (the update is never
+// applied); losses above the spike threshold skip their update, and
+// --max-spikes of them in a row end the run with the other roll-back status.
+TEST(Trainer, NonFiniteLossesAndRepeatedSpikesEndTheRunForARollBack) {
+  auto o = tiny("");
+  o.steps = 12;
+  o.inject = ft::parse_fault("nan@5");
+  try {
+    run_training(o);
+    ADD_FAILURE() << "no TrainingFault";
+  } catch (const ft::TrainingFault& e) {
+    EXPECT_EQ(e.exit_code(), ft::kExitNonFinite);
+    EXPECT_NE(std::string(e.what()).find("step 5: loss nan"), std::string::npos) << e.what();
+  }
+  // Every loss above the window's mean by a hair is a "spike" here.
+  auto spiky = tiny("");
+  spiky.steps = 40;
+  spiky.spike_z = 1e-9;
+  spiky.spike_window = 3;
+  spiky.max_spikes = 1;
+  try {
+    run_training(spiky);
+    ADD_FAILURE() << "no TrainingFault";
+  } catch (const ft::TrainingFault& e) {
+    EXPECT_EQ(e.exit_code(), ft::kExitSpikes);
+    EXPECT_NE(std::string(e.what()).find("1 loss spike(s) in a row"), std::string::npos) << e.what();
+  }
+  // Off: the same run trains to the end.
+  spiky.spike_z = 0;
+  EXPECT_EQ(run_training(spiky).losses.size(), 40u);
 }
 
 }  // namespace

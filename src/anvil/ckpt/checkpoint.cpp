@@ -61,7 +61,14 @@ void prune_checkpoints(const std::string& run_dir, int keep, const std::string& 
   std::error_code ec;
   if (keep > 0 && static_cast<int>(dirs.size()) > keep) {
     for (size_t i = 0; i + keep < dirs.size(); ++i) {
-      if (dirs[i].filename() != fs::path(newest).filename()) fs::remove_all(dirs[i], ec);
+      if (dirs[i].filename() == fs::path(newest).filename()) continue;
+      // Renamed away first (atomic), then deleted: a crash mid-delete
+      // leaves no half-deleted step-N directory behind.
+      std::string name = ".";  // (append: GCC 12 warns falsely on "." + std::string)
+      name.append(dirs[i].filename().string()).append(".tmp-deleting");
+      const fs::path trash = dirs[i].parent_path() / name;
+      fs::rename(dirs[i], trash, ec);
+      fs::remove_all(ec ? dirs[i] : trash, ec);
     }
   }
 }

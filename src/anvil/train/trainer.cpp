@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
@@ -12,10 +13,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string_view>
+#include <thread>
 
 #include "anvil/base/clock.hpp"
 #include "anvil/base/error.hpp"
@@ -234,6 +237,8 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
     model_->registry().initialize(model_->params(), o.seed);
   }
   result_.first_step = step_;
+  if (!o.heartbeat_dir.empty()) std::filesystem::create_directories(o.heartbeat_dir);
+  heartbeat(std::numeric_limits<double>::quiet_NaN());  // alive, before the first step
   if (!o.out_dir.empty() && rank_ == 0) {
     std::filesystem::create_directories(o.out_dir);
     truncate_metrics(o.out_dir + "/metrics.jsonl", step_);
@@ -279,6 +284,11 @@ void Trainer::resume(const std::string& from) {
     for (auto& piece : muon_->state()) want.push_back(piece);
   ckpt::load_pieces(from, want);
   step_ = state.at("step").get<int64_t>();
+  // The spike check's window, so a resumed run skips exactly what the
+  // uninterrupted one would.
+  if (state.contains("recent_losses") && state["recent_losses"].is_array())
+    recent_losses_ = state["recent_losses"].get<std::vector<double>>();
+  spikes_in_a_row_ = state.value("spikes_in_a_row", 0);
   if (!o_.quiet && rank_ == 0)
     std::printf("resumed from %s at step %lld\n", from.c_str(), static_cast<long long>(step_));
 }
@@ -295,6 +305,8 @@ std::string Trainer::state_json() const {
             {"accum", o_.accum},
             {"precision", o_.precision},
             {"optimizer", o_.optimizer},
+            {"recent_losses", recent_losses_},
+            {"spikes_in_a_row", spikes_in_a_row_},
             {"data", o_.data},
             {"tokenizer", batches_.tokenizer()},
             {"schedule",
@@ -345,11 +357,47 @@ void Trainer::save() {
       save_error_ = std::current_exception();
     }
   };
+  const bool fault_at_save =
+      o_.inject && o_.inject->rank == rank_ && o_.inject->step == step_;
+  if (fault_at_save && o_.inject->kind == "kill-in-save") {
+    // Dies while its part is being written (the job never commits this step).
+    const auto ms = static_cast<int64_t>(o_.inject->arg);
+    std::thread([ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      std::raise(SIGKILL);
+    }).detach();
+  }
   if (o_.async_save) {
     saver_ = std::thread(std::move(write));
   } else {
     write();
     wait_for_save();
+  }
+  if (fault_at_save && o_.inject->kind == "corrupt-ckpt") {
+    // Once the step is committed, one byte of this rank's first shard flips
+    // and the job dies: a restart must find the damage and go back further.
+    wait_for_save();
+    const std::string final_dir = dir + "/" + ckpt::checkpoint_name(step);
+    while (!std::filesystem::exists(final_dir + "/index.json"))
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const std::string file = final_dir + "/rank-" + [&] {
+      char b[16];
+      std::snprintf(b, sizeof b, "%05d", rank_);
+      return std::string(b);
+    }() + ".safetensors";
+    if (FILE* f = std::fopen(file.c_str(), "r+b")) {
+      unsigned char len[8] = {};
+      if (std::fread(len, 1, 8, f) == 8) {
+        uint64_t header = 0;
+        for (int i = 7; i >= 0; --i) header = header << 8 | len[i];
+        std::fseek(f, static_cast<long>(8 + header + 2), SEEK_SET);
+        const int c = std::fgetc(f);
+        std::fseek(f, static_cast<long>(8 + header + 2), SEEK_SET);
+        std::fputc(c ^ 0x5a, f);
+      }
+      std::fclose(f);
+    }
+    std::raise(SIGKILL);
   }
 }
 
@@ -360,8 +408,39 @@ double Trainer::wait_for_save() {
   return now_seconds() - t0;
 }
 
+bool Trainer::strikes(const char* kind) const {
+  return o_.inject && o_.inject->kind == kind && o_.inject->rank == rank_ &&
+         (o_.inject->kind == std::string("slow") ? step_ + 1 >= o_.inject->step
+                                                 : step_ + 1 == o_.inject->step);
+}
+
+void Trainer::heartbeat(double loss) {
+  if (o_.heartbeat_dir.empty()) return;
+  // Small, renamed into place (no fsync: a supervisor on this machine reads it).
+  char line[128];
+  const auto unix_s =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::snprintf(line, sizeof line, "%lld %.3f %.9g\n", static_cast<long long>(step_), unix_s, loss);
+  const std::string path = o_.heartbeat_dir + "/rank-" + std::to_string(rank_);
+  const std::string tmp = path + ".tmp";
+  if (std::isnan(loss)) {  // the first: where this attempt starts
+    const std::string start = o_.heartbeat_dir + "/start-" + std::to_string(rank_);
+    if (FILE* f = std::fopen(start.c_str(), "w")) {
+      std::fputs(line, f);
+      std::fclose(f);
+    }
+  }
+  if (FILE* f = std::fopen(tmp.c_str(), "w")) {
+    std::fputs(line, f);
+    std::fclose(f);
+    std::rename(tmp.c_str(), path.c_str());
+  }
+}
+
 StepStats Trainer::step() {
   const double t0 = now_seconds();
+  if (strikes("slow"))
+    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(o_.inject->arg * 1e3)));
   model_->zero_grads();
   // Loss over the global batch: summed token losses and scored tokens.
   double sums[2] = {0, 0};
@@ -381,6 +460,7 @@ StepStats Trainer::step() {
     sums[1] += static_cast<double>(scored);
     if (reducer_ && last) model_->set_grads_ready_hook({});
   }
+  if (strikes("nan")) sums[0] = std::numeric_limits<double>::quiet_NaN();
   StepStats s;
   if (zaya_) s.alltoall_seconds = zaya_->take_dispatch_seconds();
   if (reducer_) {
@@ -396,18 +476,65 @@ StepStats Trainer::step() {
                          : optim::global_norm(model_->grads(), model_->registry().total());
   s.lr = o_.schedule.at(step_);
   const float coef = optim::clip_coefficient(s.grad_norm, o_.clip);
+  // The loss and norm are global: every rank decides the same here.
+  if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
+    char what[160];
+    std::snprintf(what, sizeof what,
+                  "step %lld: loss %.6g, gradient norm %.6g (not finite); roll back to the last "
+                  "checkpoint",
+                  static_cast<long long>(s.step), s.loss, s.grad_norm);
+    throw ft::TrainingFault(what, ft::kExitNonFinite);
+  }
+  s.skipped = is_spike(s.loss);
   // A background save still reading the weights and moments finishes first.
   s.save_wait_seconds = wait_for_save();
-  adamw_->update(model_->params(), model_->grads(), static_cast<float>(s.lr), step_ + 1, coef);
-  if (adamw_->sharded()) reducer_->gather(model_->params());
-  if (muon_) {
-    muon_->update(model_->params(), model_->grads(), static_cast<float>(s.lr), coef);
-    if (world_ > 1) broadcast_muon_matrices(model_->params());
+  if (!s.skipped) {
+    adamw_->update(model_->params(), model_->grads(), static_cast<float>(s.lr), step_ + 1, coef);
+    if (adamw_->sharded()) reducer_->gather(model_->params());
+    if (muon_) {
+      muon_->update(model_->params(), model_->grads(), static_cast<float>(s.lr), coef);
+      if (world_ > 1) broadcast_muon_matrices(model_->params());
+    }
+    model_->after_step(step_ + 1);
   }
-  model_->after_step(step_ + 1);
   ++step_;
   s.seconds = now_seconds() - t0;
+  heartbeat(s.loss);
+  if (strikes("kill")) std::raise(SIGKILL);
+  if (strikes("hang"))
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   return s;
+}
+
+bool Trainer::is_spike(double loss) {
+  if (o_.spike_z <= 0) return false;
+  const auto n = recent_losses_.size();
+  bool spike = false;
+  if (static_cast<int>(n) >= o_.spike_window) {
+    double mean = 0, var = 0;
+    for (double x : recent_losses_) mean += x;
+    mean /= static_cast<double>(n);
+    for (double x : recent_losses_) var += (x - mean) * (x - mean);
+    const double sd = std::sqrt(var / static_cast<double>(n - 1));
+    spike = sd > 0 && (loss - mean) / sd > o_.spike_z;
+  }
+  if (!spike) {
+    spikes_in_a_row_ = 0;
+    recent_losses_.push_back(loss);
+    if (static_cast<int>(recent_losses_.size()) > o_.spike_window)
+      recent_losses_.erase(recent_losses_.begin());
+    return false;
+  }
+  if (++spikes_in_a_row_ >= o_.max_spikes) {
+    throw ft::TrainingFault("step " + std::to_string(step_ + 1) + ": " +
+                                std::to_string(spikes_in_a_row_) +
+                                " loss spike(s) in a row; roll back to the last checkpoint",
+                            ft::kExitSpikes);
+  }
+  if (!o_.quiet && rank_ == 0)
+    std::fprintf(stderr, "\nanvil: warning: step %lld: loss %.4f spikes above the last %d; update skipped\n",
+                 static_cast<long long>(step_ + 1), loss, o_.spike_window);
+  return true;
 }
 
 void Trainer::broadcast_muon_matrices(float* data) {

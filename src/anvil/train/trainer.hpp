@@ -14,11 +14,13 @@
 #include <exception>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "anvil/data/batches.hpp"
+#include "anvil/ft/faults.hpp"
 
 #include "anvil/model/decoder.hpp"
 #include "anvil/model/zaya_model.hpp"
@@ -77,6 +79,17 @@ struct TrainOptions {
   // state); that step's optimizer update waits for the write to finish.
   // false: written before save() returns.
   bool async_save = true;
+  // Fault tolerance (docs/fault-tolerance.md). heartbeat_dir: each rank
+  // writes DIR/rank-R ("STEP UNIX_TIME LOSS") after every step for a
+  // supervisor. A loss more than spike_z standard deviations above the
+  // mean of the last spike_window losses skips its update; max_spikes in a
+  // row end the run with ft::kExitSpikes (roll back); a NaN/Inf loss or
+  // gradient norm ends it with ft::kExitNonFinite. spike_z 0: no check.
+  std::string heartbeat_dir;
+  double spike_z = 6.0;
+  int spike_window = 20;
+  int max_spikes = 3;
+  std::optional<ft::Fault> inject;  // --inject (tests and demos)
 };
 
 struct TrainResult {
@@ -106,6 +119,7 @@ struct StepStats {
   double comm_seconds = 0, exposed_seconds = 0;  // data parallel; 0 on one process
   double alltoall_seconds = 0;                   // expert parallel; 0 without
   double save_wait_seconds = 0;  // the optimizer update waited for a background save
+  bool skipped = false;          // a loss spike: the update was not applied
 };
 
 class Trainer {
@@ -154,6 +168,11 @@ class Trainer {
   bool tty_ = false;
   TrainResult result_;
   std::string nonce_;  // this job's, the same on every rank (checkpoint temporaries)
+  std::vector<double> recent_losses_;  // the spike check's window
+  int spikes_in_a_row_ = 0;
+  void heartbeat(double loss);
+  bool is_spike(double loss);  // updates the window; throws after max_spikes in a row
+  bool strikes(const char* kind) const;  // the injected fault is `kind`, for this rank now
   std::thread saver_;
   std::exception_ptr save_error_;
 };

@@ -1,0 +1,51 @@
+#include "anvil/ft/faults.hpp"
+
+#include <charconv>
+
+#include "anvil/base/error.hpp"
+
+namespace anvil::ft {
+
+std::string fault_kinds() {
+  return "kill, hang, nan, slow, corrupt-ckpt, kill-in-save";
+}
+
+Fault parse_fault(const std::string& text) {
+  const auto bad = [&] {
+    return InputError("--inject " + text + ": expected KIND@STEP[:RANK][=ARG] with KIND one of " +
+                      fault_kinds() + ", e.g. kill@30:1 or slow@5=200");
+  };
+  Fault f;
+  const auto at = text.find('@');
+  if (at == std::string::npos || at == 0) throw bad();
+  f.kind = text.substr(0, at);
+  if (fault_kinds().find(f.kind) == std::string::npos || f.kind.find(',') != std::string::npos ||
+      f.kind.find(' ') != std::string::npos)
+    throw bad();
+  const char* p = text.data() + at + 1;
+  const char* end = text.data() + text.size();
+  auto r = std::from_chars(p, end, f.step);
+  if (r.ec != std::errc() || f.step < 1) throw bad();
+  p = r.ptr;
+  if (p < end && *p == ':') {
+    r = std::from_chars(p + 1, end, f.rank);
+    if (r.ec != std::errc() || f.rank < 0) throw bad();
+    p = r.ptr;
+  }
+  if (p < end && *p == '=') {
+    const std::string arg(p + 1, end);
+    size_t used = 0;
+    try {
+      f.arg = std::stod(arg, &used);
+    } catch (const std::exception&) {
+      throw bad();
+    }
+    if (used != arg.size() || !(f.arg >= 0)) throw bad();
+    p = end;
+  }
+  if (p != end) throw bad();
+  if (f.kind == "slow" && !(f.arg > 0)) throw bad();
+  return f;
+}
+
+}  // namespace anvil::ft

@@ -1,0 +1,204 @@
+// The sharded checkpoint format: pieces written by several "ranks" come
+// back whole or cut any other way; damage (a flipped byte, a short file, a
+// hole in the tiling) is named; version-1 checkpoints still load; the
+// newest intact checkpoint is found past damaged ones. And the faults
+// anvil train --inject understands.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "anvil/base/error.hpp"
+#include "anvil/base/files.hpp"
+#include "anvil/ckpt/checkpoint.hpp"
+#include "anvil/ckpt/safetensors.hpp"
+#include "anvil/ckpt/sharded.hpp"
+#include "anvil/ft/faults.hpp"
+#include "support/input_error.hpp"
+
+namespace anvil::ckpt {
+namespace {
+namespace fs = std::filesystem;
+
+const std::string kState =
+    R"({"format": "anvil-train-state", "step": 5, "config": {}, "seed": 1, "batch": 2, "seq": 8,
+        "accum": 1})";
+
+struct Fixture {
+  std::vector<float> a, b, m;  // a [6, 5], b [7], optimizer state m of a
+  Fixture() : a(30), b(7), m(30) {
+    std::iota(a.begin(), a.end(), 1.0f);
+    std::iota(b.begin(), b.end(), -3.5f);
+    for (size_t i = 0; i < m.size(); ++i) m[i] = 0.25f * static_cast<float>(i * i);
+  }
+};
+
+// Writes step 5 of `run` as `world` ranks, each a contiguous 1/world of
+// every tensor; rank 0 last (it commits once every part is there).
+std::string write_run(const std::string& run, Fixture& f, int world) {
+  auto save_as = [&](int r) {
+    ShardedSave s;
+    auto cut = [&](const std::string& key, std::vector<int64_t> shape, std::vector<float>& v,
+                   std::vector<model::TensorShard>& out) {
+      const auto n = static_cast<int64_t>(v.size());
+      const int64_t lo = n * r / world, hi = n * (r + 1) / world;
+      if (hi > lo)
+        out.push_back({key, shape, lo, hi - lo, 0, model::Sharding::zero_range, v.data() + lo});
+    };
+    cut("a", {6, 5}, f.a, s.model);
+    cut("b", {7}, f.b, s.model);
+    cut("a.exp_avg", {6, 5}, f.m, s.optimizer);
+    s.state_json = kState;
+    s.layout = {{"world", world}};
+    SaveGroup g;
+    g.rank = r;
+    g.world = world;
+    g.nonce = "test";
+    return save_sharded(run, 5, s, g, 3);
+  };
+  for (int r = 1; r < world; ++r) save_as(r);
+  return save_as(0);
+}
+
+fs::path scratch(const std::string& name) {
+  const fs::path p = fs::path(testing::TempDir()) / ("anvil_sharded_" + name);
+  fs::remove_all(p);
+  return p;
+}
+
+TEST(Sharded, PiecesFromThreeRanksLoadWholeOrCutAnotherWay) {
+  Fixture f;
+  const std::string dir = write_run(scratch("three").string(), f, 3);
+  EXPECT_TRUE(fs::exists(dir + "/index.json"));
+  EXPECT_TRUE(fs::exists(dir + "/rank-00002.safetensors"));
+  const auto model = read_tensors(dir, "model");
+  ASSERT_EQ(model.size(), 2u);
+  EXPECT_EQ(model.at("a").data, f.a);
+  EXPECT_EQ(model.at("a").shape, (std::vector<int64_t>{6, 5}));
+  EXPECT_EQ(model.at("b").data, f.b);
+  EXPECT_EQ(read_tensors(dir, "optimizer").at("a.exp_avg").data, f.m);
+  // A piece that straddles two ranks' shards (elements 7..23 of a).
+  std::vector<float> part(17, -1.0f);
+  load_pieces(dir, {{"a", {6, 5}, 7, 17, 0, model::Sharding::replicated, part.data()}});
+  EXPECT_EQ(part, std::vector<float>(f.a.begin() + 7, f.a.begin() + 24));
+  const VerifyReport r = verify_checkpoint(dir);
+  EXPECT_TRUE(r.problems.empty()) << r.problems.front();
+  EXPECT_EQ(r.tensors, 3);
+  EXPECT_EQ(r.shards, 9);
+  // Reshaped to 2 ranks: the same tensors.
+  const std::string two = reshape_checkpoint(dir, scratch("three_to_two").string(), 2);
+  EXPECT_EQ(read_tensors(two, "model").at("a").data, f.a);
+  EXPECT_EQ(read_tensors(two, "optimizer").at("a.exp_avg").data, f.m);
+  EXPECT_TRUE(fs::exists(two + "/rank-00001.safetensors"));
+  EXPECT_FALSE(fs::exists(two + "/rank-00002.safetensors"));
+}
+
+TEST(Sharded, DamageIsNamedAndTheNewestIntactCheckpointIsUsed) {
+  Fixture f;
+  const fs::path run = scratch("damage");
+  const std::string good = write_run(run.string(), f, 2);
+  // A later step, then one byte of its data flipped.
+  fs::copy(good, run / "step-00000009", fs::copy_options::recursive);
+  const std::string bad = (run / "step-00000009").string();
+  std::string bytes = read_file(bad + "/rank-00001.safetensors");
+  bytes[bytes.size() - 3] ^= 0x11;
+  write_file_atomic(bad + "/rank-00001.safetensors", bytes);
+  const VerifyReport r = verify_checkpoint(bad);
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_NE(r.problems[0].find("rank-00001.safetensors: tensor a.exp_avg"), std::string::npos)
+      << r.problems[0];
+  EXPECT_NE(r.problems[0].find("checksum mismatch"), std::string::npos) << r.problems[0];
+  std::vector<std::string> warnings;
+  EXPECT_EQ(newest_intact_checkpoint(run.string(),
+                                     [&](const std::string& w) { warnings.push_back(w); }),
+            good);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("step-00000009 is damaged"), std::string::npos) << warnings[0];
+  std::vector<float> m(30);
+  EXPECT_THROW(
+      load_pieces(bad, {{"a.exp_avg", {6, 5}, 0, 30, 0, model::Sharding::replicated, m.data()}}),
+      CorruptCheckpoint);
+  EXPECT_THROW(newest_intact_checkpoint(bad, {}), CorruptCheckpoint);
+  // A short file; an index whose shards leave a hole.
+  write_file_atomic(bad + "/rank-00001.safetensors", bytes.substr(0, bytes.size() / 2));
+  test_support::expect_input_error([&] { load_pieces(bad, {{"a.exp_avg", {6, 5}, 0, 30, 0,
+                                                     model::Sharding::replicated, m.data()}}); },
+                           {bad + "/rank-00001.safetensors", "beyond the file's"});
+  auto index = nlohmann::json::parse(read_file(good + "/index.json"));
+  index["tensors"]["b"]["shards"].erase(0);
+  write_file_atomic(bad + "/index.json", index.dump());
+  std::vector<float> b(7);
+  test_support::expect_input_error(
+      [&] { load_pieces(bad, {{"b", {7}, 0, 7, 0, model::Sharding::replicated, b.data()}}); },
+      {bad + "/index.json: tensor b", "missing"});
+  // Wrong shape, absent tensor.
+  test_support::expect_input_error(
+      [&] { load_pieces(good, {{"b", {8}, 0, 8, 0, model::Sharding::replicated, b.data()}}); },
+      {"tensor b has shape [7] (expected [8])"});
+  test_support::expect_input_error(
+      [&] { load_pieces(good, {{"c", {7}, 0, 7, 0, model::Sharding::replicated, b.data()}}); },
+      {good + "/index.json: no tensor c"});
+}
+
+TEST(Sharded, VersionOneCheckpointsStillLoad) {
+  Fixture f;
+  const fs::path dir = scratch("v1") / "step-00000005";
+  fs::create_directories(dir);
+  write_safetensors((dir / "model.safetensors").string(),
+                    {{"a", {6, 5}, f.a.data()}, {"b", {7}, f.b.data()}});
+  write_safetensors((dir / "optimizer.safetensors").string(), {{"a.exp_avg", {6, 5}, f.m.data()}});
+  write_file_atomic((dir / "state.json").string(), kState);
+  EXPECT_EQ(read_tensors(dir.string(), "model").at("b").data, f.b);
+  std::vector<float> m(10);
+  load_pieces(dir.string(), {{"a.exp_avg", {6, 5}, 20, 10, 0, model::Sharding::replicated, m.data()}});
+  EXPECT_EQ(m, std::vector<float>(f.m.begin() + 20, f.m.end()));
+  const VerifyReport r = verify_checkpoint(dir.string());
+  EXPECT_EQ(r.version, 1);
+  EXPECT_TRUE(r.problems.empty());
+}
+
+TEST(Sharded, AnUncommittedSaveIsInvisibleAndCleanedUp) {
+  Fixture f;
+  const fs::path run = scratch("uncommitted");
+  const std::string good = write_run(run.string(), f, 1);
+  // A crashed job's temporary directory, as a kill mid-save leaves it.
+  fs::create_directories(run / ".step-00000010.tmp-deadjob");
+  write_file_atomic((run / ".step-00000010.tmp-deadjob" / "rank-00000.safetensors").string(), "x");
+  EXPECT_EQ(resolve_checkpoint(run.string()), good);
+  write_run(run.string(), f, 1);  // the next commit removes it
+  EXPECT_FALSE(fs::exists(run / ".step-00000010.tmp-deadjob"));
+}
+
+}  // namespace
+}  // namespace anvil::ckpt
+
+namespace anvil::ft {
+namespace {
+
+TEST(Faults, InjectionSpecsParseOrNameTheExpectedForm) {
+  const Fault k = parse_fault("kill@30:1");
+  EXPECT_EQ(k.kind, "kill");
+  EXPECT_EQ(k.step, 30);
+  EXPECT_EQ(k.rank, 1);
+  const Fault s = parse_fault("slow@5=200");
+  EXPECT_EQ(s.kind, "slow");
+  EXPECT_EQ(s.rank, 0);
+  EXPECT_DOUBLE_EQ(s.arg, 200);
+  const Fault w = parse_fault("kill-in-save@20:3=5.5");
+  EXPECT_EQ(w.kind, "kill-in-save");
+  EXPECT_EQ(w.rank, 3);
+  EXPECT_DOUBLE_EQ(w.arg, 5.5);
+  for (const char* bad : {"kill", "kill@", "kill@0", "boom@3", "kill@3:x", "kill@3:1=", "slow@3",
+                          "kill@3x", "nan@-1", "@3", "kill,hang@3"}) {
+    test_support::expect_input_error([&] { parse_fault(bad); },
+                             {std::string("--inject ") + bad, "KIND@STEP[:RANK][=ARG]"});
+  }
+}
+
+}  // namespace
+}  // namespace anvil::ft
