@@ -11,7 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   iproute2                 # ip netns / veth / tc tbf: the multi-host test's hosts and link
   nlohmann-json3-dev libcli11-dev
-  zlib1g-dev               # crc32 of checkpoint shards
+  libisal-dev              # Intel ISA-L: CRC-32 of checkpoint shards
   libgtest-dev
   python3-torch            # the PyTorch reference in the parity tests and the training baseline
   bible-kjv                # public-domain English text for the training demo (`bible` prints it)

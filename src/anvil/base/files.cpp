@@ -4,10 +4,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "anvil/base/error.hpp"
@@ -58,6 +61,85 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
       left -= static_cast<size_t>(n);
     }
   }
+  if (::fchmod(fd, 0644) != 0) fail("chmod failed");
+  if (::fsync(fd) != 0) fail("fsync failed");
+  if (::close(fd) != 0) {
+    ::unlink(tmpl.c_str());
+    throw SystemError(path + ": close failed: " + errno_text());
+  }
+  if (::rename(tmpl.c_str(), path.c_str()) != 0) {
+    const std::string reason = errno_text();
+    ::unlink(tmpl.c_str());
+    throw SystemError(path + ": rename failed: " + reason);
+  }
+  fsync_directory(dir.string());
+}
+
+void write_file_atomic_direct(
+    const std::string& path, const std::vector<std::string_view>& pieces,
+    const std::function<void(size_t piece, const char* bytes, size_t n)>& visit) {
+  const std::filesystem::path target(path);
+  const std::filesystem::path dir = target.parent_path();
+  std::string tmpl = (dir.empty() ? std::string(".") : dir.string()) + "/." +
+                     target.filename().string() + ".tmp.XXXXXX";
+  const int probe = ::mkstemp(tmpl.data());
+  if (probe < 0) throw SystemError(path + ": cannot create a temporary file: " + errno_text());
+  ::close(probe);
+  const int fd = ::open(tmpl.c_str(), O_WRONLY | O_DIRECT);
+  if (fd < 0) {  // no O_DIRECT here (tmpfs): the buffered path
+    ::unlink(tmpl.c_str());
+    if (visit)
+      for (size_t i = 0; i < pieces.size(); ++i) visit(i, pieces[i].data(), pieces[i].size());
+    write_file_atomic(path, pieces);
+    return;
+  }
+  auto fail = [&](const std::string& what) {
+    const std::string reason = errno_text();
+    ::close(fd);
+    ::unlink(tmpl.c_str());
+    throw SystemError(path + ": " + what + ": " + reason);
+  };
+  constexpr size_t kAlign = 4096, kBuffer = size_t{16} << 20, kStep = size_t{256} << 10;
+  std::unique_ptr<char, decltype(&std::free)> buffer(
+      static_cast<char*>(std::aligned_alloc(kAlign, kBuffer)), &std::free);
+  if (!buffer) fail("cannot allocate the write buffer");
+  size_t used = 0;
+  off_t at = 0;
+  auto flush = [&](size_t bytes) {
+    for (size_t done = 0; done < bytes;) {
+      const ssize_t n = ::pwrite(fd, buffer.get() + done, bytes - done, at + static_cast<off_t>(done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        fail("write failed");
+      }
+      done += static_cast<size_t>(n);
+    }
+    at += static_cast<off_t>(bytes);
+  };
+  uint64_t total = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const char* p = pieces[i].data();
+    size_t left = pieces[i].size();
+    total += left;
+    while (left > 0) {
+      const size_t n = std::min({left, kStep, kBuffer - used});
+      std::memcpy(buffer.get() + used, p, n);
+      if (visit) visit(i, buffer.get() + used, n);
+      used += n;
+      p += n;
+      left -= n;
+      if (used == kBuffer) {
+        flush(used);
+        used = 0;
+      }
+    }
+  }
+  if (used > 0) {  // the tail, padded to the block size, then cut back
+    const size_t padded = (used + kAlign - 1) / kAlign * kAlign;
+    std::memset(buffer.get() + used, 0, padded - used);
+    flush(padded);
+  }
+  if (::ftruncate(fd, static_cast<off_t>(total)) != 0) fail("truncate failed");
   if (::fchmod(fd, 0644) != 0) fail("chmod failed");
   if (::fsync(fd) != 0) fail("fsync failed");
   if (::close(fd) != 0) {

@@ -2,6 +2,7 @@
 // same directory, fsync, rename over the target, fsync the directory.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,6 +14,16 @@ namespace anvil {
 void write_file_atomic(const std::string& path, std::string_view contents);
 // The same, for contents given as pieces (written in order, never copied).
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
+
+// The same, written with O_DIRECT through an aligned bounce buffer where
+// the file system allows it (else as above): the page cache is bypassed,
+// which on this project's VMs cuts the kernel CPU of a 1.3 GB write from
+// ~4.5 s to ~0.2 s. `visit(piece, bytes, n)` sees every piece's bytes in
+// order as they are copied (checksums in the same pass, while the bytes
+// are in cache).
+void write_file_atomic_direct(
+    const std::string& path, const std::vector<std::string_view>& pieces,
+    const std::function<void(size_t piece, const char* bytes, size_t n)>& visit = {});
 
 // Makes a rename or a new file in `dir` durable (best effort).
 void fsync_directory(const std::string& dir);

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "anvil/base/bf16.hpp"
+#include "anvil/base/checksum.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
 #include "anvil/tensor/tensor.hpp"
@@ -45,6 +46,39 @@ std::vector<std::pair<uint64_t, uint64_t>> write_safetensors(
   }
   write_file_atomic(path, pieces);
   return ranges;
+}
+
+std::vector<WrittenTensor> write_safetensors_direct(
+    const std::string& path, const std::vector<TensorRef>& tensors,
+    const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    const uint64_t bytes = static_cast<uint64_t>(tensor::numel(t.shape)) * sizeof(float);
+    header[t.name] = {
+        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string text = header.dump();
+  while ((text.size() + 8) % 8 != 0) text.push_back(' ');
+  std::string prefix(8, '\0');
+  const uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  prefix += text;
+  std::vector<std::string_view> pieces = {prefix};
+  std::vector<WrittenTensor> out;
+  uint64_t at = prefix.size();
+  for (const auto& t : tensors) {
+    const size_t bytes = static_cast<size_t>(tensor::numel(t.shape)) * sizeof(float);
+    pieces.emplace_back(reinterpret_cast<const char*>(t.data), bytes);
+    out.push_back({at, at + bytes, 0});
+    at += bytes;
+  }
+  write_file_atomic_direct(path, pieces, [&](size_t piece, const char* data, size_t bytes) {
+    if (piece > 0) out[piece - 1].crc32 = crc32(data, bytes, out[piece - 1].crc32);
+  });
+  return out;
 }
 
 namespace {

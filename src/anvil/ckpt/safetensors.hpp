@@ -28,6 +28,16 @@ std::vector<std::pair<uint64_t, uint64_t>> write_safetensors(
     const std::string& path, const std::vector<TensorRef>& tensors,
     const std::map<std::string, std::string>& metadata = {});
 
+// write_safetensors with O_DIRECT (base/files.hpp), also returning each
+// tensor's CRC-32 (base/checksum.hpp), computed as its bytes are copied.
+struct WrittenTensor {
+  uint64_t begin = 0, end = 0;  // byte range in the file
+  uint32_t crc32 = 0;
+};
+std::vector<WrittenTensor> write_safetensors_direct(
+    const std::string& path, const std::vector<TensorRef>& tensors,
+    const std::map<std::string, std::string>& metadata = {});
+
 struct LoadedTensor {
   std::vector<int64_t> shape;
   std::vector<float> data;

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -13,6 +12,7 @@
 #include <memory>
 #include <thread>
 
+#include "anvil/base/checksum.hpp"
 #include "anvil/base/clock.hpp"
 #include "anvil/base/files.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
@@ -34,7 +34,7 @@ std::string rank_file(int rank) {
 }
 
 uint32_t crc_of(const void* data, size_t bytes, uint32_t crc = 0) {
-  return static_cast<uint32_t>(crc32_z(crc, static_cast<const Bytef*>(data), bytes));
+  return anvil::crc32(data, bytes, crc);
 }
 
 int64_t numel_of(const std::vector<int64_t>& shape) {
@@ -80,10 +80,11 @@ json parse_index(const std::string& dir) {
   } catch (const InputError& e) {
     throw CorruptCheckpoint(e.what());
   }
-  if (!index.is_object() || index.value("format", "") != "anvil-checkpoint" ||
+  if (!index.is_object() || !index.contains("format") || index["format"] != "anvil-checkpoint" ||
       !index.contains("tensors") || !index["tensors"].is_object())
     throw CorruptCheckpoint(path + ": expected an anvil-checkpoint index with a tensors object");
-  if (index.value("version", 0) != kIndexVersion)
+  if (!index.contains("version") || !index["version"].is_number_integer() ||
+      index["version"].get<int64_t>() != kIndexVersion)
     throw InputError(path + ": index version " + index.value("version", json()).dump() +
                      " (expected " + std::to_string(kIndexVersion) + ")");
   return index;
@@ -98,6 +99,13 @@ struct Shard {
   uint32_t crc = 0;
 };
 
+// An integer field, refused (not converted) when it is a float or a string.
+int64_t integer_at(const json& j, const char* name) {
+  const json& v = j.at(name);
+  if (!v.is_number_integer()) throw CorruptCheckpoint(std::string(name) + " is not an integer");
+  return v.get<int64_t>();
+}
+
 std::vector<Shard> shards_of(const std::string& dir, const std::string& key, const json& entry) {
   const std::string where = (fs::path(dir) / "index.json").string() + ": tensor " + key;
   std::vector<Shard> out;
@@ -105,18 +113,28 @@ std::vector<Shard> shards_of(const std::string& dir, const std::string& key, con
     for (const auto& s : entry.at("shards")) {
       Shard sh;
       sh.file = s.at("file").get<std::string>();
-      sh.offset = s.at("offset").get<int64_t>();
-      sh.numel = s.at("numel").get<int64_t>();
-      sh.begin = s.at("bytes").at(0).get<uint64_t>();
-      sh.end = s.at("bytes").at(1).get<uint64_t>();
-      sh.crc = s.at("crc32").get<uint32_t>();
+      sh.offset = integer_at(s, "offset");
+      sh.numel = integer_at(s, "numel");
+      const json& bytes = s.at("bytes");
+      if (!bytes.is_array() || bytes.size() != 2 || !bytes[0].is_number_unsigned() ||
+          !bytes[1].is_number_unsigned() || !s.at("crc32").is_number_unsigned() ||
+          s.at("crc32").get<uint64_t>() > 0xffffffffu)
+        throw CorruptCheckpoint(where + ": a malformed shard " + s.dump());
+      sh.begin = bytes[0].get<uint64_t>();
+      sh.end = bytes[1].get<uint64_t>();
+      sh.crc = static_cast<uint32_t>(s.at("crc32").get<uint64_t>());
+      constexpr int64_t kMost = int64_t{1} << 44;
       if (sh.file.find('/') != std::string::npos || sh.numel <= 0 || sh.offset < 0 ||
+          sh.numel > kMost || sh.offset > kMost || sh.end < sh.begin ||
           sh.end - sh.begin != static_cast<uint64_t>(sh.numel) * sizeof(float))
         throw CorruptCheckpoint(where + ": a malformed shard " + s.dump());
       out.push_back(sh);
     }
   } catch (const json::exception& e) {
     throw CorruptCheckpoint(where + ": malformed shards (" + e.what() + ")");
+  } catch (const CorruptCheckpoint& e) {
+    if (std::string(e.what()).rfind(where, 0) == 0) throw;
+    throw CorruptCheckpoint(where + ": " + e.what());
   }
   std::sort(out.begin(), out.end(),
             [](const Shard& a, const Shard& b) { return a.offset < b.offset; });
@@ -124,7 +142,26 @@ std::vector<Shard> shards_of(const std::string& dir, const std::string& key, con
 }
 
 std::vector<int64_t> shape_of(const json& entry) {
-  return entry.at("shape").get<std::vector<int64_t>>();
+  std::vector<int64_t> shape;
+  try {
+    const json& j = entry.at("shape");
+    if (!j.is_array()) throw CorruptCheckpoint("index.json: a shape that is not an array");
+    for (const auto& d : j) {
+      if (!d.is_number_integer()) throw CorruptCheckpoint("index.json: a non-integer dimension");
+      shape.push_back(d.get<int64_t>());
+    }
+  } catch (const json::exception& e) {
+    throw CorruptCheckpoint(std::string("index.json: a tensor without an integer shape (") +
+                            e.what() + ")");
+  }
+  int64_t n = 1;
+  for (const int64_t d : shape) {
+    if (d < 0 || (d > 0 && n > (int64_t{1} << 44) / d))
+      throw CorruptCheckpoint("index.json: shape " + json(shape).dump() +
+                              " has a negative dimension or too many elements");
+    n *= d;
+  }
+  return shape;
 }
 
 // The shards cover [0, numel) exactly once; "" when they do, else why not.
@@ -261,15 +298,15 @@ void write_part(const fs::path& tmp_dir, int rank, int64_t step,
     }
   }
   const std::string file = rank_file(rank) + ".safetensors";
-  const auto ranges = write_safetensors((tmp_dir / file).string(), refs,
-                                        {{"format", "anvil-checkpoint-shard"},
-                                         {"rank", std::to_string(rank)},
-                                         {"step", std::to_string(step)}});
+  const auto written = write_safetensors_direct((tmp_dir / file).string(), refs,
+                                                {{"format", "anvil-checkpoint-shard"},
+                                                 {"rank", std::to_string(rank)},
+                                                 {"step", std::to_string(step)}});
   for (size_t k = 0; k < refs.size(); ++k) {
     part[k]["file"] = file;
     part[k]["rank"] = rank;
-    part[k]["bytes"] = {ranges[k].first, ranges[k].second};
-    part[k]["crc32"] = crc_of(refs[k].data, ranges[k].second - ranges[k].first);
+    part[k]["bytes"] = {written[k].begin, written[k].end};
+    part[k]["crc32"] = written[k].crc32;
   }
   write_file_atomic((tmp_dir / (rank_file(rank) + ".json")).string(), part.dump());
 }
@@ -315,7 +352,7 @@ std::string commit(const std::string& run_dir, int64_t step, const fs::path& tmp
                 {"step", step},
                 {"world", world},
                 {"layout", layout},
-                {"checksum", "crc32 (zlib) of each shard's bytes"},
+                {"checksum", "crc32 (zlib polynomial) of each shard's bytes"},
                 {"train_state", json::parse(state_json)},
                 {"tensors", tensors}};
   write_file_atomic((tmp_dir / "state.json").string(), state_json);
@@ -469,9 +506,23 @@ std::map<std::string, LoadedTensor> read_tensors(const std::string& dir, const s
   const json index = parse_index(dir);
   std::vector<model::TensorShard> want;
   for (const auto& [key, t] : index["tensors"].items()) {
-    if (t.value("kind", "") != kind) continue;
+    if (!t.is_object() || !t.contains("kind") || t["kind"] != kind) continue;
+    // Nothing is allocated for a tensor whose shards the files cannot hold.
+    const auto shape = shape_of(t);
+    const auto shards = shards_of(dir, key, t);
+    if (const std::string why = coverage_problem(shards, numel_of(shape)); !why.empty())
+      throw CorruptCheckpoint(dir + "/index.json: tensor " + key + ": " + why);
+    for (const auto& sh : shards) {
+      std::error_code ec;
+      const auto size = fs::file_size(fs::path(dir) / sh.file, ec);
+      if (ec || sh.end > size)
+        throw CorruptCheckpoint((fs::path(dir) / sh.file).string() + ": tensor " + key +
+                                ": bytes [" + std::to_string(sh.begin) + ", " +
+                                std::to_string(sh.end) + ") beyond the file" +
+                                (ec ? " (absent)" : "'s " + std::to_string(size)));
+    }
     LoadedTensor& lt = out[key];
-    lt.shape = shape_of(t);
+    lt.shape = shape;
     lt.data.assign(static_cast<size_t>(numel_of(lt.shape)), 0.0f);
   }
   for (auto& [key, lt] : out)
@@ -509,8 +560,8 @@ VerifyReport verify_checkpoint(const std::string& dir) {
     r.problems.push_back(e.what());
     return r;
   }
-  r.version = index.value("version", 0);
-  r.layout = index.value("layout", json::object());
+  r.version = kIndexVersion;
+  r.layout = index.contains("layout") ? index["layout"] : json::object();
   std::map<std::string, std::unique_ptr<ReadFile>> files;
   std::vector<char> buffer;
   for (const auto& [key, t] : index["tensors"].items()) {

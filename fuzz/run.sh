@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Fuzzes anvil's input readers with libFuzzer under ASan + UBSan: the
+# safetensors reader, the sharded checkpoint index, token files and model
+# config JSON. Each harness runs SECONDS (default 600) from the seed corpus
+# in fuzz/corpus/<name> (new inputs go to a scratch directory); a crash or
+# sanitizer report stops it and leaves the input in fuzz/findings/.
+# Not part of CI (bounded time, one core per harness); run by hand:
+#   fuzz/run.sh [SECONDS=600] [HARNESS...]   (HARNESS: safetensors index tokens config)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-600}; shift || true
+harnesses=("$@"); [ ${#harnesses[@]} -gt 0 ] || harnesses=(safetensors index tokens config)
+command -v clang++ > /dev/null || { echo "fuzz/run.sh: needs clang++ and libclang-rt-dev (apt-get install clang libclang-rt-14-dev)" >&2; exit 2; }
+out=build-fuzz
+mkdir -p "$out" fuzz/findings
+srcs=(src/anvil/base/files.cpp src/anvil/base/checksum.cpp src/anvil/ckpt/safetensors.cpp src/anvil/ckpt/sharded.cpp
+      src/anvil/ckpt/checkpoint.cpp src/anvil/model/params.cpp src/anvil/data/tokens.cpp
+      src/anvil/model/config.cpp)
+flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
+       -fno-sanitize-recover=undefined -Isrc -Ifuzz)
+status=0
+for h in "${harnesses[@]}"; do
+  echo "== $h: building" >&2
+  clang++ "${flags[@]}" "fuzz/${h}_fuzz.cpp" "${srcs[@]}" -lisal -o "$out/${h}_fuzz"
+  work=$(mktemp -d)
+  echo "== $h: fuzzing ${seconds}s" >&2
+  if ! "$out/${h}_fuzz" "$work" "fuzz/corpus/$h" -max_total_time="$seconds" -rss_limit_mb=2048 \
+      -timeout=10 -artifact_prefix="fuzz/findings/${h}-" -print_final_stats=1 > "$out/$h.log" 2>&1; then
+    status=1
+    echo "== $h: FINDING (fuzz/findings/, log $out/$h.log)" >&2
+    grep -E "ERROR|SUMMARY|runtime error" "$out/$h.log" | head -5 >&2
+  fi
+  runs=$(grep -oE "stat::number_of_executed_units: *[0-9]+" "$out/$h.log" | grep -oE "[0-9]+$" || echo "?")
+  echo "$h: $runs inputs in ${seconds}s, corpus $(ls "$work" | wc -l) new + $(ls "fuzz/corpus/$h" | wc -l) seeds, $([ $status -eq 0 ] && echo "no crash or sanitizer report" || echo "see above")"
+  rm -rf "$work"
+done
+exit $status
