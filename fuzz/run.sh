@@ -15,23 +15,37 @@ out=build-fuzz
 mkdir -p "$out" fuzz/findings
 srcs=(src/anvil/base/files.cpp src/anvil/base/checksum.cpp src/anvil/ckpt/safetensors.cpp src/anvil/ckpt/sharded.cpp
       src/anvil/ckpt/checkpoint.cpp src/anvil/model/params.cpp src/anvil/data/tokens.cpp
-      src/anvil/model/config.cpp)
+      src/anvil/model/config.cpp src/anvil/tensor/arena.cpp)
 flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
        -fno-sanitize-recover=undefined -Isrc -Ifuzz)
+# The readers once (objects reused by every harness; rebuilt when a source is newer).
+objs=()
+for src in "${srcs[@]}"; do
+  obj="$out/$(basename "${src%.cpp}").o"
+  if [ ! -f "$obj" ] || [ -n "$(find src fuzz -newer "$obj" -name '*.?pp' | head -1)" ]; then
+    echo "== compiling $src" >&2
+    clang++ "${flags[@]/-fsanitize=fuzzer,address,undefined/-fsanitize=fuzzer-no-link,address,undefined}" -c "$src" -o "$obj"
+  fi
+  objs+=("$obj")
+done
 status=0
 for h in "${harnesses[@]}"; do
-  echo "== $h: building" >&2
-  clang++ "${flags[@]}" "fuzz/${h}_fuzz.cpp" "${srcs[@]}" -lisal -o "$out/${h}_fuzz"
+  if [ ! -x "$out/${h}_fuzz" ] || [ -n "$(find src fuzz -newer "$out/${h}_fuzz" -name '*.?pp' | head -1)" ]; then
+    echo "== $h: building" >&2
+    clang++ "${flags[@]}" "fuzz/${h}_fuzz.cpp" "${objs[@]}" -lisal -o "$out/${h}_fuzz"
+  fi
   work=$(mktemp -d)
   echo "== $h: fuzzing ${seconds}s" >&2
+  found=0
   if ! "$out/${h}_fuzz" "$work" "fuzz/corpus/$h" -max_total_time="$seconds" -rss_limit_mb=2048 \
       -timeout=10 -artifact_prefix="fuzz/findings/${h}-" -print_final_stats=1 > "$out/$h.log" 2>&1; then
     status=1
+    found=1
     echo "== $h: FINDING (fuzz/findings/, log $out/$h.log)" >&2
     grep -E "ERROR|SUMMARY|runtime error" "$out/$h.log" | head -5 >&2
   fi
   runs=$(grep -oE "stat::number_of_executed_units: *[0-9]+" "$out/$h.log" | grep -oE "[0-9]+$" || echo "?")
-  echo "$h: $runs inputs in ${seconds}s, corpus $(ls "$work" | wc -l) new + $(ls "fuzz/corpus/$h" | wc -l) seeds, $([ $status -eq 0 ] && echo "no crash or sanitizer report" || echo "see above")"
+  echo "$h: $runs inputs in ${seconds}s, corpus $(ls "$work" | wc -l) new + $(ls "fuzz/corpus/$h" | wc -l) seeds, $([ $found -eq 0 ] && echo "no crash or sanitizer report" || echo "a finding: see above")"
   rm -rf "$work"
 done
 exit $status

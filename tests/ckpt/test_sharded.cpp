@@ -202,3 +202,30 @@ TEST(Faults, InjectionSpecsParseOrNameTheExpectedForm) {
 
 }  // namespace
 }  // namespace anvil::ft
+
+namespace anvil::ckpt {
+namespace {
+
+// Fuzzing found these: a number too large for a double in a JSON header
+// made nlohmann throw out_of_range, which the readers let escape (a crash
+// instead of a one-line error).
+TEST(Sharded, NumbersPastTheRangeOfADoubleAreErrorsNotCrashes) {
+  const fs::path dir = scratch("overflow") / "step-00000001";
+  fs::create_directories(dir);
+  const std::string header = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":7.7E08888888888})";
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  bytes += header + std::string(4, '\0');
+  write_file_atomic((dir / "model.safetensors").string(), bytes);
+  test_support::expect_input_error([&] { read_safetensors((dir / "model.safetensors").string()); },
+                                   {(dir / "model.safetensors").string(), "number overflow"});
+  write_file_atomic((dir / "index.json").string(),
+                    R"({"format": "anvil-checkpoint", "version": 2, "tensors": {"a": 31e43967976}})");
+  std::vector<float> a(1);
+  test_support::expect_input_error(
+      [&] { load_pieces(dir.string(), {{"a", {1}, 0, 1, 0, model::Sharding::replicated, a.data()}}); },
+      {(dir / "index.json").string(), "not valid JSON"});
+}
+
+}  // namespace
+}  // namespace anvil::ckpt

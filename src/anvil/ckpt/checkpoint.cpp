@@ -95,7 +95,7 @@ nlohmann::json read_state(const std::string& checkpoint_dir) {
   nlohmann::json s;
   try {
     s = nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     throw InputError(path + ": not valid JSON (" + e.what() + ")");
   }
   auto bad = [&](const std::string& why) { return InputError(path + ": " + why); };

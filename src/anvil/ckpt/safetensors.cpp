@@ -135,7 +135,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(bytes.substr(8, n), on_event);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     throw bad(std::string("header is not JSON: ") + e.what());
   }
   if (!repeated.empty()) {
@@ -169,8 +169,9 @@ SafetensorsFile read_safetensors(const std::string& path) {
       }
       continue;
     }
+    const std::string tensor_name = name;  // (a lambda may not capture a structured binding in clang 14)
     auto tensor_bad = [&](const std::string& why) {
-      return InputError(path + ": tensor " + name + ": " + why);
+      return InputError(path + ": tensor " + tensor_name + ": " + why);
     };
     if (!info.is_object()) {
       throw tensor_bad("entry is " + brief(info) + " (expected {dtype, shape, data_offsets})");

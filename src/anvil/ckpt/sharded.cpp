@@ -75,7 +75,7 @@ json parse_index(const std::string& dir) {
   json index;
   try {
     index = json::parse(read_file(path));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw CorruptCheckpoint(path + ": not valid JSON (" + e.what() + ")");
   } catch (const InputError& e) {
     throw CorruptCheckpoint(e.what());

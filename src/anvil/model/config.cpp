@@ -153,7 +153,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   json doc;
   try {
     doc = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw InputError(origin + ": not valid JSON (" + e.what() + ")");
   }
   if (!doc.is_object()) throw InputError(origin + ": expected a JSON object at the top level");
@@ -169,7 +169,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     json value;
     try {
       value = json::parse(text);  // numbers, true/false, quoted strings
-    } catch (const json::parse_error&) {
+    } catch (const json::exception&) {
       value = text;  // a bare word is a string
     }
     set_key(c, key, value, "--set " + key);

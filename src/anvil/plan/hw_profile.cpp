@@ -241,7 +241,7 @@ HwProfile load_hw_profile(const std::string& path) {
   json j;
   try {
     j = json::parse(read_file(path));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw InputError(path + ": not valid JSON (" + e.what() + ")");
   }
   return hw_profile_from_json(j, path);
