@@ -22,6 +22,30 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
+// The last steps of an atomic write: the temporary file made durable and
+// renamed over `path`; removed on any failure.
+void commit_temporary(int fd, const std::string& tmpl, const std::string& path,
+                      const std::string& dir) {
+  auto fail = [&](const std::string& what) {
+    const std::string reason = errno_text();
+    ::close(fd);
+    ::unlink(tmpl.c_str());
+    throw SystemError(path + ": " + what + ": " + reason);
+  };
+  if (::fchmod(fd, 0644) != 0) fail("chmod failed");
+  if (::fsync(fd) != 0) fail("fsync failed");
+  if (::close(fd) != 0) {
+    ::unlink(tmpl.c_str());
+    throw SystemError(path + ": close failed: " + errno_text());
+  }
+  if (::rename(tmpl.c_str(), path.c_str()) != 0) {
+    const std::string reason = errno_text();
+    ::unlink(tmpl.c_str());
+    throw SystemError(path + ": rename failed: " + reason);
+  }
+  fsync_directory(dir);
+}
+
 }  // namespace
 
 void fsync_directory(const std::string& dir) {
@@ -61,18 +85,7 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
       left -= static_cast<size_t>(n);
     }
   }
-  if (::fchmod(fd, 0644) != 0) fail("chmod failed");
-  if (::fsync(fd) != 0) fail("fsync failed");
-  if (::close(fd) != 0) {
-    ::unlink(tmpl.c_str());
-    throw SystemError(path + ": close failed: " + errno_text());
-  }
-  if (::rename(tmpl.c_str(), path.c_str()) != 0) {
-    const std::string reason = errno_text();
-    ::unlink(tmpl.c_str());
-    throw SystemError(path + ": rename failed: " + reason);
-  }
-  fsync_directory(dir.string());
+  commit_temporary(fd, tmpl, path, dir.string());
 }
 
 void write_file_atomic_direct(
@@ -140,18 +153,7 @@ void write_file_atomic_direct(
     flush(padded);
   }
   if (::ftruncate(fd, static_cast<off_t>(total)) != 0) fail("truncate failed");
-  if (::fchmod(fd, 0644) != 0) fail("chmod failed");
-  if (::fsync(fd) != 0) fail("fsync failed");
-  if (::close(fd) != 0) {
-    ::unlink(tmpl.c_str());
-    throw SystemError(path + ": close failed: " + errno_text());
-  }
-  if (::rename(tmpl.c_str(), path.c_str()) != 0) {
-    const std::string reason = errno_text();
-    ::unlink(tmpl.c_str());
-    throw SystemError(path + ": rename failed: " + reason);
-  }
-  fsync_directory(dir.string());
+  commit_temporary(fd, tmpl, path, dir.string());
 }
 
 std::string read_file(const std::string& path) {

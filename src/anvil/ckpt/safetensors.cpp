@@ -15,13 +15,21 @@
 
 namespace anvil::ckpt {
 
-std::vector<std::pair<uint64_t, uint64_t>> write_safetensors(
-    const std::string& path, const std::vector<TensorRef>& tensors,
-    const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// A file's header (8-byte length + JSON, padded so the data starts 8-byte
+// aligned) and the pieces to write after it, with each tensor's byte range.
+struct Layout {
+  std::string prefix;
+  std::vector<std::string_view> pieces;  // prefix first, then every tensor's bytes
+  std::vector<WrittenTensor> ranges;
+};
+
+Layout layout_of(const std::vector<TensorRef>& tensors,
+                 const std::map<std::string, std::string>& metadata) {
+  Layout l;
   nlohmann::json header = nlohmann::json::object();
   uint64_t offset = 0;
-  std::vector<std::string_view> pieces;
-  pieces.reserve(tensors.size() + 2);
   for (const auto& t : tensors) {
     const uint64_t bytes = static_cast<uint64_t>(tensor::numel(t.shape)) * sizeof(float);
     header[t.name] = {
@@ -31,54 +39,37 @@ std::vector<std::pair<uint64_t, uint64_t>> write_safetensors(
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string text = header.dump();
   while ((text.size() + 8) % 8 != 0) text.push_back(' ');  // data starts 8-byte aligned
-  std::string prefix(8, '\0');
+  l.prefix.assign(8, '\0');
   const uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-  prefix += text;
-  pieces.emplace_back(prefix);
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  uint64_t at = prefix.size();
+  for (int i = 0; i < 8; ++i) l.prefix[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  l.prefix += text;
+  l.pieces.emplace_back(l.prefix);
+  uint64_t at = l.prefix.size();
   for (const auto& t : tensors) {
     const size_t bytes = static_cast<size_t>(tensor::numel(t.shape)) * sizeof(float);
-    pieces.emplace_back(reinterpret_cast<const char*>(t.data), bytes);
-    ranges.emplace_back(at, at + bytes);
+    l.pieces.emplace_back(reinterpret_cast<const char*>(t.data), bytes);
+    l.ranges.push_back({at, at + bytes, 0});
     at += bytes;
   }
-  write_file_atomic(path, pieces);
-  return ranges;
+  return l;
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  const Layout l = layout_of(tensors, metadata);
+  write_file_atomic(path, l.pieces);
 }
 
 std::vector<WrittenTensor> write_safetensors_direct(
     const std::string& path, const std::vector<TensorRef>& tensors,
     const std::map<std::string, std::string>& metadata) {
-  nlohmann::json header = nlohmann::json::object();
-  uint64_t offset = 0;
-  for (const auto& t : tensors) {
-    const uint64_t bytes = static_cast<uint64_t>(tensor::numel(t.shape)) * sizeof(float);
-    header[t.name] = {
-        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-  }
-  if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::string text = header.dump();
-  while ((text.size() + 8) % 8 != 0) text.push_back(' ');
-  std::string prefix(8, '\0');
-  const uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-  prefix += text;
-  std::vector<std::string_view> pieces = {prefix};
-  std::vector<WrittenTensor> out;
-  uint64_t at = prefix.size();
-  for (const auto& t : tensors) {
-    const size_t bytes = static_cast<size_t>(tensor::numel(t.shape)) * sizeof(float);
-    pieces.emplace_back(reinterpret_cast<const char*>(t.data), bytes);
-    out.push_back({at, at + bytes, 0});
-    at += bytes;
-  }
-  write_file_atomic_direct(path, pieces, [&](size_t piece, const char* data, size_t bytes) {
-    if (piece > 0) out[piece - 1].crc32 = crc32(data, bytes, out[piece - 1].crc32);
+  Layout l = layout_of(tensors, metadata);
+  write_file_atomic_direct(path, l.pieces, [&](size_t piece, const char* data, size_t bytes) {
+    if (piece > 0) l.ranges[piece - 1].crc32 = crc32(data, bytes, l.ranges[piece - 1].crc32);
   });
-  return out;
+  return l.ranges;
 }
 
 namespace {

@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <map>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace anvil::ckpt {
@@ -23,10 +22,8 @@ struct TensorRef {
 // Writes atomically (temporary name, fsync, rename). Tensors keep the given
 // order in the data section; the header is sorted by name as the format's
 // reference writer does.
-// Returns each tensor's [begin, end) byte range in the file (from its start).
-std::vector<std::pair<uint64_t, uint64_t>> write_safetensors(
-    const std::string& path, const std::vector<TensorRef>& tensors,
-    const std::map<std::string, std::string>& metadata = {});
+void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
 
 // write_safetensors with O_DIRECT (base/files.hpp), also returning each
 // tensor's CRC-32 (base/checksum.hpp), computed as its bytes are copied.

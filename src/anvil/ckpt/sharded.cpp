@@ -368,6 +368,10 @@ std::string commit(const std::string& run_dir, int64_t step, const fs::path& tmp
 
 }  // namespace
 
+std::string shard_file(int rank) {
+  return rank_file(rank) + ".safetensors";
+}
+
 std::string save_sharded(const std::string& run_dir, int64_t step, const ShardedSave& save,
                          const SaveGroup& group, int keep) {
   const fs::path tmp_dir = make_tmp_dir(run_dir, step, group.nonce);

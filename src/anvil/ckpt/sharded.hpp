@@ -66,6 +66,9 @@ struct ShardedSave {
 std::string save_sharded(const std::string& run_dir, int64_t step, const ShardedSave& save,
                          const SaveGroup& group, int keep);
 
+// The file rank R writes its pieces to: "rank-0000R.safetensors".
+std::string shard_file(int rank);
+
 // Rewrites checkpoint `from` (a step or run directory, any layout) as
 // RUN/step-N written by `world` ranks, each holding 1/world of the bytes;
 // the tensors come out identical. Returns the new directory.

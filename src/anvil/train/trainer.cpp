@@ -380,11 +380,7 @@ void Trainer::save() {
     const std::string final_dir = dir + "/" + ckpt::checkpoint_name(step);
     while (!std::filesystem::exists(final_dir + "/index.json"))
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    const std::string file = final_dir + "/rank-" + [&] {
-      char b[16];
-      std::snprintf(b, sizeof b, "%05d", rank_);
-      return std::string(b);
-    }() + ".safetensors";
+    const std::string file = final_dir + "/" + ckpt::shard_file(rank_);
     if (FILE* f = std::fopen(file.c_str(), "r+b")) {
       unsigned char len[8] = {};
       if (std::fread(len, 1, 8, f) == 8) {
