@@ -29,7 +29,7 @@
 #include "anvil/bench/hw_report.hpp"
 #include "anvil/bench/membw_bench.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
-#include "anvil/ckpt/export.hpp"
+#include "anvil/ckpt/hf.hpp"
 #include "anvil/ckpt/sharded.hpp"
 #include "anvil/comm/communicator.hpp"
 #include "anvil/data/tokens.hpp"
@@ -498,21 +498,49 @@ int main(int argc, char** argv) {
   anvil::cli::PlanCommands plan_commands;
   plan_commands.add_to(app);
 
-  // anvil ckpt export --hf
+  // anvil ckpt export / import
   auto* ckpt_cmd = app.add_subcommand("ckpt", "Checkpoints");
   ckpt_cmd->require_subcommand(1);
   auto* export_cmd = ckpt_cmd->add_subcommand(
-      "export", "Write a checkpoint in another layout (--hf: Hugging Face, ZAYA1 names)");
-  std::string export_ckpt, export_out;
+      "export",
+      "Write a checkpoint as a Hugging Face directory that transformers' "
+      "AutoModelForCausalLM.from_pretrained loads (ZAYA1 -> ZayaForCausalLM, GPT-2 shaped -> "
+      "GPT2LMHeadModel, Llama shaped -> LlamaForCausalLM; docs/interop.md)");
+  anvil::ckpt::ExportOptions xopt;
   bool export_hf = false;
+  export_cmd->add_flag("--hf", export_hf,
+                       "Hugging Face directory (the default; kept for scripts that name it)");
+  export_cmd->add_option("--checkpoint", xopt.checkpoint, "A step-* directory or a run directory")
+      ->required();
+  export_cmd->add_option("--out", xopt.out_dir, "New directory to write")->required();
   export_cmd
-      ->add_flag("--hf", export_hf,
-                 "Hugging Face layout: model.safetensors (ZAYA1 section-7 names, weights "
-                 "only) + config.json (transformers ZayaConfig keys)")
-      ->required();
-  export_cmd->add_option("--checkpoint", export_ckpt, "A step-* directory or a run directory")
-      ->required();
-  export_cmd->add_option("--out", export_out, "New directory to write")->required();
+      ->add_option("--format", xopt.format,
+                   "hf: transformers' native layout (default); original: ZAYA1's alternating "
+                   "layer layout (Zyphra's names, what transformers' converter takes)")
+      ->check(CLI::IsMember({"hf", "original"}));
+  export_cmd
+      ->add_option("--dtype", xopt.dtype,
+                   "float32 (default, exact) or bfloat16 (rounded to nearest even)")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
+  export_cmd
+      ->add_option("--max-shard-size", xopt.max_shard_bytes,
+                   "Largest safetensors file (e.g. 5GB, 500MB); above it the weights are split "
+                   "into model-0000k-of-0000n.safetensors with model.safetensors.index.json")
+      ->transform(CLI::AsSizeValue(true))
+      ->default_str("5GB");
+  auto* import_cmd = ckpt_cmd->add_subcommand(
+      "import",
+      "Turn a transformers checkpoint directory (ZayaForCausalLM, GPT2LMHeadModel, "
+      "LlamaForCausalLM) into an anvil run directory: a weights-only checkpoint at step 0 "
+      "and model-config.json, for anvil generate and anvil train --config "
+      "RUN/model-config.json --resume RUN");
+  std::string import_hf_dir, import_out;
+  import_cmd
+      ->add_option("--hf", import_hf_dir,
+                   "Directory with config.json and model.safetensors (or a sharded index)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  import_cmd->add_option("--out", import_out, "New (or empty) run directory to write")->required();
   // anvil ckpt verify / reshape
   auto* verify_cmd = ckpt_cmd->add_subcommand(
       "verify",
@@ -607,7 +635,7 @@ int main(int argc, char** argv) {
         const std::string expected = *bench      ? "gemm, membw, comm"
                                      : *data_cmd ? "tokenize"
                                      : *ckpt_cmd
-                                         ? "export, verify, diff, reshape"
+                                         ? "export, import, verify, diff, reshape"
                                          : "hw, bench, train, launch, generate, size, plan, ckpt, data";
         msg = rest.empty()
                   ? where + ": expected a command (" + expected + ")"
@@ -764,9 +792,17 @@ int main(int argc, char** argv) {
     }
     if (plan_commands.run()) return 0;
     if (*export_cmd) {
-      const auto r = anvil::ckpt::export_hf(export_ckpt, export_out);
-      std::cerr << "wrote " << r.out_dir << ": " << r.tensors << " tensors, " << r.parameters
-                << " parameters (model.safetensors, config.json)\n";
+      const auto r = anvil::ckpt::export_checkpoint(xopt);
+      std::cerr << "wrote " << r.out_dir << ": " << r.architecture << ", " << r.tensors
+                << " tensors, " << r.parameters << " parameters, " << xopt.dtype << ", "
+                << r.files << " safetensors file(s) + config.json\n";
+      return 0;
+    }
+    if (*import_cmd) {
+      const auto r = anvil::ckpt::import_hf(import_hf_dir, import_out);
+      std::cerr << "wrote " << r.checkpoint_dir << ": " << r.architecture << ", " << r.tensors
+                << " tensors, " << r.parameters << " parameters; model config "
+                << r.config_path << "\n";
       return 0;
     }
     if (*launch_cmd) {

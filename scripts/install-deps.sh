@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Installs the Debian packages anvil builds and runs with, if any is missing.
-# Safe to run again: it does nothing when everything is there.
+# Installs the Debian packages anvil builds and runs with, if any is missing,
+# and the project's Python environment (.venv, from the pinned
+# requirements.txt: transformers, PyTorch 2 ... as test clients), if it is
+# missing or requirements.txt changed. Safe to run again: it does nothing
+# when everything is there.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake
@@ -16,17 +20,29 @@ packages=(
   python3-torch            # the PyTorch reference in the parity tests and the training baseline
   bible-kjv                # public-domain English text for the training demo (`bible` prints it)
   python3-sentencepiece    # bench/kjv_bpe.py: the BPE vocabulary of the ZAYA1 balance runs
+  python3-venv             # .venv: the pinned PyPI test clients (requirements.txt)
 )
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}" >&2
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
 
-echo "installing: ${missing[*]}" >&2
-sudo=""
-[ "$(id -u)" -ne 0 ] && sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The Python environment, rebuilt when requirements.txt changes (its hash
+# is kept in .venv/requirements.sha256). Debian's python3, not a user's.
+want=$(sha256sum requirements.txt | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ] || [ "$(cat .venv/requirements.sha256 2>/dev/null)" != "$want" ]; then
+  echo "python environment: installing requirements.txt into .venv (about 7 GB, 2 min)" >&2
+  rm -rf .venv
+  /usr/bin/python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+  echo "$want" > .venv/requirements.sha256
+fi

@@ -30,10 +30,14 @@ Layout layout_of(const std::vector<TensorRef>& tensors,
   Layout l;
   nlohmann::json header = nlohmann::json::object();
   uint64_t offset = 0;
+  auto size_of = [](const TensorRef& t) {
+    return static_cast<uint64_t>(tensor::numel(t.shape)) * (t.bf16 ? 2 : sizeof(float));
+  };
   for (const auto& t : tensors) {
-    const uint64_t bytes = static_cast<uint64_t>(tensor::numel(t.shape)) * sizeof(float);
-    header[t.name] = {
-        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    const uint64_t bytes = size_of(t);
+    header[t.name] = {{"dtype", t.bf16 ? "BF16" : "F32"},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -46,8 +50,10 @@ Layout layout_of(const std::vector<TensorRef>& tensors,
   l.pieces.emplace_back(l.prefix);
   uint64_t at = l.prefix.size();
   for (const auto& t : tensors) {
-    const size_t bytes = static_cast<size_t>(tensor::numel(t.shape)) * sizeof(float);
-    l.pieces.emplace_back(reinterpret_cast<const char*>(t.data), bytes);
+    const auto bytes = static_cast<size_t>(size_of(t));
+    l.pieces.emplace_back(t.bf16 ? reinterpret_cast<const char*>(t.bf16)
+                                 : reinterpret_cast<const char*>(t.data),
+                          bytes);
     l.ranges.push_back({at, at + bytes, 0});
     at += bytes;
   }

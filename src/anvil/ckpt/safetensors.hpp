@@ -1,7 +1,7 @@
 // The safetensors format (Hugging Face): an 8-byte little-endian header
 // length, a JSON header {name: {dtype, shape, data_offsets: [begin, end]},
 // "__metadata__": {string: string}}, then the raw little-endian data.
-// anvil writes F32 (and reads F32 and BF16, widening BF16 to float), so its
+// anvil writes F32 or BF16 (and reads F32 and BF16, widening BF16 to float), so its
 // weights load in Python with the `safetensors` package or a few lines of
 // numpy, and Hugging Face checkpoints load here.
 #pragma once
@@ -17,6 +17,8 @@ struct TensorRef {
   std::string name;
   std::vector<int64_t> shape;
   const float* data;
+  // Instead of `data`: bfloat16 bits, written as dtype BF16 (exports).
+  const uint16_t* bf16 = nullptr;
 };
 
 // Writes atomically (temporary name, fsync, rename). Tensors keep the given

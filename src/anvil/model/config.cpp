@@ -108,6 +108,10 @@ const std::map<std::string, Setter>& schema() {
                              const std::string& w) { c.router_init_std = positive_real(v, w); }},
       {"router_lr_scale", [](ModelConfig& c, const json& v,
                              const std::string& w) { c.router_lr_scale = positive_real(v, w); }},
+      {"skip_output",
+       [](ModelConfig& c, const json& v, const std::string& w) {
+         c.skip_output = one_of(v, w, {"input", "zero"});
+       }},
   };
   return table;
 }
@@ -212,6 +216,7 @@ std::string model_config_to_json(const ModelConfig& c) {
                       {"router_init_std", c.router_init_std}};
   // Written only when set, so the configs of earlier checkpoints still match.
   if (c.router_lr_scale != 1.0) j["router_lr_scale"] = c.router_lr_scale;
+  if (c.skip_output != "input") j["skip_output"] = c.skip_output;
   return j.dump(2);
 }
 

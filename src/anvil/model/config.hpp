@@ -41,6 +41,10 @@ struct ModelConfig {
   // the rest). Below 1 the router's expert preferences move slower than the
   // balancing biases can follow (docs/zaya1.md, "Balancing").
   double router_lr_scale = 1.0;
+  // ZAYA1: what the skip class outputs: "input" (gate * x, the original
+  // model) or "zero" (transformers' ZayaForCausalLM and later ports). Only a
+  // "zero" model exports to transformers' layout with the same outputs.
+  std::string skip_output = "input";
 };
 
 // Reads `path` and applies `overrides` ("key=value"). Throws InputError.

@@ -112,6 +112,7 @@ ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing 
   ms.expert_ffn = c_.expert_ffn_hidden;
   ms.top_k = c_.top_k;
   ms.norm_eps = static_cast<float>(c_.norm_eps);
+  ms.skip_identity = c_.skip_output == "input";
   for (int64_t n = 0; n < layers_; ++n) {
     if (n % 2 == 0) {
       // One backward scratch for all CCA layers, one for all MoE layers: the

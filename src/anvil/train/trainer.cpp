@@ -258,6 +258,18 @@ void Trainer::resume(const std::string& from) {
     throw InputError("--resume " + from + ": the checkpoint's model config differs from " +
                      o_.config + " with the given --set overrides");
   }
+  if (state.value("weights_only", false)) {  // anvil ckpt import: weights, no trajectory
+    std::vector<model::TensorShard> want =
+        model_->registry().shards(model_->params(), {{0, model_->registry().total()}});
+    for (const auto& e : model_->extra_state())
+      if (!e.optimizer_state) want.push_back(whole_shard(e));
+    ckpt::load_pieces(from, want);
+    step_ = 0;
+    if (!o_.quiet && rank_ == 0)
+      std::printf("starting from the weights of %s (fresh optimizer state, step 0)\n",
+                  from.c_str());
+    return;
+  }
   // The weights are replicated, so any rank count continues the trajectory
   // whose micro-batch holds the same global rows (batch x ranks).
   const auto saved_accum = state.at("accum").get<int64_t>();
