@@ -350,7 +350,7 @@ TEST(Cli, TrainsZaya1WithRouterLossesAndGeneratesFromItsCheckpoint) {
   EXPECT_EQ(g.out.size(), std::string("in").size() + 8 + 1);  // prompt, 8 bytes, newline
 }
 
-TEST(Cli, ExportsAZaya1CheckpointInTheHuggingFaceLayout) {
+TEST(Cli, ExportsAndImportsCheckpointsInTheHuggingFaceLayouts) {
   const std::string dir = testing::TempDir() + "/cli_export";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
@@ -360,15 +360,19 @@ TEST(Cli, ExportsAZaya1CheckpointInTheHuggingFaceLayout) {
             false)
           .status,
       0);
-  const CliRun e =
-      anvil("ckpt export --hf --checkpoint " + dir + "/run --out " + dir + "/hf", true);
+  // The skip class outputs gate * x here: transformers' layout cannot say so.
+  expect_usage_error("ckpt export --hf --checkpoint " + dir + "/run --out " + dir + "/hf",
+                     "skip_output");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/hf"));
+  const CliRun e = anvil(
+      "ckpt export --format original --checkpoint " + dir + "/run --out " + dir + "/orig", true);
   ASSERT_EQ(e.status, 0) << e.out;
-  const auto config = nlohmann::json::parse(std::ifstream(dir + "/hf/config.json"));
+  const auto config = nlohmann::json::parse(std::ifstream(dir + "/orig/config.json"));
   EXPECT_EQ(config["model_type"], "zaya");
   EXPECT_EQ(config["num_experts"], 3);
   EXPECT_EQ(config["router_hidden_size"], 16);
   // The weights: every section-7 name (balancing biases too), no optimizer state.
-  std::ifstream f(dir + "/hf/model.safetensors", std::ios::binary);
+  std::ifstream f(dir + "/orig/model.safetensors", std::ios::binary);
   uint64_t n = 0;
   f.read(reinterpret_cast<char*>(&n), 8);
   std::string header(n, '\0');
@@ -380,17 +384,36 @@ TEST(Cli, ExportsAZaya1CheckpointInTheHuggingFaceLayout) {
   EXPECT_TRUE(h.contains("model.layers.0.self_attn.qkv.conv_qk.1.weight"));
   for (const auto& [name, v] : h.items()) EXPECT_EQ(name.find("exp_avg"), std::string::npos);
   // Again into the same place: refused, nothing half-written.
-  expect_usage_error("ckpt export --hf --checkpoint " + dir + "/run --out " + dir + "/hf", "--out");
-  const std::string gpt = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/gpt2-tiny.json";
-  ASSERT_EQ(anvil("train --config " + gpt + " -B 1 -T 16 --steps 1 --peak-gflops 1 --out " + dir +
-                      "/dense",
+  expect_usage_error("ckpt export --format original --checkpoint " + dir + "/run --out " + dir +
+                         "/orig",
+                     "--out");
+  // The original layout imports back to the same weights.
+  ASSERT_EQ(anvil("ckpt import --hf " + dir + "/orig --out " + dir + "/back", true).status, 0);
+  EXPECT_EQ(anvil("ckpt verify " + dir + "/back", true).status, 0);
+  const auto a = nlohmann::json::parse(std::ifstream(dir + "/back/model-config.json"));
+  EXPECT_EQ(a["n_experts"], 3);
+  // Llama with partial RoPE has no transformers architecture.
+  const std::string llama = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/llama-tiny.json";
+  ASSERT_EQ(anvil("train --config " + llama + " -B 1 -T 16 --steps 1 --peak-gflops 1 --out " +
+                      dir + "/dense",
                   false)
                 .status,
             0);
-  expect_usage_error("ckpt export --hf --checkpoint " + dir + "/dense --out " + dir + "/x", "--hf");
+  expect_usage_error("ckpt export --checkpoint " + dir + "/dense --out " + dir + "/x",
+                     "rotary_dim 8");
   EXPECT_FALSE(std::filesystem::exists(dir + "/x"));
   expect_usage_error("ckpt export --hf --checkpoint /nonexistent --out " + dir + "/y",
                      "/nonexistent");
+  expect_usage_error("ckpt export --checkpoint " + dir + "/run --out " + dir + "/y --dtype f8",
+                     "--dtype");
+  // Import: a tensor missing from the file is named.
+  std::filesystem::create_directories(dir + "/broken");
+  std::filesystem::copy_file(dir + "/orig/config.json", dir + "/broken/config.json");
+  std::ofstream(dir + "/broken/model.safetensors", std::ios::binary)
+      << std::string("\x08\0\0\0\0\0\0\0{}      ", 16);  // no tensors
+  expect_usage_error("ckpt import --hf " + dir + "/broken --out " + dir + "/z",
+                     "model.embed_tokens.weight is missing");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/z/step-00000000"));
   expect_usage_error("ckpt frobnicate", "frobnicate");
 }
 
