@@ -126,6 +126,21 @@ def check_export(args, arch):
     assert next(bf.parameters()).dtype == torch.float32
     compare("logits (bf16 export, loaded as fp32)", hf_logits(bf, tokens), hf_logits(model, tokens),
             tol=5e-2)
+    if arch == "zaya":
+        # ZAYA1's original alternating layout, as Zyphra's checkpoints have it
+        # (anvil's own config key removed): imports to the same logits.
+        orig = os.path.join(args.work, "original")
+        run([args.anvil, "ckpt", "export", "--format", "original", "--checkpoint", run_dir,
+             "--out", orig])
+        cfg_path = os.path.join(orig, "config.json")
+        ocfg = json.load(open(cfg_path))
+        assert ocfg["num_hidden_layers"] == 2 * cfg["num_hidden_layers"], ocfg
+        del ocfg["anvil"]
+        json.dump(ocfg, open(cfg_path, "w"))
+        back = os.path.join(args.work, "original-imported")
+        run([args.anvil, "ckpt", "import", "--hf", orig, "--out", back])
+        compare("logits (original layout, imported without anvil's config)",
+                anvil_logits(args, back, tokens), hf_logits(model, tokens))
     # A sharded export: model-0000k-of-0000n.safetensors + model.safetensors.index.json.
     sh_dir = os.path.join(args.work, "hf-sharded")
     run([args.anvil, "ckpt", "export", "--checkpoint", run_dir, "--out", sh_dir,

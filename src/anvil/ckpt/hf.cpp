@@ -290,6 +290,25 @@ json hf_config(const model::ModelConfig& c, Arch arch, const std::string& dtype,
   return j;
 }
 
+// The config of ZAYA1's original alternating layout, as Zyphra's checkpoints
+// have it (num_hidden_layers counts attention and MoE layers; RoPE, top-k
+// and the expert width under their original keys), which transformers'
+// convert_zaya_weights_to_hf.py reads.
+json original_config(const model::ModelConfig& c, const std::string& dtype, const json& anvil) {
+  json j = hf_config(c, Arch::zaya, dtype, anvil);
+  j.erase("rope_parameters");
+  j["num_hidden_layers"] = 2 * c.n_layers;
+  j["rope_theta"] = c.rope_theta;
+  j["partial_rotary_factor"] =
+      c.rotary_dim > 0 ? static_cast<double>(c.rotary_dim) / c.head_dim : 1.0;
+  j["ffn_hidden_size"] = c.expert_ffn_hidden;
+  j["moe_router_topk"] = c.top_k;
+  j["zaya_use_eda"] = true;
+  j["residual_in_fp32"] = true;
+  j["scale_residual_merge"] = true;
+  return j;
+}
+
 // Creates `target`'s temporary sibling; `fill` writes into it; then fsync
 // and rename, so `target` appears whole or not at all.
 template <typename Fill>
@@ -413,8 +432,9 @@ ExportResult export_checkpoint(const ExportOptions& o) {
       const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
       write_file_atomic((tmp / "model.safetensors.index.json").string(), index.dump(2) + "\n");
     }
-    write_file_atomic((tmp / "config.json").string(),
-                      hf_config(config, arch, o.dtype, anvil).dump(2) + "\n");
+    const json cfg = o.format == "original" ? original_config(config, o.dtype, anvil)
+                                            : hf_config(config, arch, o.dtype, anvil);
+    write_file_atomic((tmp / "config.json").string(), cfg.dump(2) + "\n");
   });
   r.out_dir = target.string();
   r.architecture = o.format == "original" ? "ZAYA1 original layout" : architecture_name(arch);
@@ -425,7 +445,8 @@ namespace {
 
 // An anvil config from transformers' config.json (or the exact one anvil
 // put there on export).
-model::ModelConfig config_from_hf(const json& j, const std::string& path, Arch& arch) {
+model::ModelConfig config_from_hf(const json& j, const std::string& path, bool original,
+                                  Arch& arch) {
   auto bad = [&](const std::string& why) { return InputError(path + ": " + why); };
   if (!j.contains("architectures") || !j["architectures"].is_array() ||
       j["architectures"].empty() || !j["architectures"][0].is_string())
@@ -502,7 +523,14 @@ model::ModelConfig config_from_hf(const json& j, const std::string& path, Arch& 
   if (j.value("hidden_act", std::string("silu")) != "silu")
     throw bad("hidden_act " + j["hidden_act"].dump() + " (expected silu)");
   if (arch == Arch::zaya) {
-    const json p = rope("hybrid");
+    json p = rope("hybrid");
+    if (original) {  // Zyphra's keys: layers counted singly, RoPE at the top
+      if (c.n_layers % 2 != 0)
+        throw bad("num_hidden_layers " + std::to_string(c.n_layers) +
+                  " in the original layout (expected an even count: attention + MoE)");
+      c.n_layers /= 2;
+      if (j.contains("partial_rotary_factor")) p["partial_rotary_factor"] = j["partial_rotary_factor"];
+    }
     c.rope_theta = p.contains("rope_theta") ? p["rope_theta"].get<double>() : 1e4;
     const double f = p.contains("partial_rotary_factor") ? p["partial_rotary_factor"].get<double>()
                                                          : 1.0;
@@ -587,21 +615,27 @@ ImportResult import_hf(const std::string& hf_dir, const std::string& run_dir) {
     throw InputError(config_path + ": not valid JSON (" + e.what() + ")");
   }
   if (!j.is_object()) throw InputError(config_path + ": expected a JSON object");
-  Arch arch = Arch::zaya;
-  model::ModelConfig c;
-  try {
-    c = config_from_hf(j, config_path, arch);
-  } catch (const json::exception& e) {
-    throw InputError(config_path + ": " + e.what());
-  }
   std::error_code ec;
   if (fs::exists(run_dir, ec) && !fs::is_empty(run_dir, ec))
     throw InputError("--out: " + run_dir + " exists and is not empty; expected a new run directory");
-  const bool original = j.contains("anvil") && j["anvil"].is_object() &&
-                        j["anvil"].value("format", std::string("hf")) == "original";
+  auto weights = read_hf_weights(dir);
+  // ZAYA1's original alternating layout names its experts one by one.
+  const bool original =
+      std::any_of(weights.begin(), weights.end(), [](const auto& w) {
+        return w.first.find(".zaya_block.experts.local_experts.") != std::string::npos;
+      });
+  Arch arch = Arch::zaya;
+  model::ModelConfig c;
+  try {
+    c = config_from_hf(j, config_path, original, arch);
+  } catch (const json::exception& e) {
+    throw InputError(config_path + ": " + e.what());
+  }
+  if (original && arch != Arch::zaya)
+    throw InputError(hf_dir + ": ZAYA1 original-layout tensors under a " +
+                     architecture_name(arch) + " config.json");
   const auto shapes = anvil_shapes(c);
   const auto map = original ? identity_map(shapes) : tensor_map(c, arch);
-  auto weights = read_hf_weights(dir);
   // GPT-2 checkpoints from the Hub name tensors without the "transformer." prefix.
   auto find = [&](const std::string& name) -> std::map<std::string, LoadedTensor>::iterator {
     auto it = weights.find(name);
