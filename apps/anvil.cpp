@@ -30,8 +30,10 @@
 #include "anvil/bench/membw_bench.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/ckpt/hf.hpp"
+#include "anvil/data/tokenizer.hpp"
 #include "anvil/ckpt/sharded.hpp"
 #include "anvil/comm/communicator.hpp"
+#include "anvil/base/clock.hpp"
 #include "anvil/data/tokens.hpp"
 #include "anvil/dist/data_parallel.hpp"
 #include "anvil/eval/generate.hpp"
@@ -609,10 +611,49 @@ int main(int argc, char** argv) {
   // anvil data tokenize
   auto* data_cmd = app.add_subcommand("data", "Training data");
   data_cmd->require_subcommand(1);
-  auto* tokenize = data_cmd->add_subcommand("tokenize", "Text -> token file (byte tokenizer)");
-  std::string tok_in, tok_out;
-  tokenize->add_option("--text", tok_in, "UTF-8 text file")->required();
-  tokenize->add_option("--out", tok_out, "Token file to write (format: docs/train.md)")->required();
+  auto* tokenize = data_cmd->add_subcommand(
+      "tokenize", "Text -> token file (with --tokenizer: SentencePiece, else one token per byte)");
+  std::vector<std::string> tok_in;
+  std::string tok_out, tok_model;
+  int tok_threads = 2;
+  tokenize->add_option("--text", tok_in, "UTF-8 text file(s), concatenated in order")
+      ->required()
+      ->check(CLI::ExistingFile);
+  tokenize->add_option("--out", tok_out, "Token file to write (format: docs/data.md)")->required();
+  tokenize->add_option("--tokenizer", tok_model,
+                       "SentencePiece model (anvil data tokenizer train); the token file gets a "
+                       "sidecar OUT.json naming it, so runs trained on it decode with it");
+  tokenize->add_option("--threads", tok_threads, "Encoding threads")->check(CLI::PositiveNumber);
+  bool tok_verify = false;
+  tokenize->add_flag("--verify", tok_verify,
+                     "Decode the tokens again and compare with the text byte for byte (exit 1 "
+                     "and the first differing offset when they differ)");
+  auto* tokenizer_cmd = data_cmd->add_subcommand("tokenizer", "SentencePiece tokenizers");
+  tokenizer_cmd->require_subcommand(1);
+  auto* tok_train = tokenizer_cmd->add_subcommand(
+      "train",
+      "Train a SentencePiece tokenizer (Debian's libsentencepiece): PREFIX.model and "
+      "PREFIX.vocab; newlines are a piece of their own, spaces are kept, unknown characters fall "
+      "back to bytes, so text round-trips byte for byte");
+  anvil::data::TokenizerTrainOptions ttopt;
+  tok_train->add_option("--text", ttopt.texts, "UTF-8 text file(s) to train on")
+      ->required()
+      ->check(CLI::ExistingFile);
+  tok_train->add_option("--out", ttopt.out_prefix, "Output prefix: PREFIX.model, PREFIX.vocab")
+      ->required();
+  tok_train->add_option("--vocab", ttopt.vocab_size, "Vocabulary size (260..1000000)");
+  tok_train->add_option("--type", ttopt.type, "bpe or unigram")
+      ->check(CLI::IsMember({"bpe", "unigram"}));
+  tok_train->add_flag("--byte-fallback,!--no-byte-fallback", ttopt.byte_fallback,
+                      "Characters outside the vocabulary as <0xNN> byte pieces (default on; "
+                      "off: they become <unk> and the round trip is lossy)");
+  tok_train->add_option("--special", ttopt.special,
+                        "Special tokens, each one id (e.g. --special '<|endoftext|>' '<pad>')");
+  tok_train->add_option("--threads", ttopt.threads, "Training threads")
+      ->check(CLI::PositiveNumber);
+  tok_train->add_option("--max-lines", ttopt.max_lines,
+                        "Lines sampled for training (0: all)")
+      ->check(CLI::NonNegativeNumber);
 
   try {
     try {
@@ -633,7 +674,7 @@ int main(int argc, char** argv) {
                                   : *ckpt_cmd ? "anvil ckpt"
                                               : "anvil";
         const std::string expected = *bench      ? "gemm, membw, comm"
-                                     : *data_cmd ? "tokenize"
+                                     : *data_cmd ? "tokenize, tokenizer"
                                      : *ckpt_cmd
                                          ? "export, import, verify, diff, reshape"
                                          : "hw, bench, train, launch, generate, size, plan, ckpt, data";
@@ -776,14 +817,9 @@ int main(int argc, char** argv) {
       if (genopt.prompt.empty() && genopt.prompt_tokens.empty()) {
         throw InputError("generate: expected --prompt TEXT or --prompt-tokens IDS");
       }
-      std::cout << genopt.prompt << std::flush;
-      const auto r = anvil::eval::generate(genopt, [&](int32_t t) {
-        if (genopt.prompt_tokens.empty()) {
-          std::cout << static_cast<char>(t & 0xff) << std::flush;
-        } else {
-          std::cout << t << " " << std::flush;
-        }
-      });
+      if (genopt.prompt_tokens.empty()) std::cout << genopt.prompt << std::flush;
+      const auto r = anvil::eval::generate(
+          genopt, [&](const std::string& text) { std::cout << text << std::flush; });
       std::cout << "\n";
       std::cerr << r.tokens.size() << " tokens at " << static_cast<int>(r.tokens_per_second)
                 << " tokens/s" << (r.capped ? " (stopped at the model's context length)" : "")
@@ -899,10 +935,45 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*tokenize) {
-      const auto tokens = anvil::data::encode_bytes(anvil::read_file(tok_in));
-      anvil::data::write_token_file(tok_out, tokens, 256);
-      std::cerr << "wrote " << tok_out << ": " << tokens.size()
-                << " tokens (bytes, vocabulary 256)\n";
+      std::string text;
+      for (const auto& f : tok_in) text += anvil::read_file(f);
+      if (tok_model.empty()) {
+        const auto tokens = anvil::data::encode_bytes(text);
+        anvil::data::write_token_file(tok_out, tokens, 256);
+        std::cerr << "wrote " << tok_out << ": " << tokens.size()
+                  << " tokens (bytes, vocabulary 256)\n";
+        return 0;
+      }
+      const anvil::data::Tokenizer tk(tok_model);
+      const double t0 = anvil::now_seconds();
+      const auto tokens = tk.encode(text, tok_threads);
+      const double dt = anvil::now_seconds() - t0;
+      if (tok_verify) {
+        const std::string back = tk.decode(tokens);
+        if (back != text) {
+          size_t at = 0;
+          while (at < back.size() && at < text.size() && back[at] == text[at]) ++at;
+          std::cerr << "anvil: round trip differs at byte " << at << " of " << text.size()
+                    << " (decoded " << back.size() << " bytes); nothing written\n";
+          return 1;
+        }
+        std::cerr << "round trip: " << text.size() << " bytes decoded back exactly\n";
+      }
+      anvil::data::write_token_file(tok_out, tokens, tk.vocab_size());
+      anvil::data::write_token_meta(tok_out, tok_model, tok_in, static_cast<int64_t>(tokens.size()),
+                                    static_cast<int64_t>(text.size()));
+      std::cerr << "wrote " << tok_out << " (+ .json): " << tokens.size() << " tokens, vocabulary "
+                << tk.vocab_size() << ", "
+                << (tokens.empty() ? 0.0 : static_cast<double>(text.size()) / tokens.size())
+                << " bytes per token; encoded " << text.size() / 1e6 << " MB in " << dt
+                << " s on " << tok_threads << " thread(s)\n";
+      return 0;
+    }
+    if (*tok_train) {
+      const auto r = anvil::data::train_tokenizer(ttopt);
+      std::cerr << "wrote " << r.model_path << " and " << r.vocab_path << ": " << ttopt.type
+                << ", vocabulary " << r.vocab_size << ", trained on " << r.lines << " lines in "
+                << r.seconds << " s\n";
       return 0;
     }
     if (*membw) {

@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake
+  pkgconf                  # finds sentencepiece for CMake
   libopenblas-openmp-dev   # GEMM (fp32); anvil dlopen()s it to pick the kernels
   libdnnl-dev              # oneDNN: bf16 GEMM (AVX512_BF16)
   ocl-icd-opencl-dev       # Debian's dnnl-config.cmake calls find_package(OpenCL REQUIRED); libdnnl-dev only recommends it
@@ -19,7 +20,8 @@ packages=(
   libgtest-dev
   python3-torch            # the PyTorch reference in the parity tests and the training baseline
   bible-kjv                # public-domain English text for the training demo (`bible` prints it)
-  python3-sentencepiece    # bench/kjv_bpe.py: the BPE vocabulary of the ZAYA1 balance runs
+  libsentencepiece-dev     # anvil data tokenizer / tokenize: SentencePiece BPE and unigram
+  python3-sentencepiece    # bench/tokenizer.sh: the Python binding, the speed baseline
   python3-venv             # .venv: the pinned PyPI test clients (requirements.txt)
 )
 

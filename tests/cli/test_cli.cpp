@@ -560,3 +560,44 @@ TEST(Cli, BadTokenFilesCheckpointsAndStateJsonAreOneLineStatus2AndWriteNothing) 
     EXPECT_EQ(snapshot(run), before) << c.problem;
   }
 }
+
+TEST(Cli, TrainsATokenizerAndARunThatSpeaksThroughIt) {
+  const std::string dir = testing::TempDir() + "/cli_tokenizer";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string text = std::string(ANVIL_SOURCE_DIR) + "/README.md";
+  ASSERT_EQ(anvil("data tokenizer train --text " + text + " --vocab 600 --out " + dir + "/tk", true)
+                .status,
+            0);
+  const CliRun t = anvil("data tokenize --text " + text + " --tokenizer " + dir +
+                             "/tk.model --out " + dir + "/readme.tok --verify",
+                         true);
+  ASSERT_EQ(t.status, 0) << t.out;
+  EXPECT_NE(t.out.find("decoded back exactly"), std::string::npos) << t.out;
+  const auto meta = nlohmann::json::parse(std::ifstream(dir + "/readme.tok.json"));
+  EXPECT_EQ(meta["tokenizer"]["kind"], "sentencepiece");
+  const std::string cfg = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/gpt2-tiny.json";
+  ASSERT_EQ(anvil("train --config " + cfg + " --set vocab_size=600 -B 2 -T 32 --steps 2 " +
+                      "--peak-gflops 1 --data " + dir + "/readme.tok --out " + dir + "/run",
+                  false)
+                .status,
+            0);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/run/tokenizer.model"));
+  // The prompt is encoded and the sample decoded with the run's tokenizer.
+  const CliRun g = anvil("generate --checkpoint " + dir +
+                             "/run --prompt 'The anvil' --max-new 5 --temperature 0",
+                         false);
+  ASSERT_EQ(g.status, 0);
+  EXPECT_EQ(g.out.rfind("The anvil", 0), 0u) << g.out;
+  EXPECT_GT(g.out.size(), std::string("The anvil\n").size());
+  // A vocabulary too small for the token file is refused by name.
+  expect_usage_error("train --config " + cfg + " -B 2 -T 32 --steps 1 --data " + dir +
+                         "/readme.tok",
+                     "readme.tok");
+  expect_usage_error("data tokenize --text " + text + " --tokenizer " + text + " --out " + dir +
+                         "/x.tok",
+                     "not a SentencePiece model");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x.tok"));
+  expect_usage_error("data tokenizer train --text " + text + " --vocab 10 --out " + dir + "/y",
+                     "--vocab");
+}

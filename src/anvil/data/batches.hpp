@@ -26,6 +26,7 @@ class Batches {
   bool has_data() const { return data_ != nullptr; }
   bool has_validation() const { return data_ != nullptr && val_begin_ < data_->size(); }
   std::string tokenizer() const { return data_ ? data_->tokenizer() : "random"; }
+  std::string tokenizer_model() const { return data_ ? data_->tokenizer_model() : ""; }
 
   // Global row g of `step`: T input tokens and their T next tokens.
   void train_row(int64_t step, int64_t g, int32_t* tokens, int32_t* targets) const;

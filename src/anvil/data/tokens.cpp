@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string_view>
 
 #include "anvil/base/error.hpp"
@@ -98,6 +100,7 @@ TokenData::TokenData(const std::string& path) {
                 " is outside the header's vocabulary [0, " + std::to_string(vocab_) + ")");
     }
     tokenizer_ = "file";
+    read_meta(path);
     return;
   }
   // Raw text: one token per byte.
@@ -113,6 +116,40 @@ TokenData::TokenData(const std::string& path) {
 
 TokenData::~TokenData() {
   if (map_ != nullptr) ::munmap(map_, map_size_);
+}
+
+void TokenData::read_meta(const std::string& path) {
+  const std::string meta = path + ".json";
+  if (!std::filesystem::exists(meta)) return;
+  try {
+    const auto j = nlohmann::json::parse(read_file(meta));
+    const auto& t = j.at("tokenizer");
+    if (t.at("kind").get<std::string>() != "sentencepiece")
+      throw InputError(meta + ": tokenizer.kind " + t.at("kind").dump() +
+                       " (expected sentencepiece)");
+    tokenizer_ = "sentencepiece";
+    tokenizer_model_ = t.at("model").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(meta + ": not an anvil-tokens-meta file (" + e.what() + ")");
+  }
+  if (!std::filesystem::is_regular_file(tokenizer_model_))
+    throw InputError(meta + ": tokenizer.model " + tokenizer_model_ + ": no such file");
+}
+
+void write_token_meta(const std::string& token_file, const std::string& tokenizer_model,
+                      const std::vector<std::string>& sources, int64_t tokens, int64_t bytes) {
+  nlohmann::json src = nlohmann::json::array();
+  for (const auto& s : sources) src.push_back(std::filesystem::absolute(s).string());
+  const nlohmann::json j = {
+      {"format", "anvil-tokens-meta"},
+      {"version", 1},
+      {"tokenizer",
+       {{"kind", "sentencepiece"},
+        {"model", std::filesystem::absolute(tokenizer_model).string()}}},
+      {"sources", src},
+      {"tokens", tokens},
+      {"bytes", bytes}};
+  write_file_atomic(token_file + ".json", j.dump(2) + "\n");
 }
 
 void TokenData::copy(int32_t* out, int64_t begin, int64_t n) const {

@@ -9,6 +9,9 @@
 //  24  u64      number of tokens
 //  32  u8[32]   zero
 //  64  tokens
+// A token file written by `anvil data tokenize --tokenizer MODEL` has a
+// sidecar FILE.json ("anvil-tokens-meta": the tokenizer kind and model path,
+// the sources) so a run knows how to decode what it trained on.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +32,10 @@ class TokenData {
 
   int64_t size() const { return count_; }
   int64_t vocab_size() const { return vocab_; }
-  const std::string& tokenizer() const { return tokenizer_; }  // "bytes" or "file"
+  // "bytes", "file" (ids without a known tokenizer) or "sentencepiece".
+  const std::string& tokenizer() const { return tokenizer_; }
+  // The SentencePiece model named by the sidecar ("" otherwise).
+  const std::string& tokenizer_model() const { return tokenizer_model_; }
   int32_t operator[](int64_t i) const {
     return width_ == 2 ? reinterpret_cast<const uint16_t*>(tokens_)[i]
                        : static_cast<int32_t>(reinterpret_cast<const uint32_t*>(tokens_)[i]);
@@ -38,10 +44,11 @@ class TokenData {
   void copy(int32_t* out, int64_t begin, int64_t n) const;
 
  private:
+  void read_meta(const std::string& path);
   int64_t count_ = 0;
   int64_t vocab_ = 0;
   int width_ = 2;
-  std::string tokenizer_;
+  std::string tokenizer_, tokenizer_model_;
   const void* tokens_ = nullptr;
   void* map_ = nullptr;
   size_t map_size_ = 0;
@@ -55,5 +62,9 @@ std::string decode_bytes(const std::vector<int32_t>& tokens);
 // Writes a token file atomically.
 void write_token_file(const std::string& path, const std::vector<int32_t>& tokens,
                       int64_t vocab_size);
+
+// The sidecar of a token file (PATH.json), written atomically.
+void write_token_meta(const std::string& token_file, const std::string& tokenizer_model,
+                      const std::vector<std::string>& sources, int64_t tokens, int64_t bytes);
 
 }  // namespace anvil::data

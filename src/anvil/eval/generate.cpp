@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <memory>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -10,6 +12,7 @@
 #include "anvil/base/rng.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/ckpt/sharded.hpp"
+#include "anvil/data/tokenizer.hpp"
 #include "anvil/data/tokens.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/decoder.hpp"
@@ -69,22 +72,46 @@ void decode_all(Model& model, const std::vector<int32_t>& prompt, int64_t total,
 
 }  // namespace
 
-GenerateResult generate(const GenerateOptions& o, const std::function<void(int32_t)>& on_token) {
+std::string run_tokenizer_model(const std::string& checkpoint_dir) {
+  namespace fs = std::filesystem;
+  for (const fs::path& p : {fs::path(checkpoint_dir) / "tokenizer.model",
+                           fs::path(checkpoint_dir).parent_path() / "tokenizer.model"})
+    if (fs::is_regular_file(p)) return p.string();
+  return "";
+}
+
+GenerateResult generate(const GenerateOptions& o,
+                        const std::function<void(const std::string&)>& on_text) {
   const std::string dir = ckpt::resolve_checkpoint(o.checkpoint);
   const auto state = ckpt::read_state(dir);
   const model::ModelConfig config =
       model::parse_model_config(state.at("config").dump(), dir + "/state.json");
   GenerateResult r;
   r.tokenizer = state.value("tokenizer", "random");
+  std::unique_ptr<data::Tokenizer> sp;
+  if (r.tokenizer == "sentencepiece") {
+    const std::string model = run_tokenizer_model(dir);
+    if (model.empty())
+      throw InputError(dir + ": trained with a SentencePiece tokenizer, but its run directory "
+                       "has no tokenizer.model");
+    sp = std::make_unique<data::Tokenizer>(model);
+  }
   std::vector<int32_t> prompt = o.prompt_tokens;
   if (prompt.empty()) {
-    if (r.tokenizer != "bytes") {
+    if (sp) {
+      prompt = sp->encode(o.prompt);
+    } else if (r.tokenizer == "bytes") {
+      prompt = data::encode_bytes(o.prompt);
+    } else {
       throw InputError("--prompt: the checkpoint's tokenizer is '" + r.tokenizer +
-                       "', not bytes; give token ids with --prompt-tokens");
+                       "', not text; give token ids with --prompt-tokens");
     }
-    prompt = data::encode_bytes(o.prompt);
   }
   if (prompt.empty()) throw InputError("--prompt: expected at least one token");
+  for (const int32_t t : prompt)
+    if (t < 0 || t >= config.vocab_size)
+      throw InputError("--prompt-tokens: " + std::to_string(t) + " is outside the vocabulary [0, " +
+                       std::to_string(config.vocab_size) + ")");
   if (o.max_new < 1) throw InputError("--max-new: expected >= 1");
   const int64_t total =
       std::min<int64_t>(config.seq_len, static_cast<int64_t>(prompt.size()) + o.max_new);
@@ -93,6 +120,25 @@ GenerateResult generate(const GenerateOptions& o, const std::function<void(int32
                      " tokens leave no room in the context of " + std::to_string(config.seq_len));
   }
   r.capped = static_cast<int64_t>(prompt.size()) + o.max_new > config.seq_len;
+  // Each new token's text: SentencePiece decodes the tokens so far and hands
+  // on what grew (a piece's leading space depends on its neighbours).
+  std::vector<int32_t> sampled;
+  std::string shown;
+  auto on_token = [&](int32_t t) {
+    std::string piece;
+    if (sp) {
+      sampled.push_back(t);
+      const std::string all = sp->decode(sampled);
+      piece = all.substr(std::min(shown.size(), all.size()));
+      shown = all;
+    } else if (r.tokenizer == "bytes") {
+      piece = std::string(1, static_cast<char>(t & 0xff));
+    } else {
+      piece = std::to_string(t) + " ";
+    }
+    r.text += piece;
+    if (on_text) on_text(piece);
+  };
   if (config.attention == "cca") {  // ZAYA1: CCA caches, router biases from the checkpoint
     model::ZayaModel model(config, 1, 1);
     ckpt::load_weights(dir, model.registry(), model.params(), model.extra_state());
@@ -102,7 +148,6 @@ GenerateResult generate(const GenerateOptions& o, const std::function<void(int32
     ckpt::load_weights(dir, model.registry(), model.params());
     decode_all(model, prompt, total, o, on_token, config.vocab_size, r);
   }
-  if (r.tokenizer == "bytes") r.text = data::decode_bytes(r.tokens);
   return r;
 }
 

@@ -12,7 +12,7 @@ namespace anvil::eval {
 
 struct GenerateOptions {
   std::string checkpoint;              // checkpoint dir or run dir (newest step)
-  std::string prompt;                  // text (byte tokenizer) ...
+  std::string prompt;                  // text (the run's tokenizer: bytes or SentencePiece) ...
   std::vector<int32_t> prompt_tokens;  // ... or token ids
   int64_t max_new = 200;
   double temperature = 0.8;  // 0: greedy
@@ -22,15 +22,19 @@ struct GenerateOptions {
 
 struct GenerateResult {
   std::vector<int32_t> tokens;  // the new tokens
-  std::string text;             // decoded when the tokenizer is bytes
-  std::string tokenizer;
+  std::string text;             // decoded (bytes or SentencePiece); ids otherwise
+  std::string tokenizer;        // bytes, sentencepiece, file, random
   double tokens_per_second = 0;
   bool capped = false;  // the context (seq_len) ended generation before max_new
 };
 
-// `on_token` (may be empty) sees each new token as it is sampled.
+// `on_text` (may be empty) gets the text each new token adds as it is
+// sampled: its bytes, its SentencePiece text, or "ID " without a tokenizer.
 GenerateResult generate(const GenerateOptions& options,
-                        const std::function<void(int32_t)>& on_token = {});
+                        const std::function<void(const std::string&)>& on_text = {});
+
+// The tokenizer model of a run's checkpoint: RUN/tokenizer.model ("" if none).
+std::string run_tokenizer_model(const std::string& checkpoint_dir);
 
 // Picks the next token from logits [V] (modified in place).
 int32_t sample_token(float* logits, int64_t V, double temperature, int64_t top_k, uint64_t seed,

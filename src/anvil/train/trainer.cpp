@@ -241,6 +241,9 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
   heartbeat(std::numeric_limits<double>::quiet_NaN());  // alive, before the first step
   if (!o.out_dir.empty() && rank_ == 0) {
     std::filesystem::create_directories(o.out_dir);
+    // The run decodes with the tokenizer it trained on (anvil generate, eval).
+    if (!batches_.tokenizer_model().empty())
+      write_file_atomic(o.out_dir + "/tokenizer.model", read_file(batches_.tokenizer_model()));
     truncate_metrics(o.out_dir + "/metrics.jsonl", step_);
     metrics_ = std::make_unique<std::ofstream>(o.out_dir + "/metrics.jsonl", std::ios::app);
     if (!*metrics_) throw SystemError(o.out_dir + "/metrics.jsonl: cannot open for appending");

@@ -1,0 +1,213 @@
+#include "anvil/data/tokenizer.hpp"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+#include <unordered_map>
+
+#include "anvil/base/clock.hpp"
+#include "anvil/base/error.hpp"
+#include "anvil/base/files.hpp"
+
+namespace anvil::data {
+namespace {
+
+// The non-empty lines of the training files, one at a time.
+class Lines : public sentencepiece::SentenceIterator {
+ public:
+  explicit Lines(const std::vector<std::string>& files) {
+    for (const auto& f : files) text_ += read_file(f), text_ += '\n';
+    advance();
+  }
+  bool done() const override { return done_; }
+  void Next() override { advance(); }
+  const std::string& value() const override { return line_; }
+  sentencepiece::util::Status status() const override { return {}; }
+  int64_t count() const { return count_; }
+
+ private:
+  void advance() {
+    while (at_ < text_.size()) {
+      const size_t end = std::min(text_.find('\n', at_), text_.size());
+      line_.assign(text_, at_, end - at_);
+      at_ = end + 1;
+      if (!line_.empty()) {
+        ++count_;
+        return;
+      }
+    }
+    done_ = true;
+  }
+  std::string text_, line_;
+  size_t at_ = 0;
+  bool done_ = false;
+  int64_t count_ = 0;
+};
+
+}  // namespace
+
+TokenizerTrainResult train_tokenizer(const TokenizerTrainOptions& o) {
+  if (o.texts.empty()) throw InputError("--text: expected at least one text file");
+  for (const auto& t : o.texts)
+    if (!std::filesystem::is_regular_file(t)) throw InputError("--text: " + t + ": no such file");
+  if (o.type != "bpe" && o.type != "unigram")
+    throw InputError("--type: " + o.type + " (expected bpe or unigram)");
+  if (o.vocab_size < 260 || o.vocab_size > 1'000'000)
+    throw InputError("--vocab: " + std::to_string(o.vocab_size) + " (expected 260..1000000)");
+  if (o.out_prefix.empty()) throw InputError("--out: expected a path prefix");
+  std::string symbols = kNewlinePiece;
+  for (const auto& s : o.special) {
+    if (s.empty() || s.find(',') != std::string::npos)
+      throw InputError("--special: '" + s + "' (expected non-empty symbols without commas)");
+    symbols += "," + s;
+  }
+  const auto t0 = now_seconds();
+  Lines lines(o.texts);
+  const std::unordered_map<std::string, std::string> spec = {
+      {"model_type", o.type},
+      {"vocab_size", std::to_string(o.vocab_size)},
+      {"character_coverage", "1.0"},
+      {"byte_fallback", o.byte_fallback ? "true" : "false"},
+      {"user_defined_symbols", symbols},
+      {"normalization_rule_name", "identity"},
+      {"remove_extra_whitespaces", "false"},
+      {"add_dummy_prefix", "false"},
+      {"bos_id", "-1"},
+      {"eos_id", "-1"},
+      {"unk_id", "0"},
+      {"num_threads", std::to_string(std::max(1, o.threads))},
+      {"input_sentence_size", std::to_string(o.max_lines)},
+      {"shuffle_input_sentence", "true"},
+      {"minloglevel", "2"},
+  };
+  std::string model;
+  const auto status = sentencepiece::SentencePieceTrainer::Train(spec, &lines, &model);
+  if (!status.ok()) throw InputError("tokenizer train: " + status.ToString());
+  TokenizerTrainResult r;
+  r.model_path = o.out_prefix + ".model";
+  r.vocab_path = o.out_prefix + ".vocab";
+  sentencepiece::SentencePieceProcessor sp;
+  if (!sp.LoadFromSerializedProto(model).ok())
+    throw SystemError("tokenizer train: SentencePiece returned a model it cannot load");
+  std::string vocab;
+  for (int i = 0; i < sp.GetPieceSize(); ++i) {
+    char score[32];
+    std::snprintf(score, sizeof score, "\t%g\n", static_cast<double>(sp.GetScore(i)));
+    vocab += sp.IdToPiece(i) + score;
+  }
+  write_file_atomic(r.model_path, model);
+  write_file_atomic(r.vocab_path, vocab);
+  r.vocab_size = sp.GetPieceSize();
+  r.lines = lines.count();
+  r.seconds = now_seconds() - t0;
+  return r;
+}
+
+Tokenizer::Tokenizer(const std::string& model_path)
+    : path_(model_path), sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
+  if (!std::filesystem::is_regular_file(model_path))
+    throw InputError("--tokenizer: " + model_path + ": no such file");
+  const auto status = sp_->Load(model_path);
+  if (!status.ok())
+    throw InputError("--tokenizer: " + model_path + ": not a SentencePiece model (" +
+                     status.ToString() + ")");
+  const int nl = sp_->PieceToId(kNewlinePiece);
+  newline_ = nl != sp_->unk_id() ? nl : -1;
+}
+
+Tokenizer::~Tokenizer() = default;
+
+int64_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+
+std::string Tokenizer::piece(int32_t id) const { return sp_->IdToPiece(id); }
+
+void Tokenizer::encode_lines(std::string_view text, std::vector<int32_t>& out) const {
+  std::vector<int> ids;
+  size_t at = 0;
+  while (true) {
+    const size_t nl = newline_ >= 0 ? text.find('\n', at) : std::string_view::npos;
+    const std::string_view line = text.substr(at, nl == std::string_view::npos ? nl : nl - at);
+    if (!line.empty()) {
+      ids.clear();
+      const auto status = sp_->Encode(line, &ids);
+      if (!status.ok()) throw InputError(path_ + ": cannot encode: " + status.ToString());
+      out.insert(out.end(), ids.begin(), ids.end());
+    }
+    if (nl == std::string_view::npos) return;
+    out.push_back(newline_);
+    at = nl + 1;
+  }
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, int threads) const {
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(text.size() / 65536) + 1));
+  // Cut at newlines into `threads` pieces of about equal size; each piece's
+  // trailing newline stays with it, so the concatenation is the serial result.
+  std::vector<std::string_view> parts;
+  size_t at = 0;
+  for (int t = 0; t < threads && at < text.size(); ++t) {
+    size_t end = t + 1 == threads ? text.size() : at + (text.size() - at) / (threads - t);
+    if (end < text.size()) {
+      const size_t nl = text.find('\n', end);
+      end = nl == std::string_view::npos ? text.size() : nl + 1;
+    }
+    parts.push_back(text.substr(at, end - at));
+    at = end;
+  }
+  if (parts.size() <= 1) {
+    std::vector<int32_t> out;
+    encode_lines(text, out);
+    return out;
+  }
+  std::vector<std::vector<int32_t>> outs(parts.size());
+  std::vector<std::exception_ptr> errors(parts.size());
+  std::vector<std::thread> pool;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    pool.emplace_back([&, p] {
+      try {
+        // A piece ending in '\n' encodes it; the next piece starts a line.
+        encode_lines(parts[p], outs[p]);
+      } catch (...) {
+        errors[p] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  std::vector<int32_t> out;
+  for (const auto& o : outs) out.insert(out.end(), o.begin(), o.end());
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string text, piece;
+  std::vector<int> run;
+  auto flush = [&] {
+    if (run.empty()) return;
+    piece.clear();
+    const auto status = sp_->Decode(run, &piece);
+    if (!status.ok()) throw InputError(path_ + ": cannot decode: " + status.ToString());
+    text += piece;
+    run.clear();
+  };
+  for (const int32_t id : ids) {
+    if (id < 0 || id >= sp_->GetPieceSize())
+      throw InputError(path_ + ": token id " + std::to_string(id) + " outside the vocabulary of " +
+                       std::to_string(sp_->GetPieceSize()));
+    if (id == newline_) {
+      flush();
+      text += '\n';
+    } else {
+      run.push_back(id);
+    }
+  }
+  flush();
+  return text;
+}
+
+}  // namespace anvil::data

@@ -1,0 +1,73 @@
+// SentencePiece tokenizers through Debian's libsentencepiece (docs/data.md):
+// `anvil data tokenizer train` (BPE or unigram) and the Tokenizer that
+// `anvil data tokenize`, `anvil generate` and evaluation use.
+//
+// SentencePiece works on lines; a newline is a piece of its own ("<nl>", a
+// user-defined symbol), so text round-trips with its line structure. Models
+// anvil trains use identity normalisation, keep every space (no dummy
+// prefix, no whitespace folding) and fall back to bytes for characters
+// outside the vocabulary, so decode(encode(text)) == text for UTF-8 text
+// (one exception: a literal U+2581 "▁" in the text decodes as a space, as
+// SentencePiece uses it for the space).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace anvil::data {
+
+inline constexpr const char* kNewlinePiece = "<nl>";
+
+struct TokenizerTrainOptions {
+  std::vector<std::string> texts;  // UTF-8 text files
+  std::string out_prefix;          // writes PREFIX.model and PREFIX.vocab
+  int vocab_size = 4096;
+  std::string type = "bpe";  // bpe | unigram
+  bool byte_fallback = true;
+  std::vector<std::string> special;  // user-defined symbols, one id each
+  int threads = 2;
+  int64_t max_lines = 2'000'000;  // lines sampled for training (0: all)
+};
+
+struct TokenizerTrainResult {
+  std::string model_path, vocab_path;
+  int vocab_size = 0;
+  int64_t lines = 0;
+  double seconds = 0;
+};
+
+// Throws InputError naming the flag or file on bad options or input.
+TokenizerTrainResult train_tokenizer(const TokenizerTrainOptions& options);
+
+class Tokenizer {
+ public:
+  // Throws InputError naming `model_path` when it is not a SentencePiece model.
+  explicit Tokenizer(const std::string& model_path);
+  ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  int64_t vocab_size() const;
+  int32_t newline_id() const { return newline_; }  // -1: the model has no "<nl>"
+  const std::string& path() const { return path_; }
+  // Lines encoded on `threads` threads (cut at line boundaries, so the ids
+  // do not depend on the thread count), joined by the newline id.
+  std::vector<int32_t> encode(std::string_view text, int threads = 1) const;
+  std::string decode(const std::vector<int32_t>& ids) const;
+  std::string piece(int32_t id) const;
+
+ private:
+  void encode_lines(std::string_view text, std::vector<int32_t>& out) const;
+  std::string path_;
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  int32_t newline_ = -1;
+};
+
+}  // namespace anvil::data

@@ -1,0 +1,100 @@
+// SentencePiece tokenizers: what anvil trains round-trips text byte for
+// byte (spaces, tabs, blank lines, characters never seen in training), the
+// ids do not depend on the thread count, and bad input is a one-line error.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "anvil/base/error.hpp"
+#include "anvil/data/tokenizer.hpp"
+
+namespace {
+
+using anvil::data::Tokenizer;
+
+// A few kilobytes of English-like lines to train on.
+std::string corpus() {
+  const char* words[] = {"the", "king", "said", "unto", "them", "and", "of", "land", "went",
+                         "into", "city", "people", "which", "shall", "be", "a", "great"};
+  std::string s;
+  uint64_t x = 12345;
+  for (int line = 0; line < 400; ++line) {
+    for (int w = 0; w < 12; ++w) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      s += words[(x >> 33) % 17];
+      s += w + 1 < 12 ? " " : (line % 7 == 0 ? ".\n\n" : ",\n");
+    }
+  }
+  return s;
+}
+
+std::string train(const std::string& name, const std::string& type, int vocab = 310) {
+  const std::string dir = testing::TempDir() + "/tokenizer_" + name;
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/text.txt") << corpus();
+  anvil::data::TokenizerTrainOptions o;
+  o.texts = {dir + "/text.txt"};
+  o.out_prefix = dir + "/tk";
+  o.vocab_size = vocab;
+  o.type = type;
+  o.special = {"<|endoftext|>"};
+  const auto r = anvil::data::train_tokenizer(o);
+  EXPECT_EQ(r.vocab_size, vocab);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/tk.vocab"));
+  return r.model_path;
+}
+
+}  // namespace
+
+TEST(Tokenizer, BpeAndUnigramRoundTripAnyTextByteForByte) {
+  for (const std::string type : {"bpe", "unigram"}) {
+    const Tokenizer tk(train(type, type));
+    EXPECT_GE(tk.newline_id(), 0);
+    const std::string text = corpus() +
+                             "  two leading spaces, trailing   \n\ttab\r\n"
+                             "unseen: ünïcödé — “quotes” 日本語 🎉 {x[i] = y;}\n\n\nend";
+    const auto ids = tk.encode(text);
+    EXPECT_EQ(tk.decode(ids), text) << type;
+    // Clearly fewer tokens than bytes on the text it was trained on.
+    EXPECT_LT(tk.encode(corpus()).size() * 3, corpus().size() * 2) << type;
+    // The same ids on any number of threads (cut at line boundaries).
+    std::string big;
+    for (int i = 0; i < 40; ++i) big += text + "\n";
+    const auto one = tk.encode(big, 1);
+    EXPECT_EQ(tk.encode(big, 2), one) << type;
+    EXPECT_EQ(tk.encode(big, 3), one) << type;
+    EXPECT_EQ(tk.decode(one), big) << type;
+  }
+}
+
+TEST(Tokenizer, SpecialTokensAreOneIdEach) {
+  const Tokenizer tk(train("special", "bpe"));
+  const auto ids = tk.encode("<|endoftext|>");
+  ASSERT_EQ(ids.size(), 1u);
+  EXPECT_EQ(tk.piece(ids[0]), "<|endoftext|>");
+}
+
+TEST(Tokenizer, BadInputIsAOneLineError) {
+  const std::string dir = testing::TempDir() + "/tokenizer_bad";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/not-a-model") << "hello";
+  try {
+    Tokenizer tk(dir + "/not-a-model");
+    FAIL() << "loaded a text file as a model";
+  } catch (const anvil::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a SentencePiece model"), std::string::npos);
+  }
+  anvil::data::TokenizerTrainOptions o;
+  o.texts = {dir + "/missing.txt"};
+  o.out_prefix = dir + "/x";
+  EXPECT_THROW(anvil::data::train_tokenizer(o), anvil::InputError);
+  std::ofstream(dir + "/t.txt") << corpus();
+  o.texts = {dir + "/t.txt"};
+  o.vocab_size = 100;  // below 256 bytes + symbols
+  EXPECT_THROW(anvil::data::train_tokenizer(o), anvil::InputError);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x.model"));
+  const Tokenizer tk(train("bad_ids", "bpe"));
+  EXPECT_THROW(tk.decode({1, 5000}), anvil::InputError);
+}
