@@ -54,7 +54,7 @@ TEST(Tokenizer, BpeAndUnigramRoundTripAnyTextByteForByte) {
     EXPECT_GE(tk.newline_id(), 0);
     const std::string text = corpus() +
                              "  two leading spaces, trailing   \n\ttab\r\n"
-                             "unseen: ünïcödé — “quotes” 日本語 🎉 {x[i] = y;}\n\n\nend";
+                             "unseen: ünïcödé — “quotes” 日本語 🎉 {x[i] = y;} <nl> <unk> \u2581 a\u2581\u2581b\n\n\nend";
     const auto ids = tk.encode(text);
     EXPECT_EQ(tk.decode(ids), text) << type;
     // Clearly fewer tokens than bytes on the text it was trained on.

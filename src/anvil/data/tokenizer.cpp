@@ -59,11 +59,15 @@ TokenizerTrainResult train_tokenizer(const TokenizerTrainOptions& o) {
   if (o.vocab_size < 260 || o.vocab_size > 1'000'000)
     throw InputError("--vocab: " + std::to_string(o.vocab_size) + " (expected 260..1000000)");
   if (o.out_prefix.empty()) throw InputError("--out: expected a path prefix");
-  std::string symbols = kNewlinePiece;
+  // The newline is a control symbol: only the line splitter inserts it, so
+  // a literal "<nl>" in the text stays text. Specials are user-defined
+  // symbols: text containing one encodes to its id (and decodes back).
+  std::string symbols;
   for (const auto& s : o.special) {
-    if (s.empty() || s.find(',') != std::string::npos)
-      throw InputError("--special: '" + s + "' (expected non-empty symbols without commas)");
-    symbols += "," + s;
+    if (s.empty() || s.find(',') != std::string::npos || s == kNewlinePiece)
+      throw InputError("--special: '" + s + "' (expected non-empty symbols without commas, "
+                       "other than " + kNewlinePiece + ")");
+    symbols += (symbols.empty() ? "" : ",") + s;
   }
   const auto t0 = now_seconds();
   Lines lines(o.texts);
@@ -72,6 +76,7 @@ TokenizerTrainResult train_tokenizer(const TokenizerTrainOptions& o) {
       {"vocab_size", std::to_string(o.vocab_size)},
       {"character_coverage", "1.0"},
       {"byte_fallback", o.byte_fallback ? "true" : "false"},
+      {"control_symbols", kNewlinePiece},
       {"user_defined_symbols", symbols},
       {"normalization_rule_name", "identity"},
       {"remove_extra_whitespaces", "false"},
@@ -117,6 +122,15 @@ Tokenizer::Tokenizer(const std::string& model_path)
                      status.ToString() + ")");
   const int nl = sp_->PieceToId(kNewlinePiece);
   newline_ = nl != sp_->unk_id() ? nl : -1;
+  // SentencePiece writes a space as U+2581 (E2 96 81); a literal one in the
+  // text would decode as a space. With byte pieces it goes out as its three
+  // bytes, which decode as the character.
+  for (int b = 0; b < 3; ++b) {
+    char piece[8];
+    std::snprintf(piece, sizeof piece, "<0x%02X>", static_cast<unsigned char>(kSpaceMark[b]));
+    space_mark_[b] = sp_->PieceToId(piece);
+    if (space_mark_[b] == sp_->unk_id()) space_mark_[0] = -1;
+  }
 }
 
 Tokenizer::~Tokenizer() = default;
@@ -131,11 +145,20 @@ void Tokenizer::encode_lines(std::string_view text, std::vector<int32_t>& out) c
   while (true) {
     const size_t nl = newline_ >= 0 ? text.find('\n', at) : std::string_view::npos;
     const std::string_view line = text.substr(at, nl == std::string_view::npos ? nl : nl - at);
-    if (!line.empty()) {
-      ids.clear();
-      const auto status = sp_->Encode(line, &ids);
-      if (!status.ok()) throw InputError(path_ + ": cannot encode: " + status.ToString());
-      out.insert(out.end(), ids.begin(), ids.end());
+    size_t from = 0;
+    while (from < line.size()) {
+      const size_t mark = space_mark_[0] >= 0 ? line.find(kSpaceMark, from) : std::string_view::npos;
+      const std::string_view run =
+          line.substr(from, mark == std::string_view::npos ? mark : mark - from);
+      if (!run.empty()) {
+        ids.clear();
+        const auto status = sp_->Encode(run, &ids);
+        if (!status.ok()) throw InputError(path_ + ": cannot encode: " + status.ToString());
+        out.insert(out.end(), ids.begin(), ids.end());
+      }
+      if (mark == std::string_view::npos) break;
+      out.insert(out.end(), space_mark_, space_mark_ + 3);
+      from = mark + 3;
     }
     if (nl == std::string_view::npos) return;
     out.push_back(newline_);

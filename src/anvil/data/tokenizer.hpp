@@ -3,12 +3,13 @@
 // `anvil data tokenize`, `anvil generate` and evaluation use.
 //
 // SentencePiece works on lines; a newline is a piece of its own ("<nl>", a
-// user-defined symbol), so text round-trips with its line structure. Models
+// control symbol: only the line splitter emits it, a literal "<nl>" in the
+// text stays text), so text round-trips with its line structure. Models
 // anvil trains use identity normalisation, keep every space (no dummy
 // prefix, no whitespace folding) and fall back to bytes for characters
 // outside the vocabulary, so decode(encode(text)) == text for UTF-8 text
-// (one exception: a literal U+2581 "▁" in the text decodes as a space, as
-// SentencePiece uses it for the space).
+// (a literal U+2581, SentencePiece's own mark for a space, goes out as its
+// three byte pieces).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,7 @@ class SentencePieceProcessor;
 namespace anvil::data {
 
 inline constexpr const char* kNewlinePiece = "<nl>";
+inline constexpr const char* kSpaceMark = "\xE2\x96\x81";  // U+2581
 
 struct TokenizerTrainOptions {
   std::vector<std::string> texts;  // UTF-8 text files
@@ -68,6 +70,7 @@ class Tokenizer {
   std::string path_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   int32_t newline_ = -1;
+  int space_mark_[3] = {-1, -1, -1};  // byte pieces of U+2581 ([0] = -1: none)
 };
 
 }  // namespace anvil::data
