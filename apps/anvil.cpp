@@ -42,6 +42,7 @@
 #include "anvil/kernels/blas.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/plan/hw_profile.hpp"
+#include "anvil/train/recipe.hpp"
 #include "anvil/train/trainer.hpp"
 #include "plan_commands.hpp"
 
@@ -333,7 +334,16 @@ int main(int argc, char** argv) {
   anvil::train::TrainOptions topt;
   std::string train_json_out;
   int train_ranks_per_node = 0;
-  train->add_option("--config", topt.config, "Model config JSON (configs/*.json)")->required();
+  auto* config_opt =
+      train->add_option("--config", topt.config, "Model config JSON (configs/*.json)");
+  std::string recipe_path;
+  train
+      ->add_option("--recipe", recipe_path,
+                   "Run a recipe file (docs/recipe.md): phases with token budgets, data "
+                   "mixtures, WSD schedules, batch ramp and context extension; needs --out, "
+                   "resumes with --resume latest")
+      ->excludes(config_opt)
+      ->check(CLI::ExistingFile);
   train->add_option("--set", topt.overrides, "Override a config key: --set key=value (repeatable)");
   train->add_option("--data", topt.data,
                     "Token file (anvil data tokenize) or raw text (byte tokenizer); "
@@ -778,7 +788,14 @@ int main(int argc, char** argv) {
         }
         topt.async_save = !sync_save;
         if (!inject_text.empty()) topt.inject = anvil::ft::parse_fault(inject_text);
-        r = anvil::train::run_training(topt, dp.get());
+        if (!recipe_path.empty()) {
+          const auto recipe = anvil::train::load_recipe(recipe_path, dp ? dp->size() : 1);
+          r = anvil::train::run_recipe(recipe, topt, dp.get());
+        } else {
+          if (topt.config.empty())
+            throw anvil::InputError("train: expected --config FILE (or --recipe FILE)");
+          r = anvil::train::run_training(topt, dp.get());
+        }
       } catch (const anvil::comm::CommTimeout& e) {
         abort_on_timeout(e);
       } catch (const anvil::ft::TrainingFault& e) {

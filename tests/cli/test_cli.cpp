@@ -601,3 +601,88 @@ TEST(Cli, TrainsATokenizerAndARunThatSpeaksThroughIt) {
   expect_usage_error("data tokenizer train --text " + text + " --vocab 10 --out " + dir + "/y",
                      "--vocab");
 }
+
+namespace {
+
+// step -> loss of a run's metrics.jsonl.
+std::map<int64_t, double> losses_of(const std::string& run) {
+  std::map<int64_t, double> out;
+  std::ifstream f(run + "/metrics.jsonl");
+  for (std::string line; std::getline(f, line);) {
+    const auto m = nlohmann::json::parse(line);
+    out[m["step"].get<int64_t>()] = m["loss"].get<double>();
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Cli, RecipeRunsItsPhasesAndResumesMidPhaseOnTheSameLosses) {
+  const std::string dir = testing::TempDir() + "/cli_recipe";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string src = ANVIL_SOURCE_DIR;
+  ASSERT_EQ(anvil("data tokenize --text " + src + "/README.md --out " + dir + "/prose.tok", true)
+                .status,
+            0);
+  ASSERT_EQ(anvil("data tokenize --text " + src + "/src/anvil/train/trainer.cpp --out " + dir +
+                      "/code.tok",
+                  true)
+                .status,
+            0);
+  // Three phases: a mixture, an anneal with a doubled batch (accum 2), and a
+  // context extension (seq 32 -> 64, rope_theta 1e4 -> 1e5).
+  const nlohmann::json recipe = {
+      {"config", src + "/tests/configs/zaya-tiny.json"},
+      {"set", {"vocab_size=256"}},
+      {"sources", {{"prose", dir + "/prose.tok"}, {"code", dir + "/code.tok"}}},
+      {"seed", 7},
+      {"lr", 3e-3},
+      {"batch", 2},
+      {"ckpt_every", 3},
+      {"phases",
+       {{{"name", "pretrain"}, {"tokens", 640}, {"seq", 32}, {"warmup", 2},
+         {"mixture", {{"prose", 0.7}, {"code", 0.3}}}},
+        {{"name", "anneal"}, {"tokens", 384}, {"seq", 32}, {"accum", 2},
+         {"mixture", {{"prose", 0.3}, {"code", 0.7}}}, {"decay_fraction", 1.0}},
+        {{"name", "long"}, {"tokens", 512}, {"seq", 64}, {"rope_theta", 1e5}, {"lr", 1e-3},
+         {"mixture", {{"prose", 1}}}}}}};
+  std::ofstream(dir + "/recipe.json") << recipe.dump(2);
+  const std::string run = "train --peak-gflops 1 --recipe " + dir + "/recipe.json --out " + dir;
+  ASSERT_EQ(anvil(run + "/straight", false).status, 0);
+  const auto straight = losses_of(dir + "/straight");
+  ASSERT_EQ(straight.size(), 17u);  // 10 + 3 + 4 steps
+  const auto metrics = nlohmann::json::parse(
+      [&] {
+        std::ifstream f(dir + "/straight/metrics.jsonl");
+        std::string last, line;
+        while (std::getline(f, line)) last = line;
+        return last;
+      }());
+  EXPECT_EQ(metrics["phase"], "long");
+  EXPECT_EQ(metrics["tokens"], 640 + 384 + 512);
+  // Killed mid-phase 1 (newest checkpoint step 3) and mid-phase 3 (step 15):
+  // resumed, the same loss at every step.
+  for (const int kill : {5, 16}) {
+    const std::string k = dir + "/killed-" + std::to_string(kill);
+    EXPECT_NE(anvil(run + "/killed-" + std::to_string(kill) + " --inject kill@" +
+                        std::to_string(kill),
+                    false)
+                  .status,
+              0);
+    ASSERT_EQ(anvil(run + "/killed-" + std::to_string(kill) + " --resume latest", false).status,
+              0);
+    EXPECT_EQ(losses_of(k), straight) << "killed at step " << kill;
+  }
+  // Bad recipes: one line naming the file and key.
+  nlohmann::json bad = recipe;
+  bad["phases"][1]["mixture"] = {{"poetry", 1}};
+  std::ofstream(dir + "/bad.json") << bad.dump();
+  expect_usage_error("train --recipe " + dir + "/bad.json --out " + dir + "/x",
+                     "phases[1].mixture.poetry");
+  bad = recipe;
+  bad["phases"][0]["tokenz"] = 5;
+  std::ofstream(dir + "/bad.json") << bad.dump();
+  expect_usage_error("train --recipe " + dir + "/bad.json --out " + dir + "/x", "tokenz");
+  expect_usage_error("train --recipe " + dir + "/recipe.json", "--out");
+}

@@ -121,6 +121,7 @@ float clip_coefficient(double norm, double max_norm) {
 }
 
 double Schedule::at(int64_t step) const {
+  step -= start;
   if (warmup > 0 && step < warmup) return lr * static_cast<double>(step + 1) / warmup;
   const double min_lr = lr * min_lr_ratio;
   if (kind == "constant") return lr;

@@ -74,7 +74,8 @@ struct Schedule {
   int64_t warmup = 0;           // steps of linear warmup from 0
   int64_t total = 1;            // steps in the run
   double decay_fraction = 0.2;  // WSD: the final fraction of steps that decays
-  // The learning rate at `step` (0-based).
+  int64_t start = 0;            // the step the schedule begins at (a recipe phase's first)
+  // The learning rate at `step` (0-based, counted from the run's start).
   double at(int64_t step) const;
 };
 

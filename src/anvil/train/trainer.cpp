@@ -131,7 +131,8 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
       config_(model::load_model_config(o.config, o.overrides)),
       B_(o.batch),
       T_(o.seq == 0 ? config_.seq_len : o.seq),
-      batches_(o.data, config_.vocab_size, o.seed, T_, o.val_fraction) {
+      batches_(data::parse_sources(o.data, "--data"), config_.vocab_size, o.seed, T_,
+               o.val_fraction) {
   // This job's nonce: rank 0's clock, the same on every rank.
   int64_t nonce = rank_ == 0 ? static_cast<int64_t>(now_seconds() * 1e6) % 1000000000000 : 0;
   if (dp_ && world_ > 1) dp_->sum(std::span<int64_t>(&nonce, 1));
@@ -256,8 +257,11 @@ Trainer::~Trainer() {
 
 void Trainer::resume(const std::string& from) {
   const json state = ckpt::read_state(from);
-  const std::string saved = state.at("config").dump();
-  if (json::parse(model::model_config_to_json(config_)).dump() != saved) {
+  json saved = state.at("config"), mine = json::parse(model::model_config_to_json(config_));
+  if (o_.resume_new_phase) {  // a new phase may extend the context
+    for (const char* k : {"rope_theta", "seq_len"}) saved.erase(k), mine.erase(k);
+  }
+  if (mine.dump() != saved.dump()) {
     throw InputError("--resume " + from + ": the checkpoint's model config differs from " +
                      o_.config + " with the given --set overrides");
   }
@@ -277,16 +281,20 @@ void Trainer::resume(const std::string& from) {
   // whose micro-batch holds the same global rows (batch x ranks).
   const auto saved_accum = state.at("accum").get<int64_t>();
   const auto saved_rows = state.at("batch").get<int64_t>() * state.value("world", int64_t{1});
-  if (state.at("seed").get<uint64_t>() != o_.seed || saved_rows != B_ * world_ ||
-      state.at("seq").get<int64_t>() != T_ || (saved_accum != o_.accum && !o_.resume_new_accum) ||
-      state.value("precision", "fp32") != o_.precision ||
+  const bool new_phase = o_.resume_new_phase;
+  if (state.value("precision", "fp32") != o_.precision ||
       state.value("optimizer", "adamw") != o_.optimizer) {
+    throw InputError("--resume " + from + ": precision and optimizer must match the checkpoint's");
+  }
+  if (!new_phase && (state.at("seed").get<uint64_t>() != o_.seed || saved_rows != B_ * world_ ||
+                     state.at("seq").get<int64_t>() != T_ ||
+                     (saved_accum != o_.accum && !o_.resume_new_accum))) {
     throw InputError("--resume " + from +
                      ": seed, batch x ranks, seq, accum, precision and optimizer must match the "
                      "checkpoint's to continue its trajectory (a different --accum: add "
                      "--resume-new-accum)");
   }
-  if (saved_accum != o_.accum && !o_.quiet && rank_ == 0)
+  if (saved_accum != o_.accum && !new_phase && !o_.quiet && rank_ == 0)
     std::printf("global batch ramp: accum %lld -> %lld\n", static_cast<long long>(saved_accum),
                 static_cast<long long>(o_.accum));
   // Every rank reads all the weights and the optimizer state it keeps, from
@@ -324,6 +332,7 @@ std::string Trainer::state_json() const {
             {"spikes_in_a_row", spikes_in_a_row_},
             {"data", o_.data},
             {"tokenizer", batches_.tokenizer()},
+            {"phase", o_.phase},
             {"schedule",
              {{"kind", o_.schedule.kind},
               {"lr", o_.schedule.lr},
@@ -618,7 +627,10 @@ void Trainer::log(const StepStats& s, double val) {
     json m = {{"step", s.step},       {"loss", s.loss},
               {"lr", s.lr},           {"grad_norm", s.grad_norm},
               {"seconds", s.seconds}, {"tokens_per_s", tps},
-              {"mfu", mfu},           {"tokens", s.step * static_cast<int64_t>(tokens_per_step)}};
+              {"mfu", mfu},
+              {"tokens", o_.tokens_before_phase + (s.step - o_.phase_first_step) *
+                                                      static_cast<int64_t>(tokens_per_step)}};
+    if (!o_.phase.empty()) m["phase"] = o_.phase;
     if (val >= 0) m["val_loss"] = val;
     if (s.save_wait_seconds > 1e-4) m["save_wait_s"] = s.save_wait_seconds;
     if (world_ > 1) {

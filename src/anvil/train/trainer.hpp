@@ -37,7 +37,9 @@ namespace anvil::train {
 struct TrainOptions {
   std::string config;                  // path to a model config JSON
   std::vector<std::string> overrides;  // --set key=value
-  std::string data;                    // token file or text; empty: random tokens (benchmarks)
+  // Token file or text, or a mixture "A.tok:0.7,B.tok:0.3"; empty: random
+  // tokens (benchmarks).
+  std::string data;
   int64_t batch = 4;  // rows per micro-batch on each rank; global = batch x accum x ranks
   int64_t seq = 0;    // 0: the config's seq_len
   int64_t accum = 1;
@@ -59,6 +61,15 @@ struct TrainOptions {
   // ramp). Weights, optimizer state and step carry over; the data draws
   // follow the new accum, so it is not the checkpoint's exact trajectory.
   bool resume_new_accum = false;
+  // With resume: the checkpoint ends an earlier recipe phase; this one may
+  // change the batch, accum, sequence length, data and the config's
+  // rope_theta / seq_len (weights, optimizer state and step carry over).
+  bool resume_new_phase = false;
+  std::string phase;  // a recipe phase's name (metrics, state.json); empty otherwise
+  // Where the phase starts: its first step and the tokens trained before it
+  // (the metrics' running token count).
+  int64_t phase_first_step = 0;
+  int64_t tokens_before_phase = 0;
   int64_t log_every = 10;  // lines when stdout is not a terminal
   double peak_gflops = 0;  // 0: measure a 2048^3 GEMM (in --precision) at start
   // ZAYA1 expert-bias balancing and router losses; defaults in model::Balancing.
