@@ -37,6 +37,8 @@
 #include "anvil/data/tokens.hpp"
 #include "anvil/dist/data_parallel.hpp"
 #include "anvil/eval/generate.hpp"
+#include "anvil/eval/evaluate.hpp"
+#include "anvil/eval/plot.hpp"
 #include "anvil/ft/faults.hpp"
 #include "anvil/ft/supervisor.hpp"
 #include "anvil/kernels/blas.hpp"
@@ -337,6 +339,10 @@ int main(int argc, char** argv) {
   auto* config_opt =
       train->add_option("--config", topt.config, "Model config JSON (configs/*.json)");
   std::string recipe_path;
+  train->add_option("--tensorboard", topt.tensorboard_dir,
+                    "Also write the step scalars (loss, lr, grad norm, tokens/s, MFU, "
+                    "validation loss, ZAYA1 router load and skip rate) as TensorBoard event "
+                    "files in DIR");
   train
       ->add_option("--recipe", recipe_path,
                    "Run a recipe file (docs/recipe.md): phases with token budgets, data "
@@ -618,6 +624,48 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("train_args", lopt.train_args, "anvil train's arguments, after --")
       ->required();
 
+  // anvil eval
+  auto* eval_cmd = app.add_subcommand(
+      "eval",
+      "Evaluate a checkpoint (dense or ZAYA1): perplexity per source on the held-out tail of "
+      "token files, and multiple-choice tasks from JSONL (acc and acc_norm as lm-eval reports "
+      "them; docs/eval.md)");
+  anvil::eval::EvalOptions eopt;
+  std::vector<std::string> eval_data;
+  bool eval_json = false;
+  std::string eval_out;
+  eval_cmd->add_option("--checkpoint", eopt.checkpoint, "A step-* directory or a run directory")
+      ->required();
+  eval_cmd->add_option("--data", eval_data,
+                       "NAME=FILE.tok (or FILE.tok): perplexity on its held-out tail (repeatable)");
+  eval_cmd->add_option("--task", eopt.tasks,
+                       "JSONL, one {\"context\", \"choices\", \"gold\"} per line (repeatable)")
+      ->check(CLI::ExistingFile);
+  eval_cmd->add_option("--rows", eopt.rows, "Perplexity rows per source")
+      ->check(CLI::PositiveNumber);
+  eval_cmd->add_option("--seq,-T", eopt.seq, "Tokens per perplexity row (default: seq_len)")
+      ->check(CLI::NonNegativeNumber);
+  eval_cmd->add_option("--val-fraction", eopt.val_fraction,
+                       "The held-out tail of each token file (as anvil train's)")
+      ->check(CLI::Range(0.0, 0.5));
+  eval_cmd->add_option("--limit", eopt.limit, "Questions per task (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  eval_cmd->add_flag("--json", eval_json, "Print JSON instead of the tables");
+  eval_cmd->add_option("--out", eval_out, "Also write the JSON to this file");
+
+  // anvil plot
+  auto* plot_cmd = app.add_subcommand(
+      "plot",
+      "PNG charts (gnuplot) of a run (loss and validation loss by phase, lr, tokens/s and MFU, "
+      "ZAYA1 router load and skip rate) or of bench JSON (comm: bus bandwidth by message size "
+      "per algorithm; gemm: GFLOP/s by size)");
+  std::string plot_run_dir, plot_bench_json, plot_out;
+  auto* plot_run_opt = plot_cmd->add_option("--run", plot_run_dir, "A run directory (anvil train --out)");
+  plot_cmd->add_option("--bench", plot_bench_json, "anvil bench comm|gemm --json output")
+      ->excludes(plot_run_opt)
+      ->check(CLI::ExistingFile);
+  plot_cmd->add_option("--out", plot_out, "Directory for the PNGs (default: RUN/plots, or next to the JSON)");
+
   // anvil data tokenize
   auto* data_cmd = app.add_subcommand("data", "Training data");
   data_cmd->require_subcommand(1);
@@ -687,7 +735,7 @@ int main(int argc, char** argv) {
                                      : *data_cmd ? "tokenize, tokenizer"
                                      : *ckpt_cmd
                                          ? "export, import, verify, diff, reshape"
-                                         : "hw, bench, train, launch, generate, size, plan, ckpt, data";
+                                         : "hw, bench, train, launch, generate, eval, size, plan, ckpt, data, plot";
         msg = rest.empty()
                   ? where + ": expected a command (" + expected + ")"
                   : where + ": unknown command '" + rest.front() + "' (expected " + expected + ")";
@@ -957,6 +1005,8 @@ int main(int argc, char** argv) {
       if (tok_model.empty()) {
         const auto tokens = anvil::data::encode_bytes(text);
         anvil::data::write_token_file(tok_out, tokens, 256);
+        anvil::data::write_token_meta(tok_out, "", tok_in, static_cast<int64_t>(tokens.size()),
+                                      static_cast<int64_t>(text.size()));
         std::cerr << "wrote " << tok_out << ": " << tokens.size()
                   << " tokens (bytes, vocabulary 256)\n";
         return 0;
@@ -984,6 +1034,34 @@ int main(int argc, char** argv) {
                 << (tokens.empty() ? 0.0 : static_cast<double>(text.size()) / tokens.size())
                 << " bytes per token; encoded " << text.size() / 1e6 << " MB in " << dt
                 << " s on " << tok_threads << " thread(s)\n";
+      return 0;
+    }
+    if (*eval_cmd) {
+      for (const auto& d : eval_data) {
+        const auto eq = d.find('=');
+        eopt.data.emplace_back(
+            eq == std::string::npos ? std::filesystem::path(d).stem().string() : d.substr(0, eq),
+            eq == std::string::npos ? d : d.substr(eq + 1));
+      }
+      const auto r = anvil::eval::evaluate(eopt);
+      const auto j = r.to_json();
+      if (!eval_out.empty()) anvil::write_file_atomic(eval_out, j.dump(2) + "\n");
+      std::cout << (eval_json ? j.dump(2) + "\n" : r.text());
+      return 0;
+    }
+    if (*plot_cmd) {
+      if (plot_run_dir.empty() == plot_bench_json.empty())
+        throw InputError("plot: expected --run RUN or --bench FILE.json");
+      const auto files =
+          plot_run_dir.empty()
+              ? anvil::eval::plot_bench(
+                    plot_bench_json,
+                    plot_out.empty()
+                        ? std::filesystem::path(plot_bench_json).parent_path().string() + "/plots"
+                        : plot_out)
+              : anvil::eval::plot_run(plot_run_dir,
+                                      plot_out.empty() ? plot_run_dir + "/plots" : plot_out);
+      for (const auto& f : files) std::cout << f << "\n";
       return 0;
     }
     if (*tok_train) {

@@ -20,6 +20,8 @@ packages=(
   libgtest-dev
   python3-torch            # the PyTorch reference in the parity tests and the training baseline
   bible-kjv                # public-domain English text for the training demo (`bible` prints it)
+  gnuplot-nox              # anvil plot renders its PNGs with it (pngcairo)
+  fortunes                 # scripts/corpus.sh: English quotations and verse, more prose for the default corpus
   libsentencepiece-dev     # anvil data tokenizer / tokenize: SentencePiece BPE and unigram
   python3-sentencepiece    # bench/tokenizer.sh: the Python binding, the speed baseline
   python3-venv             # .venv: the pinned PyPI test clients (requirements.txt)

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -685,4 +686,92 @@ TEST(Cli, RecipeRunsItsPhasesAndResumesMidPhaseOnTheSameLosses) {
   std::ofstream(dir + "/bad.json") << bad.dump();
   expect_usage_error("train --recipe " + dir + "/bad.json --out " + dir + "/x", "tokenz");
   expect_usage_error("train --recipe " + dir + "/recipe.json", "--out");
+}
+
+namespace {
+
+// A PNG's width and height from its IHDR chunk (0 x 0 when not a PNG).
+std::pair<uint32_t, uint32_t> png_size(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::string head(24, '\0');
+  f.read(head.data(), 24);
+  if (!f || head.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0) return {0, 0};
+  auto be32 = [&](size_t at) {
+    uint32_t v = 0;
+    for (size_t i = 0; i < 4; ++i) v = v << 8 | static_cast<unsigned char>(head[at + i]);
+    return v;
+  };
+  return {be32(16), be32(20)};
+}
+
+}  // namespace
+
+TEST(Cli, PlotsARunAndBenchOutputAsPngs) {
+  const std::string dir = testing::TempDir() + "/cli_plot";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string cfg = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/zaya-tiny.json";
+  ASSERT_EQ(anvil("train --config " + cfg + " -B 2 -T 16 --steps 4 --peak-gflops 1 --out " + dir +
+                      "/run",
+                  false)
+                .status,
+            0);
+  const CliRun p = anvil("plot --run " + dir + "/run", false);
+  ASSERT_EQ(p.status, 0) << p.out;
+  for (const char* png : {"loss.png", "lr.png", "throughput.png", "router.png"}) {
+    const auto [w, h] = png_size(dir + "/run/plots/" + png);
+    EXPECT_EQ(w, 1100u) << png;
+    EXPECT_EQ(h, 620u) << png;
+  }
+  // A GEMM bench's JSON.
+  ASSERT_EQ(anvil("bench gemm --sizes 64,128 --threads 1 --json --out " + dir + "/gemm.json", false)
+                .status,
+            0);
+  ASSERT_EQ(anvil("plot --bench " + dir + "/gemm.json --out " + dir + "/plots", false).status, 0);
+  EXPECT_EQ(png_size(dir + "/plots/gemm.png").first, 1100u);
+  expect_usage_error("plot --run " + dir + "/nothing", "metrics.jsonl");
+  std::ofstream(dir + "/other.json") << "{\"benchmark\": \"membw\"}";
+  expect_usage_error("plot --bench " + dir + "/other.json", "expected the --json of");
+  expect_usage_error("plot", "--run");
+}
+
+TEST(Cli, EvalScoresPerplexityAndMultipleChoice) {
+  const std::string dir = testing::TempDir() + "/cli_eval";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string src = ANVIL_SOURCE_DIR;
+  ASSERT_EQ(anvil("data tokenize --text " + src + "/README.md --out " + dir + "/readme.tok", true)
+                .status,
+            0);
+  const std::string cfg = src + "/tests/configs/zaya-tiny.json";
+  ASSERT_EQ(anvil("train --config " + cfg + " --set vocab_size=256 -B 2 -T 32 --steps 3 " +
+                      "--peak-gflops 1 --data " + dir + "/readme.tok --out " + dir + "/run",
+                  false)
+                .status,
+            0);
+  {
+    std::ofstream t(dir + "/task.jsonl");
+    t << R"({"context": "1 + 1 =", "choices": [" 2", " 3", " 11"], "gold": 0})" << "\n\n"
+      << R"({"context": "The King", "choices": [" James", " Arthur"], "gold": 1})" << "\n";
+  }
+  const CliRun e = anvil("eval --checkpoint " + dir + "/run --data readme=" + dir +
+                             "/readme.tok --rows 4 --seq 32 --task " + dir + "/task.jsonl --json",
+                         false);
+  ASSERT_EQ(e.status, 0) << e.out;
+  const auto j = nlohmann::json::parse(e.out);
+  ASSERT_EQ(j["perplexity"].size(), 1u);
+  EXPECT_EQ(j["perplexity"][0]["tokens"], 4 * 32);
+  EXPECT_NEAR(j["perplexity"][0]["perplexity"].get<double>(),
+              std::exp(j["perplexity"][0]["loss"].get<double>()), 1e-9);
+  ASSERT_EQ(j["tasks"].size(), 1u);
+  EXPECT_EQ(j["tasks"][0]["questions"], 2);
+  const double acc = j["tasks"][0]["acc"].get<double>();
+  EXPECT_TRUE(acc == 0 || acc == 0.5 || acc == 1) << acc;
+  std::ofstream(dir + "/bad.jsonl") << R"({"context": "x", "choices": ["a"], "gold": 0})" << "\n";
+  expect_usage_error("eval --checkpoint " + dir + "/run --task " + dir + "/bad.jsonl",
+                     "bad.jsonl: line 1");
+  std::ofstream(dir + "/bad.jsonl") << "{not json\n";
+  expect_usage_error("eval --checkpoint " + dir + "/run --task " + dir + "/bad.jsonl",
+                     "bad.jsonl: line 1");
+  expect_usage_error("eval --checkpoint " + dir + "/run", "--data");
 }

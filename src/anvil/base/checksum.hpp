@@ -13,4 +13,8 @@ namespace anvil {
 // crc32(b, crc32(a)) == the CRC-32 of a then b, as zlib's crc32 chains.
 uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);
 
+// CRC-32C (Castagnoli, iSCSI), the checksum of TensorBoard's TFRecord event
+// files, also through ISA-L. crc32c("123456789") == 0xE3069283.
+uint32_t crc32c(const void* data, size_t n);
+
 }  // namespace anvil

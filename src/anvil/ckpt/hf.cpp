@@ -309,6 +309,53 @@ json original_config(const model::ModelConfig& c, const std::string& dtype, cons
   return j;
 }
 
+// A byte-level tokenizer as Hugging Face's tokenizers library writes one
+// (tokenizer.json): GPT-2's byte-to-character map, a BPE model without
+// merges, so byte b is token b, exactly anvil's byte tokenizer.
+json bytes_tokenizer_json() {
+  std::vector<int> chars(256, -1);
+  int next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+    chars[b] = printable ? b : next++;
+  }
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) {
+    std::string utf8;  // the code point chars[b] in UTF-8 (all below 0x800)
+    const int c = chars[b];
+    if (c < 0x80) {
+      utf8.push_back(static_cast<char>(c));
+    } else {
+      utf8.push_back(static_cast<char>(0xC0 | (c >> 6)));
+      utf8.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+    }
+    vocab[utf8] = b;
+  }
+  const json byte_level = {{"type", "ByteLevel"},
+                           {"add_prefix_space", false},
+                           {"trim_offsets", false},
+                           {"use_regex", false}};
+  return {{"version", "1.0"},
+          {"truncation", nullptr},
+          {"padding", nullptr},
+          {"added_tokens", json::array()},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", byte_level},
+          {"post_processor", nullptr},
+          {"decoder", byte_level},
+          {"model",
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", nullptr},
+            {"end_of_word_suffix", nullptr},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"ignore_merges", false},
+            {"vocab", vocab},
+            {"merges", json::array()}}}};
+}
+
 // Creates `target`'s temporary sibling; `fill` writes into it; then fsync
 // and rename, so `target` appears whole or not at all.
 template <typename Fill>
@@ -435,6 +482,14 @@ ExportResult export_checkpoint(const ExportOptions& o) {
     const json cfg = o.format == "original" ? original_config(config, o.dtype, anvil)
                                             : hf_config(config, arch, o.dtype, anvil);
     write_file_atomic((tmp / "config.json").string(), cfg.dump(2) + "\n");
+    // The run's tokenizer, where transformers has an exact equivalent.
+    if (state.value("tokenizer", "") == "bytes" && config.vocab_size >= 256) {
+      write_file_atomic((tmp / "tokenizer.json").string(), bytes_tokenizer_json().dump() + "\n");
+      const json tc = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                       {"model_max_length", config.seq_len},
+                       {"clean_up_tokenization_spaces", false}};
+      write_file_atomic((tmp / "tokenizer_config.json").string(), tc.dump(2) + "\n");
+    }
   });
   r.out_dir = target.string();
   r.architecture = o.format == "original" ? "ZAYA1 original layout" : architecture_name(arch);

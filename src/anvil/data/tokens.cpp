@@ -124,9 +124,14 @@ void TokenData::read_meta(const std::string& path) {
   try {
     const auto j = nlohmann::json::parse(read_file(meta));
     const auto& t = j.at("tokenizer");
-    if (t.at("kind").get<std::string>() != "sentencepiece")
+    const std::string kind = t.at("kind").get<std::string>();
+    if (kind == "bytes") {
+      tokenizer_ = "bytes";
+      return;
+    }
+    if (kind != "sentencepiece")
       throw InputError(meta + ": tokenizer.kind " + t.at("kind").dump() +
-                       " (expected sentencepiece)");
+                       " (expected bytes or sentencepiece)");
     tokenizer_ = "sentencepiece";
     tokenizer_model_ = t.at("model").get<std::string>();
   } catch (const nlohmann::json::exception& e) {
@@ -144,8 +149,10 @@ void write_token_meta(const std::string& token_file, const std::string& tokenize
       {"format", "anvil-tokens-meta"},
       {"version", 1},
       {"tokenizer",
-       {{"kind", "sentencepiece"},
-        {"model", std::filesystem::absolute(tokenizer_model).string()}}},
+       tokenizer_model.empty()
+           ? nlohmann::json{{"kind", "bytes"}}
+           : nlohmann::json{{"kind", "sentencepiece"},
+                            {"model", std::filesystem::absolute(tokenizer_model).string()}}},
       {"sources", src},
       {"tokens", tokens},
       {"bytes", bytes}};

@@ -63,7 +63,8 @@ std::string decode_bytes(const std::vector<int32_t>& tokens);
 void write_token_file(const std::string& path, const std::vector<int32_t>& tokens,
                       int64_t vocab_size);
 
-// The sidecar of a token file (PATH.json), written atomically.
+// The sidecar of a token file (PATH.json), written atomically; an empty
+// `tokenizer_model` means the byte tokenizer.
 void write_token_meta(const std::string& token_file, const std::string& tokenizer_model,
                       const std::vector<std::string>& sources, int64_t tokens, int64_t bytes);
 

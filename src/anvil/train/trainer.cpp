@@ -249,6 +249,8 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
     metrics_ = std::make_unique<std::ofstream>(o.out_dir + "/metrics.jsonl", std::ios::app);
     if (!*metrics_) throw SystemError(o.out_dir + "/metrics.jsonl: cannot open for appending");
   }
+  if (!o.tensorboard_dir.empty() && rank_ == 0)
+    events_ = std::make_unique<EventWriter>(o.tensorboard_dir);
 }
 
 Trainer::~Trainer() {
@@ -645,6 +647,24 @@ void Trainer::log(const StepStats& s, double val) {
     m.update(model_->step_metrics());
     *metrics_ << m.dump() << "\n";
     metrics_->flush();
+  }
+  if (events_) {
+    std::vector<std::pair<std::string, double>> v = {{"train/loss", s.loss},
+                                                     {"train/lr", s.lr},
+                                                     {"train/grad_norm", s.grad_norm},
+                                                     {"perf/tokens_per_s", tps},
+                                                     {"perf/mfu", mfu}};
+    if (val >= 0) v.emplace_back("val/loss", val);
+    // ZAYA1's router: per MoE layer, the expert load spread and the skip rate.
+    const json metrics = model_->step_metrics();
+    if (metrics.contains("router")) {
+      for (const auto& l : metrics["router"]) {
+        const std::string layer = "router/layer" + l["layer"].dump() + "/";
+        for (const char* k : {"max_over_min", "skip_rate", "entropy"})
+          if (l.contains(k) && l[k].is_number()) v.emplace_back(layer + k, l[k].get<double>());
+      }
+    }
+    events_->scalars(s.step, v);
   }
   if (o_.quiet) return;
   const bool last = s.step == o_.steps;

@@ -26,6 +26,7 @@
 #include "anvil/model/zaya_model.hpp"
 #include "anvil/optim/adamw.hpp"
 #include "anvil/optim/muon.hpp"
+#include "anvil/train/tensorboard.hpp"
 
 namespace anvil::dist {
 class DataParallelGroup;
@@ -101,6 +102,8 @@ struct TrainOptions {
   int spike_window = 20;
   int max_spikes = 3;
   std::optional<ft::Fault> inject;  // --inject (tests and demos)
+  // TensorBoard event files of the scalars in metrics.jsonl (rank 0).
+  std::string tensorboard_dir;
 };
 
 struct TrainResult {
@@ -174,6 +177,7 @@ class Trainer {
   std::unique_ptr<optim::Muon> muon_;
   std::unique_ptr<dist::GradReducer> reducer_;
   std::unique_ptr<std::ofstream> metrics_;
+  std::unique_ptr<EventWriter> events_;
   std::vector<int32_t> tokens_, targets_;
   int64_t step_ = 0;
   bool tty_ = false;
