@@ -883,8 +883,11 @@ int main(int argc, char** argv) {
         throw InputError("generate: expected --prompt TEXT or --prompt-tokens IDS");
       }
       if (genopt.prompt_tokens.empty()) std::cout << genopt.prompt << std::flush;
-      const auto r = anvil::eval::generate(
-          genopt, [&](const std::string& text) { std::cout << text << std::flush; });
+      // Text in, text out; token ids in, ids out.
+      const bool ids = !genopt.prompt_tokens.empty();
+      const auto r = anvil::eval::generate(genopt, [&](int32_t t, const std::string& text) {
+        std::cout << (ids ? std::to_string(t) + " " : text) << std::flush;
+      });
       std::cout << "\n";
       std::cerr << r.tokens.size() << " tokens at " << static_cast<int>(r.tokens_per_second)
                 << " tokens/s" << (r.capped ? " (stopped at the model's context length)" : "")

@@ -81,7 +81,7 @@ std::string run_tokenizer_model(const std::string& checkpoint_dir) {
 }
 
 GenerateResult generate(const GenerateOptions& o,
-                        const std::function<void(const std::string&)>& on_text) {
+                        const std::function<void(int32_t, const std::string&)>& on_new) {
   const std::string dir = ckpt::resolve_checkpoint(o.checkpoint);
   const auto state = ckpt::read_state(dir);
   const model::ModelConfig config =
@@ -137,7 +137,7 @@ GenerateResult generate(const GenerateOptions& o,
       piece = std::to_string(t) + " ";
     }
     r.text += piece;
-    if (on_text) on_text(piece);
+    if (on_new) on_new(t, piece);
   };
   if (config.attention == "cca") {  // ZAYA1: CCA caches, router biases from the checkpoint
     model::ZayaModel model(config, 1, 1);

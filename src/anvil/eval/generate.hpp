@@ -28,10 +28,11 @@ struct GenerateResult {
   bool capped = false;  // the context (seq_len) ended generation before max_new
 };
 
-// `on_text` (may be empty) gets the text each new token adds as it is
-// sampled: its bytes, its SentencePiece text, or "ID " without a tokenizer.
+// `on_token` (may be empty) gets each new token as it is sampled with the
+// text it adds: its bytes, its SentencePiece text, or "ID " without a
+// tokenizer.
 GenerateResult generate(const GenerateOptions& options,
-                        const std::function<void(const std::string&)>& on_text = {});
+                        const std::function<void(int32_t, const std::string&)>& on_token = {});
 
 // The tokenizer model of a run's checkpoint: RUN/tokenizer.model ("" if none).
 std::string run_tokenizer_model(const std::string& checkpoint_dir);
