@@ -2,7 +2,8 @@
 # Small multiple-choice tasks for `anvil eval` (and lm-eval, over the same
 # JSONL) from the default corpus's texts, deterministic:
 #   data/tasks/next-verse.jsonl  a KJV verse; pick the verse that follows
-#                                among 4 (the others from elsewhere)
+#                                among 4 (the others from elsewhere); verses
+#                                of at most 100 characters
 #   data/tasks/arith.jsonl       "a + b =" / "a - b =" / "a * b ="; pick the
 #                                result among 4 near misses
 # Each line: {"context": str, "choices": [str, ...], "gold": int}.
@@ -37,10 +38,14 @@ for line in open("data/kjv.txt", encoding="utf-8"):
         if cur: verses.append(cur)
         cur = None
 if cur: verses.append(cur)
+# Verses of at most 100 characters, so a question fits a 256-token context
+# even with byte-level tokens.
+short = [i for i in range(len(verses) - 1) if len(verses[i]) <= 100 and len(verses[i + 1]) <= 100]
+pool = [verses[i] for i in short]
 rows = []
 for _ in range(n):
-    i = rng.randrange(len(verses) - 1)
-    wrong = rng.sample([v for v in rng.sample(verses, 8) if v != verses[i + 1]], 3)
+    i = rng.choice(short)
+    wrong = rng.sample([v for v in rng.sample(pool, 8) if v != verses[i + 1]], 3)
     choices = [" " + verses[i + 1]] + [" " + w for w in wrong]
     order = list(range(4)); rng.shuffle(order)
     rows.append({"context": verses[i], "choices": [choices[k] for k in order], "gold": order.index(0)})

@@ -218,33 +218,33 @@ void transpose(float* out, const float* in, int64_t rows, int64_t cols) {
 json hf_config(const model::ModelConfig& c, Arch arch, const std::string& dtype,
                const json& anvil) {
   const json none = nullptr;
-  json j;
+  // The keys ZAYA1 and Llama share (transformers' decoder conventions).
+  json j = {{"vocab_size", c.vocab_size},
+            {"hidden_size", c.d_model},
+            {"num_hidden_layers", c.n_layers},
+            {"num_attention_heads", c.n_heads},
+            {"num_key_value_heads", c.n_kv_heads},
+            {"head_dim", c.head_dim},
+            {"hidden_act", "silu"},
+            {"max_position_embeddings", c.seq_len},
+            {"rms_norm_eps", c.norm_eps}};
   if (arch == Arch::zaya) {
     const double rotary = c.rotary_dim > 0 ? static_cast<double>(c.rotary_dim) / c.head_dim : 1.0;
-    j = {{"model_type", "zaya"},
-         {"vocab_size", c.vocab_size},
-         {"hidden_size", c.d_model},
-         {"num_hidden_layers", c.n_layers},
-         {"num_attention_heads", c.n_heads},
-         {"num_key_value_heads", c.n_kv_heads},
-         {"head_dim", c.head_dim},
-         {"hidden_act", "silu"},
-         {"max_position_embeddings", c.seq_len},
-         {"rms_norm_eps", c.norm_eps},
-         {"tie_word_embeddings", true},
-         {"moe_intermediate_size", c.expert_ffn_hidden},
-         {"num_experts", c.n_experts},
-         {"num_experts_per_tok", c.top_k},
-         {"router_hidden_size", c.router_dim},
-         {"cca_time0", 2},
-         {"cca_time1", 2},
-         {"attention_bias", false},
-         {"lm_head_bias", false},
-         {"rope_parameters",
-          {{"hybrid",
-            {{"rope_type", "default"},
-             {"rope_theta", c.rope_theta},
-             {"partial_rotary_factor", rotary}}}}}};
+    j.update({{"model_type", "zaya"},
+              {"tie_word_embeddings", true},
+              {"moe_intermediate_size", c.expert_ffn_hidden},
+              {"num_experts", c.n_experts},
+              {"num_experts_per_tok", c.top_k},
+              {"router_hidden_size", c.router_dim},
+              {"cca_time0", 2},
+              {"cca_time1", 2},
+              {"attention_bias", false},
+              {"lm_head_bias", false},
+              {"rope_parameters",
+               {{"hybrid",
+                 {{"rope_type", "default"},
+                  {"rope_theta", c.rope_theta},
+                  {"partial_rotary_factor", rotary}}}}}});
   } else if (arch == Arch::gpt2) {
     j = {{"model_type", "gpt2"},
          {"vocab_size", c.vocab_size},
@@ -261,21 +261,12 @@ json hf_config(const model::ModelConfig& c, Arch arch, const std::string& dtype,
          {"scale_attn_weights", true},
          {"tie_word_embeddings", true}};
   } else {
-    j = {{"model_type", "llama"},
-         {"vocab_size", c.vocab_size},
-         {"hidden_size", c.d_model},
-         {"intermediate_size", c.ffn_hidden},
-         {"num_hidden_layers", c.n_layers},
-         {"num_attention_heads", c.n_heads},
-         {"num_key_value_heads", c.n_kv_heads},
-         {"head_dim", c.head_dim},
-         {"hidden_act", "silu"},
-         {"max_position_embeddings", c.seq_len},
-         {"rms_norm_eps", c.norm_eps},
-         {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", c.rope_theta}}},
-         {"tie_word_embeddings", c.tied_embeddings},
-         {"attention_bias", c.bias},
-         {"mlp_bias", c.bias}};
+    j.update({{"model_type", "llama"},
+              {"intermediate_size", c.ffn_hidden},
+              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", c.rope_theta}}},
+              {"tie_word_embeddings", c.tied_embeddings},
+              {"attention_bias", c.bias},
+              {"mlp_bias", c.bias}});
   }
   j["architectures"] = {architecture_name(arch)};
   j["initializer_range"] = 0.02;

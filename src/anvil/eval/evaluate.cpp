@@ -117,6 +117,11 @@ EvalResult evaluate(const EvalOptions& o) {
             throw InputError(where + ": a context and every choice must each give a token");
           q.choices.emplace_back(whole.begin() + static_cast<std::ptrdiff_t>(q.context.size()),
                                  whole.end());
+          // A context is cut on the left to fit; a choice must fit whole.
+          if (static_cast<int64_t>(q.choices.back().size()) > config.seq_len)
+            throw InputError(where + ": a choice of " + std::to_string(q.choices.back().size()) +
+                             " tokens is longer than the model's context (" +
+                             std::to_string(config.seq_len) + ")");
           q.chars.push_back(static_cast<double>(utf8_chars(given)));
           longest = std::max<int64_t>(longest, static_cast<int64_t>(whole.size()) - 1);
         }
