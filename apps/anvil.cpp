@@ -159,7 +159,8 @@ bool stderr_is_terminal() {
 int main(int argc, char** argv) {
   CLI::App app{
       "anvil: a training stack for Mixture-of-Experts language models (after ZAYA1).\n"
-      "Microbenchmarks, hardware profiles, a decoder trainer and sampling."};
+      "Microbenchmarks, hardware profiles and a planner; a trainer (dense and ZAYA1,\n"
+      "distributed, phased recipes), evaluation, sampling, and Hugging Face interop."};
   app.set_version_flag("--version", std::string("anvil ") + "0.1.0");
   app.require_subcommand(1);
 
