@@ -14,18 +14,16 @@ save_pretrained, `anvil ckpt import --hf` reads it, and anvil's logits and
 greedy tokens equal transformers'; exporting the import gives back the same
 tensors bit for bit; `anvil train --resume` continues from it.
 """
-import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
 
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from interop_common import ROOT, fresh, parser, run
+
 TOL = 1e-4
 NEW_TOKENS = 32
 
@@ -36,13 +34,6 @@ TRAIN = {
     "gpt2": ("tests/configs/gpt2-tiny.json", [], 2, 32, None),
     "llama": ("tests/configs/llama-tiny.json", ["rotary_dim=0"], 2, 32, None),
 }
-
-
-def run(cmd, **kw):
-    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    if p.returncode != 0:
-        sys.exit(f"FAILED ({p.returncode}): {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
-    return p.stdout
 
 
 def real_text_tokens(vocab, n):
@@ -220,15 +211,12 @@ def check_import(args, arch):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("arch", choices=sorted(TRAIN))
-    ap.add_argument("--anvil", required=True)
     ap.add_argument("--logits-dump", required=True)
-    ap.add_argument("--work", required=True)
     args = ap.parse_args()
     torch.set_num_threads(2)
-    shutil.rmtree(args.work, ignore_errors=True)
-    os.makedirs(args.work)
+    fresh(args.work)
     check_export(args, args.arch)
     check_import(args, args.arch)
     print(f"hf interop {args.arch}: ok")

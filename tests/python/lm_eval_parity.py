@@ -11,21 +11,13 @@ checkpoint, and lm-eval's `hf` model on the export through a local task
 YAML over the same JSONL. acc and acc_norm must agree; the per-question
 log-likelihoods are compared too.
 """
-import argparse
 import json
 import os
 import subprocess
 import sys
 import textwrap
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"FAILED ({p.returncode}): {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
-    return p.stdout
+from interop_common import ROOT, parser, run
 
 
 def default_tasks(work, limit):
@@ -89,9 +81,7 @@ def task_yaml(name, jsonl):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--anvil", required=True)
-    ap.add_argument("--work", required=True)
+    ap = parser(__doc__)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--limit", type=int, default=60)
     ap.add_argument("--config", default=os.path.join(ROOT, "configs/zaya-small.json"))

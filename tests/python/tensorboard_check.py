@@ -7,31 +7,22 @@ loads the event files with tensorboard's EventAccumulator, and requires
 every scalar of metrics.jsonl (loss, lr, grad norm, tokens/s, validation
 loss, router skip rate) at every step, equal as float32.
 """
-import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
 
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from interop_common import ROOT, fresh, parser, run as run_anvil
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--anvil", required=True)
-ap.add_argument("--work", required=True)
-args = ap.parse_args()
-shutil.rmtree(args.work, ignore_errors=True)
-os.makedirs(args.work)
+args = parser(__doc__).parse_args()
+fresh(args.work)
 run, tb = os.path.join(args.work, "run"), os.path.join(args.work, "tb")
-p = subprocess.run([args.anvil, "train", "--config", os.path.join(ROOT, "tests/configs/zaya-tiny.json"),
+run_anvil([args.anvil, "train", "--config", os.path.join(ROOT, "tests/configs/zaya-tiny.json"),
                     "--set", "vocab_size=256", "--data", os.path.join(ROOT, "README.md"),
                     "-B", "2", "-T", "32", "--steps", "6", "--val-every", "3", "--peak-gflops", "1",
-                    "--out", run, "--tensorboard", tb], capture_output=True, text=True)
-if p.returncode != 0:
-    sys.exit(f"FAILED: anvil train: {p.stderr}")
+                    "--out", run, "--tensorboard", tb])
 acc = EventAccumulator(tb)
 acc.Reload()
 tags = set(acc.Tags()["scalars"])

@@ -8,31 +8,16 @@ trains a small model on the ids and exports it; transformers' AutoTokenizer
 loads the export's tokenizer.json and must give the same ids as anvil's
 token file and decode them back to the same text.
 """
-import argparse
 import os
-import shutil
 import struct
-import subprocess
 import sys
 
 from transformers import AutoTokenizer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from interop_common import ROOT, fresh, parser, run
 
-
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"FAILED ({p.returncode}): {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
-    return p
-
-
-ap = argparse.ArgumentParser()
-ap.add_argument("--anvil", required=True)
-ap.add_argument("--work", required=True)
-args = ap.parse_args()
-shutil.rmtree(args.work, ignore_errors=True)
-os.makedirs(args.work)
+args = parser(__doc__).parse_args()
+fresh(args.work)
 w = lambda name: os.path.join(args.work, name)
 text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
 text += open(os.path.join(ROOT, "src/anvil/ckpt/hf.cpp"), encoding="utf-8").read()
