@@ -21,7 +21,7 @@
 #     steps: Muon + pid with the router at 0.1x (the floor of 5. says every
 #     layer <= 1.5 in every step needs 32-64K tokens per step);
 #  7. the spec's "vocabulary of a few thousand": KJV in a 4096-piece BPE
-#     (bench/kjv_bpe.py; with bytes the space is 19% of the tokens), 8192
+#     (anvil data tokenizer train; with bytes the space is 19% of the tokens), 8192
 #     tokens per step, BIG_STEPS steps, Muon + pid, router at 1x and 0.1x;
 #     the 0.1x model frozen (its floor), and 32768 tokens per step for
 #     BPE32_STEPS steps (router 0.1x), that model frozen for 20 steps more,
@@ -106,7 +106,10 @@ frozen() {  # name, run to resume (router 0.1x), its accum, total steps, flags..
 }
 frozen frozen-r01 muon-pid-8k-r01 4 $((big_steps + 30))
 frozen frozen-r01-nomomentum muon-pid-8k-r01 4 $((big_steps + 30)) --balance-beta1 0 --balance-beta2 0.9 --balance-eps 1e-2
-[ -f data/kjv-bpe4k.tok ] || /usr/bin/python3 bench/kjv_bpe.py --out data/kjv-bpe4k
+if [ ! -f data/kjv-bpe4k.tok ]; then
+  build/anvil data tokenizer train --text data/kjv.txt --vocab 4096 --out data/kjv-bpe4k
+  build/anvil data tokenize --text data/kjv.txt --tokenizer data/kjv-bpe4k.model --out data/kjv-bpe4k.tok
+fi
 data="--data data/kjv-bpe4k.tok --set vocab_size=4096"
 run bpe-muon-pid-8k --steps "$big_steps" --accum 4 --optimizer muon --muon-bf16
 run bpe-muon-pid-8k-r01 --steps "$big_steps" --accum 4 --optimizer muon --muon-bf16 --set router_lr_scale=0.1
