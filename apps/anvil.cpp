@@ -353,8 +353,9 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   train->add_option("--set", topt.overrides, "Override a config key: --set key=value (repeatable)");
   train->add_option("--data", topt.data,
-                    "Token file (anvil data tokenize) or raw text (byte tokenizer); "
-                    "omitted: random tokens, for throughput only");
+                    "Token file (anvil data tokenize), a weighted mixture of token files "
+                    "(A.tok:0.7,B.tok:0.3), or raw text (byte tokenizer); omitted: random "
+                    "tokens, for throughput only");
   train->add_option("--batch,-B", topt.batch, "Sequences per micro-batch")
       ->check(CLI::PositiveNumber);
   train->add_option("--seq,-T", topt.seq, "Tokens per sequence (default: the config's seq_len)")
@@ -700,9 +701,11 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   tok_train->add_option("--out", ttopt.out_prefix, "Output prefix: PREFIX.model, PREFIX.vocab")
       ->required();
-  tok_train->add_option("--vocab", ttopt.vocab_size, "Vocabulary size (260..1000000)");
+  tok_train->add_option("--vocab", ttopt.vocab_size, "Vocabulary size (260..1000000)")
+      ->capture_default_str();
   tok_train->add_option("--type", ttopt.type, "bpe or unigram")
-      ->check(CLI::IsMember({"bpe", "unigram"}));
+      ->check(CLI::IsMember({"bpe", "unigram"}))
+      ->capture_default_str();
   tok_train->add_flag("--byte-fallback,!--no-byte-fallback", ttopt.byte_fallback,
                       "Characters outside the vocabulary as <0xNN> byte pieces (default on; "
                       "off: they become <unk> and the round trip is lossy)");
