@@ -16,6 +16,14 @@
 
 namespace {
 
+// An empty directory under the test's temporary directory.
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = testing::TempDir() + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
 struct CliRun {
   int status = -1;
   std::string out;  // stdout or stderr, as asked
@@ -83,9 +91,7 @@ TEST(Cli, TrainGenerateAndSizeRejectBadInputWithOneLine) {
 }
 
 TEST(Cli, TrainsOnTextCheckpointsAndGenerates) {
-  const std::string dir = testing::TempDir() + "/cli_train";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::string dir = fresh_dir("cli_train");
   {
     std::ofstream text(dir + "/text.txt");
     for (int i = 0; i < 300; ++i)
@@ -325,9 +331,7 @@ TEST(Cli, PlanPredictsAStepAndSizeChecksTheRules) {
 }
 
 TEST(Cli, TrainsZaya1WithRouterLossesAndGeneratesFromItsCheckpoint) {
-  const std::string dir = testing::TempDir() + "/cli_zaya";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::string dir = fresh_dir("cli_zaya");
   {
     std::ofstream text(dir + "/text.txt");
     for (int i = 0; i < 300; ++i) text << "in the beginning was the word " << i << "\n";
@@ -352,9 +356,7 @@ TEST(Cli, TrainsZaya1WithRouterLossesAndGeneratesFromItsCheckpoint) {
 }
 
 TEST(Cli, ExportsAndImportsCheckpointsInTheHuggingFaceLayouts) {
-  const std::string dir = testing::TempDir() + "/cli_export";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::string dir = fresh_dir("cli_export");
   const std::string cfg = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/zaya-tiny.json";
   ASSERT_EQ(
       anvil("train --config " + cfg + " -B 1 -T 16 --steps 1 --peak-gflops 1 --out " + dir + "/run",
@@ -465,9 +467,7 @@ std::string safetensors(const std::string& header, size_t data_bytes) {
 }  // namespace
 
 TEST(Cli, BadTokenFilesCheckpointsAndStateJsonAreOneLineStatus2AndWriteNothing) {
-  const std::string dir = testing::TempDir() + "/cli_bad_inputs";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::string dir = fresh_dir("cli_bad_inputs");
   {
     std::ofstream text(dir + "/text.txt");
     for (int i = 0; i < 100; ++i) text << "a small corpus, line " << i << "\n";
@@ -563,9 +563,7 @@ TEST(Cli, BadTokenFilesCheckpointsAndStateJsonAreOneLineStatus2AndWriteNothing) 
 }
 
 TEST(Cli, TrainsATokenizerAndARunThatSpeaksThroughIt) {
-  const std::string dir = testing::TempDir() + "/cli_tokenizer";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::string dir = fresh_dir("cli_tokenizer");
   const std::string text = std::string(ANVIL_SOURCE_DIR) + "/README.md";
   ASSERT_EQ(anvil("data tokenizer train --text " + text + " --vocab 600 --out " + dir + "/tk", true)
                 .status,
@@ -619,9 +617,7 @@ std::map<int64_t, double> losses_of(const std::string& run) {
 }  // namespace
 
 TEST(Cli, RecipeRunsItsPhasesAndResumesMidPhaseOnTheSameLosses) {
-  const std::string dir = testing::TempDir() + "/cli_recipe";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::string dir = fresh_dir("cli_recipe");
   const std::string src = ANVIL_SOURCE_DIR;
   ASSERT_EQ(anvil("data tokenize --text " + src + "/README.md --out " + dir + "/prose.tok", true)
                 .status,
@@ -707,9 +703,7 @@ std::pair<uint32_t, uint32_t> png_size(const std::string& path) {
 }  // namespace
 
 TEST(Cli, PlotsARunAndBenchOutputAsPngs) {
-  const std::string dir = testing::TempDir() + "/cli_plot";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::string dir = fresh_dir("cli_plot");
   const std::string cfg = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/zaya-tiny.json";
   ASSERT_EQ(anvil("train --config " + cfg + " -B 2 -T 16 --steps 4 --peak-gflops 1 --out " + dir +
                       "/run",
@@ -736,9 +730,7 @@ TEST(Cli, PlotsARunAndBenchOutputAsPngs) {
 }
 
 TEST(Cli, EvalScoresPerplexityAndMultipleChoice) {
-  const std::string dir = testing::TempDir() + "/cli_eval";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::string dir = fresh_dir("cli_eval");
   const std::string src = ANVIL_SOURCE_DIR;
   ASSERT_EQ(anvil("data tokenize --text " + src + "/README.md --out " + dir + "/readme.tok", true)
                 .status,

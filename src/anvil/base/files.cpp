@@ -55,15 +55,25 @@ void fsync_directory(const std::string& dir) {
   ::close(fd);
 }
 
+namespace {
+
+// mkstemp's template for a temporary sibling of `path`: DIR/.NAME.tmp.XXXXXX.
+std::string temporary_template(const std::string& path) {
+  const std::filesystem::path target(path);
+  const std::filesystem::path dir = target.parent_path();
+  return (dir.empty() ? std::string(".") : dir.string()) + "/." + target.filename().string() +
+         ".tmp.XXXXXX";
+}
+
+}  // namespace
+
 void write_file_atomic(const std::string& path, std::string_view contents) {
   write_file_atomic(path, std::vector<std::string_view>{contents});
 }
 
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
-  const std::filesystem::path target(path);
-  const std::filesystem::path dir = target.parent_path();
-  std::string tmpl = (dir.empty() ? std::string(".") : dir.string()) + "/." +
-                     target.filename().string() + ".tmp.XXXXXX";
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  std::string tmpl = temporary_template(path);
   const int fd = ::mkstemp(tmpl.data());
   if (fd < 0) throw SystemError(path + ": cannot create a temporary file: " + errno_text());
   auto fail = [&](const std::string& what) {
@@ -85,16 +95,14 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
       left -= static_cast<size_t>(n);
     }
   }
-  commit_temporary(fd, tmpl, path, dir.string());
+  commit_temporary(fd, tmpl, path, dir);
 }
 
 void write_file_atomic_direct(
     const std::string& path, const std::vector<std::string_view>& pieces,
     const std::function<void(size_t piece, const char* bytes, size_t n)>& visit) {
-  const std::filesystem::path target(path);
-  const std::filesystem::path dir = target.parent_path();
-  std::string tmpl = (dir.empty() ? std::string(".") : dir.string()) + "/." +
-                     target.filename().string() + ".tmp.XXXXXX";
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  std::string tmpl = temporary_template(path);
   const int probe = ::mkstemp(tmpl.data());
   if (probe < 0) throw SystemError(path + ": cannot create a temporary file: " + errno_text());
   ::close(probe);
@@ -153,7 +161,7 @@ void write_file_atomic_direct(
     flush(padded);
   }
   if (::ftruncate(fd, static_cast<off_t>(total)) != 0) fail("truncate failed");
-  commit_temporary(fd, tmpl, path, dir.string());
+  commit_temporary(fd, tmpl, path, dir);
 }
 
 std::string read_file(const std::string& path) {

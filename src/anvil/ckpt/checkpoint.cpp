@@ -86,6 +86,13 @@ std::string resolve_checkpoint(const std::string& path) {
   return dirs.back().string();
 }
 
+std::string tokenizer_model(const std::string& checkpoint_dir) {
+  for (const fs::path& p : {fs::path(checkpoint_dir) / kTokenizerFile,
+                            fs::path(checkpoint_dir).parent_path() / kTokenizerFile})
+    if (fs::is_regular_file(p)) return p.string();
+  return "";
+}
+
 std::string read_state_json(const std::string& checkpoint_dir) {
   return read_file((fs::path(checkpoint_dir) / "state.json").string());
 }

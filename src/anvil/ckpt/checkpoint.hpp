@@ -25,6 +25,12 @@ std::string resolve_checkpoint(const std::string& path);
 
 std::string read_state_json(const std::string& checkpoint_dir);
 
+// A run trained on SentencePiece ids keeps the model as RUN/tokenizer.model
+// (the trainer copies it there); exports copy it along.
+inline constexpr const char* kTokenizerFile = "tokenizer.model";
+// That file for a checkpoint (in it, or in its run directory); "" if none.
+std::string tokenizer_model(const std::string& checkpoint_dir);
+
 // state.json parsed and checked: an anvil-train-state object whose step,
 // config, seed, batch, seq and accum have their types. Throws InputError
 // naming the file and the problem.

@@ -598,14 +598,14 @@ ExportResult export_checkpoint(const ExportOptions& o) {
     if (state.value("tokenizer", "") == "bytes" && config.vocab_size >= 256) {
       tokenizer = bytes_tokenizer_json();
     } else if (state.value("tokenizer", "") == "sentencepiece") {
-      const fs::path model = fs::path(dir).parent_path() / "tokenizer.model";
-      if (fs::exists(model)) {
-        tokenizer = sentencepiece_tokenizer_json(model.string());
-        fs::copy_file(model, tmp / "tokenizer.model");
+      const std::string model = tokenizer_model(dir);
+      if (!model.empty()) {
+        tokenizer = sentencepiece_tokenizer_json(model);
+        fs::copy_file(model, tmp / kTokenizerFile);
       }
       if (tokenizer.is_null())
         std::fprintf(stderr, "anvil: warning: %s: no tokenizer.json written (a SentencePiece "
-                     "BPE model is needed)\n", model.string().c_str());
+                     "BPE model is needed)\n", dir.c_str());
     }
     if (!tokenizer.is_null()) {
       write_file_atomic((tmp / "tokenizer.json").string(), tokenizer.dump() + "\n");

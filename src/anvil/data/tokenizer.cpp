@@ -12,6 +12,7 @@
 #include "anvil/base/clock.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
+#include "anvil/data/tokens.hpp"
 
 namespace anvil::data {
 namespace {
@@ -231,6 +232,27 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   }
   flush();
   return text;
+}
+
+TextCodec::TextCodec(const std::string& kind, const std::string& model_path,
+                     const std::string& where)
+    : kind_(kind) {
+  if (kind != "sentencepiece") return;
+  if (model_path.empty())
+    throw InputError(where + ": trained with a SentencePiece tokenizer, but its run directory has "
+                     "no tokenizer.model");
+  sp_ = std::make_unique<Tokenizer>(model_path);
+}
+
+std::vector<int32_t> TextCodec::encode(const std::string& text, const std::string& flag) const {
+  if (sp_) return sp_->encode(text);
+  if (kind_ == "bytes") return encode_bytes(text);
+  throw InputError(flag + ": the checkpoint's tokenizer is '" + kind_ +
+                   "', not text (a bytes or SentencePiece run); give token ids instead");
+}
+
+std::string TextCodec::decode(const std::vector<int32_t>& ids) const {
+  return sp_ ? sp_->decode(ids) : decode_bytes(ids);
 }
 
 }  // namespace anvil::data

@@ -73,4 +73,22 @@ class Tokenizer {
   int space_mark_[3] = {-1, -1, -1};  // byte pieces of U+2581 ([0] = -1: none)
 };
 
+// A run's text <-> ids, by the tokenizer kind its state.json records:
+// "bytes" (one token per byte) or "sentencepiece" (its model file); any
+// other kind ("file", "random") has no text.
+class TextCodec {
+ public:
+  // Throws InputError naming `where` for a SentencePiece run without its model.
+  TextCodec(const std::string& kind, const std::string& model_path, const std::string& where);
+  const std::string& kind() const { return kind_; }
+  bool has_text() const { return kind_ == "bytes" || sp_ != nullptr; }
+  // Throws InputError naming `flag` when the run has no text tokenizer.
+  std::vector<int32_t> encode(const std::string& text, const std::string& flag) const;
+  std::string decode(const std::vector<int32_t>& ids) const;
+
+ private:
+  std::string kind_;
+  std::unique_ptr<Tokenizer> sp_;
+};
+
 }  // namespace anvil::data

@@ -14,7 +14,6 @@
 #include "anvil/data/batches.hpp"
 #include "anvil/data/tokenizer.hpp"
 #include "anvil/data/tokens.hpp"
-#include "anvil/eval/generate.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/decoder.hpp"
 #include "anvil/model/zaya_model.hpp"
@@ -73,18 +72,8 @@ EvalResult evaluate(const EvalOptions& o) {
     throw InputError("--seq: expected 2.." + std::to_string(config.seq_len) + " (the config's seq_len)");
 
   // Multiple-choice questions first: their longest row sizes the model.
-  std::unique_ptr<data::Tokenizer> sp;
-  if (r.tokenizer == "sentencepiece") {
-    const std::string model = run_tokenizer_model(dir);
-    if (model.empty()) throw InputError(dir + ": no tokenizer.model in its run directory");
-    sp = std::make_unique<data::Tokenizer>(model);
-  }
-  auto encode = [&](const std::string& text) {
-    if (sp) return sp->encode(text);
-    if (r.tokenizer == "bytes") return data::encode_bytes(text);
-    throw InputError("--task: the checkpoint's tokenizer is '" + r.tokenizer +
-                     "'; tasks need text (a bytes or SentencePiece run)");
-  };
+  const data::TextCodec text(r.tokenizer, ckpt::tokenizer_model(dir), dir);
+  auto encode = [&](const std::string& s) { return text.encode(s, "--task"); };
   std::vector<std::vector<Question>> tasks;
   int64_t longest = 2;
   for (const auto& path : o.tasks) {

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
-#include <memory>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -72,14 +70,6 @@ void decode_all(Model& model, const std::vector<int32_t>& prompt, int64_t total,
 
 }  // namespace
 
-std::string run_tokenizer_model(const std::string& checkpoint_dir) {
-  namespace fs = std::filesystem;
-  for (const fs::path& p : {fs::path(checkpoint_dir) / "tokenizer.model",
-                           fs::path(checkpoint_dir).parent_path() / "tokenizer.model"})
-    if (fs::is_regular_file(p)) return p.string();
-  return "";
-}
-
 GenerateResult generate(const GenerateOptions& o,
                         const std::function<void(int32_t, const std::string&)>& on_new) {
   const std::string dir = ckpt::resolve_checkpoint(o.checkpoint);
@@ -88,25 +78,9 @@ GenerateResult generate(const GenerateOptions& o,
       model::parse_model_config(state.at("config").dump(), dir + "/state.json");
   GenerateResult r;
   r.tokenizer = state.value("tokenizer", "random");
-  std::unique_ptr<data::Tokenizer> sp;
-  if (r.tokenizer == "sentencepiece") {
-    const std::string model = run_tokenizer_model(dir);
-    if (model.empty())
-      throw InputError(dir + ": trained with a SentencePiece tokenizer, but its run directory "
-                       "has no tokenizer.model");
-    sp = std::make_unique<data::Tokenizer>(model);
-  }
+  const data::TextCodec text(r.tokenizer, ckpt::tokenizer_model(dir), dir);
   std::vector<int32_t> prompt = o.prompt_tokens;
-  if (prompt.empty()) {
-    if (sp) {
-      prompt = sp->encode(o.prompt);
-    } else if (r.tokenizer == "bytes") {
-      prompt = data::encode_bytes(o.prompt);
-    } else {
-      throw InputError("--prompt: the checkpoint's tokenizer is '" + r.tokenizer +
-                       "', not text; give token ids with --prompt-tokens");
-    }
-  }
+  if (prompt.empty()) prompt = text.encode(o.prompt, "--prompt");
   if (prompt.empty()) throw InputError("--prompt: expected at least one token");
   for (const int32_t t : prompt)
     if (t < 0 || t >= config.vocab_size)
@@ -120,19 +94,17 @@ GenerateResult generate(const GenerateOptions& o,
                      " tokens leave no room in the context of " + std::to_string(config.seq_len));
   }
   r.capped = static_cast<int64_t>(prompt.size()) + o.max_new > config.seq_len;
-  // Each new token's text: SentencePiece decodes the tokens so far and hands
-  // on what grew (a piece's leading space depends on its neighbours).
+  // Each new token's text: the tokens so far decoded, what grew (a
+  // SentencePiece piece's leading space depends on its neighbours).
   std::vector<int32_t> sampled;
   std::string shown;
   auto on_token = [&](int32_t t) {
     std::string piece;
-    if (sp) {
+    if (text.has_text()) {
       sampled.push_back(t);
-      const std::string all = sp->decode(sampled);
+      const std::string all = text.decode(sampled);
       piece = all.substr(std::min(shown.size(), all.size()));
       shown = all;
-    } else if (r.tokenizer == "bytes") {
-      piece = std::string(1, static_cast<char>(t & 0xff));
     } else {
       piece = std::to_string(t) + " ";
     }

@@ -34,8 +34,6 @@ struct GenerateResult {
 GenerateResult generate(const GenerateOptions& options,
                         const std::function<void(int32_t, const std::string&)>& on_token = {});
 
-// The tokenizer model of a run's checkpoint: RUN/tokenizer.model ("" if none).
-std::string run_tokenizer_model(const std::string& checkpoint_dir);
 
 // Picks the next token from logits [V] (modified in place).
 int32_t sample_token(float* logits, int64_t V, double temperature, int64_t top_k, uint64_t seed,

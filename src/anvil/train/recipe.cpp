@@ -99,7 +99,8 @@ Recipe load_recipe(const std::string& path, int world) {
     throw top.bad("optimizer", r.optimizer + " (expected adamw or muon)");
   r.ckpt_every = top.integer(j, "ckpt_every", 0, 0);
   r.val_every = top.integer(j, "val_every", 0, 0);
-  const model::ModelConfig config = model::load_model_config(r.config, r.set);
+  r.model = model::load_model_config(r.config, r.set);
+  const model::ModelConfig& config = r.model;
   if (!j.contains("phases") || !j["phases"].is_array() || j["phases"].empty())
     throw top.bad("phases", "missing (expected a list of phases)");
   int64_t step = 0, tokens = 0;
@@ -170,8 +171,7 @@ TrainOptions phase_options(const Recipe& r, size_t i, const TrainOptions& base) 
   o.config = r.config;
   o.overrides = r.set;
   if (p.rope_theta > 0) o.overrides.push_back("rope_theta=" + std::to_string(p.rope_theta));
-  const model::ModelConfig config = model::load_model_config(r.config, r.set);
-  if (config.position == "rope" && p.seq > config.seq_len)
+  if (r.model.position == "rope" && p.seq > r.model.seq_len)
     o.overrides.push_back("seq_len=" + std::to_string(p.seq));
   o.data.clear();
   for (const auto& [name, w] : p.mixture) {

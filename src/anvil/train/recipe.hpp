@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "anvil/model/config.hpp"
 #include "anvil/train/trainer.hpp"
 
 namespace anvil::train {
@@ -35,6 +36,7 @@ struct Recipe {
   std::string path, name;
   std::string config;                     // model config JSON
   std::vector<std::string> set;           // config overrides
+  model::ModelConfig model;               // the config with them
   std::map<std::string, std::string> sources;  // name -> token file
   uint64_t seed = 1234;
   std::string optimizer = "adamw";

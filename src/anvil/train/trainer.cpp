@@ -40,6 +40,26 @@ namespace {
 
 using json = nlohmann::json;
 
+// The TensorBoard tags of a metrics record: its scalars under train/,
+// perf/ and val/, and per ZAYA1 MoE layer the router's load spread, skip
+// rate and entropy.
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const json& m) {
+  std::vector<std::pair<std::string, double>> v;
+  for (const auto& [key, tag] : {std::pair{"loss", "train/loss"},
+                                 {"lr", "train/lr"},
+                                 {"grad_norm", "train/grad_norm"},
+                                 {"tokens_per_s", "perf/tokens_per_s"},
+                                 {"mfu", "perf/mfu"},
+                                 {"val_loss", "val/loss"}})
+    if (m.contains(key)) v.emplace_back(tag, m[key].get<double>());
+  for (const auto& l : m.value("router", json::array())) {
+    const std::string layer = "router/layer" + l["layer"].dump() + "/";
+    for (const char* k : {"max_over_min", "skip_rate", "entropy"})
+      if (l.contains(k) && l[k].is_number()) v.emplace_back(layer + k, l[k].get<double>());
+  }
+  return v;
+}
+
 // A buffer outside the registry as one whole replicated tensor.
 model::TensorShard whole_shard(const model::ExtraTensor& e) {
   int64_t n = 1;
@@ -244,7 +264,8 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
     std::filesystem::create_directories(o.out_dir);
     // The run decodes with the tokenizer it trained on (anvil generate, eval).
     if (!batches_.tokenizer_model().empty())
-      write_file_atomic(o.out_dir + "/tokenizer.model", read_file(batches_.tokenizer_model()));
+      write_file_atomic(o.out_dir + "/" + ckpt::kTokenizerFile,
+                        read_file(batches_.tokenizer_model()));
     truncate_metrics(o.out_dir + "/metrics.jsonl", step_);
     metrics_ = std::make_unique<std::ofstream>(o.out_dir + "/metrics.jsonl", std::ios::app);
     if (!*metrics_) throw SystemError(o.out_dir + "/metrics.jsonl: cannot open for appending");
@@ -625,7 +646,7 @@ void Trainer::log(const StepStats& s, double val) {
     exposed = dp_->gather(s.exposed_seconds);
   }
   if (rank_ != 0) return;
-  if (metrics_) {
+  if (metrics_ || events_) {  // one record of the step, for metrics.jsonl and TensorBoard
     json m = {{"step", s.step},       {"loss", s.loss},
               {"lr", s.lr},           {"grad_norm", s.grad_norm},
               {"seconds", s.seconds}, {"tokens_per_s", tps},
@@ -645,26 +666,11 @@ void Trainer::log(const StepStats& s, double val) {
       m["rank_comm_exposed_s"] = exposed;
     }
     m.update(model_->step_metrics());
-    *metrics_ << m.dump() << "\n";
-    metrics_->flush();
-  }
-  if (events_) {
-    std::vector<std::pair<std::string, double>> v = {{"train/loss", s.loss},
-                                                     {"train/lr", s.lr},
-                                                     {"train/grad_norm", s.grad_norm},
-                                                     {"perf/tokens_per_s", tps},
-                                                     {"perf/mfu", mfu}};
-    if (val >= 0) v.emplace_back("val/loss", val);
-    // ZAYA1's router: per MoE layer, the expert load spread and the skip rate.
-    const json metrics = model_->step_metrics();
-    if (metrics.contains("router")) {
-      for (const auto& l : metrics["router"]) {
-        const std::string layer = "router/layer" + l["layer"].dump() + "/";
-        for (const char* k : {"max_over_min", "skip_rate", "entropy"})
-          if (l.contains(k) && l[k].is_number()) v.emplace_back(layer + k, l[k].get<double>());
-      }
+    if (metrics_) {
+      *metrics_ << m.dump() << "\n";
+      metrics_->flush();
     }
-    events_->scalars(s.step, v);
+    if (events_) events_->scalars(s.step, tensorboard_scalars(m));
   }
   if (o_.quiet) return;
   const bool last = s.step == o_.steps;
