@@ -190,13 +190,15 @@ int main(int argc, char** argv) {
           "--preset", gopt.preset,
           "square: n x n x n for each --sizes; aligned: sizes that are multiples of exactly "
           "1, 8, 16, 64, 128 above each base in --sizes; model: the GEMMs of one layer of "
-          "--config")
-      ->check(CLI::IsMember({"square", "aligned", "model"}))
+          "--config; grid: every m, n, k from --sizes (default 64,256,1024,4096) in the "
+          "forward, dgrad and wgrad transpositions, up to 35 GFLOP a GEMM (the efficiency "
+          "surface anvil plan interpolates)")
+      ->check(CLI::IsMember({"square", "aligned", "model", "grid"}))
       ->capture_default_str();
   gemm->add_option(
           "--sizes", gsizes,
-          "Dimensions (square; default 128,256,512,1024,2048) or base dimensions (aligned; "
-          "default 1024)")
+          "Dimensions (square; default 128,256,512,1024,2048), base dimensions (aligned; "
+          "default 1024) or each dimension's values (grid)")
       ->delimiter(',');
   gemm->add_option("--config", gopt.config_path,
                    "Model config (JSON, configs/) for --preset model");
@@ -232,7 +234,8 @@ int main(int argc, char** argv) {
   std::string gemm_profile;
   gemm->add_option("--profile", gemm_profile,
                    "Record the measured shapes in this hardware profile (from anvil hw "
-                   "--profile); anvil plan prices those GEMMs at the measured rate");
+                   "--profile); anvil plan prices those GEMMs at the measured rate (grid: "
+                   "the surface it interpolates every other shape from)");
   gout.add_to(gemm);
   gemm->add_option("--internal-raw-blas", internal_spec, "(internal: baseline child)")->group("");
 

@@ -67,6 +67,14 @@ void PlanCommands::add_model_flags(CLI::App* cmd, Model& m, bool required) {
                   "Inter-node link bandwidth per node, Gbit/s (replaces the profile's NICs: one "
                   "link per node)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--assume", m.assume,
+                  "Derate a published profile: memory=F, link=F, gemm=F or gemm.DTYPE=F, each the "
+                  "achieved fraction (0, 1] of the datasheet figure (repeatable; replaces the "
+                  "profile's achievable value or the default)");
+  cmd->add_option("--expert-loads", m.expert_loads,
+                  "A ZAYA1 run's metrics.jsonl (or run directory): price each expert's GEMMs at "
+                  "the rows its router gave it, averaged over the logged steps and layers, skips "
+                  "included (default: balanced routing)");
   cmd->add_option("--dp", m.dp, "Data-parallel ranks (= nodes x gpus per node; sets --nodes)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--ep", m.ep, "Expert-parallel ranks (divides dp and n_experts)")
@@ -131,6 +139,9 @@ void PlanCommands::add_to(CLI::App& app) {
                    "Ranks per node (default: the profile's devices_per_node)")
       ->check(CLI::PositiveNumber);
   comm_->add_option("--sizes", comm_sizes_, "Message sizes, e.g. 1M,16M")->delimiter(',');
+  comm_->add_option("--assume", comm_assume_, "Derate a published profile: memory=F, link=F, gemm=F or gemm.DTYPE=F, each the "
+                  "achieved fraction (0, 1] of the datasheet figure (repeatable; replaces the "
+                  "profile's achievable value or the default)");
   comm_->add_flag("--json", comm_json_, "Print JSON instead of the table");
   // `anvil plan comm` has its own flags; the parent's --config is not needed then.
   plan_->require_subcommand(0, 1);
@@ -151,6 +162,7 @@ bool PlanCommands::run() {
     Resolved r;
     r.config = model::load_model_config(m.config, m.overrides);
     if (!m.hw.empty()) r.hw = plan::find_hw_profile(m.hw, "--hw");
+    for (const auto& a : m.assume) plan::apply_assumption(r.hw, a);
     plan::Layout& l = r.layout;
     l.dtype = m.dtype;
     l.micro_batch = m.micro_batch;
@@ -184,11 +196,14 @@ bool PlanCommands::run() {
     l.global_batch = m.global_batch > 0 ? m.global_batch : m.micro_batch * l.dp();
     l.optimizer = m.optimizer;
     l.recompute = m.recompute;
+    if (!m.expert_loads.empty())
+      l.expert_shares = plan::expert_shares_from_metrics(m.expert_loads, r.config.n_experts);
     return r;
   };
 
   if (comm_ && *comm_) {
-    const plan::HwProfile hw = plan::find_hw_profile(comm_hw_, "--hw");
+    plan::HwProfile hw = plan::find_hw_profile(comm_hw_, "--hw");
+    for (const auto& a : comm_assume_) plan::apply_assumption(hw, a);
     const int64_t per_node = comm_ranks_per_node_ > 0
                                  ? comm_ranks_per_node_
                                  : std::max<int64_t>(1, hw.interconnect.devices_per_node);

@@ -33,6 +33,8 @@ class PlanCommands {
     bool recompute = false;
     int64_t threads_per_rank = 0;
     double link_gbps = 0;
+    std::vector<std::string> assume;  // --assume KEY=FRACTION
+    std::string expert_loads;         // --expert-loads RUN/metrics.jsonl
   };
   void add_model_flags(CLI::App* cmd, Model& m, bool required);
 
@@ -46,6 +48,7 @@ class PlanCommands {
   bool no_overlap_ = false;
   double mttf_hours_ = 0, ckpt_interval_min_ = 0, ckpt_gbs_ = 5, restart_min_ = 10;
   std::string comm_hw_, comm_op_ = "allreduce", comm_algo_;
+  std::vector<std::string> comm_assume_;
   std::vector<std::string> comm_sizes_ = {"1M", "4M", "16M", "64M"};
   int64_t comm_ranks_ = 2, comm_ranks_per_node_ = 0;
 };

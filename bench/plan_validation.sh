@@ -1,94 +1,169 @@
 #!/usr/bin/env bash
-# `anvil plan` against measurement on this machine, side by side.
-# Each round measures this machine's profile (anvil hw --profile), the
-# presets' GEMM shapes into it (anvil bench gemm --preset model --profile),
-# the collectives into it (anvil bench comm --profile, 2 ranks), then measures
-# again: the collectives (a second anvil bench comm) and a training step of
-# each preset (anvil train), and asks anvil plan / anvil plan comm to predict
-# them from that round's profile. Rounds interleave, so machine drift hits
-# prediction and measurement alike. Prints medians of predicted / measured
-# and writes bench/results/plan_validation.json.
-# Usage: bench/plan_validation.sh [ROUNDS (default 3)] [STEPS (default 6)]
+# `anvil plan` against measurement on this machine: in-sample and held-out.
+#
+# Each round measures this machine's profile (anvil hw --profile), a grid of
+# GEMM shapes into it (anvil bench gemm --preset grid: the efficiency surface)
+# and the 2-rank collectives at 256K, 1M, 4M, 16M, 64M (anvil bench comm
+# --profile). A second copy of the profile also gets the in-sample presets'
+# own GEMM shapes (anvil bench gemm --preset model). Then it trains every case
+# and measures the collectives again at every size from 256K to 128M by 2x.
+#
+# In-sample:  the presets predicted from the profile holding their own GEMM
+#             shapes; collectives at the measured sizes.
+# Held-out:   the same presets from the grid alone (their shapes never
+#             measured); configurations with other widths, sequence lengths
+#             and expert counts, and 2-rank runs, none of whose shapes or
+#             steps went into the profile; collectives at the sizes between
+#             and beyond the profile's (512K, 2M, 8M, 32M, 128M).
+# Rounds interleave, so machine drift hits prediction and measurement alike.
+# Prints medians of predicted / measured, the in-sample and held-out errors
+# separately, and writes bench/results/plan_validation.json.
+# Usage: [KEEP=DIR | ANALYSE=DIR] bench/plan_validation.sh [ROUNDS (default 3)] [STEPS (default 6)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
 steps=${2:-6}
 anvil=build/anvil
 [ -x "$anvil" ] || scripts/build.sh
-export OMP_NUM_THREADS=2
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-# preset:micro-batch:precision (sequence 256 throughout)
-presets="gpt2-124m:4:fp32 llama-style:4:fp32 byte-small:16:fp32 gpt2-124m:4:bf16 zaya-small:8:fp32"
-comm_flags="--op allreduce reduce_scatter allgather --algo shm ring -b 256K -e 64M -f 4 -n 10"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+cores=$(nproc)
+export OMP_NUM_THREADS=$cores
+half=$((cores / 2)); [ "$half" -ge 1 ] || half=1
+# KEEP=DIR keeps the measurements there; ANALYSE=DIR re-prints a kept run.
+if [ -n "${ANALYSE:-}" ]; then
+  out=$ANALYSE
+elif [ -n "${KEEP:-}" ]; then
+  out=$KEEP; mkdir -p "$out"
+else
+  out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+fi
+# name|kind|config|B (per rank)|T|precision|ranks|--set overrides
+cases="gpt2-124m|in|gpt2-124m|4|256|fp32|1|
+llama-style|in|llama-style|4|256|fp32|1|
+byte-small|in|byte-small|16|256|fp32|1|
+gpt2-124m-bf16|in|gpt2-124m|4|256|bf16|1|
+zaya-small|in|zaya-small|8|256|fp32|1|
+gpt2-d640|held|gpt2-124m|4|256|fp32|1|--set d_model=640 --set n_heads=10 --set ffn_hidden=2560
+gpt2-d640-bf16|held|gpt2-124m|4|256|bf16|1|--set d_model=640 --set n_heads=10 --set ffn_hidden=2560
+llama-T384|held|llama-style|3|384|fp32|1|
+byte-d512-T512|held|byte-small|8|512|fp32|1|--set d_model=512 --set n_heads=8 --set ffn_hidden=1536
+zaya-e8-f768|held|zaya-small|8|256|fp32|1|--set n_experts=8 --set expert_ffn_hidden=768
+zaya-T512|held|zaya-small|4|512|fp32|1|
+gpt2-dp2|held|gpt2-124m|2|256|fp32|2|
+zaya-dp2|held|zaya-small|4|256|fp32|2|"
+comm_ops="--op allreduce reduce_scatter allgather --algo shm ring -n 10"
 for r in $(seq 1 "$rounds"); do
-  echo "round $r/$rounds: profile" >&2
-  "$anvil" hw --profile "$out/local-$r.json" --min-time 0.1 > /dev/null
-  # The presets' own GEMM shapes (forward, dgrad, wgrad) into the profile.
-  for spec in $presets; do
-    IFS=: read -r name B prec <<< "$spec"
+  [ -z "${ANALYSE:-}" ] || break
+  echo "round $r/$rounds: profile, GEMM grid, collectives" >&2
+  grid="$out/grid-$r.json"   # held-out basis: the grid, no model shape
+  shapes="$out/shapes-$r.json"  # in-sample: the grid plus the presets' own shapes
+  "$anvil" hw --profile "$grid" --min-time 0.1 > /dev/null
+  "$anvil" bench gemm --preset grid --dtype f32,bf16 --baselines none --min-time 0.03 \
+    --profile "$grid" > /dev/null
+  "$anvil" bench comm --np 2 $comm_ops -b 256K -e 64M -f 4 --profile "$grid" > /dev/null
+  cp "$grid" "$shapes"
+  while IFS='|' read -r name kind config B T prec np sets; do
+    [ "$kind" = in ] || continue
     dtype=f32; [ "$prec" = bf16 ] && dtype=bf16
-    "$anvil" bench gemm --preset model --config "configs/$name.json" --tokens $((B * 256)) \
-      --backward --dtype "$dtype" --baselines none --min-time 0.05 \
-      --profile "$out/local-$r.json" > /dev/null
-  done
-  "$anvil" bench comm --np 2 $comm_flags --profile "$out/local-$r.json" > /dev/null
-  echo "round $r/$rounds: collectives" >&2
-  "$anvil" bench comm --np 2 $comm_flags --json > "$out/comm-$r.json"
-  for spec in $presets; do
-    IFS=: read -r name B prec <<< "$spec"
-    echo "round $r/$rounds: train $name B=$B $prec ($steps steps)" >&2
-    "$anvil" train --config "configs/$name.json" -B "$B" -T 256 --steps "$steps" \
-      --precision "$prec" --json-out "$out/train-$name-$prec-$r.json" > /dev/null
+    "$anvil" bench gemm --preset model --config "configs/$config.json" --tokens $((B * T)) \
+      --backward --dtype "$dtype" --baselines none --min-time 0.05 --profile "$shapes" > /dev/null
+  done <<< "$cases"
+  echo "round $r/$rounds: collectives at held-out sizes" >&2
+  "$anvil" bench comm --np 2 $comm_ops -b 256K -e 128M -f 2 --json > "$out/comm-$r.json"
+  while IFS='|' read -r name kind config B T prec np sets; do
+    echo "round $r/$rounds: train $name ($np rank(s), B=$B T=$T $prec, $steps steps)" >&2
     dtype=f32; [ "$prec" = bf16 ] && dtype=bf16
-    "$anvil" plan --hw "$out/local-$r.json" --config "configs/$name.json" --micro-batch "$B" \
-      --seq 256 --dtype "$dtype" --json > "$out/plan-$name-$prec-$r.json"
-  done
+    flags=(--config "configs/$config.json" $sets)
+    if [ "$np" = 1 ]; then
+      "$anvil" train "${flags[@]}" -B "$B" -T "$T" --steps "$steps" --precision "$prec" \
+        --log-every 1000 --json-out "$out/train-$name-$r.json" < /dev/null > /dev/null
+    else
+      OMP_NUM_THREADS=$half mpirun --oversubscribe -np "$np" "$anvil" train "${flags[@]}" \
+        -B "$B" -T "$T" --steps "$steps" --precision "$prec" --log-every 1000 \
+        --json-out "$out/train-$name-$r.json" < /dev/null > /dev/null
+    fi
+    pflags=(--config "configs/$config.json" $sets --micro-batch "$B" --seq "$T" --dtype "$dtype"
+            --dp "$np" --json)
+    "$anvil" plan --hw "$grid" "${pflags[@]}" > "$out/plan-grid-$name-$r.json"
+    if [ "$kind" = in ]; then
+      "$anvil" plan --hw "$shapes" "${pflags[@]}" > "$out/plan-shapes-$name-$r.json"
+    fi
+  done <<< "$cases"
   for op in allreduce reduce_scatter allgather; do
     for algo in shm ring; do
-      "$anvil" plan comm --hw "$out/local-$r.json" --op "$op" --algo "$algo" --ranks 2 \
-        --sizes 256K,1M,4M,16M,64M --json > "$out/pcomm-$op-$algo-$r.json"
+      "$anvil" plan comm --hw "$grid" --op "$op" --algo "$algo" --ranks 2 \
+        --sizes 256K,512K,1M,2M,4M,8M,16M,32M,64M,128M --json > "$out/pcomm-$op-$algo-$r.json"
     done
   done
 done
 mkdir -p bench/results
-/usr/bin/python3 - "$out" "$rounds" "$presets" <<'PY'
+/usr/bin/python3 - "$out" "$rounds" "$cases" <<'PY'
 import json, statistics as st, sys
-out, rounds, presets = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+out, rounds, cases = sys.argv[1], int(sys.argv[2]), sys.argv[3].splitlines()
 R = range(1, rounds + 1)
+load = lambda f: json.load(open(f"{out}/{f}"))
 rows = []
-print(f"anvil plan vs measured on this machine; medians over {rounds} rounds (profile re-measured each round)")
-print(f"{'preset':<14}{'B x T':>8}{'prec':>6}{'measured s/step':>17}{'predicted':>11}{'pred/meas':>11}"
-      f"{'peak RSS GB':>13}{'predicted':>11}{'pred/RSS':>10}")
-for spec in presets:
-    name, B, prec = spec.split(":")
-    meas = [st.median(json.load(open(f"{out}/train-{name}-{prec}-{r}.json"))["step_seconds"][1:]) for r in R]
-    pred = [json.load(open(f"{out}/plan-{name}-{prec}-{r}.json"))["step_s"] for r in R]
+def step_row(name, kind, basis, B, T, prec, np_):
+    tr = [load(f"train-{name}-{r}.json") for r in R]
+    pl = [load(f"plan-{basis}-{name}-{r}.json") for r in R]
+    meas = [st.median(t["step_seconds"][1:]) for t in tr]
+    pred = [p["step_s"] for p in pl]
+    rss = [max(t.get("rank_peak_rss_bytes", [t["peak_rss_bytes"]])) for t in tr]
+    mem = [p["memory_bytes"]["total"] for p in pl]
     ratio = st.median(p / m for p, m in zip(pred, meas))
-    rss = st.median(json.load(open(f"{out}/train-{name}-{prec}-{r}.json"))["peak_rss_bytes"] for r in R)
-    mem = st.median(json.load(open(f"{out}/plan-{name}-{prec}-{r}.json"))["memory_bytes"]["total"] for r in R)
-    print(f"{name:<14}{B + ' x 256':>8}{prec:>6}{st.median(meas):>17.3f}{st.median(pred):>11.3f}{ratio:>11.2f}"
-          f"{rss / 1e9:>13.3f}{mem / 1e9:>11.3f}{mem / rss:>10.2f}")
-    rows.append({"kind": "step", "preset": name, "micro_batch": int(B), "seq": 256, "precision": prec,
-                 "measured_s": meas, "predicted_s": pred, "ratio": ratio,
-                 "peak_rss_bytes": rss, "predicted_memory_bytes": mem})
+    return {"kind": "step", "sample": kind, "basis": basis, "case": name, "micro_batch": int(B),
+            "seq": int(T), "precision": prec, "ranks": int(np_), "measured_s": meas,
+            "predicted_s": pred, "ratio": ratio, "peak_rss_bytes": rss,
+            "predicted_memory_bytes": mem, "memory_ratio": st.median(m / s for m, s in zip(mem, rss))}
+print(f"anvil plan vs measured on this machine; medians over {rounds} rounds (profile re-measured each round)")
+hdr = (f"{'case':<16}{'sample':>9}{'priced from':>13}{'ranks':>6}{'B x T':>9}{'prec':>6}{'measured s':>12}"
+       f"{'predicted':>11}{'pred/meas':>11}{'peak RSS GB':>13}{'pred/RSS':>10}")
+print(hdr)
+for line in cases:
+    name, kind, config, B, T, prec, np_, sets = line.split("|")
+    bases = ["shapes", "grid"] if kind == "in" else ["grid"]
+    for basis in bases:
+        sample = "in" if basis == "shapes" else "held-out"
+        row = step_row(name, sample, basis, B, T, prec, np_)
+        row["config"], row["set"] = config, sets
+        rows.append(row)
+        print(f"{name:<16}{sample:>9}{'own shapes' if basis == 'shapes' else 'GEMM grid':>13}{np_:>6}"
+              f"{B + 'x' + T:>9}{prec:>6}{st.median(row['measured_s']):>12.3f}"
+              f"{st.median(row['predicted_s']):>11.3f}{row['ratio']:>11.2f}"
+              f"{st.median(row['peak_rss_bytes']) / 1e9:>13.3f}{row['memory_ratio']:>10.2f}")
 print()
-print(f"{'collective':<16}{'algo':>6}{'bytes':>10}{'measured us':>13}{'predicted':>11}{'pred/meas':>11}")
+in_sizes = {256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20}
+print(f"{'collective':<16}{'algo':>6}{'bytes':>11}{'sample':>10}{'measured us':>13}{'predicted':>11}{'pred/meas':>11}")
 for op in ("allreduce", "reduce_scatter", "allgather"):
     for algo in ("shm", "ring"):
-        pred = {r: {p["bytes"]: p["predicted_us"] for p in json.load(open(f"{out}/pcomm-{op}-{algo}-{r}.json"))} for r in R}
+        pred = {r: {p["bytes"]: p["predicted_us"] for p in load(f"pcomm-{op}-{algo}-{r}.json")} for r in R}
         for size in sorted(pred[1]):
             meas = []
             for r in R:
-                pts = [p for p in json.load(open(f"{out}/comm-{r}.json"))["points"]
+                pts = [p for p in load(f"comm-{r}.json")["points"]
                        if p["op"] == op and p["algo"] == algo and p["bytes"] == size]
                 meas.append(pts[0]["p50_us"] if pts else float("nan"))
             ratio = st.median(pred[r][size] / m for r, m in zip(R, meas))
-            print(f"{op:<16}{algo:>6}{size:>10}{st.median(meas):>13.1f}{st.median(pred[r][size] for r in R):>11.1f}{ratio:>11.2f}")
-            rows.append({"kind": "collective", "op": op, "algo": algo, "bytes": size, "ranks": 2,
-                         "measured_us": meas, "predicted_us": [pred[r][size] for r in R], "ratio": ratio})
-within = sum(1 for x in rows if abs(x["ratio"] - 1) <= 0.25)  # step times and collective times
-print(f"\n{within}/{len(rows)} predictions within 25% of the measurement")
-json.dump({"rounds": rounds, "rows": rows}, open("bench/results/plan_validation.json.tmp", "w"), indent=2)
+            sample = "in" if size in in_sizes else "held-out"
+            print(f"{op:<16}{algo:>6}{size:>11}{sample:>10}{st.median(meas):>13.1f}"
+                  f"{st.median(pred[r][size] for r in R):>11.1f}{ratio:>11.2f}")
+            rows.append({"kind": "collective", "sample": sample, "op": op, "algo": algo,
+                         "bytes": size, "ranks": 2, "measured_us": meas,
+                         "predicted_us": [pred[r][size] for r in R], "ratio": ratio})
+print()
+summary = {}
+for kind, bound in (("step", 0.15), ("collective", 0.20)):
+    for sample in ("in", "held-out"):
+        sel = [x for x in rows if x["kind"] == kind and x["sample"] == sample]
+        errs = sorted(abs(x["ratio"] - 1) for x in sel)
+        within = sum(1 for e in errs if e <= bound)
+        summary[f"{kind}/{sample}"] = {"n": len(sel), "within": within, "bound": bound,
+                                       "median_abs_error": st.median(errs) if errs else None,
+                                       "max_abs_error": max(errs) if errs else None}
+        if errs:
+            print(f"{kind + 's':<12}{sample:>9}: {within}/{len(sel)} within {bound:.0%}, "
+                  f"median |error| {st.median(errs):.1%}, max {max(errs):.1%}")
+json.dump({"rounds": rounds, "summary": summary, "rows": rows},
+          open("bench/results/plan_validation.json.tmp", "w"), indent=2)
 PY
 mv bench/results/plan_validation.json.tmp bench/results/plan_validation.json

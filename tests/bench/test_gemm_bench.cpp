@@ -39,6 +39,36 @@ TEST(GemmCases, AlignedSweepsExactMultiples) {
   EXPECT_EQ(cases[5].label, "mult of 128");
 }
 
+TEST(GemmCases, GridSweepsEveryShapeInTheThreeTranspositionsUnderTheWorkCap) {
+  GemmBenchOptions o;
+  o.preset = "grid";
+  o.sizes = {64, 4096};
+  const auto cases = gemm_cases(o);
+  // 8 shapes, minus 4096^3 (137 GFLOP, over kGridMaxFlops), x fwd/dgrad/wgrad.
+  ASSERT_EQ(cases.size(), 7u * 3);
+  for (size_t i = 0; i < cases.size(); i += 3) {
+    EXPECT_EQ(cases[i].label, "grid.fwd");
+    EXPECT_TRUE(!cases[i].trans_a && cases[i].trans_b);
+    EXPECT_TRUE(!cases[i + 1].trans_a && !cases[i + 1].trans_b);
+    EXPECT_TRUE(cases[i + 2].trans_a && !cases[i + 2].trans_b);
+    EXPECT_LE(cases[i].flops(), kGridMaxFlops);
+  }
+  // Measured grid rows go to the profile's gemm_grid, not its exact shapes.
+  GemmBenchResult r;
+  r.preset = "grid";
+  GemmRow row;
+  row.shape = cases[0];
+  row.dtype = "f32";
+  row.threads = 2;
+  row.gflops = 42;
+  r.rows = {row};
+  plan::HwProfile p;
+  add_to_profile(r, p);
+  ASSERT_EQ(p.gemm_grid.size(), 1u);
+  EXPECT_TRUE(p.gemm_shapes.empty());
+  EXPECT_EQ(p.gemm_grid[0].gflops, 42);
+}
+
 TEST(GemmCases, ModelPresetNeedsAConfig) {
   GemmBenchOptions o;
   o.preset = "model";

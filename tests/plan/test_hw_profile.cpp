@@ -28,7 +28,9 @@ HwProfile sample() {
   p.memory_levels = {{"L1", 16384, 1, 150.5}, {"DRAM", int64_t{1} << 30, 2, 21.7}};
   p.attention = {{"f32", 256, 64, 29.97}};
   p.gemm_shapes = {{"bf16", 1024, 768, 768, false, true, 2, 151.25}};
-  p.interconnect = {1, "shared memory", 0, 0, 0, "single node"};
+  p.gemm_grid = {{"f32", 64, 4096, 256, true, false, 2, 88.5}};
+  p.achievable = {0.81, {{"bf16", 0.47}}, 0.82};
+  p.interconnect = {1, "shared memory", 12.5, 0, 0, "single node"};
   p.comm = {{"allreduce", {{"alpha_us", 3.5}}}};
   p.sources = {{"*", "measured", "anvil hw --profile"}};
   return p;
@@ -75,6 +77,15 @@ TEST(HwProfile, ErrorsNameTheField) {
   j["version"] = 2;
   EXPECT_NE(error_of(j).find("p.json.version: expected 1"), std::string::npos);
   j = to_json(sample());
+  j["achievable"]["memory"] = 1.2;
+  EXPECT_NE(error_of(j).find("p.json.achievable.memory: expected a fraction"), std::string::npos)
+      << error_of(j);
+  // An older profile's intra_node_gbs counted both directions.
+  j = to_json(sample());
+  j["interconnect"].erase("intra_node_gbs_per_direction");
+  j["interconnect"]["intra_node_gbs"] = 900;
+  EXPECT_EQ(hw_profile_from_json(j, "p.json").interconnect.intra_node_gbs, 450);
+  j = to_json(sample());
   j["origin"] = "published";
   j["sources"] = nlohmann::json::array();
   EXPECT_NE(error_of(j).find("must cite its sources"), std::string::npos);
@@ -94,7 +105,7 @@ TEST(HwProfile, ShippedProfilesLoadAndCiteEveryFigure) {
       EXPECT_TRUE(cited) << name << " peak[" << pk.dtype << "] has no source";
     }
     for (const std::string field :
-         {"compute_units", "memory_bytes", "memory_bandwidth_gbs", "interconnect.intra_node_gbs"}) {
+         {"compute_units", "memory_bytes", "memory_bandwidth_gbs", "interconnect.intra_node_gbs_per_direction", "achievable.memory", "achievable.gemm[bf16]", "achievable.link"}) {
       bool cited = false;
       for (const auto& s : p.sources) cited = cited || s.field == field;
       EXPECT_TRUE(cited) << name << " " << field << " has no source";

@@ -4,6 +4,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
 
 #include "anvil/base/error.hpp"
 #include "anvil/model/config.hpp"
@@ -110,12 +113,12 @@ TEST(Planner, CollectivesFromLinksAndFromMeasuredFits) {
   HwProfile hw = gpu_node();
   const double S = 1e9;
   // One node of 8: ring all-reduce = 2 x 7/8 x S over the links + 2 x 7 alphas.
-  const double intra = 400e9 * kAssumedLinkEfficiency;
+  const double intra = 400e9 * kDefaultAchievableLink;
   const double alpha = kIntraNodeAlphaUs * 1e-6;
   EXPECT_NEAR(price_collective(hw, "allreduce", 8, 8, S).seconds,
               2 * (7.0 / 8 * S / intra + 7 * alpha), 1e-12);
   // Two nodes: each device's 1/8 share crosses its own 400 Gb/s rail.
-  const double rail = 50e9 * kAssumedLinkEfficiency;
+  const double rail = 50e9 * kDefaultAchievableLink;
   EXPECT_NEAR(price_collective(hw, "reduce_scatter", 16, 8, S).seconds,
               7.0 / 8 * S / intra + 7 * alpha + 0.5 * (S / 8) / rail + kInterNodeAlphaUs * 1e-6,
               1e-12);
@@ -158,6 +161,109 @@ TEST(Planner, GemmEfficiencyFollowsTheMeasuredCurve) {
   EXPECT_TRUE(m.measured);
   EXPECT_NEAR(m.seconds, 2e9 / 50e9, 1e-12);
   EXPECT_FALSE(price_gemm(hw, "f32", 1000, 1000, 1000, true, false).measured);
+}
+
+TEST(Planner, GemmGridIsInterpolatedMultilinearlyInLogSpace) {
+  HwProfile hw;
+  hw.name = "cpu";
+  hw.kind = "cpu";
+  hw.peak = {{"f32", 2, 100}};
+  hw.memory_bandwidth_gbs = 1e6;
+  // A 2 x 2 x 2 grid at 64 and 4096 (forward transposition): rate = 10 + 20
+  // per upper m, + 40 per upper n, + 5 per upper k (linear in log-weights).
+  for (int64_t m : {64, 4096})
+    for (int64_t n : {64, 4096})
+      for (int64_t k : {64, 4096})
+        hw.gemm_grid.push_back({"f32", m, n, k, false, true, 2,
+                                10.0 + (m > 64 ? 20 : 0) + (n > 64 ? 40 : 0) + (k > 64 ? 5 : 0)});
+  // A corner is itself; 512 is halfway between 64 and 4096 in log space.
+  EXPECT_NEAR(grid_gflops(hw, "f32", 4096, 64, 4096, false, true), 35, 1e-9);
+  EXPECT_NEAR(grid_gflops(hw, "f32", 512, 64, 64, false, true), 20, 1e-9);
+  EXPECT_NEAR(grid_gflops(hw, "f32", 512, 512, 512, false, true), 10 + 10 + 20 + 2.5, 1e-9);
+  // Clamped outside the grid.
+  EXPECT_NEAR(grid_gflops(hw, "f32", 16, 100000, 4096, false, true), 55, 1e-9);
+  // No point of that transposition: the others answer; another dtype: none.
+  EXPECT_NEAR(grid_gflops(hw, "f32", 64, 64, 64, true, false), 10, 1e-9);
+  EXPECT_EQ(grid_gflops(hw, "bf16", 64, 64, 64, false, true), 0);
+  // A corner the sweep skipped drops out, the others reweighted.
+  hw.gemm_grid.pop_back();  // (4096, 4096, 4096)
+  EXPECT_NEAR(grid_gflops(hw, "f32", 4096, 4096, 512, false, true), 70, 1e-9);
+  // price_gemm uses the surface for a shape not measured exactly.
+  const GemmPrice g = price_gemm(hw, "f32", 512, 64, 64, false, true);
+  EXPECT_TRUE(g.surface);
+  EXPECT_FALSE(g.measured);
+  EXPECT_NEAR(g.seconds, g.flops / 20e9, 1e-15);
+}
+
+TEST(Planner, PublishedFiguresAreDeratedByOneRuleAndAssumeOverridesIt) {
+  ::setenv("ANVIL_PROFILES", (kSource + "/profiles").c_str(), 1);
+  HwProfile mi = find_hw_profile("mi300x", "--hw");
+  HwProfile h200 = find_hw_profile("h200-sxm", "--hw");
+  // Datasheet x the profile's published achievable fraction, else the default.
+  EXPECT_NEAR(memory_gbs(mi), 5300 * mi.achievable.memory, 1e-9);
+  EXPECT_NEAR(memory_gbs(h200), 4800 * kDefaultAchievableMemory, 1e-9);
+  EXPECT_NEAR(curve_efficiency(mi, "bf16", 1e12), mi.achievable.gemm.at("bf16"), 1e-12);
+  EXPECT_NEAR(curve_efficiency(mi, "f32", 1e12), kDefaultAchievableGemm, 1e-12);
+  // Links are per direction: 8 ranks' ring all-reduce over 448 GB/s x achievable.
+  EXPECT_EQ(mi.interconnect.intra_node_gbs, 448);
+  const double S = 1e9;
+  const double link = 448e9 * achievable_link(mi);
+  EXPECT_NEAR(price_collective(mi, "allreduce", 8, 8, S).seconds,
+              2 * (7.0 / 8 * S / link + 7 * kIntraNodeAlphaUs * 1e-6), 1e-12);
+  apply_assumption(mi, "memory=0.5");
+  apply_assumption(mi, "gemm.bf16=0.6");
+  apply_assumption(mi, "link=1");
+  EXPECT_NEAR(memory_gbs(mi), 2650, 1e-9);
+  EXPECT_NEAR(curve_efficiency(mi, "bf16", 1e12), 0.6, 1e-12);
+  EXPECT_NEAR(price_collective(mi, "allreduce", 8, 8, S).seconds,
+              2 * (7.0 / 8 * S / 448e9 + 7 * kIntraNodeAlphaUs * 1e-6), 1e-12);
+  for (const char* bad : {"memory", "memory=0", "memory=1.5", "hbm=0.5", "gemm.f99=0.5", "link=x"})
+    EXPECT_THROW(apply_assumption(mi, bad), InputError) << bad;
+}
+
+TEST(Planner, MeasuredRoutingPricesEachExpertAtItsRows) {
+  const auto c = preset("zaya-small");  // 16 experts, top-1
+  Layout l;
+  l.micro_batch = 4;
+  l.seq = 256;
+  l.global_batch = 4;
+  // Experts 0..7 take 3/32 each, 8..15 1/32, no skips (balanced: 1/16 each).
+  l.expert_shares.assign(17, 0.0);
+  for (int e = 0; e < 16; ++e) l.expert_shares[e] = e < 8 ? 3.0 / 32 : 1.0 / 32;
+  auto rows_of = [&](const Layout& layout) {
+    std::map<int64_t, int64_t> rows;  // rows -> expert.up.fwd GEMMs
+    for (const auto& g : step_gemms(c, layout, false))
+      if (g.shape.name == "expert.up.fwd") rows[g.shape.m] += g.count;
+    return rows;
+  };
+  EXPECT_EQ(rows_of(l), (std::map<int64_t, int64_t>{{32, 8 * c.n_layers}, {96, 8 * c.n_layers}}));
+  // EP 2 over 2 ranks: the busiest rank holds experts 0..7 and gets rows from both ranks.
+  l.devices_per_node = 2;
+  l.ep = 2;
+  l.global_batch = 8;
+  EXPECT_EQ(rows_of(l), (std::map<int64_t, int64_t>{{192, 8 * c.n_layers}}));
+  // Balanced: tokens x top_k x ep / experts rows each.
+  l.expert_shares.clear();
+  EXPECT_EQ(rows_of(l), (std::map<int64_t, int64_t>{{128, 8 * c.n_layers}}));
+  // From a run's metrics.jsonl: averaged over steps and layers, skip last.
+  const std::string dir = ::testing::TempDir() + "anvil-expert-loads";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream f(dir + "/metrics.jsonl");
+    std::string a = "[", b = "[";
+    for (int e = 0; e < 17; ++e) {
+      a += std::string(e ? "," : "") + (e == 16 ? "64" : e < 8 ? "96" : "32");
+      b += std::string(e ? "," : "") + (e == 16 ? "0" : "64");
+    }
+    f << R"({"step":1,"router":[{"layer":1,"load":)" << a << R"(]},{"layer":3,"load":)" << b
+      << "]}]}\n{\"step\":2}\n";
+  }
+  const auto shares = expert_shares_from_metrics(dir, 16);
+  ASSERT_EQ(shares.size(), 17u);
+  EXPECT_NEAR(shares[16], 64.0 / 2112, 1e-12);
+  EXPECT_NEAR(shares[0], (96.0 + 64) / 2112, 1e-12);
+  EXPECT_THROW(expert_shares_from_metrics(dir, 8), InputError);  // another expert count
+  EXPECT_THROW(expert_shares_from_metrics(dir + "/none.jsonl", 16), InputError);
 }
 
 TEST(Planner, StepPredictionAddsUpAndReliabilityFollowsYoungDaly) {

@@ -213,8 +213,20 @@ std::vector<GemmCase> gemm_cases(const GemmBenchOptions& o) {
     for (const auto& g : model::layer_gemms(cfg, o.tokens, tpe, o.backward)) {
       cases.push_back({g.name, g.m, g.n, g.k, g.trans_a, g.trans_b});
     }
+  } else if (o.preset == "grid") {
+    const std::vector<int64_t> values = o.sizes.empty() ? kGridSizes : o.sizes;
+    for (int64_t m : values) {
+      for (int64_t n : values) {
+        for (int64_t k : values) {
+          if (2.0 * static_cast<double>(m) * n * k > kGridMaxFlops) continue;
+          cases.push_back({"grid.fwd", m, n, k, false, true});
+          cases.push_back({"grid.dgrad", m, n, k, false, false});
+          cases.push_back({"grid.wgrad", m, n, k, true, false});
+        }
+      }
+    }
   } else {
-    throw InputError("--preset: expected square, aligned or model, got '" + o.preset + "'");
+    throw InputError("--preset: expected square, aligned, model or grid, got '" + o.preset + "'");
   }
   return cases;
 }
@@ -247,6 +259,7 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
   // inherited OPENBLAS_CORETYPE when that differs from anvil's choice, and
   // with any core type asked for.
   GemmBenchResult result;
+  result.preset = o.preset;
   std::vector<std::pair<std::string, std::map<std::string, std::string>>> child_envs;
   if (baselines.count("library")) {
     child_envs.push_back(
@@ -499,7 +512,7 @@ void add_to_profile(const GemmBenchResult& result, plan::HwProfile& profile) {
     if (r.threads != most || !(r.gflops > 0)) continue;
     const plan::GemmShapePoint point{r.dtype,         r.shape.m,       r.shape.n, r.shape.k,
                                      r.shape.trans_a, r.shape.trans_b, r.threads, r.gflops};
-    auto& shapes = profile.gemm_shapes;
+    auto& shapes = result.preset == "grid" ? profile.gemm_grid : profile.gemm_shapes;
     shapes.erase(std::remove_if(shapes.begin(), shapes.end(),
                                 [&](const plan::GemmShapePoint& g) {
                                   return g.dtype == point.dtype && g.m == point.m &&

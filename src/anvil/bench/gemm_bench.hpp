@@ -34,8 +34,8 @@ struct GemmCase {
 };
 
 struct GemmBenchOptions {
-  std::string preset = "square";  // square | aligned | model
-  std::vector<int64_t> sizes;     // square: the dims; aligned: the base dim(s)
+  std::string preset = "square";  // square | aligned | model | grid
+  std::vector<int64_t> sizes;     // square: the dims; aligned: the base dim(s); grid: each dim's values
   std::string config_path;        // model preset
   std::vector<std::string> overrides;
   int64_t tokens = 1024;          // model preset: tokens per GEMM (batch x seq)
@@ -69,7 +69,14 @@ struct GemmSummary {
   std::vector<std::pair<double, double>> efficiency_curve;  // (flops, fraction of peak)
 };
 
+// The grid preset: every (m, n, k) from these values in the three
+// transpositions a layer runs (forward A B^T, dgrad A B, wgrad A^T B), up to
+// kGridMaxFlops per GEMM: the efficiency surface anvil plan interpolates.
+inline const std::vector<int64_t> kGridSizes = {64, 256, 1024, 4096};
+inline constexpr double kGridMaxFlops = 3.5e10;
+
 struct GemmBenchResult {
+  std::string preset;  // the options' preset: grid rows go to a profile's gemm_grid
   std::vector<GemmRow> rows;
   std::vector<GemmSummary> summaries;
   std::map<std::string, std::string> baseline_notes;  // name -> what it is, as measured
@@ -85,8 +92,10 @@ std::vector<GemmCase> gemm_cases(const GemmBenchOptions& options);
 GemmBenchResult run_gemm_bench(const GemmBenchOptions& options);
 
 // Records the measured shapes (at the most threads measured) in a hardware
-// profile's gemm_shapes, replacing earlier entries of the same shape, dtype
-// and transposition: what `anvil plan` prices those GEMMs with.
+// profile's gemm_shapes (the grid preset: its gemm_grid), replacing earlier
+// entries of the same shape, dtype and transposition: `anvil plan` prices a
+// GEMM of a shape in gemm_shapes at its rate, and every other shape from the
+// surface gemm_grid spans.
 void add_to_profile(const GemmBenchResult& result, plan::HwProfile& profile);
 
 // The smallest work from which every point reaches `fraction` of `peak`.

@@ -106,10 +106,11 @@ json to_json(const HwProfile& p) {
             {"memory_levels", json::array()},
             {"attention", json::array()},
             {"gemm_shapes", json::array()},
+            {"gemm_grid", json::array()},
             {"interconnect",
              {{"devices_per_node", p.interconnect.devices_per_node},
               {"intra_node_link", p.interconnect.intra_node_link},
-              {"intra_node_gbs", p.interconnect.intra_node_gbs},
+              {"intra_node_gbs_per_direction", p.interconnect.intra_node_gbs},
               {"nics_per_node", p.interconnect.nics_per_node},
               {"nic_gbps", p.interconnect.nic_gbps},
               {"topology", p.interconnect.topology}}},
@@ -134,16 +135,22 @@ json to_json(const HwProfile& p) {
     j["attention"].push_back(
         {{"dtype", a.dtype}, {"seq", a.seq}, {"head_dim", a.head_dim}, {"gflops", a.gflops}});
   }
-  for (const auto& g : p.gemm_shapes) {
-    j["gemm_shapes"].push_back({{"dtype", g.dtype},
-                                {"m", g.m},
-                                {"n", g.n},
-                                {"k", g.k},
-                                {"trans_a", g.trans_a},
-                                {"trans_b", g.trans_b},
-                                {"threads", g.threads},
-                                {"gflops", g.gflops}});
+  for (const auto* list : {&p.gemm_shapes, &p.gemm_grid}) {
+    json& out = j[list == &p.gemm_shapes ? "gemm_shapes" : "gemm_grid"];
+    for (const auto& g : *list) {
+      out.push_back({{"dtype", g.dtype},
+                     {"m", g.m},
+                     {"n", g.n},
+                     {"k", g.k},
+                     {"trans_a", g.trans_a},
+                     {"trans_b", g.trans_b},
+                     {"threads", g.threads},
+                     {"gflops", g.gflops}});
+    }
   }
+  j["achievable"] = {{"memory", p.achievable.memory},
+                     {"gemm", p.achievable.gemm},
+                     {"link", p.achievable.link}};
   for (const auto& s : p.sources) {
     j["sources"].push_back({{"field", s.field}, {"value", s.value}, {"source", s.source}});
   }
@@ -206,19 +213,43 @@ HwProfile hw_profile_from_json(const json& j, const std::string& origin) {
                              a.integer("head_dim", 1), a.num("gflops")});
     }
   }
-  if (r.has("gemm_shapes")) {
-    const json& shapes = r.array("gemm_shapes");
+  for (const char* key : {"gemm_shapes", "gemm_grid"}) {
+    if (!r.has(key)) continue;
+    auto& list = std::string(key) == "gemm_shapes" ? p.gemm_shapes : p.gemm_grid;
+    const json& shapes = r.array(key);
     for (size_t i = 0; i < shapes.size(); ++i) {
-      const Reader g(shapes[i], r.path("gemm_shapes") + "[" + std::to_string(i) + "]");
-      p.gemm_shapes.push_back({one_of(g, "dtype", kDtypes), g.integer("m", 1), g.integer("n", 1),
-                               g.integer("k", 1), g.boolean("trans_a"), g.boolean("trans_b"),
-                               static_cast<int>(g.integer("threads")), g.num("gflops")});
+      const Reader g(shapes[i], r.path(key) + "[" + std::to_string(i) + "]");
+      list.push_back({one_of(g, "dtype", kDtypes), g.integer("m", 1), g.integer("n", 1),
+                      g.integer("k", 1), g.boolean("trans_a"), g.boolean("trans_b"),
+                      static_cast<int>(g.integer("threads")), g.num("gflops")});
+    }
+  }
+  if (r.has("achievable")) {
+    const Reader a(r.at("achievable"), r.path("achievable"));
+    auto fraction = [&](const Reader& rd, const std::string& k) {
+      const double v = rd.num(k);
+      if (v < 0 || v > 1)
+        throw InputError(rd.path(k) + ": expected a fraction in [0, 1], got " + std::to_string(v));
+      return v;
+    };
+    if (a.has("memory")) p.achievable.memory = fraction(a, "memory");
+    if (a.has("link")) p.achievable.link = fraction(a, "link");
+    if (a.has("gemm")) {
+      const Reader g(a.at("gemm"), a.path("gemm"));
+      if (!a.at("gemm").is_object()) throw InputError(a.path("gemm") + ": expected an object");
+      for (const auto& [dtype, v] : a.at("gemm").items()) {
+        (void)v;
+        p.achievable.gemm[dtype] = fraction(g, dtype);
+      }
     }
   }
   const Reader ic(r.at("interconnect"), r.path("interconnect"));
   p.interconnect.devices_per_node = static_cast<int>(ic.integer("devices_per_node", 1));
   p.interconnect.intra_node_link = ic.str("intra_node_link");
-  p.interconnect.intra_node_gbs = ic.num("intra_node_gbs");
+  // Per direction; an older profile's intra_node_gbs counted both directions.
+  p.interconnect.intra_node_gbs = ic.has("intra_node_gbs_per_direction")
+                                      ? ic.num("intra_node_gbs_per_direction")
+                                      : ic.num("intra_node_gbs") / 2;
   p.interconnect.nics_per_node = static_cast<int>(ic.integer("nics_per_node"));
   p.interconnect.nic_gbps = ic.num("nic_gbps");
   p.interconnect.topology = ic.str("topology");

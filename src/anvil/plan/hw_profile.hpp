@@ -59,11 +59,27 @@ struct AttentionPoint {
 struct Interconnect {
   int devices_per_node = 1;
   std::string intra_node_link;  // "Infinity Fabric", "NVLink 4", "shared memory"
-  double intra_node_gbs = 0;    // per device, aggregate over its links, as published
+  // Per device, one direction, summed over its links (NVLink 4: 450 GB/s;
+  // datasheets quote both directions, 900). JSON key intra_node_gbs_per_direction;
+  // a profile with only the older key intra_node_gbs (both directions) is read
+  // as half of it.
+  double intra_node_gbs = 0;
   int nics_per_node = 0;
   double nic_gbps = 0;   // per NIC, gigabits per second
   std::string topology;  // "rails-only", "fat-tree", "single node"
   bool operator==(const Interconnect&) const = default;
+};
+
+// What a device achieves of its datasheet figures, as public microbenchmarks
+// measured it. The same rule for every vendor: the planner prices memory,
+// GEMMs and links at datasheet x achievable; 0 means "not published", and the
+// planner's default applies (kDefaultAchievable* in perf_model.hpp). A
+// measured profile needs none: its rates are achieved ones already.
+struct Achievable {
+  double memory = 0;                    // HBM/DRAM bandwidth
+  std::map<std::string, double> gemm;   // best large GEMM / peak, per dtype
+  double link = 0;                      // intra-node collective bus bandwidth / link
+  bool operator==(const Achievable&) const = default;
 };
 
 struct Source {
@@ -90,7 +106,11 @@ struct HwProfile {
   std::map<std::string, std::vector<EfficiencyPoint>> gemm_efficiency;  // per dtype
   std::vector<MemoryLevel> memory_levels;
   std::vector<AttentionPoint> attention;    // measured profiles only
-  std::vector<GemmShapePoint> gemm_shapes;  // measured profiles only
+  std::vector<GemmShapePoint> gemm_shapes;  // measured profiles only: exact shapes
+  // A sweep of shapes (anvil bench gemm --preset grid): the efficiency
+  // surface the planner interpolates for every shape not in gemm_shapes.
+  std::vector<GemmShapePoint> gemm_grid;
+  Achievable achievable;
   Interconnect interconnect;
   nlohmann::json comm = nlohmann::json::object();  // alpha-beta fits (collectives issue)
   std::vector<Source> sources;

@@ -1,6 +1,10 @@
 #include "anvil/plan/model_calc.hpp"
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "anvil/base/error.hpp"
 #include "anvil/kernels/layers.hpp"
@@ -69,19 +73,86 @@ void validate_layout(const model::ModelConfig& c, const Layout& l) {
         ": expected a multiple of micro-batch x ranks = " + std::to_string(l.micro_batch * l.dp()));
 }
 
+std::vector<double> expert_shares_from_metrics(const std::string& path, int64_t n_experts) {
+  std::string file = path;
+  if (std::filesystem::is_directory(path)) file = path + "/metrics.jsonl";
+  std::ifstream in(file);
+  if (!in) throw InputError("--expert-loads " + file + ": cannot open (expected a run's metrics.jsonl)");
+  std::vector<double> sum(static_cast<size_t>(n_experts + 1), 0.0);
+  std::string line;
+  int64_t layers = 0, number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.empty()) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+      throw InputError("--expert-loads " + file + ":" + std::to_string(number) +
+                       ": not a JSON line");
+    }
+    if (!j.contains("router") || !j["router"].is_array()) continue;
+    for (const auto& layer : j["router"]) {
+      const auto& load = layer.value("load", nlohmann::json::array());
+      if (!load.is_array() || static_cast<int64_t>(load.size()) != n_experts + 1)
+        throw InputError("--expert-loads " + file + ":" + std::to_string(number) +
+                         ": expected " + std::to_string(n_experts + 1) +
+                         " loads per layer (the config's experts and the skip expert), got " +
+                         std::to_string(load.size()));
+      for (size_t e = 0; e < sum.size(); ++e) sum[e] += load[e].get<double>();
+      ++layers;
+    }
+  }
+  double total = 0;
+  for (double v : sum) total += v;
+  if (layers == 0 || !(total > 0))
+    throw InputError("--expert-loads " + file + ": no router loads (expected a ZAYA1 run's metrics)");
+  for (double& v : sum) v /= total;
+  return sum;
+}
+
 std::vector<StepGemm> step_gemms(const model::ModelConfig& c, const Layout& l, bool backward) {
   const int64_t tokens = l.micro_batch * l.seq;
   // Balanced routing: each expert gets tokens*top_k/E of every rank's tokens;
   // with EP a rank hosts E/ep experts and receives from ep ranks.
   const int64_t per_expert =
       c.n_experts > 0 ? std::max<int64_t>(1, tokens * c.top_k * l.ep / c.n_experts) : 0;
+  const int64_t experts_here = c.n_experts > 0 ? c.n_experts / l.ep : 0;
+  // Measured routing: rows per expert of the busiest rank -> experts with that many.
+  std::map<int64_t, int64_t> measured_rows;
+  const bool measured = c.n_experts > 0 && !l.expert_shares.empty();
+  if (measured) {
+    if (static_cast<int64_t>(l.expert_shares.size()) != c.n_experts + 1)
+      throw InputError("--expert-loads: expected " + std::to_string(c.n_experts + 1) +
+                       " shares for config " + c.name);
+    int64_t busiest = 0;
+    double most = -1;
+    for (int64_t g = 0; g < l.ep; ++g) {
+      double sum = 0;
+      for (int64_t e = g * experts_here; e < (g + 1) * experts_here; ++e) sum += l.expert_shares[e];
+      if (sum > most) {
+        most = sum;
+        busiest = g;
+      }
+    }
+    for (int64_t e = busiest * experts_here; e < (busiest + 1) * experts_here; ++e) {
+      const auto rows = static_cast<int64_t>(std::llround(
+          static_cast<double>(tokens * c.top_k * l.ep) * l.expert_shares[e]));
+      if (rows > 0) ++measured_rows[rows];
+    }
+  }
   std::vector<StepGemm> out;
   for (auto& g : model::layer_gemms(c, tokens, per_expert, backward)) {
     const bool head = g.name.rfind("lm_head", 0) == 0;
     const bool expert = g.name.rfind("expert.", 0) == 0;
-    const int64_t experts_here = c.n_experts / l.ep;
+    if (expert && measured) continue;
     const int64_t count = head ? 1 : expert ? c.n_layers * experts_here : c.n_layers;
     out.push_back({g, count, expert});
+  }
+  for (const auto& [rows, experts] : measured_rows) {
+    for (auto& g : model::layer_gemms(c, tokens, rows, backward)) {
+      if (g.name.rfind("expert.", 0) == 0) out.push_back({g, c.n_layers * experts, true});
+    }
   }
   return out;
 }

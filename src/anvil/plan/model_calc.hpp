@@ -33,12 +33,23 @@ struct Layout {
   // profile's whole-CPU rates (compute, memory); 0: the CPU split evenly
   // over the node's ranks (devices_per_node).
   int64_t threads_per_rank = 0;
+  // Routing as a run measured it (anvil plan --expert-loads): each expert's
+  // share of the router's assignments, the skip expert last (n_experts + 1
+  // entries, summing to 1). Empty: balanced routing, no skips. Expert GEMMs
+  // are priced at each expert's own rows; under EP, the busiest rank's.
+  std::vector<double> expert_shares;
   int64_t dp() const { return nodes * devices_per_node; }
   int64_t accumulation() const;  // micro-batches per optimizer step on one rank
 };
 
 // Throws InputError naming the flag when the layout is inconsistent.
 void validate_layout(const model::ModelConfig& config, const Layout& layout);
+
+// Each expert's share of the routed assignments (the skip expert last),
+// averaged over every MoE layer of every step a run logged in `path` (its
+// metrics.jsonl, or the run directory holding it). InputError naming the
+// file when it has no router loads or another expert count.
+std::vector<double> expert_shares_from_metrics(const std::string& path, int64_t n_experts);
 
 // One GEMM of a step, `count` times (e.g. once per layer).
 struct StepGemm {

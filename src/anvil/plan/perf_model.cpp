@@ -1,6 +1,8 @@
 #include "anvil/plan/perf_model.hpp"
 
 #include <algorithm>
+#include <array>
+#include <map>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -27,18 +29,6 @@ double peak_or_throw(const HwProfile& hw, const std::string& dtype) {
     throw InputError("hardware profile " + hw.name + ": no peak[" + dtype +
                      "] figure; expected one of the dtypes it lists");
   return peak;
-}
-
-// Sustained main-memory bandwidth: the largest measured working set at the
-// most threads, else the published figure.
-double memory_gbs(const HwProfile& hw) {
-  const MemoryLevel* best = nullptr;
-  for (const auto& m : hw.memory_levels) {
-    if (!best || m.working_set_bytes > best->working_set_bytes ||
-        (m.working_set_bytes == best->working_set_bytes && m.threads > best->threads))
-      best = &m;
-  }
-  return best ? best->gbs : hw.memory_bandwidth_gbs;
 }
 
 // Piecewise-linear interpolation in log(x) over points sorted by x
@@ -120,11 +110,147 @@ double optimizer_bytes_per_param(const std::string& optimizer) {
   return optimizer == "muon" ? 20.0 : 36.0;
 }
 
+// The bracket of x among sorted distinct values: lower and upper index and
+// the weight of the upper one (log scale), x clamped to the ends.
+struct Bracket {
+  size_t lo = 0, hi = 0;
+  double t = 0;
+};
+Bracket bracket(const std::vector<int64_t>& values, int64_t x) {
+  Bracket b;
+  if (x <= values.front()) return b;
+  if (x >= values.back()) {
+    b.lo = b.hi = values.size() - 1;
+    return b;
+  }
+  while (values[b.hi] < x) ++b.hi;
+  b.lo = values[b.hi] == x ? b.hi : b.hi - 1;
+  if (b.lo != b.hi) {
+    b.t = std::log(static_cast<double>(x) / static_cast<double>(values[b.lo])) /
+          std::log(static_cast<double>(values[b.hi]) / static_cast<double>(values[b.lo]));
+  }
+  return b;
+}
+
 }  // namespace
+
+double achievable_memory(const HwProfile& hw) {
+  return hw.achievable.memory > 0 ? hw.achievable.memory : kDefaultAchievableMemory;
+}
+
+double achievable_link(const HwProfile& hw) {
+  return hw.achievable.link > 0 ? hw.achievable.link : kDefaultAchievableLink;
+}
+
+double achievable_gemm(const HwProfile& hw, const std::string& dtype) {
+  const auto it = hw.achievable.gemm.find(dtype);
+  return it != hw.achievable.gemm.end() && it->second > 0 ? it->second : kDefaultAchievableGemm;
+}
+
+void apply_assumption(HwProfile& hw, const std::string& key_value) {
+  const auto eq = key_value.find('=');
+  const std::string key = key_value.substr(0, eq);
+  double v = 0;
+  bool ok = eq != std::string::npos;
+  if (ok) {
+    try {
+      size_t used = 0;
+      v = std::stod(key_value.substr(eq + 1), &used);
+      ok = used == key_value.size() - eq - 1 && v > 0 && v <= 1;
+    } catch (const std::exception&) {
+      ok = false;
+    }
+  }
+  if (!ok)
+    throw InputError("--assume '" + key_value +
+                     "': expected KEY=FRACTION with KEY memory, link, gemm or gemm.DTYPE and "
+                     "FRACTION in (0, 1]");
+  if (key == "memory") {
+    hw.achievable.memory = v;
+  } else if (key == "link") {
+    hw.achievable.link = v;
+  } else if (key == "gemm") {
+    for (const auto& p : hw.peak) hw.achievable.gemm[p.dtype] = v;
+    hw.gemm_efficiency.clear();  // the assumption replaces any curve
+  } else if (key.rfind("gemm.", 0) == 0 && hw.peak_gflops(key.substr(5)) > 0) {
+    hw.achievable.gemm[key.substr(5)] = v;
+    hw.gemm_efficiency.erase(key.substr(5));
+  } else {
+    throw InputError("--assume '" + key_value +
+                     "': expected KEY memory, link, gemm or gemm.DTYPE with a dtype of " +
+                     hw.name + "'s peaks");
+  }
+}
+
+double memory_gbs(const HwProfile& hw) {
+  if (hw.origin == "published") return hw.memory_bandwidth_gbs * achievable_memory(hw);
+  // Measured: the largest measured working set at the most threads.
+  const MemoryLevel* best = nullptr;
+  for (const auto& m : hw.memory_levels) {
+    if (!best || m.working_set_bytes > best->working_set_bytes ||
+        (m.working_set_bytes == best->working_set_bytes && m.threads > best->threads))
+      best = &m;
+  }
+  return best ? best->gbs : hw.memory_bandwidth_gbs;
+}
+
+double grid_gflops(const HwProfile& hw, const std::string& dtype, int64_t m, int64_t n, int64_t k,
+                   bool trans_a, bool trans_b) {
+  std::vector<const GemmShapePoint*> pts;
+  for (const auto& g : hw.gemm_grid)
+    if (g.dtype == dtype && g.trans_a == trans_a && g.trans_b == trans_b && g.gflops > 0)
+      pts.push_back(&g);
+  if (pts.empty()) {
+    for (const auto& g : hw.gemm_grid)
+      if (g.dtype == dtype && g.gflops > 0) pts.push_back(&g);
+  }
+  if (pts.empty()) return 0;
+  std::vector<int64_t> ms, ns, ks;
+  std::map<std::array<int64_t, 3>, std::pair<double, int>> at;  // (m, n, k) -> sum, count
+  for (const auto* g : pts) {
+    ms.push_back(g->m);
+    ns.push_back(g->n);
+    ks.push_back(g->k);
+    auto& cell = at[{g->m, g->n, g->k}];
+    cell.first += g->gflops;
+    cell.second += 1;
+  }
+  for (auto* v : {&ms, &ns, &ks}) {
+    std::sort(v->begin(), v->end());
+    v->erase(std::unique(v->begin(), v->end()), v->end());
+  }
+  const Bracket bm = bracket(ms, m), bn = bracket(ns, n), bk = bracket(ks, k);
+  // The corners of the cell around (m, n, k); a corner the grid skipped (too
+  // much work) drops out and the others are reweighted.
+  double sum = 0, weight = 0;
+  for (int c = 0; c < 8; ++c) {
+    const bool um = c & 1, un = c & 2, uk = c & 4;
+    const double w = (um ? bm.t : 1 - bm.t) * (un ? bn.t : 1 - bn.t) * (uk ? bk.t : 1 - bk.t);
+    if (w <= 0) continue;
+    const auto it =
+        at.find({ms[um ? bm.hi : bm.lo], ns[un ? bn.hi : bn.lo], ks[uk ? bk.hi : bk.lo]});
+    if (it == at.end()) continue;
+    sum += w * it->second.first / it->second.second;
+    weight += w;
+  }
+  if (weight > 0.25) return sum / weight;
+  // Too few corners (a scattered set): the nearest point in log space.
+  double best_d = 0, best = 0;
+  for (const auto* g : pts) {
+    const double d = std::pow(std::log(static_cast<double>(g->m) / m), 2) +
+                     std::pow(std::log(static_cast<double>(g->n) / n), 2) +
+                     std::pow(std::log(static_cast<double>(g->k) / k), 2);
+    if (best == 0 || d < best_d) {
+      best_d = d;
+      best = g->gflops;
+    }
+  }
+  return best;
+}
 
 double curve_efficiency(const HwProfile& hw, const std::string& dtype, double work) {
   const auto it = hw.gemm_efficiency.find(dtype);
-  if (it == hw.gemm_efficiency.end() || it->second.empty()) return kAssumedGemmPlateau;
+  if (it == hw.gemm_efficiency.end() || it->second.empty()) return achievable_gemm(hw, dtype);
   std::vector<std::pair<double, double>> pts;
   for (const auto& p : it->second) pts.push_back({p.flops, p.efficiency});
   return interpolate_log_x(pts, work, /*log_y=*/false, /*clamp=*/true);
@@ -144,6 +270,13 @@ GemmPrice price_gemm(const HwProfile& hw, const std::string& dtype, int64_t m, i
       g.seconds = g.flops / (s.gflops * 1e9);
       return g;
     }
+  }
+  if (const double gf = grid_gflops(hw, dtype, m, n, k, trans_a, trans_b); gf > 0) {
+    g.surface = true;
+    g.efficiency = gf / peak;
+    g.curve = g.efficiency;
+    g.seconds = g.flops / (gf * 1e9);
+    return g;
   }
   g.curve = curve_efficiency(hw, dtype, g.flops);
   if (hw.kind == "gpu" && hw.compute_units > 0) {
@@ -226,13 +359,13 @@ CommPrice price_collective(const HwProfile& hw, const std::string& op, int64_t r
   std::string intra_how;
   const double intra_measured =
       G > 1 && N > 1 ? measured_collective(hw, op, G, bytes, "", intra_how) : -1;
-  const double intra = hw.interconnect.intra_node_gbs * kAssumedLinkEfficiency * 1e9;
+  const double intra = hw.interconnect.intra_node_gbs * achievable_link(hw) * 1e9;
   const double nics = std::max(1, hw.interconnect.nics_per_node);
   // Each device's own rail; ranks that share a node's links (a CPU's ranks)
   // share their bandwidth.
   const double inter = hw.interconnect.nic_gbps / 8.0 * nics /
                        static_cast<double>(std::max<int64_t>(G, hw.interconnect.devices_per_node)) *
-                       kAssumedLinkEfficiency * 1e9;
+                       achievable_link(hw) * 1e9;
   if ((G > 1 && intra_measured < 0 && !(intra > 0)) || (N > 1 && !(inter > 0)))
     throw InputError("hardware profile " + hw.name + ": no interconnect bandwidth and no " +
                      "measured " + op + " fit for " + key + " ranks" +
@@ -298,6 +431,7 @@ HwProfile cpu_rank_view(const HwProfile& hw, double share) {
   HwProfile v = hw;
   for (auto& p : v.peak) p.gflops *= share;
   for (auto& g : v.gemm_shapes) g.gflops *= share;
+  for (auto& g : v.gemm_grid) g.gflops *= share;
   for (auto& a : v.attention) a.gflops *= share;
   for (auto& m : v.memory_levels) m.gbs *= share;
   v.memory_bandwidth_gbs *= share;
@@ -328,7 +462,8 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
     StepPart part{g.shape.name, price.seconds * count, price.flops * count, ""};
     std::ostringstream d;
     d << g.count << " x [" << g.shape.m << " x " << g.shape.n << " x " << g.shape.k << "], eff "
-      << fmt(price.efficiency * 100, 1) << "%" << (price.measured ? " (measured shape)" : "");
+      << fmt(price.efficiency * 100, 1) << "%"
+      << (price.measured ? " (measured shape)" : price.surface ? " (measured grid)" : "");
     if (hw.kind == "gpu")
       d << " (tile " << fmt(price.tile, 2) << ", wave " << fmt(price.wave, 2) << ")";
     part.detail = d.str();
@@ -351,6 +486,18 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
   p.compute.push_back(
       {"element-wise", elementwise_bytes / (memory_gbs(hw) * 1e9), 0,
        fmt(elementwise_bytes / 1e9, 2) + " GB at " + fmt(memory_gbs(hw), 1) + " GB/s"});
+  if (c.n_experts > 0) {
+    // Token dispatch and combine on the rank: gather each routed token's row
+    // into expert order and scatter-add the weighted outputs back (a read and
+    // a write of top_k x d_model per token each), forward and twice in
+    // backward; skipped tokens move nothing.
+    const double skip = l.expert_shares.empty() ? 0.0 : l.expert_shares.back();
+    const double rows = static_cast<double>(l.micro_batch * l.seq * c.top_k) * (1 - skip);
+    const double bytes = 3.0 * 4.0 * rows * static_cast<double>(c.d_model) * bytes_of(l.dtype) *
+                         static_cast<double>(c.n_layers) * micro;
+    p.compute.push_back({"moe dispatch + combine", bytes / (memory_gbs(hw) * 1e9), 0,
+                         fmt(bytes / 1e9, 2) + " GB at " + fmt(memory_gbs(hw), 1) + " GB/s"});
+  }
   if (l.recompute) p.compute.push_back({"recompute (forward again)", forward_s, 0, ""});
   for (const auto& part : p.compute) p.compute_s += part.seconds;
 
@@ -362,7 +509,9 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
                         (l.dtype == "bf16" ? lp.total() * 6.0 : 0.0);
   p.optimizer_s = stream / (memory_gbs(hw) * 1e9);
   if (l.optimizer == "muon") {
-    for (const auto& g : step_gemms(c, l, false)) {
+    Layout balanced = l;  // Newton-Schulz runs on every matrix, whatever its load
+    balanced.expert_shares.clear();
+    for (const auto& g : step_gemms(c, balanced, false)) {
       if (g.shape.name == "lm_head.fwd") continue;
       const int64_t a = std::min(g.shape.n, g.shape.k), b = std::max(g.shape.n, g.shape.k);
       const GemmPrice xxt = price_gemm(hw, "f32", a, a, b);
@@ -422,20 +571,32 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
     p.goodput = std::clamp(1.0 - lost, 0.0, 1.0);
   }
   p.decode_s_per_token = decode_seconds_per_token(c, hw, l.dtype, l.seq);
-  if (hw.gemm_efficiency.find(l.dtype) == hw.gemm_efficiency.end())
+  if (hw.gemm_efficiency.find(l.dtype) == hw.gemm_efficiency.end() && hw.gemm_grid.empty())
     p.assumptions.push_back("no measured " + l.dtype + " GEMM curve: plateau " +
-                            fmt(kAssumedGemmPlateau, 2) + " of peak");
+                            fmt(achievable_gemm(hw, l.dtype), 2) + " of peak");
+  if (hw.origin == "published")
+    p.assumptions.push_back("memory at " + fmt(achievable_memory(hw), 2) + " of the datasheet " +
+                            fmt(hw.memory_bandwidth_gbs, 0) + " GB/s");
   if (hw.attention.empty())
     p.assumptions.push_back("attention at " + fmt(kAssumedAttentionRelative, 2) +
                             " of the GEMM efficiency at its per-head work");
-  p.assumptions.push_back("balanced routing (tokens x top_k / n_experts per expert)");
+  if (c.n_experts > 0) {
+    if (l.expert_shares.empty()) {
+      p.assumptions.push_back("balanced routing (tokens x top_k / n_experts per expert)");
+    } else {
+      p.assumptions.push_back("routing as measured: skip " +
+                              fmt(l.expert_shares.back() * 100, 1) +
+                              "%, each expert's GEMMs at its own rows" +
+                              (l.ep > 1 ? " on the busiest rank" : ""));
+    }
+  }
   if (share < 1.0)
     p.assumptions.push_back("each rank runs at " + fmt(share, 3) + " of the CPU's measured " +
                             std::to_string(cpu_threads(whole_hw)) +
                             "-thread compute and memory rates");
   if (l.dp() > 1)
-    p.assumptions.push_back("links at " + fmt(kAssumedLinkEfficiency, 2) +
-                            " of published bandwidth where no fit was measured");
+    p.assumptions.push_back("links at " + fmt(achievable_link(hw), 2) +
+                            " of their per-direction bandwidth where no fit was measured");
   return p;
 }
 

@@ -18,10 +18,14 @@
 
 namespace anvil::plan {
 
-// Assumptions where a published profile has no measured curve (docs/plan.md).
-inline constexpr double kAssumedGemmPlateau = 0.70;       // best GEMM / dense peak
+// Derating (docs/plan.md): a published profile's datasheet figures are priced
+// at datasheet x its `achievable` fractions (public microbenchmarks of that
+// device); where it publishes none, these defaults apply, for every vendor
+// alike. `anvil plan --assume` overrides either.
+inline constexpr double kDefaultAchievableGemm = 0.70;    // best large GEMM / dense peak
+inline constexpr double kDefaultAchievableMemory = 0.80;  // achieved / datasheet memory bandwidth
+inline constexpr double kDefaultAchievableLink = 0.80;    // bus bandwidth / per-direction link
 inline constexpr double kAssumedAttentionRelative = 0.6;  // flash attention / GEMM efficiency
-inline constexpr double kAssumedLinkEfficiency = 0.80;    // achieved / published link bandwidth
 inline constexpr double kIntraNodeAlphaUs = 5.0;          // per ring step inside a node
 inline constexpr double kInterNodeAlphaUs = 10.0;         // per ring step across nodes
 
@@ -39,16 +43,37 @@ struct GemmPrice {
   double wave = 1;               // tiles / (waves x compute units)
   double roofline = 1;           // memory-bound fraction (1: compute bound)
   bool measured = false;         // priced from a measured shape
+  bool surface = false;          // priced from the measured grid (gemm_grid)
   int64_t tiles = 0, waves = 0;  // output tiles; waves after any split-K
 };
 // A shape measured into the profile (anvil bench gemm --profile) is priced at
-// its measured rate (`measured` set); others by the model above.
+// its measured rate (`measured` set); others from the measured grid where the
+// profile has one (`surface`), else by the model above.
 GemmPrice price_gemm(const HwProfile& hw, const std::string& dtype, int64_t m, int64_t n, int64_t k,
                      bool trans_a = false, bool trans_b = false);
 
 // Efficiency from the profile's curve at `work` FLOPs (log-linear between
-// points, clamped at the ends); kAssumedGemmPlateau without a curve.
+// points, clamped at the ends); the achievable GEMM fraction without a curve.
 double curve_efficiency(const HwProfile& hw, const std::string& dtype, double work);
+
+// The measured efficiency surface (the profile's gemm_grid): GFLOP/s at
+// (m, n, k), multilinear in log m, log n, log k between the grid's values
+// (clamped at its ends), from the points of the same dtype and transposition
+// (any transposition when it has none of those); 0 without grid points.
+double grid_gflops(const HwProfile& hw, const std::string& dtype, int64_t m, int64_t n, int64_t k,
+                   bool trans_a, bool trans_b);
+
+// The fractions a profile is priced at (its own, else the defaults), and
+// `anvil plan --assume KEY=VALUE` (memory, link, gemm or gemm.DTYPE; each a
+// fraction in (0, 1]) written into a profile. InputError names the flag.
+double achievable_memory(const HwProfile& hw);
+double achievable_link(const HwProfile& hw);
+double achievable_gemm(const HwProfile& hw, const std::string& dtype);
+void apply_assumption(HwProfile& hw, const std::string& key_value);
+
+// Sustained memory bandwidth (GB/s): a measured profile's largest measured
+// working set at the most threads; a published one's datasheet x achievable.
+double memory_gbs(const HwProfile& hw);
 
 // One collective of `bytes` (nccl-tests message size) over `ranks` ranks,
 // `ranks_per_node` of them per node.

@@ -32,7 +32,7 @@ std::string shape_text(const std::string& name, int64_t m, int64_t n, int64_t k)
 // The best efficiency a GEMM can reach on this profile: the plateau of the curve.
 double plateau(const HwProfile& hw, const std::string& dtype) {
   const auto it = hw.gemm_efficiency.find(dtype);
-  if (it == hw.gemm_efficiency.end() || it->second.empty()) return kAssumedGemmPlateau;
+  if (it == hw.gemm_efficiency.end() || it->second.empty()) return achievable_gemm(hw, dtype);
   double best = 0;
   for (const auto& p : it->second) best = std::max(best, p.efficiency);
   return best;
