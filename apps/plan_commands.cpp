@@ -47,8 +47,9 @@ void PlanCommands::add_model_flags(CLI::App* cmd, Model& m, bool required) {
   cmd->add_option("--hw", m.hw,
                   "Hardware profile: mi300x, h100-sxm, h200-sxm (profiles/) or a file "
                   "from anvil hw --profile FILE");
-  cmd->add_option("--dtype", m.dtype, "GEMM input type: bf16 or f32")
-      ->check(CLI::IsMember({"bf16", "f32"}));
+  cmd->add_option("--dtype", m.dtype,
+                  "GEMM input type: bf16, f32, or fp8 (fp8 GEMMs, bf16 everywhere else)")
+      ->check(CLI::IsMember({"bf16", "f32", "fp8"}));
   cmd->add_option("--micro-batch", m.micro_batch, "Sequences per forward/backward on one rank")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--seq", m.seq, "Tokens per sequence (default: the config's seq_len)")
@@ -75,8 +76,23 @@ void PlanCommands::add_model_flags(CLI::App* cmd, Model& m, bool required) {
                   "A ZAYA1 run's metrics.jsonl (or run directory): price each expert's GEMMs at "
                   "the rows its router gave it, averaged over the logged steps and layers, skips "
                   "included (default: balanced routing)");
-  cmd->add_option("--dp", m.dp, "Data-parallel ranks (= nodes x gpus per node; sets --nodes)")
+  cmd->add_option("--dp", m.dp,
+                  "Data-parallel replicas; the ranks are dp x tp x pp x cp (= nodes x gpus per "
+                  "node; sets --nodes)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--tp", m.tp,
+                  "Tensor-parallel ranks (inside a node; heads, ffn and vocabulary split, with "
+                  "sequence parallelism)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--pp", m.pp, "Pipeline stages (1F1B, layers split evenly)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--vp", m.vp, "Virtual stages per pipeline rank (interleaved 1F1B)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--cp", m.cp, "Context-parallel ranks (each holds seq / cp tokens)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--fsdp", m.fsdp,
+                "FSDP / ZeRO-3: weights, gradients and optimizer state sharded over the "
+                "data-parallel ranks, weights gathered per micro-batch");
   cmd->add_option("--ep", m.ep, "Expert-parallel ranks (divides dp and n_experts)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--zero", m.zero1, "ZeRO-1: shard optimizer state over the data-parallel ranks");
@@ -96,8 +112,9 @@ void PlanCommands::add_to(CLI::App& app) {
   add_model_flags(size_, size_model_, true);
   size_->add_flag("--json", size_json_, "Print JSON instead of the tables");
   size_->add_flag("--recommend", recommend_,
-                  "Search nearby d_model / heads / ffn / experts at the same parameter budget for "
-                  "the best predicted training throughput (needs --hw)");
+                  "Search nearby d_model / heads / ffn / experts at the same parameter budget, "
+                  "rank them by predicted training throughput, show the Pareto front against "
+                  "decode latency at batch 1 and 32, and where the given shape sits (needs --hw)");
   size_->add_option("--top", top_, "Candidates to show with --recommend")
       ->check(CLI::PositiveNumber);
   size_
@@ -136,7 +153,8 @@ void PlanCommands::add_to(CLI::App& app) {
   comm_->add_option("--ranks", comm_ranks_, "Ranks")->check(CLI::PositiveNumber);
   comm_
       ->add_option("--ranks-per-node", comm_ranks_per_node_,
-                   "Ranks per node (default: the profile's devices_per_node)")
+                   "Ranks per node (default: the profile's devices_per_node; on a CPU "
+                   "profile, all of --ranks share this node)")
       ->check(CLI::PositiveNumber);
   comm_->add_option("--sizes", comm_sizes_, "Message sizes, e.g. 1M,16M")->delimiter(',');
   comm_->add_option("--assume", comm_assume_, "Derate a published profile: memory=F, link=F, gemm=F or gemm.DTYPE=F, each the "
@@ -184,12 +202,19 @@ bool PlanCommands::run() {
       r.hw.interconnect.nic_gbps = m.link_gbps;
       r.hw.interconnect.nics_per_node = 1;
     }
+    l.tp = m.tp;
+    l.pp = m.pp;
+    l.vp = m.vp;
+    l.cp = m.cp;
+    l.fsdp = m.fsdp;
     if (m.dp > 0) {
-      if (m.dp % l.devices_per_node != 0 && m.dp >= l.devices_per_node)
-        throw InputError("--dp " + std::to_string(m.dp) + ": expected a multiple of " +
+      const int64_t world = m.dp * m.tp * m.pp * m.cp;
+      if (world % l.devices_per_node != 0 && world >= l.devices_per_node)
+        throw InputError("--dp " + std::to_string(m.dp) + ": expected dp x tp x pp x cp = " +
+                         std::to_string(world) + " ranks to be a multiple of " +
                          std::to_string(l.devices_per_node) + " devices per node");
-      if (m.dp < l.devices_per_node) l.devices_per_node = m.dp;
-      l.nodes = m.dp / l.devices_per_node;
+      if (world < l.devices_per_node) l.devices_per_node = world;
+      l.nodes = world / l.devices_per_node;
     }
     l.ep = m.ep;
     l.zero1 = m.zero1;
@@ -204,8 +229,10 @@ bool PlanCommands::run() {
   if (comm_ && *comm_) {
     plan::HwProfile hw = plan::find_hw_profile(comm_hw_, "--hw");
     for (const auto& a : comm_assume_) plan::apply_assumption(hw, a);
-    const int64_t per_node = comm_ranks_per_node_ > 0
-                                 ? comm_ranks_per_node_
+    // A CPU node hosts all the ranks that share it, as --dp does for plan.
+    const int64_t per_node = comm_ranks_per_node_ > 0 ? comm_ranks_per_node_
+                             : hw.kind == "cpu"
+                                 ? comm_ranks_
                                  : std::max<int64_t>(1, hw.interconnect.devices_per_node);
     Table t({"size", "bytes", "predicted us", "how"});
     nlohmann::json j = nlohmann::json::array();

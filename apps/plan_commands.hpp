@@ -27,7 +27,9 @@ class PlanCommands {
     int64_t gpus_per_node = 0;
     int64_t dp = 0;
     int64_t ep = 1;
+    int64_t tp = 1, pp = 1, vp = 1, cp = 1;
     bool zero1 = false;
+    bool fsdp = false;
     int64_t global_batch = 0;
     std::string optimizer = "adamw";
     bool recompute = false;

@@ -43,16 +43,17 @@ llama-style|in|llama-style|4|256|fp32|1|
 byte-small|in|byte-small|16|256|fp32|1|
 gpt2-124m-bf16|in|gpt2-124m|4|256|bf16|1|
 zaya-small|in|zaya-small|8|256|fp32|1|
-gpt2-d640|held|gpt2-124m|4|256|fp32|1|--set d_model=640 --set n_heads=10 --set ffn_hidden=2560
-gpt2-d640-bf16|held|gpt2-124m|4|256|bf16|1|--set d_model=640 --set n_heads=10 --set ffn_hidden=2560
+gpt2-d640|held|gpt2-124m|4|256|fp32|1|--set d_model=640 --set n_heads=10 --set n_kv_heads=10 --set ffn_hidden=2560
+gpt2-d640-bf16|held|gpt2-124m|4|256|bf16|1|--set d_model=640 --set n_heads=10 --set n_kv_heads=10 --set ffn_hidden=2560
 llama-T384|held|llama-style|3|384|fp32|1|
-byte-d512-T512|held|byte-small|8|512|fp32|1|--set d_model=512 --set n_heads=8 --set ffn_hidden=1536
+byte-d512-T512|held|byte-small|8|512|fp32|1|--set d_model=512 --set n_heads=8 --set ffn_hidden=1536 --set seq_len=512
 zaya-e8-f768|held|zaya-small|8|256|fp32|1|--set n_experts=8 --set expert_ffn_hidden=768
-zaya-T512|held|zaya-small|4|512|fp32|1|
+zaya-T512|held|zaya-small|4|512|fp32|1|--set seq_len=512
 gpt2-dp2|held|gpt2-124m|2|256|fp32|2|
 zaya-dp2|held|zaya-small|4|256|fp32|2|"
 comm_ops="--op allreduce reduce_scatter allgather --algo shm ring -n 10"
-for r in $(seq 1 "$rounds"); do
+# FIRST_ROUND=N (with KEEP) continues a kept run from round N.
+for r in $(seq "${FIRST_ROUND:-1}" "$rounds"); do
   [ -z "${ANALYSE:-}" ] || break
   echo "round $r/$rounds: profile, GEMM grid, collectives" >&2
   grid="$out/grid-$r.json"   # held-out basis: the grid, no model shape
@@ -108,7 +109,7 @@ def step_row(name, kind, basis, B, T, prec, np_):
     pl = [load(f"plan-{basis}-{name}-{r}.json") for r in R]
     meas = [st.median(t["step_seconds"][1:]) for t in tr]
     pred = [p["step_s"] for p in pl]
-    rss = [max(t.get("rank_peak_rss_bytes", [t["peak_rss_bytes"]])) for t in tr]
+    rss = [max(t.get("rank_peak_rss_bytes") or [t["peak_rss_bytes"]]) for t in tr]
     mem = [p["memory_bytes"]["total"] for p in pl]
     ratio = st.median(p / m for p, m in zip(pred, meas))
     return {"kind": "step", "sample": kind, "basis": basis, "case": name, "micro_batch": int(B),

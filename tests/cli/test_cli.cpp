@@ -295,7 +295,13 @@ TEST(Cli, PlanAndSizeRejectBadInputWithOneLine) {
   expect_usage_error("plan --config " + zaya + " --hw mi300x --global-batch 3", "--global-batch");
   expect_usage_error("plan --config " + gpt2 + " --hw mi300x --ep 2", "--ep");
   expect_usage_error("plan --config " + zaya + " --hw mi300x --ep 3", "--ep");
-  expect_usage_error("plan --config " + zaya + " --hw mi300x --dtype fp8", "--dtype");
+  expect_usage_error("plan --config " + zaya + " --hw mi300x --dtype int4", "--dtype");
+  expect_usage_error("plan --config " + zaya + " --hw mi300x --assume memory=2", "--assume");
+  expect_usage_error("plan --config " + zaya + " --hw mi300x --assume hbm=0.5", "--assume");
+  expect_usage_error("plan --config " + gpt2 + " --hw mi300x --dp 1 --tp 5", "--tp");
+  expect_usage_error("plan --config " + gpt2 + " --hw mi300x --seq 1000 --dp 1 --cp 3", "--cp");
+  expect_usage_error("plan --config " + zaya + " --hw mi300x --expert-loads /nonexistent",
+                     "--expert-loads");
   expect_usage_error("plan --config " + zaya + " --hw mi300x --set n_layers=0", "n_layers");
   expect_usage_error("plan --hw mi300x", "--config");
   expect_usage_error("size --config " + zaya + " --recommend", "--recommend");
@@ -323,7 +329,43 @@ TEST(Cli, PlanPredictsAStepAndSizeChecksTheRules) {
   const auto k = nlohmann::json::parse(s.out);
   EXPECT_EQ(k["parameters"]["non_embedding_total"], 8303355728);
   EXPECT_GT(k["rules"].size(), 10u);
-  EXPECT_EQ(k["recommend"].size(), 3u);
+  // The top 3, then the Pareto front and the given shape wherever they rank.
+  const auto& rec = k["recommend"];
+  ASSERT_GE(rec.size(), 3u);
+  bool front = false, given = false;
+  for (size_t i = 0; i < rec.size(); ++i) {
+    if (i < 3) {
+      EXPECT_EQ(rec[i]["rank"], i + 1);
+    } else {
+      EXPECT_TRUE(rec[i]["pareto"].get<bool>() || rec[i]["change"] == "as given");
+    }
+    front = front || rec[i]["pareto"].get<bool>();
+    given = given || rec[i]["change"] == "as given";
+    EXPECT_GT(rec[i]["decode_b32_s"].get<double>(), rec[i]["decode_b1_s"].get<double>());
+  }
+  EXPECT_TRUE(front);
+  EXPECT_TRUE(given);
+  const CliRun st = anvil("size --config " + zaya + " --hw mi300x --recommend --top 3", false);
+  ASSERT_EQ(st.status, 0) << st.out;
+  EXPECT_NE(st.out.find("# Pareto front"), std::string::npos) << st.out;
+  EXPECT_NE(st.out.find("as given: training rank"), std::string::npos) << st.out;
+
+  // Tensor, pipeline and context parallel in fp8, and a derating override.
+  const std::string llama = std::string(ANVIL_SOURCE_DIR) + "/bench/published/llama3-70b.json";
+  const std::string layout = "plan --config " + llama +
+                             " --hw h100-sxm --dtype fp8 --seq 8192 --global-batch 128 --dp 2 "
+                             "--tp 4 --pp 4 --vp 5 --cp 2 --zero --json";
+  const CliRun tp = anvil(layout, false);
+  ASSERT_EQ(tp.status, 0) << tp.out;
+  const auto t = nlohmann::json::parse(tp.out);
+  EXPECT_EQ(t["layout"]["world"], 64);
+  EXPECT_EQ(t["layout"]["nodes"], 8);
+  bool bubble = false;
+  for (const auto& part : t["compute"]) bubble = bubble || part["name"] == "pipeline bubble";
+  EXPECT_TRUE(bubble);
+  const CliRun slow = anvil(layout + " --assume gemm.fp8=0.3 --assume memory=0.5", false);
+  ASSERT_EQ(slow.status, 0) << slow.out;
+  EXPECT_GT(nlohmann::json::parse(slow.out)["step_s"].get<double>(), t["step_s"].get<double>());
 
   const CliRun c = anvil("plan comm --hw h100-sxm --ranks 16 --sizes 1M,1G --json", false);
   ASSERT_EQ(c.status, 0) << c.out;

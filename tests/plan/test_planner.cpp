@@ -291,6 +291,93 @@ TEST(Planner, StepPredictionAddsUpAndReliabilityFollowsYoungDaly) {
   EXPECT_LT(p.goodput, 1.0);
 }
 
+TEST(Planner, TensorPipelineAndContextParallelSplitTheWork) {
+  const auto c = preset("llama-style");  // 12 heads, 4 KV heads, ffn 2048, vocab 50304
+  Layout l;
+  l.devices_per_node = 8;
+  l.nodes = 4;  // 32 ranks = dp 2 x tp 4 x pp 2 x cp 2
+  l.tp = 4;
+  l.pp = 2;
+  l.cp = 2;
+  l.seq = 1024;
+  l.micro_batch = 1;
+  l.global_batch = 16;  // 8 micro-batches per replica
+  validate_layout(c, l);
+  EXPECT_EQ(l.world(), 32);
+  EXPECT_EQ(l.dp(), 2);
+  EXPECT_EQ(l.accumulation(), 8);
+  // A tensor-parallel rank's GEMMs: columns of qkv / up, rows of out / down,
+  // the vocabulary, on seq / cp tokens.
+  std::map<std::string, model::GemmShape> g;
+  for (const auto& s : step_gemms(c, l, false)) g[s.shape.name] = s.shape;
+  EXPECT_EQ(g["attn.qkv.fwd"].m, 512);
+  EXPECT_EQ(g["attn.qkv.fwd"].n, (12 * 64 + 2 * 4 * 64) / 4);
+  EXPECT_EQ(g["attn.out.fwd"].k, 12 * 64 / 4);
+  EXPECT_EQ(g["mlp.up.fwd"].n, 2 * 2048 / 4);
+  EXPECT_EQ(g["mlp.down.fwd"].k, 2048 / 4);
+  EXPECT_EQ(g["lm_head.fwd"].n, 50304 / 4);
+  // Attention: the rank's heads, half of the causal work.
+  Layout one = l;
+  one.tp = one.pp = one.cp = 1;
+  one.devices_per_node = 1;
+  one.nodes = 1;
+  one.global_batch = 1;
+  EXPECT_NEAR(step_attention(c, l, true).flops * 4 * 2, step_attention(c, one, true).flops, 1);
+  // Weights: 1 / (tp x pp) on a rank.
+  EXPECT_NEAR(local_params(c, l).total() * 8, local_params(c, one).total(), 1);
+  // Collectives: tensor-parallel activations 4 per layer per micro-batch on
+  // the stage's 6 layers, context-parallel keys and values, stage p2p.
+  std::map<std::string, CommOp> ops;
+  for (const auto& op : comm_per_step(c, l)) ops[op.op + " " + op.group] = op;
+  EXPECT_EQ(ops["allreduce tp"].calls, 4 * 6 * 8);
+  EXPECT_NEAR(ops["allreduce tp"].bytes, 512.0 * 768 * 2, 1e-9);
+  EXPECT_EQ(ops["allreduce tp"].ranks_per_node, 4);
+  EXPECT_NEAR(ops["allgather cp"].bytes, 1024.0 * 2 * 1 * 64 * 2, 1e-9);  // 4 KV heads / tp 4
+  EXPECT_EQ(ops["sendrecv pp"].calls, 2 * 8);
+  EXPECT_EQ(ops["sendrecv pp"].ranks_per_node, 1);  // tp x cp fill a node: stages cross nodes
+  EXPECT_EQ(ops["allreduce dp"].ranks, 2);
+  EXPECT_EQ(ops["allreduce dp"].ranks_per_node, 1);
+  // The pipeline bubble: (pp - 1) / (vp x micro-batches) of the stage's compute.
+  PlanOptions o;
+  o.layout = l;
+  o.layout.dtype = "bf16";
+  o.layout.vp = 2;
+  const Prediction p = predict_step(c, gpu_node(), o);
+  double stage = 0, bubble = 0;
+  for (const auto& part : p.compute) (part.name == "pipeline bubble" ? bubble : stage) += part.seconds;
+  EXPECT_NEAR(bubble, stage * 1.0 / (2 * 8), 1e-12);
+  EXPECT_NEAR(p.mfu * 1000e3 * 1e9 * 32, p.model_flops_per_token * p.tokens_per_s, 1e-3);
+  // Inconsistent layouts name the flag.
+  l.tp = 5;
+  EXPECT_THROW(validate_layout(c, l), InputError);
+  l.tp = 4;
+  l.cp = 3;
+  EXPECT_THROW(validate_layout(c, l), InputError);
+  l.cp = 2;
+  l.fsdp = l.zero1 = true;
+  EXPECT_THROW(validate_layout(c, l), InputError);
+}
+
+TEST(Planner, FsdpShardsWeightsAndGathersThemPerMicroBatch) {
+  const auto c = preset("gpt2-124m");
+  Layout l;
+  l.devices_per_node = 8;
+  l.micro_batch = 1;
+  l.seq = 1024;
+  l.global_batch = 16;  // 2 micro-batches per rank
+  const MemoryPerRank plain = memory_per_rank(c, l);
+  l.fsdp = true;
+  const MemoryPerRank fsdp = memory_per_rank(c, l);
+  EXPECT_NEAR(fsdp.weights * 8, plain.weights, 1);
+  EXPECT_NEAR(fsdp.gradients * 8, plain.gradients, 1);
+  EXPECT_NEAR(fsdp.optimizer * 8, plain.optimizer, 1);
+  const auto ops = comm_per_step(c, l);
+  ASSERT_EQ(ops.size(), 2u);
+  EXPECT_EQ(ops[0].op, "allgather");
+  EXPECT_EQ(ops[0].calls, 4);  // forward and backward of 2 micro-batches
+  EXPECT_EQ(ops[1].op, "reduce_scatter");
+}
+
 // A CPU's ranks share it: each computes and streams memory at its share of
 // the profile's whole-CPU rates, so two ranks on one node take twice the
 // single-rank compute time for the same per-rank micro-batch.

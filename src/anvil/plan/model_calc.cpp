@@ -12,8 +12,14 @@
 namespace anvil::plan {
 namespace {
 
+// Bytes of an activation, weight copy or message element: fp8 runs keep
+// activations and communication in bf16.
 double bytes_of(const std::string& dtype) {
   return dtype == "f32" ? 4.0 : 2.0;
+}
+
+double as_double(int64_t v) {
+  return static_cast<double>(v);
 }
 
 // Parameters by kind, from the same count `anvil size` prints.
@@ -52,11 +58,28 @@ void validate_layout(const model::ModelConfig& c, const Layout& l) {
   positive(l.nodes, "--nodes");
   positive(l.devices_per_node, "--gpus-per-node");
   positive(l.ep, "--ep");
+  positive(l.tp, "--tp");
+  positive(l.pp, "--pp");
+  positive(l.vp, "--vp");
+  positive(l.cp, "--cp");
   positive(l.micro_batch, "--micro-batch");
   positive(l.seq, "--seq");
   positive(l.global_batch, "--global-batch");
-  if (l.dtype != "f32" && l.dtype != "bf16")
-    throw InputError("--dtype: expected f32 or bf16, got '" + l.dtype + "'");
+  if (l.dtype != "f32" && l.dtype != "bf16" && l.dtype != "fp8")
+    throw InputError("--dtype: expected f32, bf16 or fp8, got '" + l.dtype + "'");
+  if (l.world() % (l.tp * l.pp * l.cp) != 0)
+    throw InputError("--tp " + std::to_string(l.tp) + " x --pp " + std::to_string(l.pp) +
+                     " x --cp " + std::to_string(l.cp) + ": expected a divisor of the " +
+                     std::to_string(l.world()) + " ranks (nodes x gpus per node)");
+  if (l.tp > 1 && (c.n_heads % l.tp != 0 || (c.n_kv_heads % l.tp != 0 && l.tp % c.n_kv_heads != 0)))
+    throw InputError("--tp " + std::to_string(l.tp) + ": expected a divisor of n_heads " +
+                     std::to_string(c.n_heads) + " (and of n_kv_heads " +
+                     std::to_string(c.n_kv_heads) + ", or a multiple of it)");
+  if (l.seq % l.cp != 0)
+    throw InputError("--cp " + std::to_string(l.cp) + ": expected a divisor of --seq " +
+                     std::to_string(l.seq));
+  if (l.vp > 1 && l.pp == 1) throw InputError("--vp " + std::to_string(l.vp) + ": needs --pp > 1");
+  if (l.fsdp && l.zero1) throw InputError("--fsdp: already shards what --zero shards; give one");
   if (l.optimizer != "adamw" && l.optimizer != "muon")
     throw InputError("--optimizer: expected adamw or muon, got '" + l.optimizer + "'");
   if (l.ep > 1 && c.n_experts == 0)
@@ -111,8 +134,21 @@ std::vector<double> expert_shares_from_metrics(const std::string& path, int64_t 
   return sum;
 }
 
-std::vector<StepGemm> step_gemms(const model::ModelConfig& c, const Layout& l, bool backward) {
-  const int64_t tokens = l.micro_batch * l.seq;
+model::ModelConfig tensor_parallel_shard(const model::ModelConfig& config, int64_t tp) {
+  model::ModelConfig c = config;
+  if (tp <= 1) return c;
+  c.n_heads /= tp;
+  c.n_kv_heads = std::max<int64_t>(1, c.n_kv_heads / tp);  // KV heads replicated when tp > kv
+  c.ffn_hidden = (c.ffn_hidden + tp - 1) / tp;
+  if (c.n_experts > 0) c.expert_ffn_hidden = (c.expert_ffn_hidden + tp - 1) / tp;
+  c.vocab_size = (c.vocab_size + tp - 1) / tp;
+  return c;
+}
+
+std::vector<StepGemm> step_gemms(const model::ModelConfig& config, const Layout& l,
+                                 bool backward) {
+  const model::ModelConfig c = tensor_parallel_shard(config, l.tp);
+  const int64_t tokens = l.micro_batch * l.seq / l.cp;
   // Balanced routing: each expert gets tokens*top_k/E of every rank's tokens;
   // with EP a rank hosts E/ep experts and receives from ep ranks.
   const int64_t per_expert =
@@ -161,11 +197,13 @@ AttentionWork step_attention(const model::ModelConfig& c, const Layout& l, bool 
   AttentionWork w;
   w.T = l.seq;
   w.head_dim = c.head_dim;
-  w.problems = l.micro_batch * c.n_heads * c.n_layers;
+  w.problems = l.micro_batch * (c.n_heads / l.tp) * c.n_layers;
   // Causal: query t sees t+1 keys; 2 FLOPs x (QK^T + PV) x head_dim per key.
+  // Context parallel: each rank does 1/cp of it (load-balanced chunks).
   const double per_problem = 4.0 * static_cast<double>(c.head_dim) * static_cast<double>(l.seq) *
                              (static_cast<double>(l.seq) + 1) / 2;
-  w.flops = per_problem * static_cast<double>(w.problems) * (backward ? 3.0 : 1.0);
+  w.flops = per_problem * static_cast<double>(w.problems) * (backward ? 3.0 : 1.0) /
+            static_cast<double>(l.cp);
   return w;
 }
 
@@ -191,28 +229,36 @@ FlopsPerToken flops_per_token(const model::ModelConfig& c, int64_t seq) {
 LocalParams local_params(const model::ModelConfig& c, const Layout& l) {
   const ParamSplit s = split_params(c);
   LocalParams p;
-  p.replicated = s.embedding + s.vectors + s.other;
-  p.expert = s.expert / static_cast<double>(l.ep);
-  p.matrices = s.other + p.expert;
+  // Tensor and pipeline parallel split every weight (norms and biases too,
+  // to first order); FSDP's shards are counted in memory_per_rank.
+  const double split = as_double(l.model_parallel());
+  p.replicated = (s.embedding + s.vectors + s.other) / split;
+  p.expert = s.expert / static_cast<double>(l.ep) / split;
+  p.matrices = s.other / split + p.expert;
   return p;
 }
 
 MemoryPerRank memory_per_rank(const model::ModelConfig& c, const Layout& l) {
   const LocalParams p = local_params(c, l);
   MemoryPerRank m;
-  m.weights = p.total() * (l.dtype == "bf16" ? 6.0 : 4.0);
+  m.weights = p.total() * (l.dtype == "f32" ? 4.0 : 6.0);
   m.gradients = p.total() * 4.0;
   // AdamW keeps m and v (8 B); Muon keeps one momentum (4 B) for its matrices.
   const double adam_params = l.optimizer == "muon" ? p.total() - p.matrices : p.total();
   const double muon_params = l.optimizer == "muon" ? p.matrices : 0.0;
   double replicated_share = p.replicated / p.total();
   double state = (adam_params * 8.0 + muon_params * 4.0);
-  if (l.zero1) {
-    // Replicated parameters' state is split over all dp ranks, the experts'
-    // over their dp / ep replicas.
-    const double dp = static_cast<double>(l.dp());
-    const double expert_dp = dp / static_cast<double>(l.ep);
-    state = state * replicated_share / dp + state * (1 - replicated_share) / expert_dp;
+  const double dp = static_cast<double>(l.dp());
+  const double expert_dp = dp / static_cast<double>(l.ep);
+  // Over the data-parallel replicas: replicated parameters over all dp
+  // ranks, the experts over their dp / ep replicas.
+  auto shard = [&](double bytes) {
+    return bytes * replicated_share / dp + bytes * (1 - replicated_share) / expert_dp;
+  };
+  if (l.zero1 || l.fsdp) state = shard(state);
+  if (l.fsdp) {
+    m.weights = shard(m.weights);
+    m.gradients = shard(m.gradients);
   }
   m.optimizer = state;
 
@@ -234,13 +280,17 @@ MemoryPerRank memory_per_rank(const model::ModelConfig& c, const Layout& l) {
     const double router = 6 * R + static_cast<double>(c.n_experts + 1);
     mlp = 2 * C + router + k * (2 * C + 3 * Fe);  // gathered input, gate|up, act, output
   }
-  const double per_token_layer = attention + mlp;
-  const double tokens = static_cast<double>(l.micro_batch * l.seq);
-  const double L = static_cast<double>(c.n_layers);
+  // Tensor parallel with sequence parallelism splits every saved activation.
+  const double per_token_layer = (attention + mlp) / as_double(l.tp);
+  const double tokens = static_cast<double>(l.micro_batch * l.seq / l.cp);
+  // A pipeline stage holds its L / pp layers' activations of up to pp
+  // micro-batches in flight (1F1B, the first stage).
+  const double in_flight = l.pp > 1 ? as_double(std::min(l.pp, l.accumulation())) : 1.0;
+  const double L = as_double(c.n_layers) / as_double(l.pp) * in_flight;
   const double act = bytes_of(l.dtype);
   // The classifier runs in chunks of rows (logits and their gradient, fp32).
   const double classifier = 2.0 * static_cast<double>(kernels::kClassifierChunk) *
-                            static_cast<double>(c.vocab_size) * 4.0;
+                            static_cast<double>(c.vocab_size / l.tp) * 4.0;
   const double final_norm = 2 * C * tokens * act;
   m.activations_no_recompute = L * per_token_layer * tokens * act + classifier + final_norm;
   // Recompute: keep each layer's input; re-run one layer at a time in backward.
@@ -254,14 +304,28 @@ std::vector<CommOp> comm_per_step(const model::ModelConfig& c, const Layout& l) 
   std::vector<CommOp> out;
   const LocalParams p = local_params(c, l);
   const double weight_bytes = bytes_of(l.dtype);
+  // Tensor and context parallel groups fill a node first; data-parallel
+  // replicas and pipeline stages span nodes.
+  const int64_t inner = std::min(l.devices_per_node, l.tp * l.cp);
+  const int64_t dp_per_node = std::max<int64_t>(1, l.devices_per_node / inner);
+  const int64_t micro = l.accumulation();
   auto gradients = [&](const std::string& group, int64_t ranks, double params) {
     if (ranks < 2 || params <= 0) return;
-    if (l.zero1) {
-      out.push_back({"reduce_scatter", group, "gradients (fp32)", ranks, params * 4.0, 1, true});
+    const int64_t per_node = std::min(ranks, dp_per_node);
+    if (l.fsdp) {
+      // Weights gathered for forward and again for backward, every micro-batch.
+      out.push_back({"allgather", group, "parameters (forward + backward)", ranks,
+                     params * weight_bytes, 2 * micro, true, per_node});
       out.push_back(
-          {"allgather", group, "updated parameters", ranks, params * weight_bytes, 1, true});
+          {"reduce_scatter", group, "gradients (fp32)", ranks, params * 4.0, 1, true, per_node});
+    } else if (l.zero1) {
+      out.push_back(
+          {"reduce_scatter", group, "gradients (fp32)", ranks, params * 4.0, 1, true, per_node});
+      out.push_back({"allgather", group, "updated parameters", ranks, params * weight_bytes, 1,
+                     true, per_node});
     } else {
-      out.push_back({"allreduce", group, "gradients (fp32)", ranks, params * 4.0, 1, true});
+      out.push_back(
+          {"allreduce", group, "gradients (fp32)", ranks, params * 4.0, 1, true, per_node});
     }
   };
   if (l.ep == 1) {
@@ -270,12 +334,41 @@ std::vector<CommOp> comm_per_step(const model::ModelConfig& c, const Layout& l) 
     gradients("dp", l.dp(), p.replicated);
     gradients("expert-dp", l.dp() / l.ep, p.expert);
   }
+  const int64_t tokens = l.micro_batch * l.seq / l.cp;
+  const int64_t stage_layers = std::max<int64_t>(1, c.n_layers / l.pp);
   if (l.ep > 1) {
     // Dispatch and combine in forward, and both again in backward, per MoE layer.
-    const double bytes =
-        static_cast<double>(l.micro_batch * l.seq * c.top_k * c.d_model) * bytes_of(l.dtype);
+    const double bytes = as_double(tokens * c.top_k * c.d_model) * bytes_of(l.dtype);
     out.push_back({"alltoall", "ep", "token dispatch + combine", l.ep, bytes,
-                   4 * c.n_layers * l.accumulation(), false});
+                   4 * stage_layers * micro, false, std::min(l.ep, dp_per_node)});
+  }
+  if (l.tp > 1) {
+    // Sequence parallel: an all-gather before and a reduce-scatter after the
+    // attention and the MLP block, forward and backward (as much as 4
+    // all-reduces of the block's output per layer).
+    const double bytes = as_double(tokens * c.d_model) * bytes_of(l.dtype);
+    out.push_back({"allreduce", "tp", "activations (sequence parallel)", l.tp, bytes,
+                   4 * stage_layers * micro, false, std::min(l.tp, l.devices_per_node)});
+  }
+  if (l.cp > 1) {
+    // Keys and values of the whole sequence gathered per layer in forward,
+    // their gradients reduce-scattered in backward.
+    const int64_t kv_heads = std::max<int64_t>(1, c.n_kv_heads / l.tp);  // the rank's heads
+    const double bytes =
+        as_double(tokens * l.cp * 2 * (kv_heads * c.head_dim)) * bytes_of(l.dtype);
+    const int64_t per_node = std::min(l.cp, std::max<int64_t>(1, l.devices_per_node / l.tp));
+    out.push_back({"allgather", "cp", "keys and values", l.cp, bytes, stage_layers * micro, false,
+                   per_node});
+    out.push_back({"reduce_scatter", "cp", "key and value gradients", l.cp, bytes,
+                   stage_layers * micro, false, per_node});
+  }
+  if (l.pp > 1) {
+    // Activations to the next stage and their gradients back, per micro-batch
+    // (sequence-parallel shards: 1/tp of them per rank).
+    const double bytes = as_double(tokens * c.d_model) * bytes_of(l.dtype) / as_double(l.tp);
+    const bool same_node = l.tp * l.cp * l.pp <= l.devices_per_node;
+    out.push_back({"sendrecv", "pp", "stage activations + gradients", 2, bytes, 2 * micro, false,
+                   same_node ? 2 : 1});
   }
   return out;
 }

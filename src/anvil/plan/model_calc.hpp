@@ -16,17 +16,24 @@
 
 namespace anvil::plan {
 
-// How a step is laid out over ranks. world = nodes * devices_per_node = dp;
+// How a step is laid out over ranks. world = nodes * devices_per_node =
+// dp * tp * pp * cp; tensor (tp) and context (cp) parallel groups sit inside a
+// node, pipeline stages (pp) and data-parallel replicas (dp) across nodes;
 // experts are split over `ep` ranks (ep divides dp) and replicated over dp/ep.
 struct Layout {
   int64_t nodes = 1;
   int64_t devices_per_node = 1;
   int64_t ep = 1;
+  int64_t tp = 1;                   // tensor parallel: heads, ffn and vocabulary split (with sequence parallel)
+  int64_t pp = 1;                   // pipeline stages (1F1B; balanced layers per stage)
+  int64_t vp = 1;                   // virtual stages per rank (interleaved 1F1B): bubble / vp
+  int64_t cp = 1;                   // context parallel: each rank holds seq / cp tokens of a sequence
   bool zero1 = false;               // optimizer state sharded over the data-parallel group
+  bool fsdp = false;                // ZeRO-3 / FSDP: weights, gradients and optimizer state sharded
   int64_t global_batch = 1;         // sequences per optimizer step, all ranks
   int64_t micro_batch = 1;          // sequences per forward/backward on one rank
   int64_t seq = 1024;               // tokens per sequence
-  std::string dtype = "bf16";       // GEMM inputs: f32 | bf16
+  std::string dtype = "bf16";       // GEMM inputs: f32 | bf16 | fp8 (fp8 GEMMs, bf16 elsewhere)
   std::string optimizer = "adamw";  // adamw | muon (Muon on 2-D matrices, AdamW on the rest)
   bool recompute = false;           // full activation recompute per layer
   // CPU profiles: threads one rank runs. The rank gets that share of the
@@ -38,7 +45,9 @@ struct Layout {
   // entries, summing to 1). Empty: balanced routing, no skips. Expert GEMMs
   // are priced at each expert's own rows; under EP, the busiest rank's.
   std::vector<double> expert_shares;
-  int64_t dp() const { return nodes * devices_per_node; }
+  int64_t world() const { return nodes * devices_per_node; }
+  int64_t dp() const { return world() / (tp * pp * cp); }
+  int64_t model_parallel() const { return tp * pp; }  // ways the weights are split (not FSDP)
   int64_t accumulation() const;  // micro-batches per optimizer step on one rank
 };
 
@@ -58,8 +67,14 @@ struct StepGemm {
   bool expert = false;  // an expert GEMM (tokens per expert from the routing)
 };
 
+// The part of a config one tensor-parallel rank computes: heads, KV heads,
+// ffn widths and the vocabulary divided by tp (the others unchanged).
+model::ModelConfig tensor_parallel_shard(const model::ModelConfig& config, int64_t tp);
+
 // The GEMMs of one micro-batch forward + backward on one rank: per-layer
-// GEMMs x n_layers, the classifier once. Expert GEMMs at the balanced
+// GEMMs x n_layers (all layers: a pipeline stage runs 1/pp of them, which
+// the perf model applies), the classifier once; with tp, the rank's shard
+// (tensor_parallel_shard), with cp, seq / cp tokens. Expert GEMMs at the balanced
 // tokens per expert (tokens * top_k / n_experts; with EP a rank holds
 // n_experts / ep experts and receives ep times the tokens per expert).
 std::vector<StepGemm> step_gemms(const model::ModelConfig& config, const Layout& layout,
@@ -108,12 +123,13 @@ LocalParams local_params(const model::ModelConfig& config, const Layout& layout)
 // One collective of a step: who runs it, how big one call is, how often.
 struct CommOp {
   std::string op;     // allreduce | reduce_scatter | allgather | alltoall
-  std::string group;  // dp | expert-dp | ep
+  std::string group;  // dp | expert-dp | ep | tp | cp | pp
   std::string what;   // "gradients", "parameters", "token dispatch", ...
   int64_t ranks = 1;
   double bytes = 0;           // message size of one call, as nccl-tests counts it
   int64_t calls = 0;          // per optimizer step
   bool overlappable = false;  // may run under backward compute
+  int64_t ranks_per_node = 1; // of the group's ranks, how many share a node
 };
 std::vector<CommOp> comm_per_step(const model::ModelConfig& config, const Layout& layout);
 

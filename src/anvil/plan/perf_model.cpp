@@ -351,9 +351,10 @@ CommPrice price_collective(const HwProfile& hw, const std::string& op, int64_t r
     throw InputError("hardware profile " + hw.name + ": no measured " + op + " fit for algo " +
                      algo + " on " + key + " ranks (run anvil bench comm --profile)");
   if (!(op == "allreduce" || op == "reduce_scatter" || op == "allgather" || op == "alltoall" ||
-        op == "broadcast"))
+        op == "broadcast" || op == "sendrecv"))
     throw InputError("collective '" + op +
-                     "': expected allreduce, reduce_scatter, allgather, broadcast or alltoall");
+                     "': expected allreduce, reduce_scatter, allgather, broadcast, alltoall or "
+                     "sendrecv");
   // From the links: ring inside a node, rails across nodes (one NIC per
   // device). Inside the node a measured fit for G ranks replaces the ring.
   std::string intra_how;
@@ -380,7 +381,12 @@ CommPrice price_collective(const HwProfile& hw, const std::string& op, int64_t r
     return N > 1 ? (n - 1) / n * (s / g) / inter + (n - 1) * kInterNodeAlphaUs * 1e-6 : 0.0;
   };
   const double passes = op == "allreduce" || op == "broadcast" ? 2 : 1;  // broadcast: scatter + all-gather
-  if (op == "alltoall") {
+  if (op == "sendrecv") {
+    // One point-to-point message: over a link inside the node, else over the
+    // device's own rail.
+    c.seconds = N > 1 ? bytes / inter + kInterNodeAlphaUs * 1e-6
+                      : bytes / intra + kIntraNodeAlphaUs * 1e-6;
+  } else if (op == "alltoall") {
     const double r = static_cast<double>(ranks);
     const double t_intra =
         G > 1 ? (intra_measured >= 0 ? intra_measured : bytes * (g - 1) / r / intra) : 0;
@@ -397,16 +403,33 @@ CommPrice price_collective(const HwProfile& hw, const std::string& op, int64_t r
   return c;
 }
 
+double decode_seconds_per_step(const model::ModelConfig& c, const HwProfile& hw,
+                               const std::string& dtype, int64_t context, int64_t batch) {
+  const model::ParamCount n = model::count_parameters(c);
+  const double db = bytes_of(dtype == "fp8" ? "bf16" : dtype);
+  double experts_total = 0;
+  for (const auto& comp : n.components)
+    if (comp.component == "experts") experts_total += static_cast<double>(comp.total);
+  const double E = static_cast<double>(c.n_experts), k = static_cast<double>(c.top_k);
+  const double B = static_cast<double>(std::max<int64_t>(1, batch));
+  const double experts_active = E > 0 ? experts_total * k / E : 0;
+  const double dense = static_cast<double>(n.non_embedding_active) - experts_active;
+  const double touched = E > 0 ? experts_total * (1 - std::pow(1 - k / E, B)) : 0;
+  const double head = static_cast<double>(c.vocab_size * c.d_model);
+  const double kv = 2.0 * static_cast<double>(c.n_layers * c.n_kv_heads * c.head_dim) *
+                    static_cast<double>(context) * db * B;
+  const double read_s = ((dense + touched + head) * db + kv) / (memory_gbs(hw) * 1e9);
+  const double flops = B * (2.0 * (static_cast<double>(n.non_embedding_active) + head) +
+                            4.0 * static_cast<double>(c.n_layers * c.n_heads * c.head_dim) *
+                                static_cast<double>(context));
+  const std::string wide = dtype == "fp8" ? "bf16" : dtype;
+  const double rate = peak_or_throw(hw, wide) * 1e9 * curve_efficiency(hw, wide, 1e12);
+  return std::max(read_s, flops / rate);
+}
+
 double decode_seconds_per_token(const model::ModelConfig& c, const HwProfile& hw,
                                 const std::string& dtype, int64_t context) {
-  const model::ParamCount n = model::count_parameters(c);
-  const double db = bytes_of(dtype);
-  const double weights = (static_cast<double>(n.non_embedding_active) +
-                          static_cast<double>(c.vocab_size * c.d_model)) *
-                         db;
-  const double kv = 2.0 * static_cast<double>(c.n_layers * c.n_kv_heads * c.head_dim) *
-                    static_cast<double>(context) * db;
-  return (weights + kv) / (memory_gbs(hw) * 1e9);
+  return decode_seconds_per_step(c, hw, dtype, context, 1);
 }
 
 int cpu_threads(const HwProfile& hw) {
@@ -451,7 +474,10 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
   p.hw = hw.name;
   p.layout = l;
   const double micro = static_cast<double>(l.accumulation());
-  const double peak = peak_or_throw(hw, l.dtype);
+  peak_or_throw(hw, l.dtype);
+  // fp8 runs its GEMMs in fp8; attention, MFU and everything else in bf16.
+  const std::string wide = l.dtype == "fp8" ? "bf16" : l.dtype;
+  const double peak = peak_or_throw(hw, wide);
 
   // Compute of one micro-batch, by GEMM name (layers and experts folded in).
   double forward_s = 0;
@@ -471,7 +497,7 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
       forward_s += part.seconds;
     p.compute.push_back(part);
   }
-  StepPart attention = price_attention(hw, l.dtype, step_attention(c, l, true), "attention");
+  StepPart attention = price_attention(hw, wide, step_attention(c, l, true), "attention");
   attention.seconds *= micro;
   attention.flops *= micro;
   forward_s += attention.seconds / 3;
@@ -481,6 +507,7 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
   // backward and its gradient written and read: ~6 passes over them.
   Layout no_recompute = l;
   no_recompute.recompute = false;
+  no_recompute.pp = 1;  // every layer, one micro-batch: the stage's share comes below
   const MemoryPerRank m0 = memory_per_rank(c, no_recompute);
   const double elementwise_bytes = 6.0 * m0.activations_no_recompute * micro;
   p.compute.push_back(
@@ -492,21 +519,36 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
     // a write of top_k x d_model per token each), forward and twice in
     // backward; skipped tokens move nothing.
     const double skip = l.expert_shares.empty() ? 0.0 : l.expert_shares.back();
-    const double rows = static_cast<double>(l.micro_batch * l.seq * c.top_k) * (1 - skip);
+    const double rows = static_cast<double>(l.micro_batch * l.seq / l.cp * c.top_k) * (1 - skip);
     const double bytes = 3.0 * 4.0 * rows * static_cast<double>(c.d_model) * bytes_of(l.dtype) *
                          static_cast<double>(c.n_layers) * micro;
     p.compute.push_back({"moe dispatch + combine", bytes / (memory_gbs(hw) * 1e9), 0,
                          fmt(bytes / 1e9, 2) + " GB at " + fmt(memory_gbs(hw), 1) + " GB/s"});
   }
   if (l.recompute) p.compute.push_back({"recompute (forward again)", forward_s, 0, ""});
+  if (l.pp > 1) {
+    // A stage runs 1/pp of the layers (balanced, the classifier's share
+    // included); 1F1B idles (pp - 1) / vp micro-batch slots of a step.
+    const double stage = 1.0 / static_cast<double>(l.pp);
+    double stage_s = 0;
+    for (auto& part : p.compute) {
+      part.seconds *= stage;
+      part.flops *= stage;
+      stage_s += part.seconds;
+    }
+    const double bubble = static_cast<double>(l.pp - 1) / static_cast<double>(l.vp) / micro;
+    p.compute.push_back({"pipeline bubble", stage_s * bubble, 0,
+                         fmt(bubble * 100, 1) + "% of the stage's compute: (pp - 1) / (vp x " +
+                             std::to_string(l.accumulation()) + " micro-batches)"});
+  }
   for (const auto& part : p.compute) p.compute_s += part.seconds;
 
   // Optimizer: streaming over the local parameters (a 1/dp share with ZeRO-1),
   // plus Muon's Newton-Schulz GEMMs on its share of the matrices.
   const LocalParams lp = local_params(c, l);
-  const double owned = l.zero1 ? 1.0 / static_cast<double>(l.dp()) : 1.0;
+  const double owned = l.zero1 || l.fsdp ? 1.0 / static_cast<double>(l.dp()) : 1.0;
   const double stream = lp.total() * owned * optimizer_bytes_per_param(l.optimizer) +
-                        (l.dtype == "bf16" ? lp.total() * 6.0 : 0.0);
+                        (l.dtype != "f32" ? lp.total() * 6.0 : 0.0);
   p.optimizer_s = stream / (memory_gbs(hw) * 1e9);
   if (l.optimizer == "muon") {
     Layout balanced = l;  // Newton-Schulz runs on every matrix, whatever its load
@@ -521,12 +563,12 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
   }
 
   // Communication, and what of it the backward pass hides.
+  // Gradients are final only in the last micro-batch's backward, so that is
+  // what hides them; FSDP's per-micro-batch gathers hide under all compute.
   double overlappable = 0, exposed = 0;
-  const double backward_s = p.compute_s * 2.0 / 3.0;
+  const double window = l.fsdp ? p.compute_s : p.compute_s * 2.0 / 3.0 / micro;
   for (const auto& op : comm_per_step(c, l)) {
-    const int64_t per_node =
-        op.group == "ep" ? std::min(op.ranks, l.devices_per_node) : l.devices_per_node;
-    const CommPrice price = price_collective(hw, op.op, op.ranks, per_node, op.bytes);
+    const CommPrice price = price_collective(hw, op.op, op.ranks, op.ranks_per_node, op.bytes);
     const double t = price.seconds * static_cast<double>(op.calls);
     p.comm.push_back({op.op + " " + op.group, t, 0,
                       std::to_string(op.calls) + " x " + fmt(op.bytes / 1e6, 1) + " MB over " +
@@ -542,14 +584,14 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
   if (overlappable > 0) {
     // Bucketed per layer: the last bucket is always exposed.
     const double L = static_cast<double>(c.n_layers);
-    exposed += std::max(overlappable / L, overlappable - backward_s * (L - 1) / L);
+    exposed += std::max(overlappable / L, overlappable - window * (L - 1) / L);
   }
   p.comm_exposed_s = exposed;
   p.step_s = p.compute_s + p.comm_exposed_s + p.optimizer_s;
   p.tokens_per_step = static_cast<double>(l.global_batch * l.seq);
   p.tokens_per_s = p.tokens_per_step / p.step_s;
   p.model_flops_per_token = flops_per_token(c, l.seq).training();
-  p.mfu = p.model_flops_per_token * p.tokens_per_s / (peak * 1e9 * static_cast<double>(l.dp()));
+  p.mfu = p.model_flops_per_token * p.tokens_per_s / (peak * 1e9 * static_cast<double>(l.world()));
   p.memory = memory_per_rank(c, l);
   p.memory_capacity = static_cast<double>(hw.memory_bytes);
 
@@ -559,7 +601,7 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
   p.ckpt_bytes = static_cast<double>(n.total()) * (4.0 + state);
   p.ckpt_save_s = p.ckpt_bytes / (o.ckpt_gbs_per_node * 1e9 * static_cast<double>(l.nodes));
   if (o.mttf_hours > 0) {
-    const double world = static_cast<double>(l.dp());
+    const double world = static_cast<double>(l.world());
     p.failures_per_day = world * 24.0 / o.mttf_hours;
     p.system_mttf_s = o.mttf_hours * 3600.0 / world;
     p.young_daly_s = std::sqrt(2.0 * p.ckpt_save_s * p.system_mttf_s);
@@ -594,7 +636,14 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
     p.assumptions.push_back("each rank runs at " + fmt(share, 3) + " of the CPU's measured " +
                             std::to_string(cpu_threads(whole_hw)) +
                             "-thread compute and memory rates");
-  if (l.dp() > 1)
+  if (l.pp > 1)
+    p.assumptions.push_back("pipeline stages balanced (layers and classifier split evenly), 1F1B");
+  if (l.tp > 1)
+    p.assumptions.push_back("tensor-parallel collectives exposed (not overlapped with GEMMs)");
+  if (l.dtype == "fp8")
+    p.assumptions.push_back("fp8 GEMMs at peak[fp8] x achievable; attention, memory and "
+                            "collectives in bf16; MFU against peak[bf16]");
+  if (l.world() > 1)
     p.assumptions.push_back("links at " + fmt(achievable_link(hw), 2) +
                             " of their per-direction bandwidth where no fit was measured");
   return p;
@@ -604,7 +653,11 @@ std::string prediction_text(const Prediction& p) {
   std::ostringstream s;
   const Layout& l = p.layout;
   s << "# " << p.model << " on " << p.hw << ": " << l.nodes << " node(s) x " << l.devices_per_node
-    << ", dp " << l.dp() << ", ep " << l.ep << (l.zero1 ? ", ZeRO-1" : "") << ", global batch "
+    << ", dp " << l.dp() << ", ep " << l.ep
+    << (l.tp > 1 ? ", tp " + std::to_string(l.tp) : std::string())
+    << (l.pp > 1 ? ", pp " + std::to_string(l.pp) + (l.vp > 1 ? " (vp " + std::to_string(l.vp) + ")" : std::string()) : std::string())
+    << (l.cp > 1 ? ", cp " + std::to_string(l.cp) : std::string()) << (l.zero1 ? ", ZeRO-1" : "")
+    << (l.fsdp ? ", FSDP" : "") << ", global batch "
     << l.global_batch << " x " << l.seq << " (micro-batch " << l.micro_batch << ", "
     << l.accumulation() << " per step), " << l.dtype << ", " << l.optimizer
     << (l.recompute ? ", recompute" : "") << "\n";
@@ -623,7 +676,7 @@ std::string prediction_text(const Prediction& p) {
   t.add_row({"= step", fmt(p.step_s, 4), "100%", ""});
   s << t.to_text();
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  s << "tokens/s " << fmt(p.tokens_per_s, 1) << " (" << fmt(p.tokens_per_s / l.dp(), 1)
+  s << "tokens/s " << fmt(p.tokens_per_s, 1) << " (" << fmt(p.tokens_per_s / l.world(), 1)
     << " per device), MFU " << fmt(p.mfu * 100, 1) << "% (" << fmt(p.model_flops_per_token / 1e9, 3)
     << " GFLOP per token)\n";
   s << "memory per rank: weights " << fmt(p.memory.weights / gib, 2) << " GiB, gradients "
@@ -662,6 +715,12 @@ std::string prediction_json(const Prediction& p) {
              {{"nodes", l.nodes},
               {"gpus_per_node", l.devices_per_node},
               {"dp", l.dp()},
+              {"world", l.world()},
+              {"tp", l.tp},
+              {"pp", l.pp},
+              {"vp", l.vp},
+              {"cp", l.cp},
+              {"fsdp", l.fsdp},
               {"ep", l.ep},
               {"zero1", l.zero1},
               {"global_batch", l.global_batch},

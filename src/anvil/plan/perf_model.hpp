@@ -135,6 +135,15 @@ HwProfile cpu_rank_view(const HwProfile& hw, double share);
 double decode_seconds_per_token(const model::ModelConfig& config, const HwProfile& hw,
                                 const std::string& dtype, int64_t context);
 
+// One decode step of `batch` sequences at `context` tokens each (every
+// sequence gets one token): the slower of reading the weights it touches
+// (dense weights, the classifier, and of the experts those `batch` tokens
+// route to, expected E x (1 - (1 - k/E)^batch) per layer) plus every
+// sequence's KV cache at the memory bandwidth, and its FLOPs at the
+// achievable GEMM rate.
+double decode_seconds_per_step(const model::ModelConfig& config, const HwProfile& hw,
+                               const std::string& dtype, int64_t context, int64_t batch);
+
 std::string prediction_text(const Prediction& p);
 std::string prediction_json(const Prediction& p);
 

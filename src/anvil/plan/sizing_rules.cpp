@@ -246,6 +246,8 @@ std::vector<Candidate> recommend(const model::ModelConfig& c, const HwProfile& h
     cand.non_embedding_total = total;
     cand.non_embedding_active = static_cast<double>(n.non_embedding_active);
     cand.prediction = predict_step(m, hw, o);
+    cand.decode_b1_s = decode_seconds_per_step(m, hw, o.layout.dtype, o.layout.seq, 1);
+    cand.decode_b32_s = decode_seconds_per_step(m, hw, o.layout.dtype, o.layout.seq, kDecodeBatch);
     for (const auto& r : check_sizing_rules(m, hw, o.layout)) cand.warnings += r.pass ? 0 : 1;
     out.push_back(cand);
   };
@@ -296,7 +298,60 @@ std::vector<Candidate> recommend(const model::ModelConfig& c, const HwProfile& h
   std::stable_sort(out.begin(), out.end(), [](const Candidate& x, const Candidate& y) {
     return x.prediction.tokens_per_s > y.prediction.tokens_per_s;
   });
+  for (auto& x : out) {
+    x.pareto = std::none_of(out.begin(), out.end(), [&](const Candidate& y) {
+      return dominates(y, x);
+    });
+  }
   return out;
+}
+
+bool dominates(const Candidate& y, const Candidate& x) {
+  const bool no_worse = y.prediction.tokens_per_s >= x.prediction.tokens_per_s &&
+                        y.decode_b1_s <= x.decode_b1_s && y.decode_b32_s <= x.decode_b32_s;
+  const bool better = y.prediction.tokens_per_s > x.prediction.tokens_per_s ||
+                      y.decode_b1_s < x.decode_b1_s || y.decode_b32_s < x.decode_b32_s;
+  return no_worse && better;
+}
+
+std::string pareto_text(const std::vector<Candidate>& cs) {
+  std::ostringstream s;
+  Table t({"config", "pred tokens/s", "decode b1 ms", "decode b32 ms/step", "active (B)"});
+  size_t n = 0;
+  for (const auto& c : cs) {
+    if (!c.pareto) continue;
+    ++n;
+    t.add_row({c.change, fmt(c.prediction.tokens_per_s, 1), fmt(c.decode_b1_s * 1e3, 3),
+               fmt(c.decode_b32_s * 1e3, 3), fmt(c.non_embedding_active / 1e9, 4)});
+  }
+  s << "# Pareto front: training tokens/s against decode latency at batch 1 and "
+    << kDecodeBatch << " (" << n << " of " << cs.size() << ")\n"
+    << t.to_text();
+  // Where the given shape sits, and why.
+  const auto given = std::find_if(cs.begin(), cs.end(),
+                                  [](const Candidate& c) { return c.change == "as given"; });
+  if (given == cs.end()) return s.str();
+  const auto rank = given - cs.begin() + 1;
+  s << "as given: training rank " << rank << " of " << cs.size() << ", ";
+  if (given->pareto) {
+    s << "on the front: no nearby shape trains faster without decoding slower at batch 1 or "
+      << kDecodeBatch << "\n";
+    return s.str();
+  }
+  // The dominating shape that trains fastest, with the margins.
+  const Candidate* best = nullptr;
+  size_t dominated_by = 0;
+  for (const auto& c : cs) {
+    if (!dominates(c, *given)) continue;
+    ++dominated_by;
+    if (!best || c.prediction.tokens_per_s > best->prediction.tokens_per_s) best = &c;
+  }
+  s << "dominated by " << dominated_by << ", e.g. " << best->change << ": training "
+    << fmt((best->prediction.tokens_per_s / given->prediction.tokens_per_s - 1) * 100, 1)
+    << "% faster, decode b1 " << fmt((1 - best->decode_b1_s / given->decode_b1_s) * 100, 1)
+    << "% and b" << kDecodeBatch << " "
+    << fmt((1 - best->decode_b32_s / given->decode_b32_s) * 100, 1) << "% lower\n";
+  return s.str();
 }
 
 std::string rules_text(const std::vector<RuleResult>& rules) {
@@ -338,26 +393,29 @@ std::string rules_json(const std::vector<RuleResult>& rules) {
 
 std::string candidates_text(const std::vector<Candidate>& cs, size_t top) {
   Table t({"rank", "config", "non-emb total (B)", "active (B)", "pred tokens/s", "MFU",
-           "decode ms/token", "warnings"});
+           "decode b1 ms", "decode b32 ms/step", "Pareto", "warnings"});
   for (size_t i = 0; i < cs.size() && i < top; ++i) {
     const auto& c = cs[i];
     t.add_row({std::to_string(i + 1), c.change, fmt(c.non_embedding_total / 1e9, 4),
                fmt(c.non_embedding_active / 1e9, 4), fmt(c.prediction.tokens_per_s, 1),
-               fmt(c.prediction.mfu * 100, 1) + "%", fmt(c.prediction.decode_s_per_token * 1e3, 3),
-               std::to_string(c.warnings)});
+               fmt(c.prediction.mfu * 100, 1) + "%", fmt(c.decode_b1_s * 1e3, 3),
+               fmt(c.decode_b32_s * 1e3, 3), c.pareto ? "*" : "", std::to_string(c.warnings)});
   }
   std::ostringstream s;
   s << "# nearby configs within the parameter budget, best predicted training throughput first ("
     << cs.size() << " searched)\n"
-    << t.to_text();
+    << t.to_text() << "\n"
+    << pareto_text(cs);
   return s.str();
 }
 
 std::string candidates_json(const std::vector<Candidate>& cs, size_t top) {
   json a = json::array();
-  for (size_t i = 0; i < cs.size() && i < top; ++i) {
+  for (size_t i = 0; i < cs.size(); ++i) {
     const auto& c = cs[i];
-    a.push_back({{"change", c.change},
+    if (i >= top && !c.pareto && c.change != "as given") continue;  // the front and the input always
+    a.push_back({{"rank", i + 1},
+                 {"change", c.change},
                  {"config", json::parse(model::model_config_to_json(c.config))},
                  {"non_embedding_total", c.non_embedding_total},
                  {"non_embedding_active", c.non_embedding_active},
@@ -365,6 +423,9 @@ std::string candidates_json(const std::vector<Candidate>& cs, size_t top) {
                  {"mfu", c.prediction.mfu},
                  {"step_s", c.prediction.step_s},
                  {"decode_s_per_token", c.prediction.decode_s_per_token},
+                 {"decode_b1_s", c.decode_b1_s},
+                 {"decode_b32_s", c.decode_b32_s},
+                 {"pareto", c.pareto},
                  {"warnings", c.warnings}});
   }
   return a.dump(2) + "\n";

@@ -50,15 +50,30 @@ struct Candidate {
   std::string change;  // what differs from the input config
   double non_embedding_total = 0, non_embedding_active = 0;
   Prediction prediction;
+  double decode_b1_s = 0;   // one decode step, batch 1, at the layout's sequence length
+  double decode_b32_s = 0;  // one decode step of 32 sequences (each gets a token)
+  bool pareto = false;      // no other candidate trains faster and decodes faster at 1 and 32
   int warnings = 0;
 };
+
+// The decode batch the Pareto front weighs next to batch 1.
+inline constexpr int64_t kDecodeBatch = 32;
 
 // Nearby configs (d_model, heads x head_dim, ffn or expert width, experts)
 // whose non-embedding parameters are within `budget_tolerance` of the
 // input's, best predicted training tokens/s first; the input is always in
-// the list (change "as given").
+// the list (change "as given"). Each is marked `pareto` when none of the
+// others is at least as good in training tokens/s and decode latency at
+// batch 1 and 32, and better in one.
 std::vector<Candidate> recommend(const model::ModelConfig& config, const HwProfile& hw,
                                  const PlanOptions& options, double budget_tolerance = 0.05);
+
+// y is at least as good as x in training tokens/s and both decode latencies,
+// and better in one.
+bool dominates(const Candidate& y, const Candidate& x);
+// The front (every candidate, not only --top) and where the given shape sits:
+// on it, or dominated by which shape and by how much.
+std::string pareto_text(const std::vector<Candidate>& candidates);
 
 std::string rules_text(const std::vector<RuleResult>& rules);
 std::string rules_json(const std::vector<RuleResult>& rules);
