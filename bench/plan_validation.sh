@@ -3,10 +3,11 @@
 #
 # Each round measures this machine's profile (anvil hw --profile), a grid of
 # GEMM shapes into it (anvil bench gemm --preset grid: the efficiency surface)
-# and the 2-rank collectives at 256K, 1M, 4M, 16M, 64M (anvil bench comm
-# --profile). A second copy of the profile also gets the in-sample presets'
-# own GEMM shapes (anvil bench gemm --preset model). Then it trains every case
-# and measures the collectives again at every size from 256K to 128M by 2x.
+# and the 2-rank collectives (anvil bench comm --profile, the same sweep as
+# the measurement, keeping only 256K, 1M, 4M, 16M and 64M in the profile).
+# A second copy of the profile also gets the in-sample presets' own GEMM
+# shapes (anvil bench gemm --preset model). Then it trains every case and
+# measures the collectives again at every size from 256K to 128M by 2x.
 #
 # In-sample:  the presets predicted from the profile holding their own GEMM
 #             shapes; collectives at the measured sizes.
@@ -61,7 +62,28 @@ for r in $(seq "${FIRST_ROUND:-1}" "$rounds"); do
   "$anvil" hw --profile "$grid" --min-time 0.1 > /dev/null
   "$anvil" bench gemm --preset grid --dtype f32,bf16 --baselines none --min-time 0.03 \
     --profile "$grid" > /dev/null
-  "$anvil" bench comm --np 2 $comm_ops -b 256K -e 64M -f 4 --profile "$grid" > /dev/null
+  # The same sweep as the measurement below (so both passes run alike), then
+  # only the in-sample sizes kept in the profile: the held-out sizes' points
+  # are dropped and the alpha-beta fit redone without them.
+  "$anvil" bench comm --np 2 $comm_ops -b 256K -e 128M -f 2 --profile "$grid" > /dev/null
+  /usr/bin/python3 - "$grid" <<'PY'
+import json, sys
+path = sys.argv[1]
+p = json.load(open(path))
+keep = {256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20}
+for ops in p["comm"]["ranks"].values():
+    for algos in ops.values():
+        for fit in algos.values():
+            pts = [x for x in fit.get("points", []) if x[0] in keep]
+            fit["points"] = pts
+            n = len(pts)
+            mx = sum(b for b, _ in pts) / n
+            my = sum(t for _, t in pts) / n
+            slope = sum((b - mx) * (t - my) for b, t in pts) / sum((b - mx) ** 2 for b, _ in pts)
+            fit["alpha_us"] = max(0.0, my - slope * mx)
+            fit["bandwidth_gbs"] = 1e-3 / slope if slope > 0 else fit["bandwidth_gbs"]
+json.dump(p, open(path, "w"), indent=2)
+PY
   cp "$grid" "$shapes"
   while IFS='|' read -r name kind config B T prec np sets; do
     [ "$kind" = in ] || continue
