@@ -19,6 +19,10 @@
 # Rounds interleave, so machine drift hits prediction and measurement alike.
 # Prints medians of predicted / measured, the in-sample and held-out errors
 # separately, and writes bench/results/plan_validation.json.
+# Collectives are predicted twice: from the round's profile (another bench
+# comm run) and from the measurement's own run with the held-out sizes
+# dropped, which isolates the interpolation from run-to-run spread.
+# COLLECTIVES_ONLY=1 skips the GEMMs and the training (a quick check).
 # Usage: [KEEP=DIR | ANALYSE=DIR] bench/plan_validation.sh [ROUNDS (default 3)] [STEPS (default 6)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,21 +56,10 @@ zaya-e8-f768|held|zaya-small|8|256|fp32|1|--set n_experts=8 --set expert_ffn_hid
 zaya-T512|held|zaya-small|4|512|fp32|1|--set seq_len=512
 gpt2-dp2|held|gpt2-124m|2|256|fp32|2|
 zaya-dp2|held|zaya-small|4|256|fp32|2|"
-comm_ops="--op allreduce reduce_scatter allgather --algo shm ring -n 10"
-# FIRST_ROUND=N (with KEEP) continues a kept run from round N.
-for r in $(seq "${FIRST_ROUND:-1}" "$rounds"); do
-  [ -z "${ANALYSE:-}" ] || break
-  echo "round $r/$rounds: profile, GEMM grid, collectives" >&2
-  grid="$out/grid-$r.json"   # held-out basis: the grid, no model shape
-  shapes="$out/shapes-$r.json"  # in-sample: the grid plus the presets' own shapes
-  "$anvil" hw --profile "$grid" --min-time 0.1 > /dev/null
-  "$anvil" bench gemm --preset grid --dtype f32,bf16 --baselines none --min-time 0.03 \
-    --profile "$grid" > /dev/null
-  # The same sweep as the measurement below (so both passes run alike), then
-  # only the in-sample sizes kept in the profile: the held-out sizes' points
-  # are dropped and the alpha-beta fit redone without them.
-  "$anvil" bench comm --np 2 $comm_ops -b 256K -e 128M -f 2 --profile "$grid" > /dev/null
-  /usr/bin/python3 - "$grid" <<'PY'
+# Keep only the in-sample sizes' points in a profile's collective fits (the
+# held-out sizes dropped), and redo each alpha-beta fit without them.
+keep_in_sample() {
+  /usr/bin/python3 - "$1" <<'PY'
 import json, sys
 path = sys.argv[1]
 p = json.load(open(path))
@@ -84,16 +77,36 @@ for ops in p["comm"]["ranks"].values():
             fit["bandwidth_gbs"] = 1e-3 / slope if slope > 0 else fit["bandwidth_gbs"]
 json.dump(p, open(path, "w"), indent=2)
 PY
+}
+comm_ops="--op allreduce reduce_scatter allgather --algo shm ring -n 10"
+# FIRST_ROUND=N (with KEEP) continues a kept run from round N.
+for r in $(seq "${FIRST_ROUND:-1}" "$rounds"); do
+  [ -z "${ANALYSE:-}" ] || break
+  echo "round $r/$rounds: profile, GEMM grid, collectives" >&2
+  grid="$out/grid-$r.json"   # held-out basis: the grid, no model shape
+  shapes="$out/shapes-$r.json"  # in-sample: the grid plus the presets' own shapes
+  "$anvil" hw --profile "$grid" --min-time 0.1 > /dev/null
+  cp "$grid" "$out/same-$r.json"  # the measurement pass's own profile, below
+  [ -n "${COLLECTIVES_ONLY:-}" ] ||
+    "$anvil" bench gemm --preset grid --dtype f32,bf16 --baselines none --min-time 0.03 \
+      --profile "$grid" > /dev/null
+  # The same sweep as the measurement below (so both passes run alike), then
+  # only the in-sample sizes kept in the profile.
+  "$anvil" bench comm --np 2 $comm_ops -b 256K -e 128M -f 2 --profile "$grid" > /dev/null
+  keep_in_sample "$grid"
   cp "$grid" "$shapes"
   while IFS='|' read -r name kind config B T prec np sets; do
-    [ "$kind" = in ] || continue
+    [ "$kind" = in ] && [ -z "${COLLECTIVES_ONLY:-}" ] || continue
     dtype=f32; [ "$prec" = bf16 ] && dtype=bf16
     "$anvil" bench gemm --preset model --config "configs/$config.json" --tokens $((B * T)) \
       --backward --dtype "$dtype" --baselines none --min-time 0.05 --profile "$shapes" > /dev/null
   done <<< "$cases"
   echo "round $r/$rounds: collectives at held-out sizes" >&2
-  "$anvil" bench comm --np 2 $comm_ops -b 256K -e 128M -f 2 --json > "$out/comm-$r.json"
+  "$anvil" bench comm --np 2 $comm_ops -b 256K -e 128M -f 2 --json --profile "$out/same-$r.json" \
+    > "$out/comm-$r.json"
+  keep_in_sample "$out/same-$r.json"
   while IFS='|' read -r name kind config B T prec np sets; do
+    [ -z "${COLLECTIVES_ONLY:-}" ] || continue
     echo "round $r/$rounds: train $name ($np rank(s), B=$B T=$T $prec, $steps steps)" >&2
     dtype=f32; [ "$prec" = bf16 ] && dtype=bf16
     flags=(--config "configs/$config.json" $sets)
@@ -114,8 +127,11 @@ PY
   done <<< "$cases"
   for op in allreduce reduce_scatter allgather; do
     for algo in shm ring; do
-      "$anvil" plan comm --hw "$grid" --op "$op" --algo "$algo" --ranks 2 \
-        --sizes 256K,512K,1M,2M,4M,8M,16M,32M,64M,128M --json > "$out/pcomm-$op-$algo-$r.json"
+      for basis in grid same; do
+        "$anvil" plan comm --hw "$out/$basis-$r.json" --op "$op" --algo "$algo" --ranks 2 \
+          --sizes 256K,512K,1M,2M,4M,8M,16M,32M,64M,128M --json \
+          > "$out/pcomm-$basis-$op-$algo-$r.json"
+      done
     done
   done
 done
@@ -142,8 +158,11 @@ print(f"anvil plan vs measured on this machine; medians over {rounds} rounds (pr
 hdr = (f"{'case':<16}{'sample':>9}{'priced from':>13}{'ranks':>6}{'B x T':>9}{'prec':>6}{'measured s':>12}"
        f"{'predicted':>11}{'pred/meas':>11}{'peak RSS GB':>13}{'pred/RSS':>10}")
 print(hdr)
+import os
 for line in cases:
     name, kind, config, B, T, prec, np_, sets = line.split("|")
+    if not os.path.exists(f"{out}/train-{name}-1.json"):
+        continue  # COLLECTIVES_ONLY
     bases = ["shapes", "grid"] if kind == "in" else ["grid"]
     for basis in bases:
         sample = "in" if basis == "shapes" else "held-out"
@@ -156,26 +175,35 @@ for line in cases:
               f"{st.median(row['peak_rss_bytes']) / 1e9:>13.3f}{row['memory_ratio']:>10.2f}")
 print()
 in_sizes = {256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20}
-print(f"{'collective':<16}{'algo':>6}{'bytes':>11}{'sample':>10}{'measured us':>13}{'predicted':>11}{'pred/meas':>11}")
+# Two profiles predict each round's measurement: the round's profile (its own
+# bench comm run, earlier: in-sample sizes show the run-to-run spread) and the
+# measurement's own run with the held-out sizes dropped (interpolation alone).
+print(f"{'collective':<16}{'algo':>6}{'bytes':>11}{'sample':>10}{'measured us':>13}"
+      f"{'other run':>11}{'pred/meas':>11}{'same run':>10}{'pred/meas':>11}")
 for op in ("allreduce", "reduce_scatter", "allgather"):
     for algo in ("shm", "ring"):
-        pred = {r: {p["bytes"]: p["predicted_us"] for p in load(f"pcomm-{op}-{algo}-{r}.json")} for r in R}
-        for size in sorted(pred[1]):
+        pred = {b: {r: {p["bytes"]: p["predicted_us"] for p in load(f"pcomm-{b}-{op}-{algo}-{r}.json")}
+                    for r in R} for b in ("grid", "same")}
+        for size in sorted(pred["grid"][1]):
             meas = []
             for r in R:
                 pts = [p for p in load(f"comm-{r}.json")["points"]
                        if p["op"] == op and p["algo"] == algo and p["bytes"] == size]
                 meas.append(pts[0]["p50_us"] if pts else float("nan"))
-            ratio = st.median(pred[r][size] / m for r, m in zip(R, meas))
             sample = "in" if size in in_sizes else "held-out"
+            ratio = {b: st.median(pred[b][r][size] / m for r, m in zip(R, meas)) for b in pred}
             print(f"{op:<16}{algo:>6}{size:>11}{sample:>10}{st.median(meas):>13.1f}"
-                  f"{st.median(pred[r][size] for r in R):>11.1f}{ratio:>11.2f}")
-            rows.append({"kind": "collective", "sample": sample, "op": op, "algo": algo,
-                         "bytes": size, "ranks": 2, "measured_us": meas,
-                         "predicted_us": [pred[r][size] for r in R], "ratio": ratio})
+                  f"{st.median(pred['grid'][r][size] for r in R):>11.1f}{ratio['grid']:>11.2f}"
+                  f"{st.median(pred['same'][r][size] for r in R):>10.1f}{ratio['same']:>11.2f}")
+            for b, label in (("grid", "collective"), ("same", "collective (same run)")):
+                if b == "same" and sample == "in":
+                    continue  # its own measurement: equal by construction
+                rows.append({"kind": label, "sample": sample, "op": op, "algo": algo,
+                             "bytes": size, "ranks": 2, "measured_us": meas,
+                             "predicted_us": [pred[b][r][size] for r in R], "ratio": ratio[b]})
 print()
 summary = {}
-for kind, bound in (("step", 0.15), ("collective", 0.20)):
+for kind, bound in (("step", 0.15), ("collective", 0.20), ("collective (same run)", 0.20)):
     for sample in ("in", "held-out"):
         sel = [x for x in rows if x["kind"] == kind and x["sample"] == sample]
         errs = sorted(abs(x["ratio"] - 1) for x in sel)
@@ -184,7 +212,7 @@ for kind, bound in (("step", 0.15), ("collective", 0.20)):
                                        "median_abs_error": st.median(errs) if errs else None,
                                        "max_abs_error": max(errs) if errs else None}
         if errs:
-            print(f"{kind + 's':<12}{sample:>9}: {within}/{len(sel)} within {bound:.0%}, "
+            print(f"{kind:<22}{sample:>9}: {within}/{len(sel)} within {bound:.0%}, "
                   f"median |error| {st.median(errs):.1%}, max {max(errs):.1%}")
 json.dump({"rounds": rounds, "summary": summary, "rows": rows},
           open("bench/results/plan_validation.json.tmp", "w"), indent=2)
