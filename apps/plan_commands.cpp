@@ -157,9 +157,11 @@ void PlanCommands::add_to(CLI::App& app) {
                    "profile, all of --ranks share this node)")
       ->check(CLI::PositiveNumber);
   comm_->add_option("--sizes", comm_sizes_, "Message sizes, e.g. 1M,16M")->delimiter(',');
-  comm_->add_option("--assume", comm_assume_, "Derate a published profile: memory=F, link=F, gemm=F or gemm.DTYPE=F, each the "
-                  "achieved fraction (0, 1] of the datasheet figure (repeatable; replaces the "
-                  "profile's achievable value or the default)");
+  comm_->add_option(
+      "--assume", comm_assume_,
+      "Derate a published profile: memory=F, link=F, gemm=F or gemm.DTYPE=F, each the "
+      "achieved fraction (0, 1] of the datasheet figure (repeatable; replaces the "
+      "profile's achievable value or the default)");
   comm_->add_flag("--json", comm_json_, "Print JSON instead of the table");
   // `anvil plan comm` has its own flags; the parent's --config is not needed then.
   plan_->require_subcommand(0, 1);

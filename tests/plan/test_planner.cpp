@@ -344,7 +344,8 @@ TEST(Planner, TensorPipelineAndContextParallelSplitTheWork) {
   o.layout.vp = 2;
   const Prediction p = predict_step(c, gpu_node(), o);
   double stage = 0, bubble = 0;
-  for (const auto& part : p.compute) (part.name == "pipeline bubble" ? bubble : stage) += part.seconds;
+  for (const auto& part : p.compute)
+    (part.name == "pipeline bubble" ? bubble : stage) += part.seconds;
   EXPECT_NEAR(bubble, stage * 1.0 / (2 * 8), 1e-12);
   EXPECT_NEAR(p.mfu * 1000e3 * 1e9 * 32, p.model_flops_per_token * p.tokens_per_s, 1e-3);
   // Inconsistent layouts name the flag.

@@ -148,9 +148,8 @@ json to_json(const HwProfile& p) {
                      {"gflops", g.gflops}});
     }
   }
-  j["achievable"] = {{"memory", p.achievable.memory},
-                     {"gemm", p.achievable.gemm},
-                     {"link", p.achievable.link}};
+  j["achievable"] = {
+      {"memory", p.achievable.memory}, {"gemm", p.achievable.gemm}, {"link", p.achievable.link}};
   for (const auto& s : p.sources) {
     j["sources"].push_back({{"field", s.field}, {"value", s.value}, {"source", s.source}});
   }

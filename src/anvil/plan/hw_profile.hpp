@@ -76,9 +76,9 @@ struct Interconnect {
 // planner's default applies (kDefaultAchievable* in perf_model.hpp). A
 // measured profile needs none: its rates are achieved ones already.
 struct Achievable {
-  double memory = 0;                    // HBM/DRAM bandwidth
-  std::map<std::string, double> gemm;   // best large GEMM / peak, per dtype
-  double link = 0;                      // intra-node collective bus bandwidth / link
+  double memory = 0;                   // HBM/DRAM bandwidth
+  std::map<std::string, double> gemm;  // best large GEMM / peak, per dtype
+  double link = 0;                     // intra-node collective bus bandwidth / link
   bool operator==(const Achievable&) const = default;
 };
 

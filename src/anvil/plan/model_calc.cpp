@@ -100,7 +100,8 @@ std::vector<double> expert_shares_from_metrics(const std::string& path, int64_t 
   std::string file = path;
   if (std::filesystem::is_directory(path)) file = path + "/metrics.jsonl";
   std::ifstream in(file);
-  if (!in) throw InputError("--expert-loads " + file + ": cannot open (expected a run's metrics.jsonl)");
+  if (!in)
+    throw InputError("--expert-loads " + file + ": cannot open (expected a run's metrics.jsonl)");
   std::vector<double> sum(static_cast<size_t>(n_experts + 1), 0.0);
   std::string line;
   int64_t layers = 0, number = 0;
@@ -118,8 +119,8 @@ std::vector<double> expert_shares_from_metrics(const std::string& path, int64_t 
     for (const auto& layer : j["router"]) {
       const auto& load = layer.value("load", nlohmann::json::array());
       if (!load.is_array() || static_cast<int64_t>(load.size()) != n_experts + 1)
-        throw InputError("--expert-loads " + file + ":" + std::to_string(number) +
-                         ": expected " + std::to_string(n_experts + 1) +
+        throw InputError("--expert-loads " + file + ":" + std::to_string(number) + ": expected " +
+                         std::to_string(n_experts + 1) +
                          " loads per layer (the config's experts and the skip expert), got " +
                          std::to_string(load.size()));
       for (size_t e = 0; e < sum.size(); ++e) sum[e] += load[e].get<double>();
@@ -129,7 +130,8 @@ std::vector<double> expert_shares_from_metrics(const std::string& path, int64_t 
   double total = 0;
   for (double v : sum) total += v;
   if (layers == 0 || !(total > 0))
-    throw InputError("--expert-loads " + file + ": no router loads (expected a ZAYA1 run's metrics)");
+    throw InputError("--expert-loads " + file +
+                     ": no router loads (expected a ZAYA1 run's metrics)");
   for (double& v : sum) v /= total;
   return sum;
 }
@@ -145,8 +147,7 @@ model::ModelConfig tensor_parallel_shard(const model::ModelConfig& config, int64
   return c;
 }
 
-std::vector<StepGemm> step_gemms(const model::ModelConfig& config, const Layout& l,
-                                 bool backward) {
+std::vector<StepGemm> step_gemms(const model::ModelConfig& config, const Layout& l, bool backward) {
   const model::ModelConfig c = tensor_parallel_shard(config, l.tp);
   const int64_t tokens = l.micro_batch * l.seq / l.cp;
   // Balanced routing: each expert gets tokens*top_k/E of every rank's tokens;
@@ -172,8 +173,8 @@ std::vector<StepGemm> step_gemms(const model::ModelConfig& config, const Layout&
       }
     }
     for (int64_t e = busiest * experts_here; e < (busiest + 1) * experts_here; ++e) {
-      const auto rows = static_cast<int64_t>(std::llround(
-          static_cast<double>(tokens * c.top_k * l.ep) * l.expert_shares[e]));
+      const auto rows = static_cast<int64_t>(
+          std::llround(static_cast<double>(tokens * c.top_k * l.ep) * l.expert_shares[e]));
       if (rows > 0) ++measured_rows[rows];
     }
   }
@@ -354,11 +355,10 @@ std::vector<CommOp> comm_per_step(const model::ModelConfig& c, const Layout& l) 
     // Keys and values of the whole sequence gathered per layer in forward,
     // their gradients reduce-scattered in backward.
     const int64_t kv_heads = std::max<int64_t>(1, c.n_kv_heads / l.tp);  // the rank's heads
-    const double bytes =
-        as_double(tokens * l.cp * 2 * (kv_heads * c.head_dim)) * bytes_of(l.dtype);
+    const double bytes = as_double(tokens * l.cp * 2 * (kv_heads * c.head_dim)) * bytes_of(l.dtype);
     const int64_t per_node = std::min(l.cp, std::max<int64_t>(1, l.devices_per_node / l.tp));
-    out.push_back({"allgather", "cp", "keys and values", l.cp, bytes, stage_layers * micro, false,
-                   per_node});
+    out.push_back(
+        {"allgather", "cp", "keys and values", l.cp, bytes, stage_layers * micro, false, per_node});
     out.push_back({"reduce_scatter", "cp", "key and value gradients", l.cp, bytes,
                    stage_layers * micro, false, per_node});
   }

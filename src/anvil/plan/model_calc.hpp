@@ -24,12 +24,12 @@ struct Layout {
   int64_t nodes = 1;
   int64_t devices_per_node = 1;
   int64_t ep = 1;
-  int64_t tp = 1;                   // tensor parallel: heads, ffn and vocabulary split (with sequence parallel)
-  int64_t pp = 1;                   // pipeline stages (1F1B; balanced layers per stage)
-  int64_t vp = 1;                   // virtual stages per rank (interleaved 1F1B): bubble / vp
-  int64_t cp = 1;                   // context parallel: each rank holds seq / cp tokens of a sequence
-  bool zero1 = false;               // optimizer state sharded over the data-parallel group
-  bool fsdp = false;                // ZeRO-3 / FSDP: weights, gradients and optimizer state sharded
+  int64_t tp = 1;      // tensor parallel: heads, ffn and vocabulary split (with sequence parallel)
+  int64_t pp = 1;      // pipeline stages (1F1B; balanced layers per stage)
+  int64_t vp = 1;      // virtual stages per rank (interleaved 1F1B): bubble / vp
+  int64_t cp = 1;      // context parallel: each rank holds seq / cp tokens of a sequence
+  bool zero1 = false;  // optimizer state sharded over the data-parallel group
+  bool fsdp = false;   // ZeRO-3 / FSDP: weights, gradients and optimizer state sharded
   int64_t global_batch = 1;         // sequences per optimizer step, all ranks
   int64_t micro_batch = 1;          // sequences per forward/backward on one rank
   int64_t seq = 1024;               // tokens per sequence
@@ -126,10 +126,10 @@ struct CommOp {
   std::string group;  // dp | expert-dp | ep | tp | cp | pp
   std::string what;   // "gradients", "parameters", "token dispatch", ...
   int64_t ranks = 1;
-  double bytes = 0;           // message size of one call, as nccl-tests counts it
-  int64_t calls = 0;          // per optimizer step
-  bool overlappable = false;  // may run under backward compute
-  int64_t ranks_per_node = 1; // of the group's ranks, how many share a node
+  double bytes = 0;            // message size of one call, as nccl-tests counts it
+  int64_t calls = 0;           // per optimizer step
+  bool overlappable = false;   // may run under backward compute
+  int64_t ranks_per_node = 1;  // of the group's ranks, how many share a node
 };
 std::vector<CommOp> comm_per_step(const model::ModelConfig& config, const Layout& layout);
 

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <array>
-#include <map>
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -177,8 +177,8 @@ void apply_assumption(HwProfile& hw, const std::string& key_value) {
     hw.gemm_efficiency.erase(key.substr(5));
   } else {
     throw InputError("--assume '" + key_value +
-                     "': expected KEY memory, link, gemm or gemm.DTYPE with a dtype of " +
-                     hw.name + "'s peaks");
+                     "': expected KEY memory, link, gemm or gemm.DTYPE with a dtype of " + hw.name +
+                     "'s peaks");
   }
 }
 
@@ -310,8 +310,8 @@ namespace {
 
 // The profile's measured fit of `op` on `ranks` ranks of one node (the
 // fastest algorithm unless `algo` names one): seconds, or -1 without one.
-double measured_collective(const HwProfile& hw, const std::string& op, int64_t ranks,
-                           double bytes, const std::string& algo, std::string& how) {
+double measured_collective(const HwProfile& hw, const std::string& op, int64_t ranks, double bytes,
+                           const std::string& algo, std::string& how) {
   const std::string key = std::to_string(ranks);
   if (!hw.comm.contains("ranks") || !hw.comm["ranks"].contains(key) ||
       !hw.comm["ranks"][key].contains(op))
@@ -380,12 +380,13 @@ CommPrice price_collective(const HwProfile& hw, const std::string& op, int64_t r
   auto inter_pass = [&](double s) {
     return N > 1 ? (n - 1) / n * (s / g) / inter + (n - 1) * kInterNodeAlphaUs * 1e-6 : 0.0;
   };
-  const double passes = op == "allreduce" || op == "broadcast" ? 2 : 1;  // broadcast: scatter + all-gather
+  const double passes =
+      op == "allreduce" || op == "broadcast" ? 2 : 1;  // broadcast: scatter + all-gather
   if (op == "sendrecv") {
     // One point-to-point message: over a link inside the node, else over the
     // device's own rail.
-    c.seconds = N > 1 ? bytes / inter + kInterNodeAlphaUs * 1e-6
-                      : bytes / intra + kIntraNodeAlphaUs * 1e-6;
+    c.seconds =
+        N > 1 ? bytes / inter + kInterNodeAlphaUs * 1e-6 : bytes / intra + kIntraNodeAlphaUs * 1e-6;
   } else if (op == "alltoall") {
     const double r = static_cast<double>(ranks);
     const double t_intra =
@@ -406,7 +407,7 @@ CommPrice price_collective(const HwProfile& hw, const std::string& op, int64_t r
 double decode_seconds_per_step(const model::ModelConfig& c, const HwProfile& hw,
                                const std::string& dtype, int64_t context, int64_t batch) {
   const model::ParamCount n = model::count_parameters(c);
-  const double db = bytes_of(dtype == "fp8" ? "bf16" : dtype);
+  const double db = bytes_of(dtype);  // fp8: bf16 weights and cache
   double experts_total = 0;
   for (const auto& comp : n.components)
     if (comp.component == "experts") experts_total += static_cast<double>(comp.total);
@@ -427,11 +428,6 @@ double decode_seconds_per_step(const model::ModelConfig& c, const HwProfile& hw,
   return std::max(read_s, flops / rate);
 }
 
-double decode_seconds_per_token(const model::ModelConfig& c, const HwProfile& hw,
-                                const std::string& dtype, int64_t context) {
-  return decode_seconds_per_step(c, hw, dtype, context, 1);
-}
-
 int cpu_threads(const HwProfile& hw) {
   int threads = 0;
   for (const auto& p : hw.peak) threads = std::max(threads, p.threads);
@@ -442,10 +438,10 @@ int cpu_threads(const HwProfile& hw) {
 double cpu_rank_share(const HwProfile& hw, const Layout& l) {
   if (hw.kind != "cpu") return 1.0;
   const double threads = cpu_threads(hw);
-  const double per_rank = l.threads_per_rank > 0
-                              ? static_cast<double>(l.threads_per_rank)
-                              : threads / static_cast<double>(std::max<int64_t>(
-                                              1, l.devices_per_node));
+  const double per_rank =
+      l.threads_per_rank > 0
+          ? static_cast<double>(l.threads_per_rank)
+          : threads / static_cast<double>(std::max<int64_t>(1, l.devices_per_node));
   return std::min(1.0, per_rank / threads);
 }
 
@@ -474,7 +470,7 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
   p.hw = hw.name;
   p.layout = l;
   const double micro = static_cast<double>(l.accumulation());
-  peak_or_throw(hw, l.dtype);
+  peak_or_throw(hw, l.dtype);  // the GEMMs' peak must exist
   // fp8 runs its GEMMs in fp8; attention, MFU and everything else in bf16.
   const std::string wide = l.dtype == "fp8" ? "bf16" : l.dtype;
   const double peak = peak_or_throw(hw, wide);
@@ -489,7 +485,9 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
     std::ostringstream d;
     d << g.count << " x [" << g.shape.m << " x " << g.shape.n << " x " << g.shape.k << "], eff "
       << fmt(price.efficiency * 100, 1) << "%"
-      << (price.measured ? " (measured shape)" : price.surface ? " (measured grid)" : "");
+      << (price.measured  ? " (measured shape)"
+          : price.surface ? " (measured grid)"
+                          : "");
     if (hw.kind == "gpu")
       d << " (tile " << fmt(price.tile, 2) << ", wave " << fmt(price.wave, 2) << ")";
     part.detail = d.str();
@@ -612,7 +610,7 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
         p.ckpt_save_s / p.ckpt_interval_s + (p.ckpt_interval_s / 2 + o.restart_s) / p.system_mttf_s;
     p.goodput = std::clamp(1.0 - lost, 0.0, 1.0);
   }
-  p.decode_s_per_token = decode_seconds_per_token(c, hw, l.dtype, l.seq);
+  p.decode_s_per_token = decode_seconds_per_step(c, hw, l.dtype, l.seq, 1);
   if (hw.gemm_efficiency.find(l.dtype) == hw.gemm_efficiency.end() && hw.gemm_grid.empty())
     p.assumptions.push_back("no measured " + l.dtype + " GEMM curve: plateau " +
                             fmt(achievable_gemm(hw, l.dtype), 2) + " of peak");
@@ -626,8 +624,7 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
     if (l.expert_shares.empty()) {
       p.assumptions.push_back("balanced routing (tokens x top_k / n_experts per expert)");
     } else {
-      p.assumptions.push_back("routing as measured: skip " +
-                              fmt(l.expert_shares.back() * 100, 1) +
+      p.assumptions.push_back("routing as measured: skip " + fmt(l.expert_shares.back() * 100, 1) +
                               "%, each expert's GEMMs at its own rows" +
                               (l.ep > 1 ? " on the busiest rank" : ""));
     }
@@ -641,8 +638,9 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
   if (l.tp > 1)
     p.assumptions.push_back("tensor-parallel collectives exposed (not overlapped with GEMMs)");
   if (l.dtype == "fp8")
-    p.assumptions.push_back("fp8 GEMMs at peak[fp8] x achievable; attention, memory and "
-                            "collectives in bf16; MFU against peak[bf16]");
+    p.assumptions.push_back(
+        "fp8 GEMMs at peak[fp8] x achievable; attention, memory and "
+        "collectives in bf16; MFU against peak[bf16]");
   if (l.world() > 1)
     p.assumptions.push_back("links at " + fmt(achievable_link(hw), 2) +
                             " of their per-direction bandwidth where no fit was measured");
@@ -655,12 +653,13 @@ std::string prediction_text(const Prediction& p) {
   s << "# " << p.model << " on " << p.hw << ": " << l.nodes << " node(s) x " << l.devices_per_node
     << ", dp " << l.dp() << ", ep " << l.ep
     << (l.tp > 1 ? ", tp " + std::to_string(l.tp) : std::string())
-    << (l.pp > 1 ? ", pp " + std::to_string(l.pp) + (l.vp > 1 ? " (vp " + std::to_string(l.vp) + ")" : std::string()) : std::string())
+    << (l.pp > 1 ? ", pp " + std::to_string(l.pp) +
+                       (l.vp > 1 ? " (vp " + std::to_string(l.vp) + ")" : std::string())
+                 : std::string())
     << (l.cp > 1 ? ", cp " + std::to_string(l.cp) : std::string()) << (l.zero1 ? ", ZeRO-1" : "")
-    << (l.fsdp ? ", FSDP" : "") << ", global batch "
-    << l.global_batch << " x " << l.seq << " (micro-batch " << l.micro_batch << ", "
-    << l.accumulation() << " per step), " << l.dtype << ", " << l.optimizer
-    << (l.recompute ? ", recompute" : "") << "\n";
+    << (l.fsdp ? ", FSDP" : "") << ", global batch " << l.global_batch << " x " << l.seq
+    << " (micro-batch " << l.micro_batch << ", " << l.accumulation() << " per step), " << l.dtype
+    << ", " << l.optimizer << (l.recompute ? ", recompute" : "") << "\n";
   Table t({"part", "seconds", "share", "detail"});
   for (const auto& part : p.compute)
     t.add_row({part.name, fmt(part.seconds, 4), fmt(part.seconds / p.step_s * 100, 1) + "%",

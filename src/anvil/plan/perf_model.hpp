@@ -130,11 +130,6 @@ int cpu_threads(const HwProfile& hw);
 double cpu_rank_share(const HwProfile& hw, const Layout& layout);
 HwProfile cpu_rank_view(const HwProfile& hw, double share);
 
-// Batch-1 decode at `context` tokens: active weights and the KV cache read
-// once per token at the memory bandwidth.
-double decode_seconds_per_token(const model::ModelConfig& config, const HwProfile& hw,
-                                const std::string& dtype, int64_t context);
-
 // One decode step of `batch` sequences at `context` tokens each (every
 // sequence gets one token): the slower of reading the weights it touches
 // (dense weights, the classifier, and of the experts those `batch` tokens

@@ -246,8 +246,9 @@ std::vector<Candidate> recommend(const model::ModelConfig& c, const HwProfile& h
     cand.non_embedding_total = total;
     cand.non_embedding_active = static_cast<double>(n.non_embedding_active);
     cand.prediction = predict_step(m, hw, o);
-    cand.decode_b1_s = decode_seconds_per_step(m, hw, o.layout.dtype, o.layout.seq, 1);
-    cand.decode_b32_s = decode_seconds_per_step(m, hw, o.layout.dtype, o.layout.seq, kDecodeBatch);
+    // On the rank's view of the hardware, as predict_step prices batch 1.
+    cand.decode_b32_s = decode_seconds_per_step(m, cpu_rank_view(hw, cpu_rank_share(hw, o.layout)),
+                                                o.layout.dtype, o.layout.seq, kDecodeBatch);
     for (const auto& r : check_sizing_rules(m, hw, o.layout)) cand.warnings += r.pass ? 0 : 1;
     out.push_back(cand);
   };
@@ -299,18 +300,19 @@ std::vector<Candidate> recommend(const model::ModelConfig& c, const HwProfile& h
     return x.prediction.tokens_per_s > y.prediction.tokens_per_s;
   });
   for (auto& x : out) {
-    x.pareto = std::none_of(out.begin(), out.end(), [&](const Candidate& y) {
-      return dominates(y, x);
-    });
+    x.pareto =
+        std::none_of(out.begin(), out.end(), [&](const Candidate& y) { return dominates(y, x); });
   }
   return out;
 }
 
 bool dominates(const Candidate& y, const Candidate& x) {
   const bool no_worse = y.prediction.tokens_per_s >= x.prediction.tokens_per_s &&
-                        y.decode_b1_s <= x.decode_b1_s && y.decode_b32_s <= x.decode_b32_s;
+                        y.prediction.decode_s_per_token <= x.prediction.decode_s_per_token &&
+                        y.decode_b32_s <= x.decode_b32_s;
   const bool better = y.prediction.tokens_per_s > x.prediction.tokens_per_s ||
-                      y.decode_b1_s < x.decode_b1_s || y.decode_b32_s < x.decode_b32_s;
+                      y.prediction.decode_s_per_token < x.prediction.decode_s_per_token ||
+                      y.decode_b32_s < x.decode_b32_s;
   return no_worse && better;
 }
 
@@ -321,15 +323,16 @@ std::string pareto_text(const std::vector<Candidate>& cs) {
   for (const auto& c : cs) {
     if (!c.pareto) continue;
     ++n;
-    t.add_row({c.change, fmt(c.prediction.tokens_per_s, 1), fmt(c.decode_b1_s * 1e3, 3),
-               fmt(c.decode_b32_s * 1e3, 3), fmt(c.non_embedding_active / 1e9, 4)});
+    t.add_row({c.change, fmt(c.prediction.tokens_per_s, 1),
+               fmt(c.prediction.decode_s_per_token * 1e3, 3), fmt(c.decode_b32_s * 1e3, 3),
+               fmt(c.non_embedding_active / 1e9, 4)});
   }
-  s << "# Pareto front: training tokens/s against decode latency at batch 1 and "
-    << kDecodeBatch << " (" << n << " of " << cs.size() << ")\n"
+  s << "# Pareto front: training tokens/s against decode latency at batch 1 and " << kDecodeBatch
+    << " (" << n << " of " << cs.size() << ")\n"
     << t.to_text();
   // Where the given shape sits, and why.
-  const auto given = std::find_if(cs.begin(), cs.end(),
-                                  [](const Candidate& c) { return c.change == "as given"; });
+  const auto given =
+      std::find_if(cs.begin(), cs.end(), [](const Candidate& c) { return c.change == "as given"; });
   if (given == cs.end()) return s.str();
   const auto rank = given - cs.begin() + 1;
   s << "as given: training rank " << rank << " of " << cs.size() << ", ";
@@ -348,7 +351,9 @@ std::string pareto_text(const std::vector<Candidate>& cs) {
   }
   s << "dominated by " << dominated_by << ", e.g. " << best->change << ": training "
     << fmt((best->prediction.tokens_per_s / given->prediction.tokens_per_s - 1) * 100, 1)
-    << "% faster, decode b1 " << fmt((1 - best->decode_b1_s / given->decode_b1_s) * 100, 1)
+    << "% faster, decode b1 "
+    << fmt((1 - best->prediction.decode_s_per_token / given->prediction.decode_s_per_token) * 100,
+           1)
     << "% and b" << kDecodeBatch << " "
     << fmt((1 - best->decode_b32_s / given->decode_b32_s) * 100, 1) << "% lower\n";
   return s.str();
@@ -398,7 +403,7 @@ std::string candidates_text(const std::vector<Candidate>& cs, size_t top) {
     const auto& c = cs[i];
     t.add_row({std::to_string(i + 1), c.change, fmt(c.non_embedding_total / 1e9, 4),
                fmt(c.non_embedding_active / 1e9, 4), fmt(c.prediction.tokens_per_s, 1),
-               fmt(c.prediction.mfu * 100, 1) + "%", fmt(c.decode_b1_s * 1e3, 3),
+               fmt(c.prediction.mfu * 100, 1) + "%", fmt(c.prediction.decode_s_per_token * 1e3, 3),
                fmt(c.decode_b32_s * 1e3, 3), c.pareto ? "*" : "", std::to_string(c.warnings)});
   }
   std::ostringstream s;
@@ -413,7 +418,8 @@ std::string candidates_json(const std::vector<Candidate>& cs, size_t top) {
   json a = json::array();
   for (size_t i = 0; i < cs.size(); ++i) {
     const auto& c = cs[i];
-    if (i >= top && !c.pareto && c.change != "as given") continue;  // the front and the input always
+    if (i >= top && !c.pareto && c.change != "as given")
+      continue;  // the front and the input always
     a.push_back({{"rank", i + 1},
                  {"change", c.change},
                  {"config", json::parse(model::model_config_to_json(c.config))},
@@ -423,7 +429,7 @@ std::string candidates_json(const std::vector<Candidate>& cs, size_t top) {
                  {"mfu", c.prediction.mfu},
                  {"step_s", c.prediction.step_s},
                  {"decode_s_per_token", c.prediction.decode_s_per_token},
-                 {"decode_b1_s", c.decode_b1_s},
+                 {"decode_b1_s", c.prediction.decode_s_per_token},
                  {"decode_b32_s", c.decode_b32_s},
                  {"pareto", c.pareto},
                  {"warnings", c.warnings}});

@@ -50,8 +50,9 @@ struct Candidate {
   std::string change;  // what differs from the input config
   double non_embedding_total = 0, non_embedding_active = 0;
   Prediction prediction;
-  double decode_b1_s = 0;   // one decode step, batch 1, at the layout's sequence length
-  double decode_b32_s = 0;  // one decode step of 32 sequences (each gets a token)
+  // One decode step of 32 sequences (each gets a token); batch 1 is
+  // prediction.decode_s_per_token.
+  double decode_b32_s = 0;
   bool pareto = false;      // no other candidate trains faster and decodes faster at 1 and 32
   int warnings = 0;
 };
