@@ -303,6 +303,12 @@ int main(int argc, char** argv) {
   comm_cmd->add_option("-w,--warmup", copt.warmup, "Untimed iterations per size")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  comm_cmd
+      ->add_option("--passes", copt.passes,
+                   "Sweep the sizes this many times (-n and -w each pass) and pool each size's "
+                   "samples, so a slow spell of the machine hits every size alike")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   comm_cmd->add_flag("--no-check", no_check, "Skip the exact result check (#wrong shows -)");
   comm_cmd->add_flag("--inplace", copt.in_place, "In-place buffers (as NCCL defines them)");
   comm_cmd->add_option("--root", copt.root, "Root rank for broadcast and reduce")

@@ -4,10 +4,11 @@
 # Each round measures this machine's profile (anvil hw --profile), a grid of
 # GEMM shapes into it (anvil bench gemm --preset grid: the efficiency surface)
 # and the 2-rank collectives (anvil bench comm --profile, the same sweep as
-# the measurement, keeping only 256K, 1M, 4M, 16M and 64M in the profile).
+# the measurement, keeping only 256K, 512K, 1M, ... 64M in the profile).
 # A second copy of the profile also gets the in-sample presets' own GEMM
 # shapes (anvil bench gemm --preset model). Then it trains every case and
-# measures the collectives again at every size from 256K to 128M by 2x.
+# measures the collectives again at every size from 256K to 128M by sqrt(2),
+# in 3 passes over the sizes.
 #
 # In-sample:  the presets predicted from the profile holding their own GEMM
 #             shapes; collectives at the measured sizes.
@@ -15,7 +16,8 @@
 #             measured); configurations with other widths, sequence lengths
 #             and expert counts, and 2-rank runs, none of whose shapes or
 #             steps went into the profile; collectives at the sizes between
-#             and beyond the profile's (512K, 2M, 8M, 32M, 128M).
+#             (the sqrt(2) steps: 362K, 724K, ... 90M) and beyond the
+#             profile's (128M).
 # Rounds interleave, so machine drift hits prediction and measurement alike.
 # Prints medians of predicted / measured, the in-sample and held-out errors
 # separately, and writes bench/results/plan_validation.json.
@@ -63,11 +65,13 @@ keep_in_sample() {
 import json, sys
 path = sys.argv[1]
 p = json.load(open(path))
-keep = {256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20}
 for ops in p["comm"]["ranks"].values():
     for algos in ops.values():
         for fit in algos.values():
-            pts = [x for x in fit.get("points", []) if x[0] in keep]
+            # The sweep steps by sqrt(2): every other size (2x apart) is in
+            # sample; the ones between, and the largest (beyond), are held out.
+            pts = sorted(fit.get("points", []))
+            pts = [x for i, x in enumerate(pts) if i % 2 == 0 and i < len(pts) - 1]
             fit["points"] = pts
             n = len(pts)
             mx = sum(b for b, _ in pts) / n
@@ -78,7 +82,10 @@ for ops in p["comm"]["ranks"].values():
 json.dump(p, open(path, "w"), indent=2)
 PY
 }
-comm_ops="--op allreduce reduce_scatter allgather --algo shm ring -n 10"
+comm_ops="--op allreduce reduce_scatter allgather --algo shm ring"
+# sqrt(2) steps from 256K to 128M; 3 passes over the sizes pool each size's
+# samples, so a slow spell of this shared VM does not land on a few sizes.
+comm_sweep="-b 256K -e 128M -f 1.41421356 -n 4 -w 2 --passes 3"
 # FIRST_ROUND=N (with KEEP) continues a kept run from round N.
 for r in $(seq "${FIRST_ROUND:-1}" "$rounds"); do
   [ -z "${ANALYSE:-}" ] || break
@@ -92,7 +99,7 @@ for r in $(seq "${FIRST_ROUND:-1}" "$rounds"); do
       --profile "$grid" > /dev/null
   # The same sweep as the measurement below (so both passes run alike), then
   # only the in-sample sizes kept in the profile.
-  "$anvil" bench comm --np 2 $comm_ops -b 256K -e 128M -f 2 --profile "$grid" > /dev/null
+  "$anvil" bench comm --np 2 $comm_ops $comm_sweep --profile "$grid" > /dev/null
   keep_in_sample "$grid"
   cp "$grid" "$shapes"
   while IFS='|' read -r name kind config B T prec np sets; do
@@ -102,7 +109,7 @@ for r in $(seq "${FIRST_ROUND:-1}" "$rounds"); do
       --backward --dtype "$dtype" --baselines none --min-time 0.05 --profile "$shapes" > /dev/null
   done <<< "$cases"
   echo "round $r/$rounds: collectives at held-out sizes" >&2
-  "$anvil" bench comm --np 2 $comm_ops -b 256K -e 128M -f 2 --json --profile "$out/same-$r.json" \
+  "$anvil" bench comm --np 2 $comm_ops $comm_sweep --json --profile "$out/same-$r.json" \
     > "$out/comm-$r.json"
   keep_in_sample "$out/same-$r.json"
   while IFS='|' read -r name kind config B T prec np sets; do
@@ -125,11 +132,14 @@ for r in $(seq "${FIRST_ROUND:-1}" "$rounds"); do
       "$anvil" plan --hw "$shapes" "${pflags[@]}" > "$out/plan-shapes-$name-$r.json"
     fi
   done <<< "$cases"
+  comm_sizes=$(/usr/bin/python3 -c 'import json, sys
+print(",".join(str(b) for b in sorted({p["bytes"] for p in json.load(open(sys.argv[1]))["points"]})))' \
+    "$out/comm-$r.json")
   for op in allreduce reduce_scatter allgather; do
     for algo in shm ring; do
       for basis in grid same; do
         "$anvil" plan comm --hw "$out/$basis-$r.json" --op "$op" --algo "$algo" --ranks 2 \
-          --sizes 256K,512K,1M,2M,4M,8M,16M,32M,64M,128M --json \
+          --sizes "$comm_sizes" --json \
           > "$out/pcomm-$basis-$op-$algo-$r.json"
       done
     done
@@ -174,7 +184,9 @@ for line in cases:
               f"{st.median(row['predicted_s']):>11.3f}{row['ratio']:>11.2f}"
               f"{st.median(row['peak_rss_bytes']) / 1e9:>13.3f}{row['memory_ratio']:>10.2f}")
 print()
-in_sizes = {256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20}
+# In sample: every other size of the sqrt(2) sweep, the largest excepted.
+all_sizes = sorted({p["bytes"] for p in load("comm-1.json")["points"]})
+in_sizes = {b for i, b in enumerate(all_sizes) if i % 2 == 0 and i < len(all_sizes) - 1}
 # Two profiles predict each round's measurement: the round's profile (its own
 # bench comm run, earlier: in-sample sizes show the run-to-run spread) and the
 # measurement's own run with the held-out sizes dropped (interpolation alone).

@@ -281,41 +281,52 @@ CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
     }
     // Shared-memory setup is collective and slow-ish: not part of any timing.
     if (std::find(algos.begin(), algos.end(), Algo::shm) != algos.end()) c.shm();
-    for (int64_t bytes : sizes) {
-      const size_t count = count_for(op, bytes, t, n);
-      const size_t total = op == Op::alltoall ? count * static_cast<size_t>(n) : count;
-      Buffers b;
-      b.send.assign(total * es + 64, 0);
-      b.recv.assign(total * es + 64, 0);
-      for (Algo a : algos) {
-        std::vector<double> times;
-        for (int it = 0; it < o.warmup + o.iters; ++it) {
-          c.barrier();
-          if (c.rank() == o.stall_rank && a == algos.back()) {
-            // A hung rank in the last algorithm measured (the one --algo names):
-            // the others must end within --timeout, naming the op.
-            std::this_thread::sleep_for(std::chrono::duration<double>(3 * o.timeout_s + 10));
+    // Each pass sweeps every size once; a size's samples pool all passes, so
+    // a slow spell of the machine (another tenant, the other core busy)
+    // lands on every size alike instead of on the few it happened to cover.
+    std::vector<std::vector<double>> times(sizes.size() * algos.size());
+    for (int pass = 0; pass < o.passes; ++pass) {
+      const bool last = pass + 1 == o.passes;
+      for (size_t si = 0; si < sizes.size(); ++si) {
+        const size_t count = count_for(op, sizes[si], t, n);
+        const size_t total = op == Op::alltoall ? count * static_cast<size_t>(n) : count;
+        Buffers b;
+        b.send.assign(total * es + 64, 0);
+        b.recv.assign(total * es + 64, 0);
+        for (size_t ai = 0; ai < algos.size(); ++ai) {
+          const Algo a = algos[ai];
+          std::vector<double> block;
+          for (int it = 0; it < o.warmup + o.iters; ++it) {
+            c.barrier();
+            if (c.rank() == o.stall_rank && a == algos.back()) {
+              // A hung rank in the last algorithm measured (the one --algo names):
+              // the others must end within --timeout, naming the op.
+              std::this_thread::sleep_for(std::chrono::duration<double>(3 * o.timeout_s + 10));
+            }
+            const double t0 = now_seconds();
+            run_op(c, op, a, b, count, t, rop, o.root, o.in_place);
+            const double dt = now_seconds() - t0;
+            if (it >= o.warmup) block.push_back(dt);
           }
-          const double t0 = now_seconds();
-          run_op(c, op, a, b, count, t, rop, o.root, o.in_place);
-          const double dt = now_seconds() - t0;
-          if (it >= o.warmup) times.push_back(dt);
+          // Each iteration's time is its slowest rank's.
+          MPI_Allreduce(MPI_IN_PLACE, block.data(), static_cast<int>(block.size()), MPI_DOUBLE,
+                        MPI_MAX, c.mpi_comm());
+          auto& all = times[si * algos.size() + ai];
+          all.insert(all.end(), block.begin(), block.end());
+          if (!last) continue;
+          Samples s{all};
+          CommPoint p;
+          p.op = comm::to_string(op);
+          p.algo = comm::to_string(a);
+          p.bytes = static_cast<int64_t>(total * es);
+          p.count = static_cast<int64_t>(count);
+          p.p50_us = s.median() * 1e6;
+          p.p99_us = s.percentile(99) * 1e6;
+          p.algbw = p.p50_us > 0 ? static_cast<double>(p.bytes) / (p.p50_us * 1e-6) / 1e9 : 0;
+          p.busbw = p.algbw * bus_factor(op, n);
+          p.wrong = o.check ? check_op(c, op, a, b, count, t, rop, o.root, o.in_place) : -1;
+          result.points.push_back(p);
         }
-        // Each iteration's time is its slowest rank's.
-        MPI_Allreduce(MPI_IN_PLACE, times.data(), static_cast<int>(times.size()), MPI_DOUBLE,
-                      MPI_MAX, c.mpi_comm());
-        Samples s{times};
-        CommPoint p;
-        p.op = comm::to_string(op);
-        p.algo = comm::to_string(a);
-        p.bytes = static_cast<int64_t>(total * es);
-        p.count = static_cast<int64_t>(count);
-        p.p50_us = s.median() * 1e6;
-        p.p99_us = s.percentile(99) * 1e6;
-        p.algbw = p.p50_us > 0 ? static_cast<double>(p.bytes) / (p.p50_us * 1e-6) / 1e9 : 0;
-        p.busbw = p.algbw * bus_factor(op, n);
-        p.wrong = o.check ? check_op(c, op, a, b, count, t, rop, o.root, o.in_place) : -1;
-        result.points.push_back(p);
       }
     }
     for (Algo a : algos) {

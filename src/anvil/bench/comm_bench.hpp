@@ -32,6 +32,7 @@ struct CommBenchOptions {
   std::vector<std::string> algos;  // empty: every algorithm of each op
   int iters = 20;
   int warmup = 5;
+  int passes = 1;  // sweeps over the sizes; each size's samples pool all of them
   bool check = true;
   bool in_place = false;
   int root = 0;
