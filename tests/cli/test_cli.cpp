@@ -204,6 +204,30 @@ TEST(Cli, CommBenchRunsUnderMpirunAndChecksExactly) {
   EXPECT_FALSE(j["fits"].empty());
 }
 
+TEST(Cli, CommBenchPassesPoolEachSizeIntoOnePoint) {
+  // Three sweeps over the sizes give one checked point per (op, algo, size),
+  // the same points a single sweep gives.
+  auto keys = [](const std::string& passes) {
+    const CliRun r = anvil("bench comm --np 2 --op allreduce,reduce_scatter --algo shm,ring "
+                           "-b 1K -e 64K -f 4 -n 2 -w 1 --json --passes " + passes,
+                           false);
+    EXPECT_EQ(r.status, 0) << r.out;
+    std::vector<std::string> out;
+    const auto j = nlohmann::json::parse(r.out);
+    for (const auto& p : j["points"]) {
+      EXPECT_EQ(p["wrong"], 0) << p.dump();
+      EXPECT_GT(p["p50_us"].get<double>(), 0.0) << p.dump();
+      out.push_back(p["op"].get<std::string>() + "/" + p["algo"].get<std::string>() + "/" +
+                    std::to_string(p["bytes"].get<int64_t>()));
+    }
+    return out;
+  };
+  const auto one = keys("1");
+  EXPECT_EQ(one.size(), 2u * 3u * 4u);  // 2 ops x (mpi, shm, ring) x 1K..64K by 4
+  EXPECT_EQ(keys("3"), one);
+  expect_usage_error("bench comm --passes 0", "--passes");
+}
+
 TEST(Cli, CommBenchWritesTheAutoTuningTable) {
   const auto out = std::filesystem::temp_directory_path() /
                    ("anvil-tune-" + std::to_string(::getpid()) + ".json");
