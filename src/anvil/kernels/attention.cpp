@@ -1,16 +1,19 @@
 // Causal multi-head / grouped-query attention on the CPU, flash-attention
-// style: keys are visited in tiles of kTile with an online (running max)
-// softmax; the forward keeps only the output and the per-row log-sum-exp, and
-// the backward recomputes the probabilities from them. Memory is O(tile) per
-// thread, never O(T^2). Each key/value tile is transposed once to [D][kTile]
-// so the scores of a query row against the tile are kTile-wide vector FMAs
-// rather than kTile horizontal dot products. See layers.hpp for layouts.
+// style: the forward keeps only the output and the per-row log-sum-exp, and
+// the backward recomputes the probabilities from them; memory is O(block^2)
+// per thread, never O(T^2). Training's forward and backward work on
+// [kBlock x D] query/key tiles whose products are GEMM calls (the BLAS
+// kernels, single-threaded inside the parallel tasks), so attention runs at
+// GEMM speed. Decode (one query row) keeps the vector path: each key/value
+// tile transposed once to [D][kTile] so a row's scores are kTile-wide FMAs.
+// See layers.hpp for layouts.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "anvil/kernels/fast_math.hpp"
+#include "anvil/kernels/gemm.hpp"
 #include "anvil/kernels/layers.hpp"
 
 namespace anvil::kernels {
@@ -73,98 +76,174 @@ inline void online_softmax_tile(float* o, float* m, float* l, const float* score
 
 }  // namespace
 
+namespace {
+
+// Query and key blocks of the GEMM path: a (batch, head, query block) task
+// multiplies [kBlock x D] tiles, large enough for the BLAS kernels to run
+// near their peak, small enough that a block's scores stay in L2.
+constexpr int64_t kBlock = 128;
+
+// Scores of one block pair: s[i][j] = scale * q_i . k_j (ld kBlock), with
+// keys past the query (causal) at -inf. q and k rows are `stride` apart.
+void block_scores(float* s, const float* q, const float* k, int64_t stride, int64_t mq, int64_t nk,
+                  int64_t D, float scale, int64_t i0, int64_t j0) {
+  gemm(false, true, mq, nk, D, scale, q, stride, k, stride, 0.0f, s, kBlock);
+  if (j0 + nk - 1 <= i0) return;  // the whole block is at or before every query
+  for (int64_t i = 0; i < mq; ++i) {
+    const int64_t first_masked = std::max<int64_t>(0, i0 + i - j0 + 1);
+    std::fill(s + i * kBlock + std::min(first_masked, nk), s + i * kBlock + nk,
+              -std::numeric_limits<float>::infinity());
+  }
+}
+
+// fast_exp clamps, so exp(-inf) is ~1e-38, not 0: the masked (future) keys
+// of a diagonal block get exactly zero probability here.
+void zero_masked(float* p, int64_t mq, int64_t nk, int64_t i0, int64_t j0) {
+  if (j0 + nk - 1 <= i0) return;
+  for (int64_t i = 0; i < mq; ++i) {
+    const int64_t first_masked = std::max<int64_t>(0, i0 + i - j0 + 1);
+    std::fill(p + i * kBlock + std::min(first_masked, nk), p + i * kBlock + nk, 0.0f);
+  }
+}
+
+}  // namespace
+
+// Forward, flash-attention style on GEMM tiles: for each query block the key
+// blocks up to the diagonal are visited with an online softmax; the scores
+// and the P V product are BLAS calls on [kBlock x D] tiles.
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t Hq,
                        int64_t Hkv, int64_t D) {
   const int64_t stride = (Hq + 2 * Hkv) * D;
   const int64_t group = Hq / Hkv;
+  const int64_t blocks = (T + kBlock - 1) / kBlock;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
 #pragma omp parallel
   {
-    std::vector<float> kt(D * kTile), scores(kTile), run_max(T), run_sum(T);
-#pragma omp for collapse(2) schedule(static)
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t h = 0; h < Hq; ++h) {
-        const float* base = qkv + b * T * stride;
-        const float* k = base + Hq * D + (h / group) * D;
-        const float* v = k + Hkv * D;
-        float* o = out + b * T * Hq * D + h * D;
-        for (int64_t t = 0; t < T; ++t) {
-          std::fill(o + t * Hq * D, o + t * Hq * D + D, 0.0f);
-          run_max[t] = -std::numeric_limits<float>::infinity();
-          run_sum[t] = 0.0f;
-        }
-        for (int64_t j0 = 0; j0 < T; j0 += kTile) {
-          const int64_t n = std::min(kTile, T - j0);
-          transpose_tile(kt.data(), k + j0 * stride, stride, n, D);
-          for (int64_t t = j0; t < T; ++t) {
-            tile_scores(scores.data(), base + t * stride + h * D, kt.data(), D, scale);
-            online_softmax_tile(o + t * Hq * D, &run_max[t], &run_sum[t], scores.data(),
-                                v + j0 * stride, stride, std::min(n, t - j0 + 1), D);
-          }
-        }
-        for (int64_t t = 0; t < T; ++t) {
-          const float inv = 1.0f / run_sum[t];
-          float* row = o + t * Hq * D;
+    std::vector<float> s(kBlock * kBlock), acc(kBlock * D), m(kBlock), l(kBlock), corr(kBlock);
+    // Later query blocks see more keys: dynamic, largest first.
+#pragma omp for collapse(3) schedule(dynamic, 1)
+    for (int64_t qb = blocks - 1; qb >= 0; --qb) {
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t h = 0; h < Hq; ++h) {
+          const int64_t i0 = qb * kBlock, mq = std::min(kBlock, T - i0);
+          const float* base = qkv + b * T * stride;
+          const float* q = base + i0 * stride + h * D;
+          const float* k = base + Hq * D + (h / group) * D;
+          const float* v = k + Hkv * D;
+          std::fill(acc.begin(), acc.begin() + mq * D, 0.0f);
+          std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+          std::fill(l.begin(), l.end(), 0.0f);
+          for (int64_t j0 = 0; j0 <= i0; j0 += kBlock) {
+            const int64_t nk = std::min(kBlock, T - j0);
+            block_scores(s.data(), q, k + j0 * stride, stride, mq, nk, D, scale, i0, j0);
+            for (int64_t i = 0; i < mq; ++i) {
+              float* row = s.data() + i * kBlock;
+              float mx = m[i];
+              for (int64_t j = 0; j < nk; ++j) mx = std::max(mx, row[j]);
 #pragma omp simd
-          for (int64_t i = 0; i < D; ++i) row[i] *= inv;
-          lse[(b * Hq + h) * T + t] = run_max[t] + std::log(run_sum[t]);
+              for (int64_t j = 0; j < nk; ++j) row[j] = fast_exp(row[j] - mx);
+              corr[i] = fast_exp(m[i] - mx);
+              m[i] = mx;
+            }
+            zero_masked(s.data(), mq, nk, i0, j0);
+            for (int64_t i = 0; i < mq; ++i) {
+              const float* row = s.data() + i * kBlock;
+              float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+              for (int64_t j = 0; j < nk; ++j) sum += row[j];
+              l[i] = l[i] * corr[i] + sum;
+              float* a = acc.data() + i * D;
+#pragma omp simd
+              for (int64_t d = 0; d < D; ++d) a[d] *= corr[i];
+            }
+            gemm(false, false, mq, D, nk, 1.0f, s.data(), kBlock, v + j0 * stride, stride, 1.0f,
+                 acc.data(), D);
+          }
+          float* o = out + (b * T + i0) * Hq * D + h * D;
+          for (int64_t i = 0; i < mq; ++i) {
+            const float inv = 1.0f / l[i];
+#pragma omp simd
+            for (int64_t d = 0; d < D; ++d) o[i * Hq * D + d] = acc[i * D + d] * inv;
+            lse[(b * Hq + h) * T + i0 + i] = m[i] + std::log(l[i]);
+          }
         }
       }
     }
   }
 }
 
+// Backward on GEMM tiles, one task per (batch, kv head) so that the query
+// heads of a group, which all add to the same dK/dV rows, and every query
+// block's dQ stay in one task: no atomics, a fixed summation order. For each
+// key block the probabilities are recomputed from the saved log-sum-exp and
+//   dV += P^T dO,  dP = dO V^T,  dS = P * (dP - delta) * scale,
+//   dQ += dS K,    dK += dS^T Q   (delta = rowsum(dO * O)).
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int64_t B, int64_t T, int64_t Hq, int64_t Hkv,
                         int64_t D) {
   const int64_t stride = (Hq + 2 * Hkv) * D;
   const int64_t group = Hq / Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  // One task per (batch, kv head): the query heads of a group all add to the
-  // same dK/dV rows, so they stay in one task and need no atomics.
 #pragma omp parallel
   {
-    std::vector<float> kt(D * kTile), vt(D * kTile), p(kTile), ds(kTile), delta(T);
-#pragma omp for collapse(2) schedule(static)
+    std::vector<float> p(kBlock * kBlock), dp(kBlock * kBlock), dk(kBlock * D), dv(kBlock * D),
+        delta(group * T);
+#pragma omp for collapse(2) schedule(dynamic, 1)
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t g = 0; g < Hkv; ++g) {
         const float* base = qkv + b * T * stride;
         float* dbase = dqkv + b * T * stride;
-        const float* k = base + Hq * D + g * D;
-        const float* v = k + Hkv * D;
-        float* dk = dbase + Hq * D + g * D;
-        float* dv = dk + Hkv * D;
-        for (int64_t j0 = 0; j0 < T; j0 += kTile) {
-          const int64_t n = std::min(kTile, T - j0);
-          transpose_tile(kt.data(), k + j0 * stride, stride, n, D);
-          transpose_tile(vt.data(), v + j0 * stride, stride, n, D);
-          for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-            const float* o = out + b * T * Hq * D + h * D;
-            const float* d_o = dout + b * T * Hq * D + h * D;
-            if (j0 == 0) {
-              for (int64_t t = 0; t < T; ++t) delta[t] = dot(d_o + t * Hq * D, o + t * Hq * D, D);
-            } else if (group > 1) {
-              for (int64_t t = j0; t < T; ++t) delta[t] = dot(d_o + t * Hq * D, o + t * Hq * D, D);
-            }
-            for (int64_t t = j0; t < T; ++t) {
-              const float* q = base + t * stride + h * D;
-              const float* dot_row = d_o + t * Hq * D;
-              const float row_lse = lse[(b * Hq + h) * T + t];
-              const int64_t m = std::min(n, t - j0 + 1);  // causal: keys <= t
-              tile_scores(p.data(), q, kt.data(), D, scale);
-              tile_scores(ds.data(), dot_row, vt.data(), D, 1.0f);  // dp_j = do . v_j
+        for (int64_t hh = 0; hh < group; ++hh) {
+          const int64_t h = g * group + hh;
+          for (int64_t t = 0; t < T; ++t) {
+            const float* o = out + (b * T + t) * Hq * D + h * D;
+            const float* d_o = dout + (b * T + t) * Hq * D + h * D;
+            delta[hh * T + t] = dot(d_o, o, D);
+          }
+        }
+        for (int64_t j0 = 0; j0 < T; j0 += kBlock) {
+          const int64_t nk = std::min(kBlock, T - j0);
+          const float* k = base + j0 * stride + Hq * D + g * D;
+          const float* v = k + Hkv * D;
+          std::fill(dk.begin(), dk.begin() + nk * D, 0.0f);
+          std::fill(dv.begin(), dv.begin() + nk * D, 0.0f);
+          for (int64_t hh = 0; hh < group; ++hh) {
+            const int64_t h = g * group + hh;
+            for (int64_t i0 = j0; i0 < T; i0 += kBlock) {
+              const int64_t mq = std::min(kBlock, T - i0);
+              const float* q = base + i0 * stride + h * D;
+              const float* d_o = dout + (b * T + i0) * Hq * D + h * D;
+              block_scores(p.data(), q, k, stride, mq, nk, D, scale, i0, j0);
+              const float* row_lse = lse + (b * Hq + h) * T + i0;
+              for (int64_t i = 0; i < mq; ++i) {
+                float* row = p.data() + i * kBlock;
+                const float li = row_lse[i];
 #pragma omp simd
-              for (int64_t j = 0; j < kTile; ++j) {
-                p[j] = j < m ? fast_exp(p[j] - row_lse) : 0.0f;
-                ds[j] = p[j] * (ds[j] - delta[t]) * scale;
+                for (int64_t j = 0; j < nk; ++j) row[j] = fast_exp(row[j] - li);
               }
-              float* dq = dbase + t * stride + h * D;
-              for (int64_t j = 0; j < m; ++j) {
-                const int64_t row = (j0 + j) * stride;
-                axpy(dq, ds[j], k + row, D);
-                axpy(dk + row, ds[j], q, D);
-                axpy(dv + row, p[j], dot_row, D);
+              zero_masked(p.data(), mq, nk, i0, j0);
+              gemm(true, false, nk, D, mq, 1.0f, p.data(), kBlock, d_o, Hq * D, 1.0f, dv.data(),
+                   D);
+              gemm(false, true, mq, nk, D, 1.0f, d_o, Hq * D, v, stride, 0.0f, dp.data(), kBlock);
+              for (int64_t i = 0; i < mq; ++i) {
+                const float di = delta[hh * T + i0 + i];
+                float* ds = dp.data() + i * kBlock;
+                const float* pr = p.data() + i * kBlock;
+#pragma omp simd
+                for (int64_t j = 0; j < nk; ++j) ds[j] = pr[j] * (ds[j] - di) * scale;
               }
+              gemm(false, false, mq, D, nk, 1.0f, dp.data(), kBlock, k, stride, 1.0f,
+                   dbase + i0 * stride + h * D, stride);
+              gemm(true, false, nk, D, mq, 1.0f, dp.data(), kBlock, q, stride, 1.0f, dk.data(), D);
+            }
+          }
+          float* dkr = dbase + j0 * stride + Hq * D + g * D;
+          float* dvr = dkr + Hkv * D;
+          for (int64_t j = 0; j < nk; ++j) {
+#pragma omp simd
+            for (int64_t d = 0; d < D; ++d) {
+              dkr[j * stride + d] += dk[j * D + d];
+              dvr[j * stride + d] += dv[j * D + d];
             }
           }
         }
