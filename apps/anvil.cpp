@@ -27,6 +27,7 @@
 #include "anvil/bench/comm_bench.hpp"
 #include "anvil/bench/gemm_bench.hpp"
 #include "anvil/bench/hw_report.hpp"
+#include "anvil/bench/attention_bench.hpp"
 #include "anvil/bench/membw_bench.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/ckpt/hf.hpp"
@@ -260,6 +261,35 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.001, 60.0))
       ->capture_default_str();
   mout.add_to(membw);
+
+  auto* attn = bench->add_subcommand(
+      "attention",
+      "The trainer's causal attention (forward, backward) by sequence length and head size, "
+      "against the sgemm peak measured in the same run");
+  anvil::bench::AttentionBenchOptions aopt;
+  OutputFlags aout;
+  attn->add_option("--seqs", aopt.seqs, "Sequence lengths, e.g. 256,2048")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  attn->add_option("--head-dims", aopt.head_dims, "Head sizes, e.g. 64,128")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  attn->add_option("--heads", aopt.heads, "Query heads")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  attn->add_option("--kv-heads", aopt.kv_heads, "Key/value heads (GQA; default: --heads)")
+      ->check(CLI::PositiveNumber);
+  attn->add_option("--tokens", aopt.tokens, "Tokens per call (batch = tokens / seq)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  attn->add_option("--threads", aopt.threads, "Threads (default: all cores)")
+      ->check(CLI::PositiveNumber);
+  attn->add_option("--min-time", aopt.min_seconds, "Seconds timed per case and pass")
+      ->check(CLI::Range(0.001, 60.0))
+      ->capture_default_str();
+  aout.add_to(attn);
 
   auto* comm_cmd = bench->add_subcommand(
       "comm",
@@ -744,7 +774,7 @@ int main(int argc, char** argv) {
                                   : *data_cmd ? "anvil data"
                                   : *ckpt_cmd ? "anvil ckpt"
                                               : "anvil";
-        const std::string expected = *bench      ? "gemm, membw, comm"
+        const std::string expected = *bench      ? "gemm, membw, attention, comm"
                                      : *data_cmd ? "tokenize, tokenizer"
                                      : *ckpt_cmd
                                          ? "export, import, verify, diff, reshape"
@@ -1085,6 +1115,15 @@ int main(int argc, char** argv) {
       std::cerr << "wrote " << r.model_path << " and " << r.vocab_path << ": " << ttopt.type
                 << ", vocabulary " << r.vocab_size << ", trained on " << r.lines << " lines in "
                 << r.seconds << " s\n";
+      return 0;
+    }
+    if (*attn) {
+      aopt.progress = stderr_is_terminal();
+      const auto result = anvil::bench::run_attention_bench(aopt);
+      char peak[160];
+      std::snprintf(peak, sizeof peak, "sgemm peak (2048^3 fp32, %d threads, same run): %.1f GFLOP/s\n",
+                    result.threads, result.sgemm_peak_gflops);
+      aout.emit(result, peak);
       return 0;
     }
     if (*membw) {

@@ -122,7 +122,7 @@ double relative_norm_difference(const std::vector<float>& a, const std::vector<f
 // root of its second moment, so gradient entries near zero carry that
 // rounding into the weights at full size: after 20 steps the weights differ
 // by a few 1e-6 (measured up to 7.7e-6 of a tensor's largest entry, and
-// up to 2.8e-6 in norm for zaya-tiny under Muon, whose Newton-Schulz
+// up to 5.3e-6 in norm for zaya-tiny under Muon, whose Newton-Schulz
 // normalises small differences up too) while every loss agrees to ~1e-7.
 // Only a reduction order independent of the rank count would close that
 // gap: a 1-rank GEMM over all rows cannot sum in a 4-rank tree's order.
@@ -415,7 +415,11 @@ TEST(DataParallel, Zaya1TinyWithMuonOn2And4RanksMatchesOneRank) {
   for (int ranks : {2, 4}) {
     expect_same_trajectory(
         train(ranks, "zaya-" + std::to_string(ranks), args + " -B " + std::to_string(8 / ranks)),
-        one, 1e-6, "zaya-tiny (Muon) on " + std::to_string(ranks) + " ranks");
+        one, 1e-6, "zaya-tiny (Muon) on " + std::to_string(ranks) + " ranks", 2e-5,
+        // Newton-Schulz scales the router MLP's rounding differences up: 2.8e-6
+        // in norm with the vector attention kernel, 5.3e-6 with the GEMM-tile
+        // one (the same sums rounded in another order); a broken term is >1e-3.
+        1e-5);
   }
 }
 

@@ -139,6 +139,80 @@ TEST(LayerGradients, GroupedQueryAttentionMatchesFiniteDifferences) {
   expect_matches_finite_differences("dqkv", qkv, dqkv, objective);
 }
 
+TEST(LayerGradients, BlockedAttentionMatchesADoubleReferenceAcrossBlocks) {
+  // T = 300: three query/key blocks of the GEMM path, the last one partial,
+  // so the online softmax crosses blocks and the diagonal blocks are masked.
+  const int64_t B = 2, T = 300, Hq = 4, Hkv = 2, D = 16, Q = (Hq + 2 * Hkv) * D;
+  const auto qkv = random_vector(B * T * Q, 7);
+  const auto dout = random_vector(B * T * Hq * D, 8);
+  std::vector<float> out(B * T * Hq * D), lse(B * Hq * T), dqkv(B * T * Q, 0.0f);
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, Hq, Hkv, D);
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, Hq, Hkv,
+                     D);
+  // Reference: the T x T probabilities in double, then the textbook gradients.
+  std::vector<double> ref_out(out.size(), 0.0), ref_d(dqkv.size(), 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < Hq; ++h) {
+      const int64_t g = h / (Hq / Hkv);
+      auto at = [&](int64_t t, int64_t off) { return static_cast<double>(qkv[(b * T + t) * Q + off]); };
+      const int64_t qo = h * D, ko = (Hq + g) * D, vo = (Hq + Hkv + g) * D;
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<double> p(t + 1);
+        double mx = -1e300, sum = 0;
+        for (int64_t j = 0; j <= t; ++j) {
+          double sc = 0;
+          for (int64_t d = 0; d < D; ++d) sc += at(t, qo + d) * at(j, ko + d);
+          p[j] = sc * scale;
+          mx = std::max(mx, p[j]);
+        }
+        for (auto& x : p) sum += (x = std::exp(x - mx));
+        for (auto& x : p) x /= sum;
+        const float* go = &dout[(b * T + t) * Hq * D + h * D];
+        double delta = 0;
+        std::vector<double> o(D, 0.0);
+        for (int64_t j = 0; j <= t; ++j)
+          for (int64_t d = 0; d < D; ++d) o[d] += p[j] * at(j, vo + d);
+        for (int64_t d = 0; d < D; ++d) {
+          ref_out[(b * T + t) * Hq * D + h * D + d] = o[d];
+          delta += go[d] * o[d];
+        }
+        for (int64_t j = 0; j <= t; ++j) {
+          double dp = 0;
+          for (int64_t d = 0; d < D; ++d) dp += go[d] * at(j, vo + d);
+          const double ds = p[j] * (dp - delta) * scale;
+          for (int64_t d = 0; d < D; ++d) {
+            ref_d[(b * T + t) * Q + qo + d] += ds * at(j, ko + d);
+            ref_d[(b * T + j) * Q + ko + d] += ds * at(t, qo + d);
+            ref_d[(b * T + j) * Q + vo + d] += p[j] * go[d];
+          }
+        }
+      }
+    }
+  }
+  auto rel = [](const std::vector<float>& got, const std::vector<double>& want) {
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      err = std::max(err, std::abs(got[i] - want[i]));
+      norm = std::max(norm, std::abs(want[i]));
+    }
+    return err / norm;
+  };
+  EXPECT_LT(rel(out, ref_out), 2e-6);
+  EXPECT_LT(rel(dqkv, ref_d), 2e-5);
+  // The log-sum-exp of the last row of the first head, from the reference.
+  double mx = -1e300, sum = 0;
+  std::vector<double> sc(T);
+  for (int64_t j = 0; j < T; ++j) {
+    double x = 0;
+    for (int64_t d = 0; d < D; ++d)
+      x += static_cast<double>(qkv[(T - 1) * Q + d]) * qkv[j * Q + Hq * D + d];
+    mx = std::max(mx, sc[j] = x * scale);
+  }
+  for (double x : sc) sum += std::exp(x - mx);
+  EXPECT_NEAR(lse[T - 1], mx + std::log(sum), 1e-5);
+}
+
 TEST(LayerGradients, AttentionIsCausalAndDecodeMatchesTheFullPass) {
   const int64_t T = 70, Hq = 4, Hkv = 2, D = 8, Q = (Hq + 2 * Hkv) * D;
   auto qkv = random_vector(T * Q, 1);

@@ -82,12 +82,14 @@ namespace {
 // multiplies [kBlock x D] tiles, large enough for the BLAS kernels to run
 // near their peak, small enough that a block's scores stay in L2.
 constexpr int64_t kBlock = 128;
+// The tiles' GEMM library (single-threaded inside the tasks).
+constexpr GemmBackend kTileGemm = GemmBackend::openblas;
 
 // Scores of one block pair: s[i][j] = scale * q_i . k_j (ld kBlock), with
 // keys past the query (causal) at -inf. q and k rows are `stride` apart.
 void block_scores(float* s, const float* q, const float* k, int64_t stride, int64_t mq, int64_t nk,
                   int64_t D, float scale, int64_t i0, int64_t j0) {
-  gemm(false, true, mq, nk, D, scale, q, stride, k, stride, 0.0f, s, kBlock);
+  gemm(false, true, mq, nk, D, scale, q, stride, k, stride, 0.0f, s, kBlock, kTileGemm);
   if (j0 + nk - 1 <= i0) return;  // the whole block is at or before every query
   for (int64_t i = 0; i < mq; ++i) {
     const int64_t first_masked = std::max<int64_t>(0, i0 + i - j0 + 1);
@@ -157,7 +159,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
               for (int64_t d = 0; d < D; ++d) a[d] *= corr[i];
             }
             gemm(false, false, mq, D, nk, 1.0f, s.data(), kBlock, v + j0 * stride, stride, 1.0f,
-                 acc.data(), D);
+                 acc.data(), D, kTileGemm);
           }
           float* o = out + (b * T + i0) * Hq * D + h * D;
           for (int64_t i = 0; i < mq; ++i) {
@@ -223,8 +225,9 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
               }
               zero_masked(p.data(), mq, nk, i0, j0);
               gemm(true, false, nk, D, mq, 1.0f, p.data(), kBlock, d_o, Hq * D, 1.0f, dv.data(),
-                   D);
-              gemm(false, true, mq, nk, D, 1.0f, d_o, Hq * D, v, stride, 0.0f, dp.data(), kBlock);
+                   D, kTileGemm);
+              gemm(false, true, mq, nk, D, 1.0f, d_o, Hq * D, v, stride, 0.0f, dp.data(), kBlock,
+                   kTileGemm);
               for (int64_t i = 0; i < mq; ++i) {
                 const float di = delta[hh * T + i0 + i];
                 float* ds = dp.data() + i * kBlock;
@@ -233,8 +236,9 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
                 for (int64_t j = 0; j < nk; ++j) ds[j] = pr[j] * (ds[j] - di) * scale;
               }
               gemm(false, false, mq, D, nk, 1.0f, dp.data(), kBlock, k, stride, 1.0f,
-                   dbase + i0 * stride + h * D, stride);
-              gemm(true, false, nk, D, mq, 1.0f, dp.data(), kBlock, q, stride, 1.0f, dk.data(), D);
+                   dbase + i0 * stride + h * D, stride, kTileGemm);
+              gemm(true, false, nk, D, mq, 1.0f, dp.data(), kBlock, q, stride, 1.0f, dk.data(), D,
+                   kTileGemm);
             }
           }
           float* dkr = dbase + j0 * stride + Hq * D + g * D;
