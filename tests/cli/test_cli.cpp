@@ -228,6 +228,29 @@ TEST(Cli, CommBenchPassesPoolEachSizeIntoOnePoint) {
   expect_usage_error("bench comm --passes 0", "--passes");
 }
 
+TEST(Cli, AttentionBenchReportsEachCaseAgainstTheSgemmPeak) {
+  const CliRun r = anvil(
+      "bench attention --seqs 130,64 --head-dims 16 --heads 4 --kv-heads 2 --tokens 260 "
+      "--min-time 0.001 --json",
+      false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["benchmark"], "attention");
+  EXPECT_GT(j["sgemm_peak_gflops"].get<double>(), 0.0);
+  ASSERT_EQ(j["rows"].size(), 2u);
+  EXPECT_EQ(j["rows"][0]["seq"], 130);
+  EXPECT_EQ(j["rows"][0]["batch"], 2);  // 260 tokens / 130
+  EXPECT_EQ(j["rows"][0]["kv_heads"], 2);
+  for (const auto& row : j["rows"]) {
+    const double total = row["total_gflops"].get<double>();
+    EXPECT_GT(total, 0.0) << row.dump();
+    EXPECT_NEAR(row["pct_of_sgemm_peak"].get<double>(),
+                100.0 * total / j["sgemm_peak_gflops"].get<double>(), 1e-9);
+  }
+  expect_usage_error("bench attention --heads 4 --kv-heads 3", "--kv-heads");
+  expect_usage_error("bench attention --seqs 0", "--seqs");
+}
+
 TEST(Cli, CommBenchWritesTheAutoTuningTable) {
   const auto out = std::filesystem::temp_directory_path() /
                    ("anvil-tune-" + std::to_string(::getpid()) + ".json");
