@@ -155,7 +155,9 @@ TEST(LayerGradients, BlockedAttentionMatchesADoubleReferenceAcrossBlocks) {
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < Hq; ++h) {
       const int64_t g = h / (Hq / Hkv);
-      auto at = [&](int64_t t, int64_t off) { return static_cast<double>(qkv[(b * T + t) * Q + off]); };
+      auto at = [&](int64_t t, int64_t off) {
+        return static_cast<double>(qkv[(b * T + t) * Q + off]);
+      };
       const int64_t qo = h * D, ko = (Hq + g) * D, vo = (Hq + Hkv + g) * D;
       for (int64_t t = 0; t < T; ++t) {
         std::vector<double> p(t + 1);

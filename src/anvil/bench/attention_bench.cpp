@@ -51,8 +51,8 @@ AttentionBenchResult run_attention_bench(const AttentionBenchOptions& o) {
       const int64_t Q = (H + 2 * Hkv) * D;
       const auto qkv = filled(static_cast<size_t>(B * T * Q), 2654435761u);
       const auto dout = filled(static_cast<size_t>(B * T * H * D), 40503u);
-      std::vector<float> att(static_cast<size_t>(B * T * H * D)), lse(static_cast<size_t>(B * H * T)),
-          dqkv(qkv.size());
+      std::vector<float> att(static_cast<size_t>(B * T * H * D)),
+          lse(static_cast<size_t>(B * H * T)), dqkv(qkv.size());
       if (o.progress)
         std::fprintf(stderr, "\rattention T=%lld D=%lld ...", static_cast<long long>(T),
                      static_cast<long long>(D));

@@ -17,11 +17,11 @@ namespace anvil::bench {
 struct AttentionBenchOptions {
   std::vector<int64_t> seqs = {256, 512, 1024, 2048};
   std::vector<int64_t> head_dims = {64, 128};
-  int64_t heads = 8;        // query heads
-  int64_t kv_heads = 0;     // 0: = heads (no grouping)
-  int64_t tokens = 4096;    // tokens per call (batch = tokens / seq, at least 1)
-  int threads = 0;          // 0: all cores
-  double min_seconds = 0.3; // timed per case
+  int64_t heads = 8;         // query heads
+  int64_t kv_heads = 0;      // 0: = heads (no grouping)
+  int64_t tokens = 4096;     // tokens per call (batch = tokens / seq, at least 1)
+  int threads = 0;           // 0: all cores
+  double min_seconds = 0.3;  // timed per case
   bool progress = false;
 };
 

@@ -224,8 +224,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
                 for (int64_t j = 0; j < nk; ++j) row[j] = fast_exp(row[j] - li);
               }
               zero_masked(p.data(), mq, nk, i0, j0);
-              gemm(true, false, nk, D, mq, 1.0f, p.data(), kBlock, d_o, Hq * D, 1.0f, dv.data(),
-                   D, kTileGemm);
+              gemm(true, false, nk, D, mq, 1.0f, p.data(), kBlock, d_o, Hq * D, 1.0f, dv.data(), D,
+                   kTileGemm);
               gemm(false, true, mq, nk, D, 1.0f, d_o, Hq * D, v, stride, 0.0f, dp.data(), kBlock,
                    kTileGemm);
               for (int64_t i = 0; i < mq; ++i) {
