@@ -20,7 +20,7 @@ std::vector<float> filled(size_t n, uint32_t mult) {
 
 }  // namespace
 
-AttentionBenchResult run_attention_bench(const AttentionBenchOptions& o) {
+std::vector<AttentionRow> time_attention(const AttentionBenchOptions& o) {
   const int64_t Hkv = o.kv_heads > 0 ? o.kv_heads : o.heads;
   if (o.heads < 1 || o.heads % Hkv != 0)
     throw InputError("--kv-heads: expected a divisor of --heads (" + std::to_string(o.heads) +
@@ -30,21 +30,9 @@ AttentionBenchResult run_attention_bench(const AttentionBenchOptions& o) {
   for (int64_t D : o.head_dims)
     if (D < 1) throw InputError("--head-dims: expected sizes >= 1, got " + std::to_string(D));
   if (o.threads > 0) set_num_threads(o.threads);
-  AttentionBenchResult result;
-  result.threads = num_threads();
   TimingPolicy policy;
   policy.min_seconds = o.min_seconds;
-  {
-    const int64_t n = 2048;
-    const auto a = filled(n * n, 2654435761u), b = filled(n * n, 40503u);
-    std::vector<float> c(n * n);
-    const Samples s = time_calls(
-        [&] {
-          kernels::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-        },
-        policy);
-    result.sgemm_peak_gflops = 2.0 * n * n * n / s.median() / 1e9;
-  }
+  std::vector<AttentionRow> rows;
   for (int64_t D : o.head_dims) {
     for (int64_t T : o.seqs) {
       const int64_t B = std::max<int64_t>(1, o.tokens / T), H = o.heads;
@@ -77,11 +65,31 @@ AttentionBenchResult run_attention_bench(const AttentionBenchOptions& o) {
       r.fwd_gflops = f / fwd.median() / 1e9;
       r.bwd_gflops = 2 * f / bwd.median() / 1e9;
       r.total_gflops = 3 * f / (fwd.median() + bwd.median()) / 1e9;
-      r.pct_of_peak = 100.0 * r.total_gflops / result.sgemm_peak_gflops;
-      result.rows.push_back(r);
+      rows.push_back(r);
     }
   }
   if (o.progress) std::fprintf(stderr, "\r%40s\r", "");
+  return rows;
+}
+
+AttentionBenchResult run_attention_bench(const AttentionBenchOptions& o) {
+  AttentionBenchResult result;
+  result.rows = time_attention(o);  // checks the options and sets the threads first
+  result.threads = num_threads();
+  TimingPolicy policy;
+  policy.min_seconds = o.min_seconds;
+  {
+    const int64_t n = 2048;
+    const auto a = filled(n * n, 2654435761u), b = filled(n * n, 40503u);
+    std::vector<float> c(n * n);
+    const Samples s = time_calls(
+        [&] {
+          kernels::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+        },
+        policy);
+    result.sgemm_peak_gflops = 2.0 * n * n * n / s.median() / 1e9;
+  }
+  for (auto& r : result.rows) r.pct_of_peak = 100.0 * r.total_gflops / result.sgemm_peak_gflops;
   return result;
 }
 

@@ -39,6 +39,10 @@ struct AttentionBenchResult {
   Table to_table() const;
 };
 
+// The rows alone (no sgemm peak; pct_of_peak left 0): what `anvil hw
+// --profile` records for the planner.
+std::vector<AttentionRow> time_attention(const AttentionBenchOptions& options);
+
 AttentionBenchResult run_attention_bench(const AttentionBenchOptions& options);
 
 }  // namespace anvil::bench

@@ -12,12 +12,12 @@
 #include "anvil/base/cpu.hpp"
 #include "anvil/base/table.hpp"
 #include "anvil/base/threads.hpp"
+#include "anvil/bench/attention_bench.hpp"
 #include "anvil/bench/gemm_bench.hpp"
 #include "anvil/bench/measure.hpp"
 #include "anvil/bench/membw_bench.hpp"
 #include "anvil/kernels/blas.hpp"
 #include "anvil/kernels/gemm.hpp"
-#include "anvil/kernels/layers.hpp"
 
 namespace anvil::bench {
 namespace {
@@ -143,34 +143,19 @@ namespace {
 
 // The trainer's causal attention, forward + backward, at 8 heads of 64 and
 // 2048 tokens per call, over sequence lengths: what the planner prices
-// attention with on this machine.
+// attention with on this machine (`anvil bench attention`'s timing).
 std::vector<plan::AttentionPoint> measure_attention(const ProfileOptions& o) {
+  AttentionBenchOptions a;
+  a.seqs = {64, 128, 256, 512, 1024, 2048};
+  a.head_dims = {64};
+  a.tokens = 2048;
+  a.min_seconds = o.min_seconds;
   std::vector<plan::AttentionPoint> out;
-  const int64_t H = 8, D = 64, tokens = 2048;
-  for (int64_t T : {64, 128, 256, 512, 1024, 2048}) {
-    const int64_t B = tokens / T;
-    std::vector<float> qkv(static_cast<size_t>(B * T * 3 * H * D)), att(B * T * H * D),
-        lse(B * H * T), dout(att.size()), dqkv(qkv.size());
-    for (size_t i = 0; i < qkv.size(); ++i)
-      qkv[i] = static_cast<float>((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-    for (size_t i = 0; i < dout.size(); ++i)
-      dout[i] = static_cast<float>((i * 40503u) % 1000) * 1e-3f - 0.5f;
-    TimingPolicy policy;
-    policy.min_seconds = o.min_seconds;
-    const Samples s = time_calls(
-        [&] {
-          kernels::attention_forward(att.data(), lse.data(), qkv.data(), B, T, H, H, D);
-          std::fill(dqkv.begin(), dqkv.end(), 0.0f);
-          kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), lse.data(),
-                                      B, T, H, H, D);
-        },
-        policy);
-    const double flops = 3.0 * 4.0 * static_cast<double>(D) * static_cast<double>(T) *
-                         (static_cast<double>(T) + 1) / 2 * static_cast<double>(B * H);
-    out.push_back({"f32", T, D, flops / s.median() / 1e9});
+  for (const auto& r : time_attention(a)) {
+    out.push_back({"f32", r.seq, r.head_dim, r.total_gflops});
     if (o.progress)
-      std::fprintf(stderr, "attention T=%lld: %.1f GFLOP/s\n", static_cast<long long>(T),
-                   out.back().gflops);
+      std::fprintf(stderr, "attention T=%lld: %.1f GFLOP/s\n", static_cast<long long>(r.seq),
+                   r.total_gflops);
   }
   return out;
 }
