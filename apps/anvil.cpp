@@ -339,6 +339,18 @@ int main(int argc, char** argv) {
                    "samples, so a slow spell of the machine hits every size alike")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  std::vector<std::string> add_sizes;
+  comm_cmd
+      ->add_option("--add-sizes", add_sizes,
+                   "Sizes to measure besides the -b/-e/-f sweep, e.g. 20M,25M (a profile's "
+                   "refined sizes, measured again)")
+      ->delimiter(',');
+  comm_cmd
+      ->add_option("--refine", copt.refine,
+                   "Adaptive sweep: where an algorithm's time per byte rises more than this "
+                   "ratio between neighbouring sizes (a cache step), also measure the sizes at "
+                   "1/3 and 2/3 of the interval (log scale), twice over; 0 = off")
+      ->capture_default_str();
   comm_cmd->add_flag("--no-check", no_check, "Skip the exact result check (#wrong shows -)");
   comm_cmd->add_flag("--inplace", copt.in_place, "In-place buffers (as NCCL defines them)");
   comm_cmd->add_option("--root", copt.root, "Root rank for broadcast and reduce")
@@ -825,6 +837,7 @@ int main(int argc, char** argv) {
       copt.min_bytes = parse_size(cmin, "-b/--minbytes");
       copt.max_bytes = parse_size(cmax, "-e/--maxbytes");
       copt.check = !no_check;
+      for (const auto& a : add_sizes) copt.add_sizes.push_back(parse_size(a, "--add-sizes"));
       anvil::comm::MpiRuntime mpi(&argc, &argv);
       int rank = 0;
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -3,12 +3,13 @@
 #
 # Each round measures this machine's profile (anvil hw --profile), a grid of
 # GEMM shapes into it (anvil bench gemm --preset grid: the efficiency surface)
-# and the 2-rank collectives (anvil bench comm --profile, the same sweep as
-# the measurement, keeping only 256K, 512K, 1M, ... 64M in the profile).
-# A second copy of the profile also gets the in-sample presets' own GEMM
-# shapes (anvil bench gemm --preset model). Then it trains every case and
-# measures the collectives again at every size from 256K to 128M by sqrt(2),
-# in 3 passes over the sizes.
+# and the 2-rank collectives (anvil bench comm --profile at 256K, 512K, 1M,
+# ... 64M, with --refine 1.5: two more sizes, at 1/3 and 2/3 of the interval
+# in log scale, wherever time per byte steps up by more than 1.5x, twice
+# over). A second copy of the profile also gets the in-sample presets' own
+# GEMM shapes (anvil bench gemm --preset model). Then it trains every case and
+# measures the collectives again at every size from 256K to 128M by sqrt(2)
+# and at the profile's refined sizes, in 3 passes over the sizes.
 #
 # In-sample:  the presets predicted from the profile holding their own GEMM
 #             shapes; collectives at the measured sizes.
@@ -16,14 +17,15 @@
 #             measured); configurations with other widths, sequence lengths
 #             and expert counts, and 2-rank runs, none of whose shapes or
 #             steps went into the profile; collectives at the sizes between
-#             (the sqrt(2) steps: 362K, 724K, ... 90M) and beyond the
-#             profile's (128M).
+#             (the sqrt(2) steps: 362K, 724K, ... 90M; refinement cuts in
+#             thirds, so it never measures them) and beyond the profile's
+#             (128M).
 # Rounds interleave, so machine drift hits prediction and measurement alike.
 # Prints medians of predicted / measured, the in-sample and held-out errors
 # separately, and writes bench/results/plan_validation.json.
 # Collectives are predicted twice: from the round's profile (another bench
-# comm run) and from the measurement's own run with the held-out sizes
-# dropped, which isolates the interpolation from run-to-run spread.
+# comm run) and from the measurement's own run keeping only the profile's
+# sizes, which isolates the interpolation from run-to-run spread.
 # COLLECTIVES_ONLY=1 skips the GEMMs and the training (a quick check).
 # Usage: [KEEP=DIR | ANALYSE=DIR] bench/plan_validation.sh [ROUNDS (default 3)] [STEPS (default 6)]
 set -euo pipefail
@@ -58,20 +60,20 @@ zaya-e8-f768|held|zaya-small|8|256|fp32|1|--set n_experts=8 --set expert_ffn_hid
 zaya-T512|held|zaya-small|4|512|fp32|1|--set seq_len=512
 gpt2-dp2|held|gpt2-124m|2|256|fp32|2|
 zaya-dp2|held|zaya-small|4|256|fp32|2|"
-# Keep only the in-sample sizes' points in a profile's collective fits (the
-# held-out sizes dropped), and redo each alpha-beta fit without them.
-keep_in_sample() {
-  /usr/bin/python3 - "$1" <<'PY'
+# Keep in profile $1's collective fits only the sizes that profile $2 holds
+# for the same op and algorithm (within 0.1%: the sqrt(2) sweep rounds 512K
+# to 524284 bytes), and redo each alpha-beta fit without the others.
+keep_profile_sizes() {
+  /usr/bin/python3 - "$1" "$2" <<'PY'
 import json, sys
-path = sys.argv[1]
-p = json.load(open(path))
-for ops in p["comm"]["ranks"].values():
-    for algos in ops.values():
-        for fit in algos.values():
-            # The sweep steps by sqrt(2): every other size (2x apart) is in
-            # sample; the ones between, and the largest (beyond), are held out.
-            pts = sorted(fit.get("points", []))
-            pts = [x for i, x in enumerate(pts) if i % 2 == 0 and i < len(pts) - 1]
+path, ref_path = sys.argv[1], sys.argv[2]
+p, ref = json.load(open(path)), json.load(open(ref_path))
+for ranks, ops in p["comm"]["ranks"].items():
+    for op, algos in ops.items():
+        for algo, fit in algos.items():
+            keep = [b for b, _ in ref["comm"]["ranks"][ranks][op][algo]["points"]]
+            pts = sorted(x for x in fit.get("points", [])
+                         if any(abs(x[0] - b) <= 1e-3 * b for b in keep))
             fit["points"] = pts
             n = len(pts)
             mx = sum(b for b, _ in pts) / n
@@ -82,9 +84,22 @@ for ops in p["comm"]["ranks"].values():
 json.dump(p, open(path, "w"), indent=2)
 PY
 }
+# The sizes a profile's refinement added (off the 2x grid), comma-separated.
+refined_sizes() {
+  /usr/bin/python3 - "$1" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+sizes = {b for ops in p["comm"]["ranks"].values() for algos in ops.values()
+         for fit in algos.values() for b, _ in fit.get("points", [])}
+print(",".join(str(b) for b in sorted(sizes) if b & (b - 1)))
+PY
+}
 comm_ops="--op allreduce reduce_scatter allgather --algo shm ring"
-# sqrt(2) steps from 256K to 128M; 3 passes over the sizes pool each size's
-# samples, so a slow spell of this shared VM does not land on a few sizes.
+# The profile: 2x steps from 256K to 64M, refined at cache steps. The
+# measurement: sqrt(2) steps from 256K to 128M. 3 passes over the sizes pool
+# each size's samples, so a slow spell of this shared VM does not land on a
+# few sizes.
+profile_sweep="-b 256K -e 64M -f 2 -n 4 -w 2 --passes 3 --refine 1.5"
 comm_sweep="-b 256K -e 128M -f 1.41421356 -n 4 -w 2 --passes 3"
 # FIRST_ROUND=N (with KEEP) continues a kept run from round N.
 for r in $(seq "${FIRST_ROUND:-1}" "$rounds"); do
@@ -97,10 +112,7 @@ for r in $(seq "${FIRST_ROUND:-1}" "$rounds"); do
   [ -n "${COLLECTIVES_ONLY:-}" ] ||
     "$anvil" bench gemm --preset grid --dtype f32,bf16 --baselines none --min-time 0.03 \
       --profile "$grid" > /dev/null
-  # The same sweep as the measurement below (so both passes run alike), then
-  # only the in-sample sizes kept in the profile.
-  "$anvil" bench comm --np 2 $comm_ops $comm_sweep --profile "$grid" > /dev/null
-  keep_in_sample "$grid"
+  "$anvil" bench comm --np 2 $comm_ops $profile_sweep --profile "$grid" > /dev/null
   cp "$grid" "$shapes"
   while IFS='|' read -r name kind config B T prec np sets; do
     [ "$kind" = in ] && [ -z "${COLLECTIVES_ONLY:-}" ] || continue
@@ -109,9 +121,10 @@ for r in $(seq "${FIRST_ROUND:-1}" "$rounds"); do
       --backward --dtype "$dtype" --baselines none --min-time 0.05 --profile "$shapes" > /dev/null
   done <<< "$cases"
   echo "round $r/$rounds: collectives at held-out sizes" >&2
-  "$anvil" bench comm --np 2 $comm_ops $comm_sweep --json --profile "$out/same-$r.json" \
-    > "$out/comm-$r.json"
-  keep_in_sample "$out/same-$r.json"
+  refined=$(refined_sizes "$grid")
+  "$anvil" bench comm --np 2 $comm_ops $comm_sweep ${refined:+--add-sizes "$refined"} --json \
+    --profile "$out/same-$r.json" > "$out/comm-$r.json"
+  keep_profile_sizes "$out/same-$r.json" "$grid"
   while IFS='|' read -r name kind config B T prec np sets; do
     [ -z "${COLLECTIVES_ONLY:-}" ] || continue
     echo "round $r/$rounds: train $name ($np rank(s), B=$B T=$T $prec, $steps steps)" >&2
@@ -184,35 +197,43 @@ for line in cases:
               f"{st.median(row['predicted_s']):>11.3f}{row['ratio']:>11.2f}"
               f"{st.median(row['peak_rss_bytes']) / 1e9:>13.3f}{row['memory_ratio']:>10.2f}")
 print()
-# In sample: every other size of the sqrt(2) sweep, the largest excepted.
-all_sizes = sorted({p["bytes"] for p in load("comm-1.json")["points"]})
-in_sizes = {b for i, b in enumerate(all_sizes) if i % 2 == 0 and i < len(all_sizes) - 1}
+# Held out: the sizes between the 2x grid (odd steps of the sqrt(2) sweep)
+# and the largest. In sample: the 2x grid and the profile's refined sizes.
+sweep, b = [], 256 * 1024.0
+while b <= 128 * 2**20 * (1 + 1e-9):
+    sweep.append(int(b) // 4 * 4)
+    b *= 1.41421356
+held_out = {x for i, x in enumerate(sweep) if i % 2 == 1 or i == len(sweep) - 1}
+grid_sizes = {x for i, x in enumerate(sweep) if x not in held_out}
 # Two profiles predict each round's measurement: the round's profile (its own
 # bench comm run, earlier: in-sample sizes show the run-to-run spread) and the
-# measurement's own run with the held-out sizes dropped (interpolation alone).
+# measurement's own run keeping only the profile's sizes (interpolation alone).
+# A refined size exists only in the rounds whose profile refined there.
 print(f"{'collective':<16}{'algo':>6}{'bytes':>11}{'sample':>10}{'measured us':>13}"
       f"{'other run':>11}{'pred/meas':>11}{'same run':>10}{'pred/meas':>11}")
 for op in ("allreduce", "reduce_scatter", "allgather"):
     for algo in ("shm", "ring"):
         pred = {b: {r: {p["bytes"]: p["predicted_us"] for p in load(f"pcomm-{b}-{op}-{algo}-{r}.json")}
                     for r in R} for b in ("grid", "same")}
-        for size in sorted(pred["grid"][1]):
-            meas = []
-            for r in R:
-                pts = [p for p in load(f"comm-{r}.json")["points"]
-                       if p["op"] == op and p["algo"] == algo and p["bytes"] == size]
-                meas.append(pts[0]["p50_us"] if pts else float("nan"))
-            sample = "in" if size in in_sizes else "held-out"
-            ratio = {b: st.median(pred[b][r][size] / m for r, m in zip(R, meas)) for b in pred}
-            print(f"{op:<16}{algo:>6}{size:>11}{sample:>10}{st.median(meas):>13.1f}"
-                  f"{st.median(pred['grid'][r][size] for r in R):>11.1f}{ratio['grid']:>11.2f}"
-                  f"{st.median(pred['same'][r][size] for r in R):>10.1f}{ratio['same']:>11.2f}")
+        meas_by = {r: {p["bytes"]: p["p50_us"] for p in load(f"comm-{r}.json")["points"]
+                       if p["op"] == op and p["algo"] == algo} for r in R}
+        for size in sorted(set().union(*(pred["grid"][r] for r in R))):
+            rr = [r for r in R if size in meas_by[r] and size in pred["grid"][r]]
+            meas = [meas_by[r][size] for r in rr]
+            sample = "held-out" if size in held_out else "in"
+            refined = sample == "in" and size not in grid_sizes
+            ratio = {b: st.median(pred[b][r][size] / meas_by[r][size] for r in rr) for b in pred}
+            label = "refined" if refined else sample
+            print(f"{op:<16}{algo:>6}{size:>11}{label:>10}{st.median(meas):>13.1f}"
+                  f"{st.median(pred['grid'][r][size] for r in rr):>11.1f}{ratio['grid']:>11.2f}"
+                  f"{st.median(pred['same'][r][size] for r in rr):>10.1f}{ratio['same']:>11.2f}")
             for b, label in (("grid", "collective"), ("same", "collective (same run)")):
                 if b == "same" and sample == "in":
                     continue  # its own measurement: equal by construction
-                rows.append({"kind": label, "sample": sample, "op": op, "algo": algo,
-                             "bytes": size, "ranks": 2, "measured_us": meas,
-                             "predicted_us": [pred[b][r][size] for r in R], "ratio": ratio[b]})
+                rows.append({"kind": label, "sample": sample, "refined": refined, "op": op,
+                             "algo": algo, "bytes": size, "ranks": 2, "rounds": rr,
+                             "measured_us": meas, "predicted_us": [pred[b][r][size] for r in rr],
+                             "ratio": ratio[b]})
 print()
 summary = {}
 for kind, bound in (("step", 0.15), ("collective", 0.20), ("collective (same run)", 0.20)):

@@ -6,12 +6,48 @@
 #include <cmath>
 
 #include "anvil/base/error.hpp"
+#include "anvil/bench/comm_bench.hpp"
 #include "anvil/bench/gemm_bench.hpp"
 #include "anvil/bench/membw_bench.hpp"
 #include "anvil/kernels/gemm.hpp"
 
 namespace anvil::bench {
 namespace {
+
+CommPoint comm_point(const std::string& algo, int64_t bytes, double us) {
+  CommPoint p;
+  p.op = "allreduce";
+  p.algo = algo;
+  p.bytes = bytes;
+  p.p50_us = us;
+  return p;
+}
+
+TEST(CommRefine, SplitsOnlyTheIntervalsWhereTimePerByteStepsUp) {
+  const int64_t M = int64_t{1} << 20;
+  // ring: bandwidth-bound at 1 us/MiB up to 16M, 3 us/MiB from 32M (a cache
+  // step between 16M and 32M); mpi: latency-bound, time per byte falling.
+  std::vector<CommPoint> pts;
+  for (int64_t mib : {4, 8, 16, 32, 64}) {
+    pts.push_back(comm_point("mpi", mib * M, 100.0 + mib));
+    pts.push_back(comm_point("ring", mib * M, mib <= 16 ? mib * 1.0 : mib * 3.0));
+  }
+  pts.push_back(comm_point("ring", 0, 5.0));  // zero bytes: ignored
+  const auto extra = refine_sizes(pts, "allreduce", 1.5, 4);
+  ASSERT_EQ(extra.size(), 2u);
+  // 16M x 2^(1/3) and 16M x 2^(2/3), rounded down to 4 bytes: never the
+  // geometric midpoint (22.6M) that the validation holds out.
+  EXPECT_EQ(extra[0], static_cast<int64_t>(16.0 * M * std::cbrt(2.0)) / 4 * 4);
+  EXPECT_EQ(extra[1], static_cast<int64_t>(16.0 * M * std::cbrt(4.0)) / 4 * 4);
+  EXPECT_NE(extra[0], static_cast<int64_t>(16.0 * M * std::sqrt(2.0)) / 4 * 4);
+  // Below the threshold, for another op, or once narrower than
+  // kMinRefineStep: nothing.
+  EXPECT_TRUE(refine_sizes(pts, "allreduce", 3.5, 4).empty());
+  EXPECT_TRUE(refine_sizes(pts, "allgather", 1.5, 4).empty());
+  const std::vector<CommPoint> close = {comm_point("ring", 16 * M, 16.0),
+                                        comm_point("ring", 18 * M, 60.0)};
+  EXPECT_TRUE(refine_sizes(close, "allreduce", 1.5, 4).empty());
+}
 
 TEST(GemmCases, SquareDefaultsAndSizes) {
   GemmBenchOptions o;

@@ -228,6 +228,30 @@ TEST(Cli, CommBenchPassesPoolEachSizeIntoOnePoint) {
   expect_usage_error("bench comm --passes 0", "--passes");
 }
 
+TEST(Cli, CommBenchAddsSizesAndRefinesOnlyInsideTheSweep) {
+  // --add-sizes joins the sweep (sorted in, checked like the rest); --refine
+  // may add sizes only strictly between two swept ones, whatever the timings.
+  const CliRun r = anvil(
+      "bench comm --np 2 --op allreduce --algo ring -b 4K -e 64K -f 4 -n 2 -w 1 --json "
+      "--add-sizes 24K,6000 --refine 1.01",
+      false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  std::vector<int64_t> ring;
+  for (const auto& p : j["points"]) {
+    EXPECT_EQ(p["wrong"], 0) << p.dump();
+    if (p["algo"] == "ring") ring.push_back(p["bytes"].get<int64_t>());
+  }
+  ASSERT_TRUE(std::is_sorted(ring.begin(), ring.end()));
+  for (int64_t b : {4096, 6000, 16384, 24576, 65536})
+    EXPECT_NE(std::find(ring.begin(), ring.end(), b), ring.end()) << b;
+  EXPECT_EQ(ring.front(), 4096);
+  EXPECT_EQ(ring.back(), 65536);
+  for (int64_t b : ring) EXPECT_EQ(b % 4, 0) << b;  // whole f32 elements
+  expect_usage_error("bench comm --refine 0.5", "--refine");
+  expect_usage_error("bench comm --add-sizes 1Q", "--add-sizes");
+}
+
 TEST(Cli, AttentionBenchReportsEachCaseAgainstTheSgemmPeak) {
   const CliRun r = anvil(
       "bench attention --seqs 130,64 --head-dims 16 --heads 4 --kv-heads 2 --tokens 260 "

@@ -211,6 +211,45 @@ AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& pts) {
   return ab;
 }
 
+std::vector<int64_t> refine_sizes(const std::vector<CommPoint>& points, const std::string& op,
+                                  double threshold, int64_t granule) {
+  std::vector<int64_t> sizes;
+  std::vector<std::string> algos;
+  for (const auto& p : points) {
+    if (p.op != op || p.bytes <= 0) continue;
+    sizes.push_back(p.bytes);
+    if (std::find(algos.begin(), algos.end(), p.algo) == algos.end()) algos.push_back(p.algo);
+  }
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  auto per_byte = [&](const std::string& algo, int64_t bytes) {
+    for (const auto& p : points) {
+      if (p.op == op && p.algo == algo && p.bytes == bytes && p.p50_us > 0)
+        return p.p50_us / static_cast<double>(bytes);
+    }
+    return 0.0;
+  };
+  std::vector<int64_t> out;
+  granule = std::max<int64_t>(granule, 1);
+  for (size_t i = 0; i + 1 < sizes.size(); ++i) {
+    const double a = static_cast<double>(sizes[i]), b = static_cast<double>(sizes[i + 1]);
+    if (b / a < kMinRefineStep) continue;
+    bool step = false;
+    for (const auto& algo : algos) {
+      const double ta = per_byte(algo, sizes[i]), tb = per_byte(algo, sizes[i + 1]);
+      step = step || (ta > 0 && tb > 0 && tb / ta > threshold);
+    }
+    if (!step) continue;
+    for (double frac : {1.0 / 3.0, 2.0 / 3.0}) {
+      const int64_t x = static_cast<int64_t>(a * std::pow(b / a, frac)) / granule * granule;
+      if (x > sizes[i] && x < sizes[i + 1]) out.push_back(x);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 void add_to_profile(const CommBenchResult& result, plan::HwProfile& profile) {
   json& entry = profile.comm["ranks"][std::to_string(result.ranks)];
   for (const auto& f : result.fits) {
@@ -230,6 +269,11 @@ CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
   }
   if (!(o.factor > 1.0))
     throw InputError("-f: expected a step factor > 1, got " + std::to_string(o.factor));
+  if (o.refine != 0 && !(o.refine > 1.0))
+    throw InputError("--refine: expected a ratio > 1 (or 0: off), got " + std::to_string(o.refine));
+  for (int64_t b : o.add_sizes) {
+    if (b <= 0) throw InputError("--add-sizes: expected sizes > 0, got " + std::to_string(b));
+  }
   if (o.iters < 1) throw InputError("-n: expected >= 1 iterations, got " + std::to_string(o.iters));
   if (o.root < 0 || o.root >= c.size()) {
     throw InputError("--root: expected 0.." + std::to_string(c.size() - 1) + ", got " +
@@ -270,6 +314,9 @@ CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
        b <= static_cast<double>(o.max_bytes) * (1 + 1e-9); b = std::max(b * o.factor, b + 1)) {
     sizes.push_back(static_cast<int64_t>(b));
   }
+  sizes.insert(sizes.end(), o.add_sizes.begin(), o.add_sizes.end());
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   for (Op op : ops) {
     // mpi first (the baseline), then the others that implement the op.
     std::vector<Algo> algos = {Algo::mpi};
@@ -284,50 +331,74 @@ CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
     // Each pass sweeps every size once; a size's samples pool all passes, so
     // a slow spell of the machine (another tenant, the other core busy)
     // lands on every size alike instead of on the few it happened to cover.
-    std::vector<std::vector<double>> times(sizes.size() * algos.size());
-    for (int pass = 0; pass < o.passes; ++pass) {
-      const bool last = pass + 1 == o.passes;
-      for (size_t si = 0; si < sizes.size(); ++si) {
-        const size_t count = count_for(op, sizes[si], t, n);
-        const size_t total = op == Op::alltoall ? count * static_cast<size_t>(n) : count;
-        Buffers b;
-        b.send.assign(total * es + 64, 0);
-        b.recv.assign(total * es + 64, 0);
-        for (size_t ai = 0; ai < algos.size(); ++ai) {
-          const Algo a = algos[ai];
-          std::vector<double> block;
-          for (int it = 0; it < o.warmup + o.iters; ++it) {
-            c.barrier();
-            if (c.rank() == o.stall_rank && a == algos.back()) {
-              // A hung rank in the last algorithm measured (the one --algo names):
-              // the others must end within --timeout, naming the op.
-              std::this_thread::sleep_for(std::chrono::duration<double>(3 * o.timeout_s + 10));
+    auto measure = [&](const std::vector<int64_t>& sweep) {
+      std::vector<std::vector<double>> times(sweep.size() * algos.size());
+      for (int pass = 0; pass < o.passes; ++pass) {
+        const bool last = pass + 1 == o.passes;
+        for (size_t si = 0; si < sweep.size(); ++si) {
+          const size_t count = count_for(op, sweep[si], t, n);
+          const size_t total = op == Op::alltoall ? count * static_cast<size_t>(n) : count;
+          Buffers b;
+          b.send.assign(total * es + 64, 0);
+          b.recv.assign(total * es + 64, 0);
+          for (size_t ai = 0; ai < algos.size(); ++ai) {
+            const Algo a = algos[ai];
+            std::vector<double> block;
+            for (int it = 0; it < o.warmup + o.iters; ++it) {
+              c.barrier();
+              if (c.rank() == o.stall_rank && a == algos.back()) {
+                // A hung rank in the last algorithm measured (the one --algo names):
+                // the others must end within --timeout, naming the op.
+                std::this_thread::sleep_for(std::chrono::duration<double>(3 * o.timeout_s + 10));
+              }
+              const double t0 = now_seconds();
+              run_op(c, op, a, b, count, t, rop, o.root, o.in_place);
+              const double dt = now_seconds() - t0;
+              if (it >= o.warmup) block.push_back(dt);
             }
-            const double t0 = now_seconds();
-            run_op(c, op, a, b, count, t, rop, o.root, o.in_place);
-            const double dt = now_seconds() - t0;
-            if (it >= o.warmup) block.push_back(dt);
+            // Each iteration's time is its slowest rank's.
+            MPI_Allreduce(MPI_IN_PLACE, block.data(), static_cast<int>(block.size()), MPI_DOUBLE,
+                          MPI_MAX, c.mpi_comm());
+            auto& all = times[si * algos.size() + ai];
+            all.insert(all.end(), block.begin(), block.end());
+            if (!last) continue;
+            Samples s{all};
+            CommPoint p;
+            p.op = comm::to_string(op);
+            p.algo = comm::to_string(a);
+            p.bytes = static_cast<int64_t>(total * es);
+            p.count = static_cast<int64_t>(count);
+            p.p50_us = s.median() * 1e6;
+            p.p99_us = s.percentile(99) * 1e6;
+            p.algbw = p.p50_us > 0 ? static_cast<double>(p.bytes) / (p.p50_us * 1e-6) / 1e9 : 0;
+            p.busbw = p.algbw * bus_factor(op, n);
+            p.wrong = o.check ? check_op(c, op, a, b, count, t, rop, o.root, o.in_place) : -1;
+            result.points.push_back(p);
           }
-          // Each iteration's time is its slowest rank's.
-          MPI_Allreduce(MPI_IN_PLACE, block.data(), static_cast<int>(block.size()), MPI_DOUBLE,
-                        MPI_MAX, c.mpi_comm());
-          auto& all = times[si * algos.size() + ai];
-          all.insert(all.end(), block.begin(), block.end());
-          if (!last) continue;
-          Samples s{all};
-          CommPoint p;
-          p.op = comm::to_string(op);
-          p.algo = comm::to_string(a);
-          p.bytes = static_cast<int64_t>(total * es);
-          p.count = static_cast<int64_t>(count);
-          p.p50_us = s.median() * 1e6;
-          p.p99_us = s.percentile(99) * 1e6;
-          p.algbw = p.p50_us > 0 ? static_cast<double>(p.bytes) / (p.p50_us * 1e-6) / 1e9 : 0;
-          p.busbw = p.algbw * bus_factor(op, n);
-          p.wrong = o.check ? check_op(c, op, a, b, count, t, rop, o.root, o.in_place) : -1;
-          result.points.push_back(p);
         }
       }
+    };
+    const size_t first = result.points.size();
+    measure(sizes);
+    if (o.refine > 1.0) {
+      // Every rank holds the same (slowest-rank) times, so every rank picks
+      // the same sizes. Two rounds: a step still sharp inside a third is cut
+      // again; an interval narrower than kMinRefineStep is left alone.
+      const std::vector<CommPoint> mine(result.points.begin() + static_cast<long>(first),
+                                        result.points.end());
+      std::vector<CommPoint> seen = mine;
+      const int64_t granule = static_cast<int64_t>(es) * (op == Op::alltoall ? n : 1);
+      for (int round = 0; round < 2; ++round) {
+        const auto extra = refine_sizes(seen, comm::to_string(op), o.refine, granule);
+        if (extra.empty()) break;
+        const size_t before = result.points.size();
+        measure(extra);
+        seen.insert(seen.end(), result.points.begin() + static_cast<long>(before),
+                    result.points.end());
+      }
+      // Sizes in order again, each size's algorithms in their measured order.
+      std::stable_sort(result.points.begin() + static_cast<long>(first), result.points.end(),
+                       [](const CommPoint& x, const CommPoint& y) { return x.bytes < y.bytes; });
     }
     for (Algo a : algos) {
       std::vector<std::pair<double, double>> pts;

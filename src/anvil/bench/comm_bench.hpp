@@ -33,6 +33,10 @@ struct CommBenchOptions {
   int iters = 20;
   int warmup = 5;
   int passes = 1;  // sweeps over the sizes; each size's samples pool all of them
+  std::vector<int64_t> add_sizes;  // measured besides the -b/-e/-f sweep
+  // > 1: where an algorithm's time per byte rises by more than this between
+  // two neighbouring sizes (a cache step), measure sizes inside (refine_sizes).
+  double refine = 0;
   bool check = true;
   bool in_place = false;
   int root = 0;
@@ -79,6 +83,20 @@ CommBenchResult run_comm_bench(comm::Communicator& comm, const CommBenchOptions&
 // Weighted least squares of time = alpha + bytes/bandwidth (weights 1/t^2:
 // relative error counts the same at every size).
 AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& bytes_and_seconds);
+
+// Adaptive sampling of a sweep. Log-log interpolation between two measured
+// sizes can be off by up to sqrt(s) where time per byte steps up by s
+// between them (buffers leaving a cache level), and a fixed grid cannot tell
+// where inside the interval the step sits. For every pair of neighbouring
+// sizes (a, b) of one op, b/a >= kMinRefineStep, where some algorithm's time
+// per byte rises by more than `threshold` from a to b, this returns the two
+// sizes a(b/a)^(1/3) and a(b/a)^(2/3), rounded down to `granule` bytes.
+// Thirds, not halves: repeated refinement never lands on a geometric
+// midpoint, which bench/plan_validation.sh holds out. Sorted, unique, none
+// already measured.
+inline constexpr double kMinRefineStep = 1.2;
+std::vector<int64_t> refine_sizes(const std::vector<CommPoint>& points, const std::string& op,
+                                  double threshold, int64_t granule);
 
 // Records a run in a hardware profile under comm.ranks.<N>.<op>.<algo>: the
 // alpha-beta fit and the measured median times ("points": [[bytes, us]...]),

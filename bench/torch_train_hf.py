@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""PyTorch 2 baseline for bench/torch_compare.sh: trains a Hugging Face
+transformers model (the directory `anvil ckpt export --hf` wrote, so the
+architecture and the starting weights are anvil's) with torch.optim.AdamW
+on random tokens, in eager mode or under torch.compile, fp32 or autocast
+bf16, and prints one JSON line: median seconds per step and tokens/s over
+the timed steps, and the seconds the first (compiling) step took.
+
+The step is what anvil's is: forward, cross-entropy over B x T next tokens,
+backward, global-norm clipping at 1.0, AdamW. Attention runs through
+PyTorch's scaled_dot_product_attention; --experts picks transformers' MoE
+experts implementation (eager: a loop over the experts hit; batched_mm;
+grouped_mm).
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--model", required=True, help="a Hugging Face model directory")
+    p.add_argument("-B", type=int, default=4, help="sequences per step")
+    p.add_argument("-T", type=int, default=256, help="tokens per sequence")
+    p.add_argument("--steps", type=int, default=3, help="timed steps, after one untimed step")
+    p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
+                   help="fp32, or bf16 under torch.autocast (fp32 master weights)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--experts", default="eager",
+                   help="transformers' experts_implementation for MoE models")
+    a = p.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(a.threads)
+    kw = {"dtype": torch.float32, "attn_implementation": "sdpa"}
+    cfg = json.load(open(f"{a.model}/config.json"))
+    if "num_experts" in cfg:
+        kw["experts_implementation"] = a.experts
+    model = AutoModelForCausalLM.from_pretrained(a.model, **kw)
+    model.train()
+    V = model.config.vocab_size
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    fwd = torch.compile(model) if a.compile else model
+
+    def step(idx):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+            logits = fwd(input_ids=idx[:, :-1]).logits
+        loss = F.cross_entropy(logits.float().reshape(-1, V), idx[:, 1:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss.item()
+
+    times, first = [], 0.0
+    for s in range(a.steps + 1):
+        idx = torch.randint(0, V, (a.B, a.T + 1))
+        t0 = time.perf_counter()
+        loss = step(idx)
+        dt = time.perf_counter() - t0
+        if s == 0:
+            first = dt
+        else:
+            times.append(dt)
+    med = statistics.median(times)
+    print(json.dumps({"seconds_per_step": med, "tokens_per_second": a.B * a.T / med,
+                      "first_step_seconds": first, "steps": a.steps, "loss": loss,
+                      "dtype": a.dtype, "compile": a.compile, "experts": a.experts,
+                      "torch": torch.__version__}))
+
+
+if __name__ == "__main__":
+    main()
