@@ -25,6 +25,7 @@ packages=(
   libsentencepiece-dev     # anvil data tokenizer / tokenize: SentencePiece BPE and unigram
   python3-sentencepiece    # bench/tokenizer.sh: the Python binding, the speed baseline
   python3-venv             # .venv: the pinned PyPI test clients (requirements.txt)
+  python3-dev              # Python.h: torch.compile's C++ code (bench/torch_compare.sh)
 )
 
 missing=()

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <omp.h>
+#include <utility>
 
 #include "anvil/kernels/gemm.hpp"
 
@@ -47,16 +50,16 @@ void round_to_bf16(bf16* out, const float* in, int64_t n) {
 }  // namespace
 
 void newton_schulz(float* out, const float* g, int64_t rows, int64_t cols, int steps, float* x,
-                   float* y, float* a, float* b) {
+                   float* y, float* a, float* b, kernels::GemmBackend backend) {
   // Work on the wide orientation (r <= c) so the Gram matrices are r x r.
   const bool transposed = ns_start(x, g, rows, cols);
   const int64_t r = transposed ? cols : rows, c = transposed ? rows : cols;
   for (int s = 0; s < steps; ++s) {
-    kernels::gemm(false, true, r, r, c, 1.0f, x, c, x, c, 0.0f, a, r);  // A = X X^T
+    kernels::gemm(false, true, r, r, c, 1.0f, x, c, x, c, 0.0f, a, r, backend);  // A = X X^T
     std::memcpy(b, a, static_cast<size_t>(r * r) * sizeof(float));
-    kernels::gemm(false, false, r, r, r, kC, a, r, a, r, kB, b, r);  // B = b A + c A A
+    kernels::gemm(false, false, r, r, r, kC, a, r, a, r, kB, b, r, backend);  // B = b A + c A A
     std::memcpy(y, x, static_cast<size_t>(r * c) * sizeof(float));
-    kernels::gemm(false, false, r, c, r, 1.0f, b, r, x, c, kA, y, c);  // Y = a X + B X
+    kernels::gemm(false, false, r, c, r, 1.0f, b, r, x, c, kA, y, c, backend);  // Y = a X + B X
     std::swap(x, y);
   }
   ns_finish(out, x, rows, cols, transposed);
@@ -119,6 +122,22 @@ std::vector<int64_t> owned_offsets(const model::ParamRegistry& registry,
   return local;
 }
 
+// Per registry entry: whether its matrix is orthogonalised in a batch — a
+// muon-group matrix whose shape (rows, cols) at least one other muon-group
+// matrix shares (ZAYA1's experts). Decided from the registry alone, so a
+// matrix takes the same path, and gets the same bits, on any rank layout.
+std::vector<char> batched_entries(const model::ParamRegistry& registry) {
+  const auto& specs = registry.specs();
+  std::map<std::pair<int64_t, int64_t>, int> count;
+  auto shape = [&](size_t i) { return std::make_pair(specs[i].shape[0], specs[i].numel / specs[i].shape[0]); };
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].group == model::OptimizerGroup::muon) ++count[shape(i)];
+  std::vector<char> out(specs.size(), 0);
+  for (size_t i = 0; i < specs.size(); ++i)
+    out[i] = specs[i].group == model::OptimizerGroup::muon && count[shape(i)] > 1;
+  return out;
+}
+
 }  // namespace
 
 std::vector<int> muon_owners(const model::ParamRegistry& registry, int world) {
@@ -149,55 +168,89 @@ Muon::Muon(const model::ParamRegistry& registry, MuonConfig config, int rank, in
       config_(config),
       rank_(rank),
       owners_(muon_owners(registry, world)),
+      batched_(config.ns_bf16 ? std::vector<char>(registry.specs().size(), 0)
+                              : batched_entries(registry)),
       sharded_(world > 1),
       local_(owned_offsets(registry, owners_, rank)),
       momentum_("muon.momentum_buffer", static_cast<size_t>(local_.back()) * sizeof(float)),
+      // One scratch set per thread when there are batched matrices (each
+      // thread orthogonalises one matrix at a time), else one.
+      sets_(std::find(batched_.begin(), batched_.end(), 1) != batched_.end()
+                ? std::max(1, omp_get_max_threads())
+                : 1),
       scratch_("muon scratch",
-               tensor::Arena::rounded(largest_matrix(registry) * 4) * 3 +
-                   tensor::Arena::rounded(largest_gram(registry) * 4) * 2 +
-                   (config.ns_bf16 ? tensor::Arena::rounded(largest_matrix(registry) * 2) +
-                                         tensor::Arena::rounded(largest_gram(registry) * 2)
-                                   : 0)) {
-  x_ = scratch_.take_floats(static_cast<int64_t>(largest_matrix(registry)));
-  y_ = scratch_.take_floats(static_cast<int64_t>(largest_matrix(registry)));
-  u_ = scratch_.take_floats(static_cast<int64_t>(largest_matrix(registry)));
-  a_ = scratch_.take_floats(static_cast<int64_t>(largest_gram(registry)));
-  b_ = scratch_.take_floats(static_cast<int64_t>(largest_gram(registry)));
-  if (config.ns_bf16) {
-    xb_ = static_cast<bf16*>(scratch_.take_bytes(largest_matrix(registry) * sizeof(bf16)));
-    ab_ = static_cast<bf16*>(scratch_.take_bytes(largest_gram(registry) * sizeof(bf16)));
+               static_cast<size_t>(sets_) *
+                   (tensor::Arena::rounded(largest_matrix(registry) * 4) * 3 +
+                    tensor::Arena::rounded(largest_gram(registry) * 4) * 2 +
+                    (config.ns_bf16 ? tensor::Arena::rounded(largest_matrix(registry) * 2) +
+                                          tensor::Arena::rounded(largest_gram(registry) * 2)
+                                    : 0))) {
+  const auto matrix = static_cast<int64_t>(largest_matrix(registry));
+  const auto gram = static_cast<int64_t>(largest_gram(registry));
+  for (int t = 0; t < sets_; ++t) {
+    Scratch w;
+    w.x = scratch_.take_floats(matrix);
+    w.y = scratch_.take_floats(matrix);
+    w.u = scratch_.take_floats(matrix);
+    w.a = scratch_.take_floats(gram);
+    w.b = scratch_.take_floats(gram);
+    if (config.ns_bf16) {
+      w.xb = static_cast<bf16*>(scratch_.take_bytes(static_cast<size_t>(matrix) * sizeof(bf16)));
+      w.ab = static_cast<bf16*>(scratch_.take_bytes(static_cast<size_t>(gram) * sizeof(bf16)));
+    }
+    work_.push_back(w);
   }
 }
 
-void Muon::update(float* params, const float* grads, float lr, float grad_scale) {
+void Muon::update_one(size_t i, float* params, const float* grads, float lr, float grad_scale,
+                      const Scratch& w, kernels::GemmBackend backend) {
+  const auto& s = registry_.specs()[i];
   const float mu = config_.momentum;
-  float* buf_all = momentum();
+  const int64_t rows = s.shape[0], cols = s.numel / rows;
+  float* p = params + s.offset;
+  const float* g = grads + s.offset;
+  float* buf = momentum() + local_[i];
+  float* update = w.u;
+  // Inside the batch's parallel region these loops run on the calling thread.
+#pragma omp parallel for simd schedule(static) if (!omp_in_parallel())
+  for (int64_t j = 0; j < s.numel; ++j) {
+    const float gj = g[j] * grad_scale;
+    buf[j] = mu * buf[j] + gj;
+    update[j] = config_.nesterov ? gj + mu * buf[j] : buf[j];
+  }
+  // In place is fine: newton_schulz reads its input before writing its output.
+  if (config_.ns_bf16) {
+    newton_schulz_bf16(update, update, rows, cols, config_.ns_steps, w.x, w.y, w.a, w.b, w.xb,
+                       w.ab);
+  } else {
+    newton_schulz(update, update, rows, cols, config_.ns_steps, w.x, w.y, w.a, w.b, backend);
+  }
+  const float scale = 0.2f * std::sqrt(static_cast<float>(std::max(rows, cols)));
+  const float plr = lr * s.lr_scale;
+  const float decay = s.weight_decay ? 1.0f - plr * config_.weight_decay : 1.0f;
+#pragma omp parallel for simd schedule(static) if (!omp_in_parallel())
+  for (int64_t j = 0; j < s.numel; ++j) p[j] = p[j] * decay - plr * scale * update[j];
+}
+
+void Muon::update(float* params, const float* grads, float lr, float grad_scale) {
   const auto& specs = registry_.specs();
+  std::vector<size_t> batch;
   for (size_t i = 0; i < specs.size(); ++i) {
-    const auto& s = specs[i];
     if (owners_[i] != rank_) continue;  // outside the group, or another rank's
-    const int64_t rows = s.shape[0], cols = s.numel / rows;
-    float* p = params + s.offset;
-    const float* g = grads + s.offset;
-    float* buf = buf_all + local_[i];
-    float* update = u_;
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < s.numel; ++i) {
-      const float gi = g[i] * grad_scale;
-      buf[i] = mu * buf[i] + gi;
-      update[i] = config_.nesterov ? gi + mu * buf[i] : buf[i];
+    if (batched_[i]) {
+      batch.push_back(i);
+    } else {  // a matrix of its own shape: its GEMMs use every thread
+      update_one(i, params, grads, lr, grad_scale, work_[0], kernels::GemmBackend::automatic);
     }
-    // In place is fine: newton_schulz reads its input before writing its output.
-    if (config_.ns_bf16) {
-      newton_schulz_bf16(update, update, rows, cols, config_.ns_steps, x_, y_, a_, b_, xb_, ab_);
-    } else {
-      newton_schulz(update, update, rows, cols, config_.ns_steps, x_, y_, a_, b_);
-    }
-    const float scale = 0.2f * std::sqrt(static_cast<float>(std::max(rows, cols)));
-    const float plr = lr * s.lr_scale;
-    const float decay = s.weight_decay ? 1.0f - plr * config_.weight_decay : 1.0f;
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < s.numel; ++i) p[i] = p[i] * decay - plr * scale * update[i];
+  }
+  // Same-shape matrices: one per thread at a time, each on single-threaded
+  // OpenBLAS GEMMs (small matrices keep a core busier alone than split over
+  // several), in any order: each matrix's result depends on it alone.
+  const auto n = static_cast<int64_t>(batch.size());
+#pragma omp parallel for schedule(dynamic, 1) num_threads(sets_)
+  for (int64_t k = 0; k < n; ++k) {
+    update_one(batch[static_cast<size_t>(k)], params, grads, lr, grad_scale,
+               work_[static_cast<size_t>(omp_get_thread_num())], kernels::GemmBackend::openblas);
   }
 }
 

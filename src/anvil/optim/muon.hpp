@@ -7,12 +7,20 @@
 // GEMM backend in fp32, or with bf16 inputs and fp32 accumulation
 // (`ns_bf16`: as the reference Muon runs its iteration in bf16; ~2x faster
 // here on AVX512_BF16 through oneDNN).
+//
+// Matrices that share their shape with another muon-group matrix (ZAYA1's
+// experts) are orthogonalised in a batch: one matrix per thread at a time,
+// each on single-threaded GEMMs; a matrix of its own shape runs its GEMMs on
+// every thread. Which matrices batch depends on the registry alone, so a
+// matrix gets the same bits on any number of ranks. (fp32 iteration only;
+// with ns_bf16 every matrix runs alone.)
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "anvil/base/bf16.hpp"
+#include "anvil/kernels/gemm.hpp"
 #include "anvil/model/params.hpp"
 #include "anvil/tensor/arena.hpp"
 
@@ -45,21 +53,34 @@ class Muon {
   // Momentum buffers of the matrices this rank owns, back to back.
   float* momentum() { return reinterpret_cast<float*>(momentum_.base()); }
   size_t state_bytes() const { return momentum_.capacity() + scratch_.capacity(); }
+  // Per registry entry: orthogonalised in a same-shape batch.
+  const std::vector<char>& batched() const { return batched_; }
   bool sharded() const { return sharded_; }
   // The state it keeps, by name: <param>.momentum_buffer of each matrix this
   // rank updates (distributed: zero-range shards, whole matrices).
   std::vector<model::TensorShard> state();
 
  private:
+  // One thread's Newton-Schulz scratch.
+  struct Scratch {
+    float *x, *y, *u, *a, *b;
+    bf16 *xb = nullptr, *ab = nullptr;
+  };
+  // Momentum, Newton-Schulz and the weight update of registry entry i.
+  void update_one(size_t i, float* params, const float* grads, float lr, float grad_scale,
+                  const Scratch& w, kernels::GemmBackend backend);
+
   const model::ParamRegistry& registry_;
   MuonConfig config_;
   int rank_;
   std::vector<int> owners_;
+  std::vector<char> batched_;
   bool sharded_;
   std::vector<int64_t> local_;  // per registry entry: its momentum's offset (owned ones)
-  tensor::Arena momentum_, scratch_;
-  float *x_, *y_, *u_, *a_, *b_;
-  bf16 *xb_ = nullptr, *ab_ = nullptr;
+  tensor::Arena momentum_;
+  int sets_;  // scratch sets: the threads when some matrices batch, else 1
+  tensor::Arena scratch_;
+  std::vector<Scratch> work_;
 };
 
 // out [rows, cols] = the Newton–Schulz approximation of U V^T for
@@ -67,7 +88,8 @@ class Muon {
 // x and y of rows*cols floats, a and b of min(rows, cols)^2. `out` may be
 // `g` (the input is read before the output is written) but not x or y.
 void newton_schulz(float* out, const float* g, int64_t rows, int64_t cols, int steps, float* x,
-                   float* y, float* a, float* b);
+                   float* y, float* a, float* b,
+                   kernels::GemmBackend backend = kernels::GemmBackend::automatic);
 // The same with each GEMM's inputs rounded to bf16 (fp32 accumulation and
 // fp32 iterate); extra scratch xb of rows*cols and ab of min(rows, cols)^2.
 void newton_schulz_bf16(float* out, const float* g, int64_t rows, int64_t cols, int steps, float* x,
