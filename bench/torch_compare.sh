@@ -63,7 +63,8 @@ for r in $(seq 1 "$rounds"); do
       for mode in eager compile; do
         echo "round $r/$rounds: $name torch $mode $p" >&2
         flag=(); [ "$mode" = compile ] && flag=(--compile)
-        "$python" bench/torch_train_hf.py --model "$out/hf-$name" -B "$B" -T "$T" --steps "$steps" \
+        # A compile that has not finished its steps in 10 minutes counts as failed.
+        timeout 600 "$python" bench/torch_train_hf.py --model "$out/hf-$name" -B "$B" -T "$T" --steps "$steps" \
           --dtype "$p" --experts "$experts" "${flag[@]}" > "$out/torch-$name-$mode-$p-$r.json" \
           2>> "$out/errors.log" || rm -f "$out/torch-$name-$mode-$p-$r.json"
       done

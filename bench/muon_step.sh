@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Muon's cost on zaya-small (B=8, T=256, 2 threads): the step with
+# --optimizer muon against the step with AdamW, interleaved, medians of
+# ROUNDS. The difference is Muon's update (momentum, Newton-Schulz, weight
+# update) minus AdamW's on the same matrices; dividing the Newton-Schulz
+# FLOPs (5 iterations of 4 r^2 c + 2 r^3 per r x c matrix, r <= c, every
+# muon-group matrix: the 2-D weights inside the blocks) by it gives a lower
+# bound on the rate its GEMMs ran at, printed against the sgemm peak the
+# trainer measured at start. OTHER=path/to/anvil times a second binary's
+# Muon step in the same rounds (e.g. one built before a change).
+# Usage: [OTHER=BIN] bench/muon_step.sh [ROUNDS (default 3)] [STEPS (default 4)]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+steps=${2:-4}
+anvil=build/anvil
+[ -x "$anvil" ] || scripts/build.sh
+export OMP_NUM_THREADS=2
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+flags=(--config configs/zaya-small.json -B 8 -T 256 --steps "$steps" --log-every 1000)
+# The muon-group shapes, from a checkpoint's index (global shapes).
+"$anvil" train --config configs/zaya-small.json -B 8 -T 256 --steps 1 --out "$out/ckpt" \
+  --log-every 1000 > /dev/null
+for r in $(seq 1 "$rounds"); do
+  for v in adamw muon ${OTHER:+other}; do
+    echo "round $r/$rounds: $v" >&2
+    bin=$anvil; opt=$v
+    [ "$v" = other ] && { bin=$OTHER; opt=muon; }
+    "$bin" train "${flags[@]}" --optimizer "$opt" --json-out "$out/$v-$r.json" \
+      < /dev/null > /dev/null
+  done
+done
+/usr/bin/python3 - "$out" "$rounds" <<'PY'
+import glob, json, os, statistics as st, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+shapes = []
+for f in glob.glob(f"{out}/ckpt/step-*/index.json"):
+    for name, t in json.load(open(f))["tensors"].items():
+        if (t["kind"] == "model" and name.startswith("model.layers.") and name.endswith(".weight")
+                and len(t["shape"]) == 2):
+            shapes.append(t["shape"])
+ns = 0.0
+for rows, cols in shapes:
+    r, c = min(rows, cols), max(rows, cols)
+    ns += 5 * (4 * r * r * c + 2 * r ** 3)
+def med(v):
+    runs = [json.load(open(f"{out}/{v}-{i}.json")) for i in range(1, rounds + 1)
+            if os.path.exists(f"{out}/{v}-{i}.json")]
+    return (st.median(st.median(x["step_seconds"][1:]) for x in runs),
+            st.median(x["peak_gflops"] for x in runs)) if runs else (None, None)
+(adam, peak), (muon, _), (other, _) = med("adamw"), med("muon"), med("other")
+print(f"zaya-small B=8 T=256, 2 threads; medians of {rounds} rounds; sgemm peak {peak:.1f} GFLOP/s")
+print(f"{len(shapes)} muon-group matrices, Newton-Schulz {ns / 1e9:.1f} GFLOP per step")
+print(f"AdamW step {adam:.3f} s, Muon step {muon:.3f} s: Muon / AdamW {muon / adam:.2f}x")
+rate = ns / (muon - adam) / 1e9
+print(f"Newton-Schulz at >= {rate:.1f} GFLOP/s = {100 * rate / peak:.1f}% of the sgemm peak")
+if other:
+    print(f"OTHER binary's Muon step {other:.3f} s (this build {other / muon:.2f}x faster); "
+          f"its Newton-Schulz >= {ns / (other - adam) / 1e9:.1f} GFLOP/s")
+PY
