@@ -922,6 +922,7 @@ int main(int argc, char** argv) {
                             {"peak_gflops", r.peak_gflops},
                             {"planned_bytes", r.planned_bytes},
                             {"optimizer_bytes", r.optimizer_bytes},
+                            {"parameter_bytes", r.parameter_bytes},
                             {"peak_rss_bytes", r.peak_rss_bytes},
                             {"rank_peak_rss_bytes", r.rank_peak_rss_bytes},
                             {"checkpoint", r.last_checkpoint},

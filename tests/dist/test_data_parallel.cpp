@@ -8,9 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -31,6 +31,7 @@ struct TrainRun {
   anvil::ckpt::SafetensorsFile weights;
   double val_loss = 0;
   int64_t optimizer_bytes = 0;
+  int64_t parameter_bytes = 0;
   std::string checkpoint;
 };
 
@@ -89,6 +90,7 @@ TrainRun train(int ranks, const std::string& name, const std::string& args) {
   r.losses = j.at("losses").get<std::vector<double>>();
   r.val_loss = j.at("val_loss").get<double>();
   r.optimizer_bytes = j.at("optimizer_bytes").get<int64_t>();
+  r.parameter_bytes = j.at("parameter_bytes").get<int64_t>();
   r.checkpoint = j.at("checkpoint").get<std::string>();
   r.weights.tensors = anvil::ckpt::read_tensors(r.checkpoint, "model");
   return r;
@@ -158,9 +160,10 @@ void expect_same_trajectory(const TrainRun& got, const TrainRun& want, double to
       worst_norm_name = name;
     }
   }
-  std::printf("%s: weights within %.2e in norm (%s), largest entry difference %.2e of the "
-              "tensor's largest (%s)\n",
-              what.c_str(), worst_norm, worst_norm_name.c_str(), worst, worst_name.c_str());
+  std::printf(
+      "%s: weights within %.2e in norm (%s), largest entry difference %.2e of the "
+      "tensor's largest (%s)\n",
+      what.c_str(), worst_norm, worst_norm_name.c_str(), worst, worst_name.c_str());
 }
 
 // A run where the ranks' gradients really differ: 20 steps, the global
@@ -206,8 +209,7 @@ void expect_identical(const TrainRun& a, const TrainRun& b, const std::string& w
   const auto ma = anvil::ckpt::read_tensors(a.checkpoint, "optimizer");
   const auto mb = anvil::ckpt::read_tensors(b.checkpoint, "optimizer");
   EXPECT_EQ(ma.size(), mb.size()) << what;
-  for (const auto& [name, t] : ma)
-    EXPECT_EQ(t.data, mb.at(name).data) << what << ": " << name;
+  for (const auto& [name, t] : ma) EXPECT_EQ(t.data, mb.at(name).data) << what << ": " << name;
 }
 
 // ZeRO-1 sums every gradient in the order plain data parallelism does and
@@ -292,8 +294,8 @@ TEST(DataParallel, CheckpointsReshapeAcrossLayoutsToTheSameBytes) {
       for (const auto& [name, t] : want) {
         ASSERT_EQ(got.count(name), 1u) << dir << ": " << name;
         EXPECT_EQ(got.at(name).shape, t.shape) << dir << ": " << name;
-        EXPECT_EQ(0, std::memcmp(got.at(name).data.data(), t.data.data(),
-                                 t.data.size() * sizeof(float)))
+        EXPECT_EQ(
+            0, std::memcmp(got.at(name).data.data(), t.data.data(), t.data.size() * sizeof(float)))
             << dir << ": " << name;
       }
     }
@@ -302,9 +304,11 @@ TEST(DataParallel, CheckpointsReshapeAcrossLayoutsToTheSameBytes) {
     int ranks;
     std::string flags, from;
   };
-  for (const Resume& r : {Resume{1, " -B 12", b}, Resume{3, " -B 4", c}, Resume{2, " -B 6 --zero --ep 2", d}}) {
+  for (const Resume& r :
+       {Resume{1, " -B 12", b}, Resume{3, " -B 4", c}, Resume{2, " -B 6 --zero --ep 2", d}}) {
     const std::string name = "reshape-resume-" + std::to_string(r.ranks);
-    const TrainRun rest = train(r.ranks, name, args + " --steps 20" + r.flags + " --resume " + r.from);
+    const TrainRun rest =
+        train(r.ranks, name, args + " --steps 20" + r.flags + " --resume " + r.from);
     ASSERT_EQ(rest.losses.size(), 10u) << name;
     for (size_t s = 0; s < 10; ++s) {
       EXPECT_LE(std::abs(rest.losses[s] - straight.losses[10 + s]), 1e-6 * straight.losses[10 + s])
@@ -324,31 +328,32 @@ TEST(DataParallel, LaunchRecoversFromInjectedFaultsBitForBit) {
   struct Case {
     std::string fault, cause;
   };
-  for (const Case& c : {Case{"kill@15:1", "crash"}, Case{"hang@15:1", "hang"},
-                        Case{"nan@15:0", "nan"}, Case{"corrupt-ckpt@20:1", "crash"},
-                        Case{"kill-in-save@20:0=1", "crash"}}) {
+  for (const Case& c :
+       {Case{"kill@15:1", "crash"}, Case{"hang@15:1", "hang"}, Case{"nan@15:0", "nan"},
+        Case{"corrupt-ckpt@20:1", "crash"}, Case{"kill-in-save@20:0=1", "crash"}}) {
     const std::string name = "launch-" + c.fault.substr(0, c.fault.find('@'));
     const fs::path out = work_dir() / name;
     fs::remove_all(out);
-    const std::string cmd = "OMP_NUM_THREADS=1 timeout 300 " + std::string(ANVIL_BINARY) +
-                            " launch --np 2 --inject " + c.fault +
-                            " --hang-timeout 3 --backoff 0.1 -- --data " +
-                            (work_dir() / "text.txt").string() + " --out " + out.string() +
-                            " --peak-gflops 1 --log-every 1000 " + args + " > " + out.string() +
-                            ".log 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << anvil::read_file(out.string() + ".log");
+    const std::string cmd =
+        "OMP_NUM_THREADS=1 timeout 300 " + std::string(ANVIL_BINARY) + " launch --np 2 --inject " +
+        c.fault + " --hang-timeout 3 --backoff 0.1 -- --data " +
+        (work_dir() / "text.txt").string() + " --out " + out.string() +
+        " --peak-gflops 1 --log-every 1000 " + args + " > " + out.string() + ".log 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n"
+                                           << anvil::read_file(out.string() + ".log");
     for (const char* kind : {"model", "optimizer"}) {
       const auto want = anvil::ckpt::read_tensors(straight.checkpoint, kind);
       const auto got = anvil::ckpt::read_tensors((out / "step-00000030").string(), kind);
       ASSERT_EQ(got.size(), want.size()) << c.fault;
       for (const auto& [key, t] : want)
-        EXPECT_EQ(0, std::memcmp(got.at(key).data.data(), t.data.data(),
-                                 t.data.size() * sizeof(float)))
+        EXPECT_EQ(
+            0, std::memcmp(got.at(key).data.data(), t.data.data(), t.data.size() * sizeof(float)))
             << c.fault << ": " << key;
     }
     const std::string journal = anvil::read_file((out / "journal.jsonl").string());
     EXPECT_NE(journal.find("\"cause\":\"" + c.cause + "\",\"detect_s\""), std::string::npos)
-        << c.fault << "\n" << journal;
+        << c.fault << "\n"
+        << journal;
     EXPECT_NE(journal.find("\"event\":\"recovered\""), std::string::npos) << c.fault;
     EXPECT_NE(journal.find("\"event\":\"finished\""), std::string::npos) << c.fault;
   }
@@ -387,23 +392,47 @@ TEST(DataParallel, ZeroWithMuonEqualsPlainDataParallelBitForBit) {
                    "--zero with Muon on 2 ranks");
 }
 
-// Expert parallelism: each rank of a group of 2 or 4 runs its share of the
-// experts on rows sent to it by all-to-all. Routing is untouched, so the
-// choices and so the balancing biases are bit-identical to no EP; the
-// expert weights differ only by the order their gradient rows are summed.
+// Expert parallelism: each rank of a group of 2 or 4 holds and runs its
+// share of the experts on rows sent to it by all-to-all. Routing is
+// untouched, so the choices and so the balancing biases are bit-identical
+// to no EP; the expert weights differ only by the order their gradient rows
+// are summed. Each rank keeps the AdamW moments of its own experts only,
+// and (Muon) orthogonalises expert matrices it holds.
 TEST(DataParallel, ExpertParallelEqualsNoExpertParallelism) {
-  const std::string args = kZaya + " --set n_experts=4 -B 4";
-  const TrainRun none = train(4, "ep-1", args);
-  for (int ep : {2, 4}) {
-    const TrainRun got = train(4, "ep-" + std::to_string(ep), args + " --ep " + std::to_string(ep));
-    expect_same_trajectory(got, none, 1e-6, "--ep " + std::to_string(ep) + " on 4 ranks");
-    int biases = 0;
+  for (const std::string optimizer : {"adamw", "muon"}) {
+    const std::string args = kZaya + " --set n_experts=4 -B 4 --optimizer " + optimizer;
+    const TrainRun none = train(4, "ep-1-" + optimizer, args);
+    // The parameters: the experts' and the rest (the balancing biases are extra state).
+    double experts = 0, rest = 0;
     for (const auto& [name, t] : none.weights.tensors) {
-      if (!name.ends_with("balancing_biases")) continue;
-      ++biases;
-      EXPECT_EQ(got.weights.tensors.at(name).data, t.data) << "--ep " << ep << ": " << name;
+      if (name.ends_with("balancing_biases")) continue;
+      (name.find(".zaya_block.experts.") != std::string::npos ? experts : rest) +=
+          static_cast<double>(t.data.size());
     }
-    EXPECT_GT(biases, 0);
+    ASSERT_GT(experts, 0);
+    for (int ep : {2, 4}) {
+      const std::string what = "--ep " + std::to_string(ep) + " on 4 ranks (" + optimizer + ")";
+      const TrainRun got = train(4, "ep-" + std::to_string(ep) + "-" + optimizer,
+                                 args + " --ep " + std::to_string(ep));
+      expect_same_trajectory(got, none, 1e-6, what, 2e-5, optimizer == "muon" ? 1e-5 : 5e-6);
+      int biases = 0;
+      for (const auto& [name, t] : none.weights.tensors) {
+        if (!name.ends_with("balancing_biases")) continue;
+        ++biases;
+        EXPECT_EQ(got.weights.tensors.at(name).data, t.data) << what << ": " << name;
+      }
+      EXPECT_GT(biases, 0);
+      // A rank holds the weights of E/ep experts per layer; with AdamW, their
+      // two moments too (Muon's momentum is split over the ranks either way).
+      const double share = (rest + experts / ep) / (rest + experts);
+      EXPECT_NEAR(static_cast<double>(got.parameter_bytes),
+                  static_cast<double>(none.parameter_bytes) * share, 1.0)
+          << what;
+      if (optimizer == "adamw") {
+        const double want = static_cast<double>(none.optimizer_bytes) * share;
+        EXPECT_NEAR(static_cast<double>(got.optimizer_bytes), want, 0.01 * want) << what;
+      }
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -127,6 +128,96 @@ TEST(Muon, OwnersCoverTheGroupOnceAndBalanceTheNewtonSchulzCost) {
   }
 }
 
+// Expert parallelism: a rank's registry holds its E/K experts of every MoE
+// layer under their global names, laid out like every other rank's (the same
+// offsets and sizes, so buckets and ZeRO blocks line up across ranks); the K
+// registries' experts together are the whole model's, once each.
+TEST(Registry, ExpertRangesSplitTheExpertsAndKeepTheLayoutAlike) {
+  const ModelConfig c = preset("zaya-small");
+  const ParamRegistry all = zaya_registry(c);
+  const int64_t E = c.n_experts;
+  for (int64_t K : {2, 4}) {
+    std::vector<ParamRegistry> ranks;
+    for (int64_t k = 0; k < K; ++k) ranks.push_back(zaya_registry(c, {k * E / K, E / K}));
+    std::map<std::string, int> experts;
+    for (const ParamRegistry& r : ranks) {
+      ASSERT_EQ(r.specs().size(), ranks[0].specs().size());
+      EXPECT_EQ(r.total(), ranks[0].total());
+      for (size_t i = 0; i < r.specs().size(); ++i) {
+        const ParamSpec &s = r.specs()[i], &s0 = ranks[0].specs()[i];
+        EXPECT_EQ(s.offset, s0.offset) << s.name;
+        EXPECT_EQ(s.shape, s0.shape) << s.name;
+        EXPECT_EQ(s.sharding, s0.sharding) << s.name;
+        ASSERT_NE(all.find(s.name), nullptr) << s.name;
+        EXPECT_EQ(all.get(s.name).shape, s.shape) << s.name;
+        if (s.sharding == Sharding::expert) {
+          ++experts[s.name];
+        } else {
+          EXPECT_EQ(s.name, s0.name);
+        }
+      }
+    }
+    int64_t want = 0;
+    for (const auto& s : all.specs()) {
+      if (s.sharding != Sharding::expert) continue;
+      ++want;
+      EXPECT_EQ(experts[s.name], 1) << s.name << " with --ep " << K;
+    }
+    EXPECT_EQ(static_cast<int64_t>(experts.size()), want);
+  }
+  expect_input_error(
+      [&] {
+        zaya_registry(c, {E - 1, 2});
+      },
+      {"experts [", "are not a range of its"});
+}
+
+// Under --ep K, Muon places the replicated matrices over all ranks as
+// without EP (the same on every rank) and each rank's expert matrices over
+// the ranks holding the same experts (rank % K alike): every expert matrix
+// of a group gets one owner there, and the owners' loads stay balanced.
+TEST(Muon, ExpertMatricesGoToTheRanksHoldingThem) {
+  const ModelConfig c = preset("zaya-small");
+  const int64_t E = c.n_experts;
+  const int world = 4, K = 2;
+  std::vector<ParamRegistry> regs;
+  std::vector<std::vector<int>> owners;
+  for (int r = 0; r < world; ++r) {
+    regs.push_back(zaya_registry(c, {r % K * E / K, E / K}));
+    owners.push_back(optim::muon_owners(regs.back(), world, K, r));
+  }
+  for (int r = 0; r < world; ++r) {
+    for (size_t i = 0; i < regs[r].specs().size(); ++i) {
+      const ParamSpec& s = regs[r].specs()[i];
+      if (s.group != OptimizerGroup::muon) {
+        EXPECT_EQ(owners[r][i], -1) << s.name;
+      } else if (s.sharding == Sharding::expert) {
+        ASSERT_GE(owners[r][i], 0) << s.name;
+        EXPECT_EQ(owners[r][i] % K, r % K) << s.name << " on rank " << r;
+        EXPECT_EQ(owners[r][i], owners[r % K][i]) << s.name << ": ranks of a group agree";
+      } else {
+        EXPECT_EQ(owners[r][i], owners[0][i]) << s.name << ": every rank agrees";
+      }
+    }
+  }
+  // Each rank's Newton-Schulz cost: the replicated and the expert matrices it owns.
+  std::vector<double> load(world, 0.0);
+  double largest = 0;
+  for (int r = 0; r < world; ++r) {
+    for (size_t i = 0; i < regs[r].specs().size(); ++i) {
+      const ParamSpec& s = regs[r].specs()[i];
+      if (owners[r][i] < 0) continue;
+      const bool counted_here = s.sharding == Sharding::expert ? r < K : r == 0;
+      if (!counted_here) continue;  // count each matrix once
+      const double rows = static_cast<double>(s.shape[0]), cols = s.numel / rows;
+      load[static_cast<size_t>(owners[r][i])] += rows * cols * std::min(rows, cols);
+      largest = std::max(largest, rows * cols * std::min(rows, cols));
+    }
+  }
+  const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+  EXPECT_LE(*hi - *lo, 2 * largest);
+}
+
 TEST(Muon, NewtonSchulzOrthogonalisesAndIsTransposeSymmetric) {
   const int64_t m = 12, n = 40;
   std::vector<float> g(m * n), gt(n * m), out(m * n), out_t(n * m);
@@ -160,8 +251,7 @@ TEST(Muon, BatchedSameShapeMatricesGiveTheSameBitsOnAnyLayout) {
   for (int e = 0; e < 5; ++e)
     r.add("model.layers.1.experts." + std::to_string(e) + ".fc1.weight", {48, 24}, Init::normal,
           0.02f, true, OptimizerGroup::muon);
-  r.add("model.layers.0.o_proj.weight", {40, 32}, Init::normal, 0.02f, true,
-        OptimizerGroup::muon);
+  r.add("model.layers.0.o_proj.weight", {40, 32}, Init::normal, 0.02f, true, OptimizerGroup::muon);
   r.add("model.final_norm.weight", {24}, Init::ones);
   std::vector<float> p0(static_cast<size_t>(r.total())), g(p0.size());
   r.initialize(p0.data(), 3);
@@ -211,8 +301,7 @@ TEST(Muon, BatchedSameShapeMatricesGiveTheSameBitsOnAnyLayout) {
     const float lr = 0.01f, scale = 0.2f * std::sqrt(48.0f), decay = 1.0f - lr * cfg.weight_decay;
     for (int64_t i = 0; i < s.numel; ++i) p[i] = p[i] * decay - lr * scale * u[i];
   }
-  for (int64_t i = 0; i < s.numel; ++i)
-    EXPECT_NEAR(want[s.offset + i], p[i], 1e-6) << i;
+  for (int64_t i = 0; i < s.numel; ++i) EXPECT_NEAR(want[s.offset + i], p[i], 1e-6) << i;
 }
 
 TEST(Muon, NewtonSchulzInBf16StaysCloseToFp32) {

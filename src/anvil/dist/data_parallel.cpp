@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <stdexcept>
 #include <string>
 
 #include "anvil/base/error.hpp"
@@ -18,8 +19,11 @@ DataParallelGroup::DataParallelGroup(int ranks_per_node)
 }
 
 DataParallelGroup::~DataParallelGroup() {
+  expert_data_async_.reset();
+  expert_data_.reset();
   expert_.reset();
   if (expert_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&expert_mpi_);
+  if (expert_data_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&expert_data_mpi_);
 }
 
 comm::Communicator& DataParallelGroup::expert_group(int ep) {
@@ -30,8 +34,23 @@ comm::Communicator& DataParallelGroup::expert_group(int ep) {
     }
     MPI_Comm_split(MPI_COMM_WORLD, rank() / ep, rank(), &expert_mpi_);
     expert_ = std::make_unique<comm::Communicator>(expert_mpi_);
+    MPI_Comm_split(MPI_COMM_WORLD, rank() % ep, rank(), &expert_data_mpi_);
+    // Its nodes are the real ones: --ranks-per-node counts consecutive world
+    // ranks, which this group's members are not.
+    expert_data_ = std::make_unique<comm::Communicator>(expert_data_mpi_);
+    expert_data_async_ = std::make_unique<comm::AsyncCommunicator>(expert_data_mpi_);
   }
   return *expert_;
+}
+
+comm::Communicator& DataParallelGroup::expert_data_group() {
+  if (!expert_data_) throw std::logic_error("expert_data_group before expert_group");
+  return *expert_data_;
+}
+
+comm::AsyncCommunicator& DataParallelGroup::expert_data_async() {
+  if (!expert_data_async_) throw std::logic_error("expert_data_async before expert_group");
+  return *expert_data_async_;
 }
 
 void DataParallelGroup::sum(std::span<double> values) {

@@ -40,12 +40,19 @@ class DataParallelGroup {
   // The expert-parallel group of this rank: `ep` consecutive ranks
   // (collective; made once; ep must divide the group's size).
   comm::Communicator& expert_group(int ep);
+  // The expert-data-parallel group: the ranks holding the same experts
+  // (rank % ep alike; ordered by rank, so rank r is r / ep there), which
+  // reduce those experts' gradients and share their optimizer work. Made by
+  // expert_group; a blocking communicator and a progress thread's.
+  comm::Communicator& expert_data_group();
+  comm::AsyncCommunicator& expert_data_async();
 
  private:
   std::unique_ptr<comm::Communicator> comm_;
   std::unique_ptr<comm::AsyncCommunicator> async_;
-  std::unique_ptr<comm::Communicator> expert_;
-  MPI_Comm expert_mpi_ = MPI_COMM_NULL;
+  std::unique_ptr<comm::Communicator> expert_, expert_data_;
+  std::unique_ptr<comm::AsyncCommunicator> expert_data_async_;
+  MPI_Comm expert_mpi_ = MPI_COMM_NULL, expert_data_mpi_ = MPI_COMM_NULL;
   int local_size_ = 1;
 };
 

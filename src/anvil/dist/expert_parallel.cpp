@@ -15,8 +15,14 @@ void at_least(std::vector<float>& v, int64_t n) {
 
 }  // namespace
 
-AllToAllExperts::AllToAllExperts(comm::Communicator& group, const model::ZayaMoeShape& shape)
-    : group_(group), s_(shape), K_(group.size()), rank_(group.rank()) {
+AllToAllExperts::AllToAllExperts(comm::Communicator& group, const model::ZayaMoeShape& shape,
+                                 int64_t rows, std::shared_ptr<Scratch> scratch)
+    : group_(group),
+      s_(shape),
+      K_(group.size()),
+      rank_(group.rank()),
+      owns_scratch_(scratch == nullptr),
+      scratch_(scratch ? std::move(scratch) : std::make_shared<Scratch>()) {
   if (s_.experts % K_ != 0) {
     throw InputError("--ep: " + std::to_string(K_) + " does not divide the " +
                      std::to_string(s_.experts) + " experts (expected a divisor of n_experts)");
@@ -27,6 +33,10 @@ AllToAllExperts::AllToAllExperts(comm::Communicator& group, const model::ZayaMoe
     v->assign(static_cast<size_t>(K_), 0);
   }
   seg_.assign(static_cast<size_t>(per_ + 1), 0);
+  const int64_t H = s_.hidden, F = s_.expert_ffn;
+  for (auto* v : {&scratch_->recv, &scratch_->in, &scratch_->out, &xr_}) at_least(*v, rows * H);
+  at_least(y_, rows * 2 * F);
+  at_least(act_, rows * F);
 }
 
 template <typename Copy>
@@ -46,24 +56,25 @@ void AllToAllExperts::each_block(Copy copy) const {
 
 void AllToAllExperts::to_owners(const float* in, std::vector<float>& out) {
   const double t0 = now_seconds();
-  group_.alltoallv(in, send_counts_.data(), send_offsets_.data(), recv_.data(), recv_counts_.data(),
+  float* recv = scratch_->recv.data();
+  group_.alltoallv(in, send_counts_.data(), send_offsets_.data(), recv, recv_counts_.data(),
                    recv_offsets_.data(), comm::DType::f32, comm::Algo::automatic);
   comm_seconds_ += now_seconds() - t0;
   at_least(out, seg_[per_] * s_.hidden);
   each_block([&](int64_t grouped, int64_t received, size_t bytes) {
-    std::memcpy(out.data() + grouped, recv_.data() + received, bytes);
+    std::memcpy(out.data() + grouped, recv + received, bytes);
   });
 }
 
 void AllToAllExperts::from_owners(const float* in, float* out) {
+  float* recv = scratch_->recv.data();
   each_block([&](int64_t grouped, int64_t received, size_t bytes) {
-    std::memcpy(recv_.data() + received, in + grouped, bytes);
+    std::memcpy(recv + received, in + grouped, bytes);
   });
   const double t0 = now_seconds();
   // The way back: what came from rank k returns to it.
-  group_.alltoallv(recv_.data(), recv_counts_.data(), recv_offsets_.data(), out,
-                   send_counts_.data(), send_offsets_.data(), comm::DType::f32,
-                   comm::Algo::automatic);
+  group_.alltoallv(recv, recv_counts_.data(), recv_offsets_.data(), out, send_counts_.data(),
+                   send_offsets_.data(), comm::DType::f32, comm::Algo::automatic);
   comm_seconds_ += now_seconds() - t0;
 }
 
@@ -93,34 +104,35 @@ void AllToAllExperts::forward(float* ys, const float* xs, const int64_t* offsets
     for (int k = 0; k < K_; ++k) rows += counts_[k * E + rank_ * per_ + j];
     seg_[j + 1] = seg_[j] + rows;
   }
-  at_least(recv_, received * H);
+  at_least(scratch_->recv, received * H);
   to_owners(xs, xr_);
   at_least(y_, received * 2 * F);
   at_least(act_, received * F);
-  at_least(yr_, received * H);
-  model::experts_forward(yr_.data(), y_.data(), act_.data(), xr_.data(), seg_.data(), rank_ * per_,
-                         per_, s_, p);
-  from_owners(yr_.data(), ys);
+  std::vector<float>& yr = scratch_->out;
+  at_least(yr, received * H);
+  model::experts_forward(yr.data(), y_.data(), act_.data(), xr_.data(), seg_.data(), per_, s_, p);
+  from_owners(yr.data(), ys);
 }
 
 void AllToAllExperts::backward(float* dxs, const model::ZayaMoeParams& g, const float* dys,
                                const model::ZayaMoeParams& p, std::vector<float>& dy,
                                std::vector<float>& dact) {
   const int64_t H = s_.hidden, F = s_.expert_ffn, rows = seg_[per_];
-  to_owners(dys, dyr_);
+  std::vector<float>&dyr = scratch_->in, &dxr = scratch_->out;
+  to_owners(dys, dyr);
   at_least(dy, rows * 2 * F);
   at_least(dact, rows * F);
-  at_least(dxr_, rows * H);
-  std::fill(dxr_.begin(), dxr_.begin() + rows * H, 0.0f);
-  model::experts_backward(dxr_.data(), dy.data(), dact.data(), g, dyr_.data(), xr_.data(),
-                          y_.data(), act_.data(), seg_.data(), rank_ * per_, per_, s_, p);
-  from_owners(dxr_.data(), dxs);
+  at_least(dxr, rows * H);
+  std::fill(dxr.begin(), dxr.begin() + rows * H, 0.0f);
+  model::experts_backward(dxr.data(), dy.data(), dact.data(), g, dyr.data(), xr_.data(), y_.data(),
+                          act_.data(), seg_.data(), per_, s_, p);
+  from_owners(dxr.data(), dxs);
 }
 
 size_t AllToAllExperts::bytes() const {
   size_t n = 0;
-  for (const auto* v : {&recv_, &xr_, &y_, &act_, &yr_, &dyr_, &dxr_}) n += v->size();
-  return n * sizeof(float);
+  for (const auto* v : {&xr_, &y_, &act_}) n += v->size();
+  return n * sizeof(float) + (owns_scratch_ ? scratch_->bytes() : 0);
 }
 
 double AllToAllExperts::take_comm_seconds() {

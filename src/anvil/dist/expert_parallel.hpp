@@ -9,13 +9,15 @@
 // the trainer sums over every rank) are untouched, so choices and biases are
 // the ones without EP.
 //
-// Weights and gradients stay in the full arenas: a rank writes gradients only
-// for its own experts (zeros for the others), so the data-parallel gradient
-// reduction over all ranks sums each expert's gradient over its owners in
-// every group — the expert-data-parallel reduction.
+// A rank holds the weights, gradients and optimizer state of its own experts
+// only (model::ExpertRange: its registry names just those, under their
+// global names); their gradients are summed over the ranks holding the same
+// experts, one per group (DataParallelGroup::expert_data_group, through
+// GradReducer's ReduceRange), everything else over all ranks.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "anvil/comm/communicator.hpp"
@@ -25,8 +27,21 @@ namespace anvil::dist {
 
 class AllToAllExperts : public model::ExpertDispatcher {
  public:
+  // The exchange buffers, used only while one layer's experts run: one set
+  // shared by all the MoE layers (the rows kept for backward are per layer).
+  struct Scratch {
+    std::vector<float> recv, in, out;  // what arrives; dy for backward; y or dx
+    size_t bytes() const { return (recv.size() + in.size() + out.size()) * sizeof(float); }
+  };
+
   // `group`: the K ranks sharing the experts; E must be a multiple of K.
-  AllToAllExperts(comm::Communicator& group, const model::ZayaMoeShape& shape);
+  // The buffers are made for `rows` received rows per step (a rank's own
+  // assignments: what it receives when the load is balanced) and grow when
+  // the routing sends it more.
+  // `scratch`: another layer's (scratch()), or null for a set of its own,
+  // which its bytes() then counts.
+  AllToAllExperts(comm::Communicator& group, const model::ZayaMoeShape& shape, int64_t rows,
+                  std::shared_ptr<Scratch> scratch = nullptr);
   void forward(float* ys, const float* xs, const int64_t* offsets,
                const model::ZayaMoeParams& p) override;
   void backward(float* dxs, const model::ZayaMoeParams& g, const float* dys,
@@ -34,6 +49,7 @@ class AllToAllExperts : public model::ExpertDispatcher {
                 std::vector<float>& dact) override;
   size_t bytes() const override;
   double take_comm_seconds() override;
+  const std::shared_ptr<Scratch>& scratch() const { return scratch_; }
 
  private:
   // Sends `in` (local sorted order) to the owners and groups what arrives by
@@ -53,8 +69,10 @@ class AllToAllExperts : public model::ExpertDispatcher {
   int64_t per_;                  // experts per rank
   std::vector<int64_t> counts_;  // [K][E]: rows rank k routed to expert e this step
   std::vector<size_t> send_counts_, send_offsets_, recv_counts_, recv_offsets_;  // floats
-  std::vector<int64_t> seg_;  // [per + 1]: local expert j's rows in the grouped buffers
-  std::vector<float> recv_, xr_, y_, act_, yr_, dyr_, dxr_;
+  std::vector<int64_t> seg_;         // [per + 1]: local expert j's rows in the grouped buffers
+  std::vector<float> xr_, y_, act_;  // the rows received, and SwiGLU's: kept for backward
+  bool owns_scratch_;                // counted in bytes()
+  std::shared_ptr<Scratch> scratch_;
   double comm_seconds_ = 0;
 };
 

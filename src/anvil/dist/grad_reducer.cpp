@@ -8,13 +8,28 @@
 namespace anvil::dist {
 
 GradReducer::GradReducer(comm::AsyncCommunicator& comm, float* grads, int64_t total,
-                         int64_t bucket_floats, bool scatter_only, comm::Algo algo)
-    : comm_(comm), grads_(grads), total_(total), scatter_only_(scatter_only), algo_(algo) {
+                         int64_t bucket_floats, bool scatter_only, comm::Algo algo,
+                         const std::vector<ReduceRange>& other)
+    : grads_(grads), scatter_only_(scatter_only), algo_(algo) {
   if (bucket_floats < 1) throw std::invalid_argument("GradReducer: bucket size must be >= 1");
-  for (int64_t end = total; end > 0; end -= bucket_floats) {
-    begins_.push_back(std::max<int64_t>(0, end - bucket_floats));
+  // The arena as ranges of one group each, then buckets cut from each
+  // range's end, last range first.
+  std::vector<Bucket> ranges;
+  int64_t at = 0;
+  for (const ReduceRange& r : other) {
+    if (r.begin < at || r.end <= r.begin || r.end > total || r.comm == nullptr)
+      throw std::invalid_argument("GradReducer: reduce ranges must be ascending and inside");
+    if (r.begin > at) ranges.push_back({at, r.begin, &comm});
+    ranges.push_back({r.begin, r.end, r.comm});
+    at = r.end;
   }
-  seconds_.assign(begins_.size(), 0.0);
+  if (at < total) ranges.push_back({at, total, &comm});
+  for (size_t i = ranges.size(); i-- > 0;) {
+    for (int64_t end = ranges[i].end; end > ranges[i].begin; end -= bucket_floats) {
+      buckets_.push_back({std::max(ranges[i].begin, end - bucket_floats), end, ranges[i].comm});
+    }
+  }
+  seconds_.assign(buckets_.size(), 0.0);
 }
 
 void GradReducer::begin() {
@@ -26,17 +41,17 @@ void GradReducer::begin() {
 }
 
 void GradReducer::ready_from(int64_t offset) {
-  while (started_ < begins_.size() && begins_[started_] >= offset) {
+  while (started_ < buckets_.size() && buckets_[started_].begin >= offset) {
     const size_t i = started_++;
-    const int64_t begin = begins_[i];
-    const int64_t end = i == 0 ? total_ : begins_[i - 1];
-    float* data = grads_ + begin;
-    const auto count = static_cast<size_t>(end - begin);
+    const Bucket& b = buckets_[i];
+    if (b.comm->size() == 1) continue;  // a group of one: its sum is its own
+    float* data = grads_ + b.begin;
+    const auto count = static_cast<size_t>(b.end - b.begin);
     double* seconds = &seconds_[i];
     const comm::Algo algo = algo_;
     const bool scatter_only = scatter_only_;
     requests_.push_back(
-        comm_.start([data, count, seconds, algo, scatter_only](comm::Communicator& c) {
+        b.comm->start([data, count, seconds, algo, scatter_only](comm::Communicator& c) {
           const double t0 = now_seconds();
           if (!scatter_only && !c.single_node() && algo == comm::Algo::automatic) {
             // Across nodes plain DP takes the hierarchical all-reduce (shm inside
@@ -59,24 +74,30 @@ void GradReducer::ready_from(int64_t offset) {
 
 std::vector<std::pair<int64_t, int64_t>> GradReducer::owned() const {
   std::vector<std::pair<int64_t, int64_t>> out;
-  for (size_t i = begins_.size(); i-- > 0;) {
-    const int64_t begin = begins_[i], end = i == 0 ? total_ : begins_[i - 1];
-    const auto count = static_cast<size_t>(end - begin);
-    const auto off = static_cast<int64_t>(comm::block_offset(count, comm_.size(), comm_.rank()));
-    const auto n = static_cast<int64_t>(comm::block_count(count, comm_.size(), comm_.rank()));
-    if (n > 0) out.emplace_back(begin + off, begin + off + n);
+  for (size_t i = buckets_.size(); i-- > 0;) {
+    const Bucket& b = buckets_[i];
+    const auto count = static_cast<size_t>(b.end - b.begin);
+    const int size = b.comm->size(), rank = b.comm->rank();
+    const auto off = static_cast<int64_t>(comm::block_offset(count, size, rank));
+    const auto n = static_cast<int64_t>(comm::block_count(count, size, rank));
+    if (n <= 0) continue;
+    if (!out.empty() && out.back().second == b.begin + off) {
+      out.back().second += n;  // a group of one owns its whole bucket: merge
+    } else {
+      out.emplace_back(b.begin + off, b.begin + off + n);
+    }
   }
   return out;
 }
 
 void GradReducer::gather(float* data) {
   std::vector<comm::CommRequest> requests;
-  for (size_t i = 0; i < begins_.size(); ++i) {
-    const int64_t begin = begins_[i], end = i == 0 ? total_ : begins_[i - 1];
-    float* d = data + begin;
-    const auto count = static_cast<size_t>(end - begin);
+  for (const Bucket& b : buckets_) {
+    if (b.comm->size() == 1) continue;
+    float* d = data + b.begin;
+    const auto count = static_cast<size_t>(b.end - b.begin);
     const comm::Algo algo = algo_;
-    requests.push_back(comm_.start([d, count, algo](comm::Communicator& c) {
+    requests.push_back(b.comm->start([d, count, algo](comm::Communicator& c) {
       const comm::Algo a =
           algo == comm::Algo::automatic && !c.single_node() ? comm::Algo::ring : algo;
       c.allgather(d + comm::block_offset(count, c.size(), c.rank()), d, count, comm::DType::f32, a);

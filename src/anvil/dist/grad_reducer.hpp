@@ -33,12 +33,22 @@ struct ReduceTimes {
   int64_t buckets = 0;
 };
 
+// An arena range reduced over another group than the reducer's own: under
+// expert parallelism the experts' gradients, summed over the ranks holding
+// the same experts (the expert-data-parallel group) only.
+struct ReduceRange {
+  int64_t begin = 0, end = 0;
+  comm::AsyncCommunicator* comm = nullptr;
+};
+
 class GradReducer {
  public:
   // scatter_only: reduce-scatter only (ZeRO-1 with AdamW); otherwise
-  // reduce-scatter + all-gather.
+  // reduce-scatter + all-gather. `other`: ascending, disjoint ranges reduced
+  // over their own group; no bucket straddles a range's edge.
   GradReducer(comm::AsyncCommunicator& comm, float* grads, int64_t total, int64_t bucket_floats,
-              bool scatter_only, comm::Algo algo = comm::Algo::automatic);
+              bool scatter_only, comm::Algo algo = comm::Algo::automatic,
+              const std::vector<ReduceRange>& other = {});
   // A new reduction: the step's last backward is about to run.
   void begin();
   // Every gradient at offset >= `offset` is final: start each bucket that
@@ -46,21 +56,24 @@ class GradReducer {
   void ready_from(int64_t offset);
   // Starts the rest and waits for every bucket; returns this step's times.
   ReduceTimes finish();
-  int64_t bucket_count() const { return static_cast<int64_t>(begins_.size()); }
+  int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
   // The ranges [begin, end) of the arena this rank owns: block `rank` of
-  // every bucket, ascending.
+  // every bucket (its rank in the bucket's group), ascending. Over all ranks
+  // these cover every element once per group holding it.
   std::vector<std::pair<int64_t, int64_t>> owned() const;
   // All-gathers `data` (an arena like the gradients) bucket by bucket, in
   // place, from each rank's owned blocks; blocking.
   void gather(float* data);
 
  private:
-  comm::AsyncCommunicator& comm_;
+  struct Bucket {
+    int64_t begin, end;
+    comm::AsyncCommunicator* comm;
+  };
   float* grads_;
-  int64_t total_;
   bool scatter_only_;
   comm::Algo algo_;
-  std::vector<int64_t> begins_;  // bucket i covers [begins_[i], i ? begins_[i - 1] : total)
+  std::vector<Bucket> buckets_;  // from the arena's end to its start
   size_t started_ = 0;
   std::vector<comm::CommRequest> requests_;
   std::vector<double> seconds_;  // per bucket, written by the progress thread

@@ -18,7 +18,7 @@ constexpr int64_t kLossChunk = kernels::kClassifierChunk;
 
 }  // namespace
 
-ParamRegistry zaya_registry(const ModelConfig& c) {
+ParamRegistry zaya_registry(const ModelConfig& c, ExpertRange experts) {
   if (c.attention != "cca" || c.n_experts < 1 || c.n_kv_heads != 2 || c.router_dim < 1 ||
       c.expert_ffn_hidden < 1 || !c.tied_embeddings) {
     throw InputError("config " + c.name +
@@ -27,6 +27,11 @@ ParamRegistry zaya_registry(const ModelConfig& c) {
   }
   const int64_t H = c.d_model, d = c.head_dim, Cq = c.n_heads * d, Ck = 2 * d, C = Cq + Ck;
   const int64_t R = c.router_dim, E = c.n_experts, F = c.expert_ffn_hidden;
+  const int64_t e0 = experts.first, e1 = experts.count < 0 ? E : e0 + experts.count;
+  if (e0 < 0 || e1 > E || e1 <= e0) {
+    throw InputError("config " + c.name + ": experts [" + std::to_string(e0) + ", " +
+                     std::to_string(e1) + ") are not a range of its " + std::to_string(E));
+  }
   const float std = 0.02f;
   const auto rstd = static_cast<float>(c.router_init_std);
   const auto muon = OptimizerGroup::muon;
@@ -69,12 +74,13 @@ ParamRegistry zaya_registry(const ModelConfig& c) {
       r.add(a + "router_mlp.4.weight", {E + 1, R}, Init::normal, rstd, true, muon);
       r.scale_lr(a, static_cast<float>(c.router_lr_scale));
       const std::string ex = layer_param_name(n, "zaya_block.experts.local_experts.");
-      // All fc1 then all fc2: each a contiguous [E, ...] block for the layer.
-      for (int64_t e = 0; e < E; ++e) {
+      // All fc1 then all fc2: each a contiguous [E, ...] block for the layer
+      // (under expert parallelism, of this rank's experts e0..e1 only).
+      for (int64_t e = e0; e < e1; ++e) {
         r.add(ex + std::to_string(e) + ".linear_fc1.weight", {2 * F, H}, Init::normal, std, true,
               muon);
       }
-      for (int64_t e = 0; e < E; ++e) {
+      for (int64_t e = e0; e < e1; ++e) {
         r.add(ex + std::to_string(e) + ".linear_fc2.weight", {H, F}, Init::normal, std, true, muon);
       }
     }
@@ -85,9 +91,11 @@ ParamRegistry zaya_registry(const ModelConfig& c) {
   return r;
 }
 
-ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing balancing)
+ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing balancing,
+                     ExpertRange experts)
     : c_(config),
-      registry_(zaya_registry(config)),
+      registry_(zaya_registry(config, experts)),
+      first_expert_(experts.first),
       balancer_(std::move(balancing), config.n_layers, config.n_experts),
       B_(B),
       T_(T),
@@ -198,8 +206,12 @@ double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets
 }
 
 void ZayaModel::set_expert_dispatchers(
-    const std::function<std::unique_ptr<ExpertDispatcher>(const ZayaMoeShape&)>& make) {
-  for (auto& layer : moe_) layer->set_dispatcher(make(layer->shape()));
+    const std::function<std::unique_ptr<ExpertDispatcher>(const ZayaMoeShape&, int64_t)>& make) {
+  for (auto& layer : moe_) {
+    plan_.activations -= layer->dispatcher().bytes();
+    layer->set_dispatcher(make(layer->shape(), layer->assignments()));
+    plan_.activations += layer->dispatcher().bytes();
+  }
 }
 
 double ZayaModel::take_dispatch_seconds() {
@@ -295,7 +307,8 @@ CcaParams ZayaModel::cca_params(int64_t n, float* base) const {
 
 ZayaMoeParams ZayaModel::moe_params(int64_t n, float* base) const {
   const std::string a = layer_param_name(n, "zaya_block.router.");
-  const std::string ex = layer_param_name(n, "zaya_block.experts.local_experts.0.");
+  const std::string ex = layer_param_name(
+      n, "zaya_block.experts.local_experts." + std::to_string(first_expert_) + ".");
   return {at(a + "down_proj.weight", base),    at(a + "down_proj.bias", base),
           at(a + "router_states_scale", base), at(a + "rmsnorm_eda.weight", base),
           at(a + "router_mlp.0.weight", base), at(a + "router_mlp.0.bias", base),

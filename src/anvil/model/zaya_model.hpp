@@ -22,12 +22,25 @@
 
 namespace anvil::model {
 
-// The registry of a ZAYA1 config (attention "cca", n_experts > 0, n_kv_heads 2).
-ParamRegistry zaya_registry(const ModelConfig& config);
+// The experts a process holds: [first, first + count) of every MoE layer
+// (count -1: all). Expert parallelism gives each rank of a group its share;
+// their parameters keep their global names, so checkpoints stay global.
+struct ExpertRange {
+  int64_t first = 0;
+  int64_t count = -1;
+};
+
+// The registry of a ZAYA1 config (attention "cca", n_experts > 0, n_kv_heads
+// 2), holding the experts of `experts` only.
+ParamRegistry zaya_registry(const ModelConfig& config, ExpertRange experts = {});
 
 class ZayaModel : public TrainableModel {
  public:
-  ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing balancing = {});
+  // `experts`: the experts whose weights this process holds (all by default;
+  // under expert parallelism its share, with set_expert_dispatchers sending
+  // every other expert's rows to the rank holding it).
+  ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing balancing = {},
+            ExpertRange experts = {});
   const ParamRegistry& registry() const override { return registry_; }
   float* params() override { return params_.data(); }
   float* grads() override { return grads_.data(); }
@@ -57,9 +70,11 @@ class ZayaModel : public TrainableModel {
   void decode_step(int32_t token, int64_t pos, float* logits);
   const ZayaMoeLayer& moe_layer(int64_t m) const { return *moe_[m]; }
   // Expert parallelism: every MoE layer's experts behind a dispatcher made
-  // by `make` (dist/expert_parallel.hpp) instead of the local experts.
+  // by `make(shape, rows)` (dist/expert_parallel.hpp; rows: the layer's
+  // assignments per step) instead of the local experts; the memory plan
+  // then counts the dispatchers' buffers instead of the local experts'.
   void set_expert_dispatchers(
-      const std::function<std::unique_ptr<ExpertDispatcher>(const ZayaMoeShape&)>& make);
+      const std::function<std::unique_ptr<ExpertDispatcher>(const ZayaMoeShape&, int64_t)>& make);
   // Seconds the dispatchers spent communicating since the last call.
   double take_dispatch_seconds();
 
@@ -74,6 +89,7 @@ class ZayaModel : public TrainableModel {
 
   ModelConfig c_;
   ParamRegistry registry_;
+  int64_t first_expert_;
   MemoryPlan plan_;
   BiasBalancer balancer_;
   // Per MoE layer: tokens per class over the current step; the last step's

@@ -25,7 +25,7 @@ class LocalExperts : public ExpertDispatcher {
                const ZayaMoeParams& p) override {
     xs_ = xs;
     offsets_ = offsets;
-    experts_forward(ys, y_.data(), act_.data(), xs, offsets, 0, s_.experts, s_, p);
+    experts_forward(ys, y_.data(), act_.data(), xs, offsets, s_.experts, s_, p);
   }
   void backward(float* dxs, const ZayaMoeParams& g, const float* dys, const ZayaMoeParams& p,
                 std::vector<float>& dy, std::vector<float>& dact) override {
@@ -34,7 +34,7 @@ class LocalExperts : public ExpertDispatcher {
       dy.resize(static_cast<size_t>(rows * 2 * s_.expert_ffn));
     if (dact.size() < static_cast<size_t>(rows * s_.expert_ffn))
       dact.resize(static_cast<size_t>(rows * s_.expert_ffn));
-    experts_backward(dxs, dy.data(), dact.data(), g, dys, xs_, y_.data(), act_.data(), offsets_, 0,
+    experts_backward(dxs, dy.data(), dact.data(), g, dys, xs_, y_.data(), act_.data(), offsets_,
                      s_.experts, s_, p);
   }
   size_t bytes() const override { return (y_.size() + act_.size()) * sizeof(float); }
@@ -49,10 +49,10 @@ class LocalExperts : public ExpertDispatcher {
 }  // namespace
 
 void experts_forward(float* ys, float* y, float* act, const float* xs, const int64_t* seg,
-                     int64_t first, int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p) {
+                     int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p) {
   const int64_t H = s.hidden, F = s.expert_ffn;
-  for (int64_t j = 0; j < count; ++j) {
-    const int64_t e = first + j, b = seg[j], n = seg[j + 1] - b;
+  for (int64_t e = 0; e < count; ++e) {
+    const int64_t b = seg[e], n = seg[e + 1] - b;
     if (n == 0) continue;
     kernels::linear_forward(y + b * 2 * F, xs + b * H, p.fc1 + e * 2 * F * H, nullptr, n, H, 2 * F,
                             nullptr, kSegmentGemm);
@@ -64,12 +64,12 @@ void experts_forward(float* ys, float* y, float* act, const float* xs, const int
 
 void experts_backward(float* dxs, float* dy, float* dact, const ZayaMoeParams& g, const float* dys,
                       const float* xs, const float* y, const float* act, const int64_t* seg,
-                      int64_t first, int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p) {
+                      int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p) {
   const int64_t H = s.hidden, F = s.expert_ffn, rows = seg[count] - seg[0];
   std::fill(dact + seg[0] * F, dact + (seg[0] + rows) * F, 0.0f);
   std::fill(dy + seg[0] * 2 * F, dy + (seg[0] + rows) * 2 * F, 0.0f);
-  for (int64_t j = 0; j < count; ++j) {
-    const int64_t e = first + j, b = seg[j], n = seg[j + 1] - b;
+  for (int64_t e = 0; e < count; ++e) {
+    const int64_t b = seg[e], n = seg[e + 1] - b;
     if (n == 0) continue;
     kernels::linear_backward(dact + b * F, g.fc2 + e * H * F, nullptr, dys + b * H, act + b * F,
                              p.fc2 + e * H * F, n, F, H, nullptr, kSegmentGemm);

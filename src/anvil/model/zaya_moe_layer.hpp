@@ -37,7 +37,7 @@ struct ZayaMoeParams {
   float* mlp2_w;     // [R, R]
   float* mlp2_b;     // [R]
   float* mlp4_w;     // [E + 1, R]
-  float* fc1;        // [E, 2F, H] (expert e at e * 2F * H)
+  float* fc1;        // [E, 2F, H] (expert e at e * 2F * H); under --ep the rank's E/K
   float* fc2;        // [E, H, F]
 };
 
@@ -63,16 +63,17 @@ class ExpertDispatcher {
   virtual double take_comm_seconds() { return 0; }
 };
 
-// SwiGLU experts [first, first + count) on rows grouped by expert: expert
-// first + j owns rows [seg[j], seg[j + 1]). y [rows, 2F] and act [rows, F]
-// are kept for backward.
+// `count` SwiGLU experts on rows grouped by expert: the j-th owns rows
+// [seg[j], seg[j + 1]) and its weights are the j-th of p.fc1 / p.fc2 (the
+// whole layer's, or under expert parallelism the rank's own block). y
+// [rows, 2F] and act [rows, F] are kept for backward.
 void experts_forward(float* ys, float* y, float* act, const float* xs, const int64_t* seg,
-                     int64_t first, int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p);
+                     int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p);
 // Adds d/dxs to dxs and the experts' weight gradients to g; dy [rows, 2F] and
 // dact [rows, F] are scratch (zeroed here).
 void experts_backward(float* dxs, float* dy, float* dact, const ZayaMoeParams& g, const float* dys,
                       const float* xs, const float* y, const float* act, const int64_t* seg,
-                      int64_t first, int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p);
+                      int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p);
 
 struct RouterStats {
   std::vector<int64_t> tokens_per_class;  // E + 1 (the last is skip); sums to N * top_k
@@ -124,6 +125,9 @@ class ZayaMoeLayer {
   }
   ExpertDispatcher& dispatcher() { return *experts_; }
   const ZayaMoeShape& shape() const { return s_; }
+  // Expert rows per step: N x top_k assignments (skip included), the most
+  // the local experts see and what a dispatcher receives when balanced.
+  int64_t assignments() const { return N_ * s_.top_k; }
 
  private:
   ZayaMoeShape s_;

@@ -1,10 +1,11 @@
 #include "anvil/optim/muon.hpp"
 
+#include <omp.h>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
-#include <omp.h>
 #include <utility>
 
 #include "anvil/kernels/gemm.hpp"
@@ -129,7 +130,9 @@ std::vector<int64_t> owned_offsets(const model::ParamRegistry& registry,
 std::vector<char> batched_entries(const model::ParamRegistry& registry) {
   const auto& specs = registry.specs();
   std::map<std::pair<int64_t, int64_t>, int> count;
-  auto shape = [&](size_t i) { return std::make_pair(specs[i].shape[0], specs[i].numel / specs[i].shape[0]); };
+  auto shape = [&](size_t i) {
+    return std::make_pair(specs[i].shape[0], specs[i].numel / specs[i].shape[0]);
+  };
   for (size_t i = 0; i < specs.size(); ++i)
     if (specs[i].group == model::OptimizerGroup::muon) ++count[shape(i)];
   std::vector<char> out(specs.size(), 0);
@@ -140,34 +143,49 @@ std::vector<char> batched_entries(const model::ParamRegistry& registry) {
 
 }  // namespace
 
-std::vector<int> muon_owners(const model::ParamRegistry& registry, int world) {
+std::vector<int> muon_owners(const model::ParamRegistry& registry, int world, int ep, int rank) {
   const auto& specs = registry.specs();
   std::vector<int> owners(specs.size(), -1);
-  std::vector<size_t> order;
   auto cost = [&](size_t i) {
     const double rows = static_cast<double>(specs[i].shape[0]);
     const double cols = static_cast<double>(specs[i].numel) / rows;
     return rows * cols * std::min(rows, cols);
   };
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (specs[i].group == model::OptimizerGroup::muon) order.push_back(i);
-  }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return cost(a) > cost(b); });
   std::vector<double> load(static_cast<size_t>(std::max(1, world)), 0.0);
-  for (size_t i : order) {
-    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
-    owners[i] = static_cast<int>(least);
-    load[static_cast<size_t>(least)] += cost(i);
+  // Largest first, each to the least-loaded of ranks first, first + step, ...
+  // (ties: the lower rank).
+  auto assign = [&](const std::function<bool(const model::ParamSpec&)>& pick, int first, int step) {
+    std::vector<size_t> order;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (specs[i].group == model::OptimizerGroup::muon && pick(specs[i])) order.push_back(i);
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return cost(a) > cost(b); });
+    for (size_t i : order) {
+      int least = first;
+      for (int r = first; r < static_cast<int>(load.size()); r += step)
+        if (load[static_cast<size_t>(r)] < load[static_cast<size_t>(least)]) least = r;
+      owners[i] = least;
+      load[static_cast<size_t>(least)] += cost(i);
+    }
+  };
+  if (ep <= 1) {
+    assign([](const model::ParamSpec&) { return true; }, 0, 1);
+  } else {
+    // The replicated matrices first, over every rank (the same on all), then
+    // this rank's experts over the ranks holding them: rank % ep alike.
+    assign([](const model::ParamSpec& s) { return s.sharding != model::Sharding::expert; }, 0, 1);
+    assign([](const model::ParamSpec& s) { return s.sharding == model::Sharding::expert; },
+           rank % ep, ep);
   }
   return owners;
 }
 
-Muon::Muon(const model::ParamRegistry& registry, MuonConfig config, int rank, int world)
+Muon::Muon(const model::ParamRegistry& registry, MuonConfig config, int rank, int world, int ep)
     : registry_(registry),
       config_(config),
       rank_(rank),
-      owners_(muon_owners(registry, world)),
+      owners_(muon_owners(registry, world, ep, rank)),
       batched_(config.ns_bf16 ? std::vector<char>(registry.specs().size(), 0)
                               : batched_entries(registry)),
       sharded_(world > 1),

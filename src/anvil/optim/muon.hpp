@@ -37,14 +37,19 @@ struct MuonConfig {
 // Which of `world` data-parallel ranks orthogonalises each muon-group
 // matrix (by registry index; -1 outside the group): largest Newton-Schulz
 // cost (rows x cols x min(rows, cols)) first, each to the least-loaded rank,
-// ties to the lower rank — deterministic, the same on every rank.
-std::vector<int> muon_owners(const model::ParamRegistry& registry, int world);
+// ties to the lower rank — deterministic, the same on every rank. Under
+// expert parallelism (ep > 1) the replicated matrices are placed first, the
+// same on every rank, then `rank`'s registry's expert matrices (its share
+// of the experts) over the ranks holding them (rank % ep alike).
+std::vector<int> muon_owners(const model::ParamRegistry& registry, int world, int ep = 1,
+                             int rank = 0);
 
 class Muon {
  public:
   // rank/world: distributed Muon — this rank updates only the matrices
   // muon_owners gives it (the trainer then broadcasts them from their owners).
-  Muon(const model::ParamRegistry& registry, MuonConfig config, int rank = 0, int world = 1);
+  Muon(const model::ParamRegistry& registry, MuonConfig config, int rank = 0, int world = 1,
+       int ep = 1);
   // Updates every muon-group parameter this rank owns; gradients are scaled
   // by grad_scale as read.
   void update(float* params, const float* grads, float lr, float grad_scale = 1.0f);

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -178,7 +178,20 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
     if (precision_ != model::Precision::fp32) {
       throw InputError("--precision bf16: the ZAYA1 model runs in fp32 only so far");
     }
-    auto zaya = std::make_unique<model::ZayaModel>(config_, B_, T_, o.balancing);
+    // Under --ep K each rank holds the weights of its E/K experts only.
+    model::ExpertRange experts;
+    if (o.ep > 1) {
+      if (!dp_) throw InputError("--ep: expected a run under mpirun with a multiple of --ep ranks");
+      if (config_.n_experts % o.ep != 0) {
+        throw InputError("--ep: " + std::to_string(o.ep) + " does not divide the " +
+                         std::to_string(config_.n_experts) +
+                         " experts (expected a divisor of n_experts)");
+      }
+      dp_->expert_group(o.ep);  // checks that --ep divides the ranks
+      experts.count = config_.n_experts / o.ep;
+      experts.first = rank_ % o.ep * experts.count;
+    }
+    auto zaya = std::make_unique<model::ZayaModel>(config_, B_, T_, o.balancing, experts);
     zaya_ = zaya.get();
     model_ = std::move(zaya);
   } else {
@@ -186,30 +199,51 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
   }
   if (o.ep > 1) {
     if (zaya_ == nullptr) throw InputError("--ep: expert parallelism needs a MoE (ZAYA1) config");
-    if (!dp_) throw InputError("--ep: expected a run under mpirun with a multiple of --ep ranks");
     comm::Communicator& group = dp_->expert_group(o.ep);
-    zaya_->set_expert_dispatchers([&group](const model::ZayaMoeShape& shape) {
-      return std::make_unique<dist::AllToAllExperts>(group, shape);
-    });
+    std::shared_ptr<dist::AllToAllExperts::Scratch> scratch;  // the first layer's, for all
+    zaya_->set_expert_dispatchers(
+        [&group, &scratch](const model::ZayaMoeShape& shape, int64_t rows) {
+          auto experts = std::make_unique<dist::AllToAllExperts>(group, shape, rows, scratch);
+          scratch = experts->scratch();
+          return experts;
+        });
   }
   const bool use_muon = o.optimizer == "muon";
   if (dp_ && world_ > 1) {
+    // The experts' gradients (one range per MoE layer) are summed over the
+    // ranks holding the same experts; everything else over all ranks.
+    std::vector<dist::ReduceRange> expert_ranges;
+    if (o.ep > 1) {
+      for (const auto& spec : model_->registry().specs()) {
+        if (spec.sharding != model::Sharding::expert) continue;
+        if (!expert_ranges.empty() && expert_ranges.back().end == spec.offset) {
+          expert_ranges.back().end += spec.numel;
+        } else {
+          expert_ranges.push_back(
+              {spec.offset, spec.offset + spec.numel, &dp_->expert_data_async()});
+        }
+      }
+    }
     reducer_ = std::make_unique<dist::GradReducer>(
         dp_->async(), model_->grads(), model_->registry().total(),
         std::max<int64_t>(1, static_cast<int64_t>(o.bucket_mib * (1 << 20) / sizeof(float))),
         // With Muon a matrix is updated whole by its owner, so every rank
         // needs every summed gradient: the buckets are all-gathered too.
-        o.zero && !use_muon);
+        o.zero && !use_muon, comm::Algo::automatic, expert_ranges);
   }
   adamw_ = std::make_unique<optim::AdamW>(
       model_->registry(), o.adamw, /*skip_muon_group=*/use_muon,
       reducer_ && o.zero ? reducer_->owned() : std::vector<optim::AdamW::Range>{});
-  if (use_muon) muon_ = std::make_unique<optim::Muon>(model_->registry(), o.muon, rank_, world_);
+  if (use_muon) {
+    muon_ =
+        std::make_unique<optim::Muon>(model_->registry(), o.muon, rank_, world_, std::max(1, o.ep));
+  }
   tokens_.resize(static_cast<size_t>(B_ * T_));
   targets_.resize(static_cast<size_t>(B_ * T_));
 
   const size_t optimizer_bytes = adamw_->state_bytes() + (muon_ ? muon_->state_bytes() : 0);
   result_.optimizer_bytes = optimizer_bytes;
+  result_.parameter_bytes = model_->plan().parameters;
   const auto& plan = model_->plan();
   result_.planned_bytes =
       plan.parameters + plan.gradients + optimizer_bytes + plan.activations + plan.low_precision;
@@ -309,9 +343,9 @@ void Trainer::resume(const std::string& from) {
       state.value("optimizer", "adamw") != o_.optimizer) {
     throw InputError("--resume " + from + ": precision and optimizer must match the checkpoint's");
   }
-  if (!new_phase && (state.at("seed").get<uint64_t>() != o_.seed || saved_rows != B_ * world_ ||
-                     state.at("seq").get<int64_t>() != T_ ||
-                     (saved_accum != o_.accum && !o_.resume_new_accum))) {
+  if (!new_phase &&
+      (state.at("seed").get<uint64_t>() != o_.seed || saved_rows != B_ * world_ ||
+       state.at("seq").get<int64_t>() != T_ || (saved_accum != o_.accum && !o_.resume_new_accum))) {
     throw InputError("--resume " + from +
                      ": seed, batch x ranks, seq, accum, precision and optimizer must match the "
                      "checkpoint's to continue its trajectory (a different --accum: add "
@@ -383,12 +417,8 @@ void Trainer::save() {
     for (const auto& e : model_->extra_state())
       (e.optimizer_state ? save.optimizer : save.model).push_back(whole_shard(e));
   save.state_json = state_json();
-  save.layout = {{"world", world_},
-                 {"zero", o_.zero},
-                 {"ep", o_.ep},
-                 {"optimizer", o_.optimizer},
-                 {"batch", B_},
-                 {"accum", o_.accum}};
+  save.layout = {{"world", world_},           {"zero", o_.zero}, {"ep", o_.ep},
+                 {"optimizer", o_.optimizer}, {"batch", B_},     {"accum", o_.accum}};
   ckpt::SaveGroup group;
   group.rank = rank_;
   group.world = world_;
@@ -404,8 +434,7 @@ void Trainer::save() {
       save_error_ = std::current_exception();
     }
   };
-  const bool fault_at_save =
-      o_.inject && o_.inject->rank == rank_ && o_.inject->step == step_;
+  const bool fault_at_save = o_.inject && o_.inject->rank == rank_ && o_.inject->step == step_;
   if (fault_at_save && o_.inject->kind == "kill-in-save") {
     // Dies while its part is being written (the job never commits this step).
     const auto ms = static_cast<int64_t>(o_.inject->arg);
@@ -483,7 +512,8 @@ void Trainer::heartbeat(double loss) {
 StepStats Trainer::step() {
   const double t0 = now_seconds();
   if (strikes("slow"))
-    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(o_.inject->arg * 1e3)));
+    std::this_thread::sleep_for(
+        std::chrono::microseconds(static_cast<int64_t>(o_.inject->arg * 1e3)));
   model_->zero_grads();
   // Loss over the global batch: summed token losses and scored tokens.
   double sums[2] = {0, 0};
@@ -575,8 +605,9 @@ bool Trainer::is_spike(double loss) {
                             ft::kExitSpikes);
   }
   if (!o_.quiet && rank_ == 0)
-    std::fprintf(stderr, "\nanvil: warning: step %lld: loss %.4f spikes above the last %d; update skipped\n",
-                 static_cast<long long>(step_ + 1), loss, o_.spike_window);
+    std::fprintf(
+        stderr, "\nanvil: warning: step %lld: loss %.4f spikes above the last %d; update skipped\n",
+        static_cast<long long>(step_ + 1), loss, o_.spike_window);
   return true;
 }
 
@@ -584,13 +615,22 @@ void Trainer::broadcast_muon_matrices(float* data) {
   // Distributed Muon: each matrix was orthogonalised and updated by its
   // owner, which alone keeps its momentum; its weights (or, for a
   // checkpoint, its momentum) go from there to every rank.
+  // Under --ep an expert's matrix lives on the ranks holding that expert
+  // only, and goes out over their group (world rank r is r / ep there).
   const auto& specs = model_->registry().specs();
   const auto& owners = muon_->owners();
   for (size_t i = 0; i < specs.size(); ++i) {
     if (owners[i] < 0) continue;
     const auto n = static_cast<size_t>(specs[i].numel);
-    dp_->comm().broadcast(data + specs[i].offset, n, comm::DType::f32, owners[i],
-                          comm::Algo::automatic);
+    if (o_.ep > 1 && specs[i].sharding == model::Sharding::expert) {
+      comm::Communicator& group = dp_->expert_data_group();
+      if (group.size() > 1)
+        group.broadcast(data + specs[i].offset, n, comm::DType::f32, owners[i] / o_.ep,
+                        comm::Algo::automatic);
+    } else {
+      dp_->comm().broadcast(data + specs[i].offset, n, comm::DType::f32, owners[i],
+                            comm::Algo::automatic);
+    }
   }
 }
 
@@ -647,9 +687,12 @@ void Trainer::log(const StepStats& s, double val) {
   }
   if (rank_ != 0) return;
   if (metrics_ || events_) {  // one record of the step, for metrics.jsonl and TensorBoard
-    json m = {{"step", s.step},       {"loss", s.loss},
-              {"lr", s.lr},           {"grad_norm", s.grad_norm},
-              {"seconds", s.seconds}, {"tokens_per_s", tps},
+    json m = {{"step", s.step},
+              {"loss", s.loss},
+              {"lr", s.lr},
+              {"grad_norm", s.grad_norm},
+              {"seconds", s.seconds},
+              {"tokens_per_s", tps},
               {"mfu", mfu},
               {"tokens", o_.tokens_before_phase + (s.step - o_.phase_first_step) *
                                                       static_cast<int64_t>(tokens_per_step)}};

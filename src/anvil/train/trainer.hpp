@@ -116,6 +116,7 @@ struct TrainResult {
   double peak_gflops = 0;
   size_t planned_bytes = 0;
   size_t optimizer_bytes = 0;  // this rank's optimizer state (1/N of it with ZeRO-1)
+  size_t parameter_bytes = 0;  // this rank's weights (its experts only under --ep)
   size_t peak_rss_bytes = 0;
   std::vector<double> rank_peak_rss_bytes;  // every rank's, on rank 0 (data parallel)
   int64_t first_step = 0;
@@ -186,7 +187,7 @@ class Trainer {
   std::vector<double> recent_losses_;  // the spike check's window
   int spikes_in_a_row_ = 0;
   void heartbeat(double loss);
-  bool is_spike(double loss);  // updates the window; throws after max_spikes in a row
+  bool is_spike(double loss);            // updates the window; throws after max_spikes in a row
   bool strikes(const char* kind) const;  // the injected fault is `kind`, for this rank now
   std::thread saver_;
   std::exception_ptr save_error_;
