@@ -281,6 +281,13 @@ MemoryPerRank memory_per_rank(const model::ModelConfig& c, const Layout& l) {
     const double router = 6 * R + static_cast<double>(c.n_experts + 1);
     mlp = 2 * C + router + k * (2 * C + 3 * Fe);  // gathered input, gate|up, act, output
   }
+  if (c.attention == "cca") {
+    // ZAYA1's residual scaling merges (h + hb) * hs + (r + rb) * rs: its
+    // backward needs each block's output h besides the residual r (a plain
+    // residual add keeps neither), one more C per block.
+    attention += C;
+    mlp += C;
+  }
   // Tensor parallel with sequence parallelism splits every saved activation.
   const double per_token_layer = (attention + mlp) / as_double(l.tp);
   const double tokens = static_cast<double>(l.micro_batch * l.seq / l.cp);
