@@ -280,6 +280,9 @@ MemoryPerRank memory_per_rank(const model::ModelConfig& c, const Layout& l) {
     const double k = static_cast<double>(c.top_k);
     const double router = 6 * R + static_cast<double>(c.n_experts + 1);
     mlp = 2 * C + router + k * (2 * C + 3 * Fe);  // gathered input, gate|up, act, output
+    // Under EP the rows an expert runs on arrive from the group and are kept
+    // for backward beside the rank's own gathered rows (balanced: as many).
+    if (l.ep > 1) mlp += k * C;
   }
   if (c.attention == "cca") {
     // ZAYA1's residual scaling merges (h + hb) * hs + (r + rb) * rs: its
