@@ -2,6 +2,8 @@
 // differences and their definitions (ZAYA1.md sections 4 and 5).
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
 #include <functional>
 #include <random>
@@ -48,6 +50,51 @@ TEST(Zaya, ResidualMergeMatchesFiniteDifferencesWithAndWithoutResidual) {
       expect_fd("drb", rb, drb, objective);
     }
   }
+}
+
+// Many rows (several of the kernel's row blocks, the last one partial):
+// every gradient against a double reference, and the same bits on 1 and 2
+// threads (the blocks, not the threads, fix the summation order).
+TEST(Zaya, ResidualMergeBackwardMatchesADoubleReferenceOnAnyThreadCount) {
+  const int64_t N = 300, C = 37;
+  auto r = random_vector(N * C, 1), h = random_vector(N * C, 2), hs = random_vector(C, 3),
+       hb = random_vector(C, 4), rs = random_vector(C, 5), rb = random_vector(C, 6);
+  const auto d = random_vector(N * C, 7);
+  std::vector<double> want_hs(C), want_hb(C), want_rs(C), want_rb(C);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t c = 0; c < C; ++c) {
+      const double g = d[n * C + c];
+      want_hs[c] += g * (static_cast<double>(h[n * C + c]) + hb[c]);
+      want_hb[c] += g * hs[c];
+      want_rs[c] += g * (static_cast<double>(r[n * C + c]) + rb[c]);
+      want_rb[c] += g * rs[c];
+    }
+  }
+  std::vector<std::vector<float>> runs;
+  for (int threads : {1, 2}) {
+    std::vector<float> dr(N * C, 0.5f), dh(N * C, -0.25f), dhs(C), dhb(C), drs(C), drb(C);
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    residual_merge_backward(dr.data(), dh.data(), dhs.data(), dhb.data(), drs.data(), drb.data(),
+                            d.data(), r.data(), h.data(), hs.data(), hb.data(), rs.data(),
+                            rb.data(), N, C);
+    omp_set_num_threads(before);
+    for (int64_t i = 0; i < N * C; ++i) {
+      ASSERT_FLOAT_EQ(dh[i], -0.25f + d[i] * hs[i % C]) << i;
+      ASSERT_FLOAT_EQ(dr[i], 0.5f + d[i] * rs[i % C]) << i;
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      for (const auto& [got, want] :
+           {std::pair{dhs[c], want_hs[c]}, std::pair{dhb[c], want_hb[c]},
+            std::pair{drs[c], want_rs[c]}, std::pair{drb[c], want_rb[c]}}) {
+        EXPECT_NEAR(got, want, 1e-5 * (1 + std::abs(want))) << "channel " << c;
+      }
+    }
+    std::vector<float> all = dhs;
+    for (const auto* v : {&dhb, &drs, &drb, &dh, &dr}) all.insert(all.end(), v->begin(), v->end());
+    runs.push_back(all);
+  }
+  EXPECT_EQ(runs[0], runs[1]);
 }
 
 TEST(Zaya, ExactGeluMatchesItsDefinitionAndFiniteDifferences) {

@@ -4,6 +4,7 @@
 // convolution is a group x group matrix per head and tap, run as GEMMs.
 #include "anvil/kernels/cca.hpp"
 
+#include "anvil/kernels/column_sums.hpp"
 #include "anvil/kernels/gemm.hpp"
 
 #include <omp.h>
@@ -112,17 +113,7 @@ void cca_conv_backward(float* du, float* dw0, float* db0, float* dw1, float* db1
       dw1[(c * group + j) * 2 + 1] += dtaps[C * group + c * group + j];
     }
   }
-  // Bias gradient: column sums, one thread per block of channels.
-#pragma omp parallel for schedule(static)
-  for (int64_t c0 = 0; c0 < C; c0 += 16) {
-    const int64_t c1 = std::min(C, c0 + 16);
-    float acc[16] = {};
-    for (int64_t n = 0; n < N; ++n) {
-      for (int64_t c = c0; c < c1; ++c) acc[c - c0] += dconv[n * C + c];
-    }
-    for (int64_t c = c0; c < c1; ++c) db1[c] += acc[c - c0];
-  }
-  // D -> u (rows), and w0, b0 (channels).
+  // D -> u (rows).
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const bool has_next = (n + 1) % S != 0;
@@ -131,18 +122,27 @@ void cca_conv_backward(float* du, float* dw0, float* db0, float* dw1, float* db1
           w0[2 * c + 1] * dD[n * C + c] + (has_next ? w0[2 * c] * dD[(n + 1) * C + c] : 0.0f);
     }
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < C; ++c) {
-    float d_older = 0.0f, d_now = 0.0f, d_bias = db0_from_edge[c];
-    for (int64_t n = 0; n < N; ++n) {
-      const float g = dD[n * C + c];
-      d_now += g * u[n * C + c];
-      if (n % S != 0) d_older += g * u[(n - 1) * C + c];
-      d_bias += g;
+  // Channel sums: b1 from dconv; w0 (this row's u and the one before it in
+  // the same sequence) and b0 from dD.
+  std::vector<float> sums(static_cast<size_t>(4 * C));
+  column_sums(sums.data(), 4, N, C, [&](int64_t n, float* s) {
+    const float *g = dD + n * C, *dc = dconv + n * C, *un = u + n * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) {
+      s[c] += dc[c];
+      s[C + c] += g[c] * un[c];
+      s[2 * C + c] += g[c];
     }
-    dw0[2 * c] += d_older;
-    dw0[2 * c + 1] += d_now;
-    db0[c] += d_bias;
+    if (n % S == 0) return;
+    const float* up = un - C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) s[3 * C + c] += g[c] * up[c];
+  });
+  for (int64_t c = 0; c < C; ++c) {
+    db1[c] += sums[c];
+    dw0[2 * c + 1] += sums[C + c];
+    db0[c] += db0_from_edge[c] + sums[2 * C + c];
+    dw0[2 * c] += sums[3 * C + c];
   }
 }
 

@@ -1,5 +1,7 @@
 #include "anvil/kernels/zaya.hpp"
 
+#include "anvil/kernels/column_sums.hpp"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -31,34 +33,35 @@ void residual_merge_backward(float* dr, float* dh, float* dhs, float* dhb, float
                              const float* dout, const float* r, const float* h, const float* hs,
                              const float* hb, const float* rs, const float* rb, int64_t N,
                              int64_t C) {
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
+  // One pass over the rows: the input gradients, and the sums the scales
+  // need (sum d, sum d (h + hb), sum d (r + rb)).
+  std::vector<float> sums(static_cast<size_t>(3 * C));
+  column_sums(sums.data(), 3, N, C, [&](int64_t n, float* s) {
     const float* d = dout + n * C;
+    const float* hn = h + n * C;
+    float* dhn = dh + n * C;
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) dh[n * C + c] += d[c] * hs[c];
-    if (r != nullptr) {
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) dr[n * C + c] += d[c] * rs[c];
+    for (int64_t c = 0; c < C; ++c) {
+      dhn[c] += d[c] * hs[c];
+      s[c] += d[c];
+      s[C + c] += d[c] * (hn[c] + hb[c]);
     }
-  }
-  // Per-channel scales: one thread per channel block, rows in order.
-#pragma omp parallel for schedule(static)
+    if (r == nullptr) return;
+    const float* rn = r + n * C;
+    float* drn = dr + n * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) {
+      drn[c] += d[c] * rs[c];
+      s[2 * C + c] += d[c] * (rn[c] + rb[c]);
+    }
+  });
+  const float *sum_d = sums.data(), *sum_dh = sum_d + C, *sum_dr = sum_dh + C;
   for (int64_t c = 0; c < C; ++c) {
-    float g_hs = 0, g_hb = 0, g_rs = 0, g_rb = 0;
-    for (int64_t n = 0; n < N; ++n) {
-      const float d = dout[n * C + c];
-      g_hs += d * (h[n * C + c] + hb[c]);
-      g_hb += d * hs[c];
-      if (r != nullptr) {
-        g_rs += d * (r[n * C + c] + rb[c]);
-        g_rb += d * rs[c];
-      }
-    }
-    dhs[c] += g_hs;
-    dhb[c] += g_hb;
+    dhs[c] += sum_dh[c];
+    dhb[c] += sum_d[c] * hs[c];
     if (r != nullptr) {
-      drs[c] += g_rs;
-      drb[c] += g_rb;
+      drs[c] += sum_dr[c];
+      drb[c] += sum_d[c] * rs[c];
     }
   }
 }
