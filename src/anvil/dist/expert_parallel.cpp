@@ -110,7 +110,8 @@ void AllToAllExperts::forward(float* ys, const float* xs, const int64_t* offsets
   at_least(act_, received * F);
   std::vector<float>& yr = scratch_->out;
   at_least(yr, received * H);
-  model::experts_forward(yr.data(), y_.data(), act_.data(), xr_.data(), seg_.data(), per_, s_, p);
+  model::experts_forward(yr.data(), y_.data(), act_.data(), xr_.data(), seg_.data(), per_, s_, p,
+                         low_, bf16_scratch(received));
   from_owners(yr.data(), ys);
 }
 
@@ -125,14 +126,28 @@ void AllToAllExperts::backward(float* dxs, const model::ZayaMoeParams& g, const 
   at_least(dxr, rows * H);
   std::fill(dxr.begin(), dxr.begin() + rows * H, 0.0f);
   model::experts_backward(dxr.data(), dy.data(), dact.data(), g, dyr.data(), xr_.data(), y_.data(),
-                          act_.data(), seg_.data(), per_, s_, p);
+                          act_.data(), seg_.data(), per_, s_, p, low_, bf16_scratch(rows));
   from_owners(dxr.data(), dxs);
 }
 
 size_t AllToAllExperts::bytes() const {
   size_t n = 0;
   for (const auto* v : {&xr_, &y_, &act_}) n += v->size();
-  return n * sizeof(float) + (owns_scratch_ ? scratch_->bytes() : 0);
+  return n * sizeof(float) + (owns_scratch_ ? scratch_->bytes() : 0) +
+         (low_a_.size() + low_b_.size()) * sizeof(bf16);
+}
+
+kernels::Bf16Scratch* AllToAllExperts::bf16_scratch(int64_t rows) {
+  if (low_ == nullptr || low_->copy == nullptr) return nullptr;
+  // Its own: the rows received vary with the routing (the model's scratch is
+  // sized for the rank's own assignments).
+  const auto need = static_cast<size_t>(model::experts_bf16_scratch(s_, rows));
+  if (low_a_.size() < need) {
+    low_a_.resize(need);
+    low_b_.resize(need);
+  }
+  low_scratch_own_ = {low_a_.data(), low_b_.data(), static_cast<int64_t>(low_a_.size())};
+  return &low_scratch_own_;
 }
 
 double AllToAllExperts::take_comm_seconds() {

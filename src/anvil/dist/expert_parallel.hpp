@@ -62,6 +62,8 @@ class AllToAllExperts : public model::ExpertDispatcher {
   // block: its offsets (floats) in the grouped and the received buffers.
   template <typename Copy>
   void each_block(Copy copy) const;
+  // The bf16 conversion scratch for `rows` received rows (null in fp32).
+  kernels::Bf16Scratch* bf16_scratch(int64_t rows);
 
   comm::Communicator& group_;
   model::ZayaMoeShape s_;
@@ -71,7 +73,9 @@ class AllToAllExperts : public model::ExpertDispatcher {
   std::vector<size_t> send_counts_, send_offsets_, recv_counts_, recv_offsets_;  // floats
   std::vector<int64_t> seg_;         // [per + 1]: local expert j's rows in the grouped buffers
   std::vector<float> xr_, y_, act_;  // the rows received, and SwiGLU's: kept for backward
-  bool owns_scratch_;                // counted in bytes()
+  std::vector<bf16> low_a_, low_b_;  // bf16 mode: grown to the rows received
+  kernels::Bf16Scratch low_scratch_own_;
+  bool owns_scratch_;  // counted in bytes()
   std::shared_ptr<Scratch> scratch_;
   double comm_seconds_ = 0;
 };

@@ -81,16 +81,17 @@ void widen(const bf16* src, int64_t ld, int64_t r0, int64_t rows, int64_t c0, in
 
 void emulated_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                    const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float beta, float* c,
-                   int64_t ldc) {
+                   int64_t ldc, GemmBackend inner = GemmBackend::automatic) {
   detail::gemm_bf16_emulated(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
-                             kBlockElems);
+                             kBlockElems, inner);
 }
 
 }  // namespace
 
 void detail::gemm_bf16_emulated(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                                 float alpha, const bf16* a, int64_t lda, const bf16* b, int64_t ldb,
-                                float beta, float* c, int64_t ldc, int64_t block_elems) {
+                                float beta, float* c, int64_t ldc, int64_t block_elems,
+                                GemmBackend inner) {
   check_args(trans_a, trans_b, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == 0.0f) return scale_c(m, n, beta, c, ldc);
@@ -117,7 +118,7 @@ void detail::gemm_bf16_emulated(bool trans_a, bool trans_b, int64_t m, int64_t n
         widen(b, ldb, 0, k, j0, nj, wb.data());
       }
       gemm(trans_a, trans_b, mi, nj, k, alpha, wa.data(), trans_a ? mi : k, wb.data(),
-           trans_b ? k : nj, beta, c + i0 * ldc + j0, ldc, GemmBackend::automatic);
+           trans_b ? k : nj, beta, c + i0 * ldc + j0, ldc, inner);
     }
   }
 }
@@ -230,8 +231,9 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
       return detail::onednn_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     case GemmBackend::emulated:
       return emulated_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    case GemmBackend::openblas:
-      throw std::invalid_argument("gemm: the openblas backend has no bf16 GEMM in Debian's build");
+    case GemmBackend::openblas:  // Debian's OpenBLAS has no bf16 GEMM: widened for its sgemm
+      return emulated_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                           GemmBackend::openblas);
     case GemmBackend::reference:
       return reference(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }

@@ -20,7 +20,8 @@ namespace anvil::kernels {
 
 enum class GemmBackend {
   automatic,  // the fastest measured here: see prefer_onednn_f32; oneDNN for bf16
-  openblas,   // fp32 only
+  openblas,   // fp32; bf16: inputs widened to fp32 in bounded blocks, then OpenBLAS (shapes
+              // that change every call, where oneDNN would build a primitive each)
   onednn,     // fp32 and bf16
   reference,  // naive triple loop with double accumulation: the test oracle
   emulated,   // bf16: inputs widened to fp32 in bounded blocks, then `automatic`; fp32: automatic
@@ -57,9 +58,11 @@ namespace detail {
 // The emulated bf16 GEMM with a chosen bound on each widened block (floats):
 // gemm(..., GemmBackend::emulated) uses 4M; tests use small bounds to run the
 // blocked loops on small shapes.
+// `inner` runs the widened blocks' fp32 GEMMs.
 void gemm_bf16_emulated(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                         const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float beta,
-                        float* c, int64_t ldc, int64_t block_elems);
+                        float* c, int64_t ldc, int64_t block_elems,
+                        GemmBackend inner = GemmBackend::automatic);
 }  // namespace detail
 
 }  // namespace anvil::kernels

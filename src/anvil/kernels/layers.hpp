@@ -25,6 +25,16 @@ struct MatmulWeight {
   const float* f32;
   const bf16* bf16_copy = nullptr;
 };
+// A weight arena and its bf16 copy, for layers that hold pointers into the
+// fp32 arena (ZAYA1's): weight(w) pairs w with the copy's element at the same
+// offset; without a copy (fp32) it is w alone.
+struct Bf16Weights {
+  const float* f32 = nullptr;
+  const bf16* copy = nullptr;
+  MatmulWeight weight(const float* w) const {
+    return copy == nullptr ? MatmulWeight(w) : MatmulWeight(w, copy + (w - f32));
+  }
+};
 struct Bf16Scratch {
   bf16* a = nullptr;     // the converted input rows
   bf16* b = nullptr;     // the converted output gradient rows

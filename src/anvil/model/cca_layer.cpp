@@ -65,10 +65,10 @@ void CcaLayer::forward(float* out, const float* x, const CcaParams& p) {
   const int64_t Hq = s_.q_heads, Hkv = s_.kv_heads, Cq = s_.q_latent();
   const int64_t W = (Hq + 2 * Hkv) * d;  // the attention kernel's row: q | k | v
   // 1. u = [qp | kp]; values.
-  kernels::linear_forward(u_.data(), x, p.wqk, nullptr, N_, H, C);
-  kernels::linear_forward(xv2_.data(), x, p.wv2, nullptr, N_, H, d);
+  kernels::linear_forward(u_.data(), x, w(p.wqk), nullptr, N_, H, C, low_scratch_);
+  kernels::linear_forward(xv2_.data(), x, w(p.wv2), nullptr, N_, H, d, low_scratch_);
   std::vector<float>& vcur = sc_->d_v;  // free until backward
-  kernels::linear_forward(vcur.data(), x, p.wv1, nullptr, N_, H, d);
+  kernels::linear_forward(vcur.data(), x, w(p.wv1), nullptr, N_, H, d, low_scratch_);
   for (int64_t n = 0; n < N_; ++n) {
     float* v = qkv_.data() + n * W + (Hq + Hkv) * d;
     std::memcpy(v, vcur.data() + n * d, d * sizeof(float));  // kv head 0: this token
@@ -95,7 +95,7 @@ void CcaLayer::forward(float* out, const float* x, const CcaParams& p) {
   // 6-9. RoPE, attention, output projection.
   kernels::rope_forward(qkv_.data(), N_, S_, 0, Hq + Hkv, d, s_.rotary_dim, W, s_.rope_theta);
   kernels::attention_forward(att_.data(), lse_.data(), qkv_.data(), B_, S_, Hq, Hkv, d);
-  kernels::linear_forward(out, att_.data(), p.wo, nullptr, N_, Cq, H);
+  kernels::linear_forward(out, att_.data(), w(p.wo), nullptr, N_, Cq, H, low_scratch_);
 }
 
 void CcaLayer::backward(float* dx, const CcaParams& g, const float* dout, const float* x,
@@ -105,7 +105,8 @@ void CcaLayer::backward(float* dx, const CcaParams& g, const float* dout, const 
   const int64_t W = (Hq + 2 * Hkv) * d;
   auto zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
   zero(sc_->d_att);
-  kernels::linear_backward(sc_->d_att.data(), g.wo, nullptr, dout, att_.data(), p.wo, N_, Cq, H);
+  kernels::linear_backward(sc_->d_att.data(), g.wo, nullptr, dout, att_.data(), w(p.wo), N_, Cq, H,
+                           low_scratch_);
   zero(sc_->d_qkv);
   kernels::attention_backward(sc_->d_qkv.data(), sc_->d_att.data(), qkv_.data(), att_.data(),
                               lse_.data(), B_, S_, Hq, Hkv, d);
@@ -131,20 +132,23 @@ void CcaLayer::backward(float* dx, const CcaParams& g, const float* dout, const 
   kernels::cca_conv_backward(sc_->d_u.data(), g.conv0_w, g.conv0_b, g.conv1_w, g.conv1_b,
                              sc_->d_qk_pre.data(), sc_->d_conv.data(), u_.data(), D_.data(),
                              p.conv0_w, p.conv0_b, p.conv1_w, B_, S_, C, d);
-  kernels::linear_backward(dx, g.wqk, nullptr, sc_->d_u.data(), x, p.wqk, N_, H, C);
+  kernels::linear_backward(dx, g.wqk, nullptr, sc_->d_u.data(), x, w(p.wqk), N_, H, C,
+                           low_scratch_);
   // Values: head 0 came from x_t Wv1^T, head 1 from x_{t-1} Wv2^T.
   for (int64_t n = 0; n < N_; ++n) {
     std::memcpy(sc_->d_v.data() + n * d, sc_->d_qkv.data() + n * W + (Hq + Hkv) * d,
                 d * sizeof(float));
   }
-  kernels::linear_backward(dx, g.wv1, nullptr, sc_->d_v.data(), x, p.wv1, N_, H, d);
+  kernels::linear_backward(dx, g.wv1, nullptr, sc_->d_v.data(), x, w(p.wv1), N_, H, d,
+                           low_scratch_);
   zero(sc_->d_v);
   for (int64_t n = 0; n < N_; ++n) {
     if ((n + 1) % S_ == 0) continue;  // the last token of a sequence is nobody's previous
     std::memcpy(sc_->d_v.data() + n * d, sc_->d_qkv.data() + (n + 1) * W + (Hq + Hkv + 1) * d,
                 d * sizeof(float));
   }
-  kernels::linear_backward(dx, g.wv2, nullptr, sc_->d_v.data(), x, p.wv2, N_, H, d);
+  kernels::linear_backward(dx, g.wv2, nullptr, sc_->d_v.data(), x, w(p.wv2), N_, H, d,
+                           low_scratch_);
 }
 
 void CcaLayer::start_decode(int64_t max_len) {

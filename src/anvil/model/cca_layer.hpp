@@ -11,10 +11,13 @@
 // and the KV cache (keys after norm, temperature and RoPE; both value heads).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
+
+#include "anvil/kernels/layers.hpp"
 
 namespace anvil::model {
 
@@ -64,6 +67,18 @@ class CcaLayer {
   void start_decode(int64_t max_len);
   void decode_step(float* out, const float* x, const CcaParams& p, int64_t pos);
 
+  // bf16 projections (--precision bf16) in forward and backward: the weight
+  // arena's copy and a conversion scratch of N x max(H, channels) elements;
+  // decode stays fp32.
+  void set_bf16(const kernels::Bf16Weights* weights, kernels::Bf16Scratch* scratch) {
+    low_ = weights;
+    low_scratch_ = scratch;
+  }
+  // Elements of that scratch for a layer of `rows` rows.
+  static int64_t bf16_scratch(const CcaShape& s, int64_t rows) {
+    return rows * std::max(s.hidden, s.channels());
+  }
+
   // Bytes of the activations this layer holds (its scratch: scratch()).
   size_t bytes() const;
   const std::shared_ptr<Scratch>& scratch() const { return sc_; }
@@ -73,6 +88,11 @@ class CcaLayer {
   int64_t B_, S_, N_;
   std::vector<float> u_, D_, conv_, qk_pre_, norms_, qkv_, xv2_, att_, lse_;
   std::shared_ptr<Scratch> sc_;  // backward scratch (d_v also the forward's value temp)
+  const kernels::Bf16Weights* low_ = nullptr;
+  kernels::Bf16Scratch* low_scratch_ = nullptr;
+  kernels::MatmulWeight w(const float* p) const {
+    return low_ == nullptr ? kernels::MatmulWeight(p) : low_->weight(p);
+  }
   // Decode state.
   int64_t max_len_ = 0;
   std::vector<float> u_prev_, D_prev_, xv2_prev_, kcache_, vcache_;

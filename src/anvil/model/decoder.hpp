@@ -12,6 +12,7 @@
 #include "anvil/kernels/layers.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/params.hpp"
+#include "anvil/model/precision.hpp"
 #include "anvil/model/trainable.hpp"
 #include "anvil/tensor/arena.hpp"
 
@@ -25,13 +26,6 @@ ParamRegistry decoder_registry(const ModelConfig& config);
 // included, embedding lookups not) plus causal attention's QK^T and PV. For
 // ZAYA1 (cca) configs the weights are the active ones (model/param_count).
 double training_flops_per_token(const ModelConfig& config, int64_t T);
-
-// How the decoder's matrix multiplies run: fp32 throughout, or bf16 inputs
-// with fp32 accumulation (fp32 master weights, fp32 gradients; a bf16 copy
-// of the weights is refreshed whenever params() was handed out).
-enum class Precision { fp32, bf16 };
-Precision parse_precision(const std::string& text, const std::string& flag);
-std::string to_string(Precision precision);
 
 class Decoder : public TrainableModel {
  public:

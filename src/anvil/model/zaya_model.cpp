@@ -92,7 +92,7 @@ ParamRegistry zaya_registry(const ModelConfig& c, ExpertRange experts) {
 }
 
 ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing balancing,
-                     ExpertRange experts)
+                     ExpertRange experts, Precision precision)
     : c_(config),
       registry_(zaya_registry(config, experts)),
       first_expert_(experts.first),
@@ -179,6 +179,19 @@ ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing 
   if (!moe_.empty()) acts += moe_.front()->scratch()->bytes();
   acts += back_bytes;
   plan_.activations = acts;
+  if (precision == Precision::bf16) {
+    // One conversion scratch for every layer (they run one at a time).
+    const int64_t capacity =
+        std::max(CcaLayer::bf16_scratch(cs, N_), experts_bf16_scratch(ms, N_ * c_.top_k));
+    low_.resize(params_.size());
+    low_a_.resize(static_cast<size_t>(capacity));
+    low_b_.resize(static_cast<size_t>(capacity));
+    low_weights_ = {params_.data(), low_.data()};
+    low_scratch_ = {low_a_.data(), low_b_.data(), capacity};
+    for (auto& l : cca_) l->set_bf16(&low_weights_, &low_scratch_);
+    for (auto& l : moe_) l->set_bf16(&low_weights_, &low_scratch_);
+    plan_.low_precision = (low_.size() + low_a_.size() + low_b_.size()) * sizeof(bf16);
+  }
 }
 
 void ZayaModel::check_shape(int64_t B, int64_t T) const {
@@ -325,6 +338,10 @@ void ZayaModel::run_forward(const int32_t* tokens) {
   for (int64_t i = 0; i < N_; ++i) {
     if (tokens[i] < 0 || tokens[i] >= c_.vocab_size)
       throw InputError("token outside the vocabulary");
+  }
+  if (!low_.empty() && low_stale_) {
+    kernels::convert_to_bf16(low_.data(), params_.data(), registry_.total());
+    low_stale_ = false;
   }
   float* P = params_.data();
   const auto eps = static_cast<float>(c_.norm_eps);

@@ -16,6 +16,7 @@
 #include "anvil/model/cca_layer.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/params.hpp"
+#include "anvil/model/precision.hpp"
 #include "anvil/model/trainable.hpp"
 #include "anvil/model/zaya_balancing.hpp"
 #include "anvil/model/zaya_moe_layer.hpp"
@@ -39,10 +40,17 @@ class ZayaModel : public TrainableModel {
   // `experts`: the experts whose weights this process holds (all by default;
   // under expert parallelism its share, with set_expert_dispatchers sending
   // every other expert's rows to the rank holding it).
+  // `precision` bf16: the CCA projections and the experts multiply bf16
+  // copies of their weights and inputs (fp32 accumulation, fp32 gradients);
+  // the router, attention, norms and the classifier stay fp32.
   ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing balancing = {},
-            ExpertRange experts = {});
+            ExpertRange experts = {}, Precision precision = Precision::fp32);
   const ParamRegistry& registry() const override { return registry_; }
-  float* params() override { return params_.data(); }
+  // Mutable access marks the bf16 weight copy stale (refreshed on the next forward).
+  float* params() override {
+    low_stale_ = true;
+    return params_.data();
+  }
   float* grads() override { return grads_.data(); }
   const MemoryPlan& plan() const override { return plan_; }
   double forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
@@ -109,6 +117,11 @@ class ZayaModel : public TrainableModel {
   // router states per MoE layer.
   std::vector<std::vector<float>> r_, x_, rstd_, h_, rstate_;
   std::vector<float> emb_, rf_, lnf_, lnf_rstd_, scratch_;
+  // bf16 mode: the weights' copy and the layers' shared conversion scratch.
+  std::vector<bf16> low_, low_a_, low_b_;
+  kernels::Bf16Weights low_weights_;
+  kernels::Bf16Scratch low_scratch_;
+  bool low_stale_ = true;
   struct BackwardBuffers {  // sized at construction
     std::vector<float> d_lnf, d_rf, dr, dh, dx, dr_prev, dh_prev;
     std::vector<std::vector<float>> drstate;

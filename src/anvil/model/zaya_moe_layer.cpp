@@ -11,7 +11,8 @@ namespace anvil::model {
 namespace {
 
 // Expert segments change their row counts every step; oneDNN would build a
-// primitive per exact shape (and thrash its cache), so they run on OpenBLAS.
+// primitive per exact shape (and thrash its cache), so they run on OpenBLAS
+// (in bf16: their bf16 inputs widened for OpenBLAS's sgemm).
 constexpr auto kSegmentGemm = kernels::GemmBackend::openblas;
 
 // Every expert here, on the layer's own sorted rows.
@@ -25,7 +26,7 @@ class LocalExperts : public ExpertDispatcher {
                const ZayaMoeParams& p) override {
     xs_ = xs;
     offsets_ = offsets;
-    experts_forward(ys, y_.data(), act_.data(), xs, offsets, s_.experts, s_, p);
+    experts_forward(ys, y_.data(), act_.data(), xs, offsets, s_.experts, s_, p, low_, low_scratch_);
   }
   void backward(float* dxs, const ZayaMoeParams& g, const float* dys, const ZayaMoeParams& p,
                 std::vector<float>& dy, std::vector<float>& dact) override {
@@ -35,7 +36,7 @@ class LocalExperts : public ExpertDispatcher {
     if (dact.size() < static_cast<size_t>(rows * s_.expert_ffn))
       dact.resize(static_cast<size_t>(rows * s_.expert_ffn));
     experts_backward(dxs, dy.data(), dact.data(), g, dys, xs_, y_.data(), act_.data(), offsets_,
-                     s_.experts, s_, p);
+                     s_.experts, s_, p, low_, low_scratch_);
   }
   size_t bytes() const override { return (y_.size() + act_.size()) * sizeof(float); }
 
@@ -46,25 +47,35 @@ class LocalExperts : public ExpertDispatcher {
   const int64_t* offsets_ = nullptr;
 };
 
+kernels::MatmulWeight expert_weight(const kernels::Bf16Weights* low, const float* w) {
+  return low == nullptr ? kernels::MatmulWeight(w) : low->weight(w);
+}
+
 }  // namespace
 
+int64_t experts_bf16_scratch(const ZayaMoeShape& s, int64_t rows) {
+  return rows * std::max(2 * s.expert_ffn, s.hidden);
+}
+
 void experts_forward(float* ys, float* y, float* act, const float* xs, const int64_t* seg,
-                     int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p) {
+                     int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p,
+                     const kernels::Bf16Weights* low, kernels::Bf16Scratch* scratch) {
   const int64_t H = s.hidden, F = s.expert_ffn;
   for (int64_t e = 0; e < count; ++e) {
     const int64_t b = seg[e], n = seg[e + 1] - b;
     if (n == 0) continue;
-    kernels::linear_forward(y + b * 2 * F, xs + b * H, p.fc1 + e * 2 * F * H, nullptr, n, H, 2 * F,
-                            nullptr, kSegmentGemm);
+    kernels::linear_forward(y + b * 2 * F, xs + b * H, expert_weight(low, p.fc1 + e * 2 * F * H),
+                            nullptr, n, H, 2 * F, scratch, kSegmentGemm);
     kernels::swiglu_forward(act + b * F, y + b * 2 * F, n, F);
-    kernels::linear_forward(ys + b * H, act + b * F, p.fc2 + e * H * F, nullptr, n, F, H, nullptr,
-                            kSegmentGemm);
+    kernels::linear_forward(ys + b * H, act + b * F, expert_weight(low, p.fc2 + e * H * F), nullptr,
+                            n, F, H, scratch, kSegmentGemm);
   }
 }
 
 void experts_backward(float* dxs, float* dy, float* dact, const ZayaMoeParams& g, const float* dys,
                       const float* xs, const float* y, const float* act, const int64_t* seg,
-                      int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p) {
+                      int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p,
+                      const kernels::Bf16Weights* low, kernels::Bf16Scratch* scratch) {
   const int64_t H = s.hidden, F = s.expert_ffn, rows = seg[count] - seg[0];
   std::fill(dact + seg[0] * F, dact + (seg[0] + rows) * F, 0.0f);
   std::fill(dy + seg[0] * 2 * F, dy + (seg[0] + rows) * 2 * F, 0.0f);
@@ -72,10 +83,11 @@ void experts_backward(float* dxs, float* dy, float* dact, const ZayaMoeParams& g
     const int64_t b = seg[e], n = seg[e + 1] - b;
     if (n == 0) continue;
     kernels::linear_backward(dact + b * F, g.fc2 + e * H * F, nullptr, dys + b * H, act + b * F,
-                             p.fc2 + e * H * F, n, F, H, nullptr, kSegmentGemm);
+                             expert_weight(low, p.fc2 + e * H * F), n, F, H, scratch, kSegmentGemm);
     kernels::swiglu_backward(dy + b * 2 * F, dact + b * F, y + b * 2 * F, n, F);
     kernels::linear_backward(dxs + b * H, g.fc1 + e * 2 * F * H, nullptr, dy + b * 2 * F,
-                             xs + b * H, p.fc1 + e * 2 * F * H, n, H, 2 * F, nullptr, kSegmentGemm);
+                             xs + b * H, expert_weight(low, p.fc1 + e * 2 * F * H), n, H, 2 * F,
+                             scratch, kSegmentGemm);
   }
 }
 

@@ -14,6 +14,8 @@
 #include <memory>
 #include <vector>
 
+#include "anvil/kernels/layers.hpp"
+
 namespace anvil::model {
 
 struct ZayaMoeShape {
@@ -61,19 +63,37 @@ class ExpertDispatcher {
   virtual size_t bytes() const = 0;
   // Seconds spent communicating since the last call (0 for local experts).
   virtual double take_comm_seconds() { return 0; }
+  // bf16 expert GEMMs (--precision bf16): the weight arena's copy and the
+  // model's conversion scratch (sized for the layer's own assignments; a
+  // dispatcher that runs other rows keeps its own).
+  void set_bf16(const kernels::Bf16Weights* weights, kernels::Bf16Scratch* scratch) {
+    low_ = weights;
+    low_scratch_ = scratch;
+  }
+
+ protected:
+  const kernels::Bf16Weights* low_ = nullptr;
+  kernels::Bf16Scratch* low_scratch_ = nullptr;
 };
 
 // `count` SwiGLU experts on rows grouped by expert: the j-th owns rows
 // [seg[j], seg[j + 1]) and its weights are the j-th of p.fc1 / p.fc2 (the
 // whole layer's, or under expert parallelism the rank's own block). y
-// [rows, 2F] and act [rows, F] are kept for backward.
+// [rows, 2F] and act [rows, F] are kept for backward. With `low` (bf16) the
+// GEMMs take bf16 inputs through `scratch` (rows x max(2F, H) elements).
 void experts_forward(float* ys, float* y, float* act, const float* xs, const int64_t* seg,
-                     int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p);
+                     int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p,
+                     const kernels::Bf16Weights* low = nullptr,
+                     kernels::Bf16Scratch* scratch = nullptr);
 // Adds d/dxs to dxs and the experts' weight gradients to g; dy [rows, 2F] and
 // dact [rows, F] are scratch (zeroed here).
 void experts_backward(float* dxs, float* dy, float* dact, const ZayaMoeParams& g, const float* dys,
                       const float* xs, const float* y, const float* act, const int64_t* seg,
-                      int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p);
+                      int64_t count, const ZayaMoeShape& s, const ZayaMoeParams& p,
+                      const kernels::Bf16Weights* low = nullptr,
+                      kernels::Bf16Scratch* scratch = nullptr);
+// Elements of the bf16 conversion scratch the experts need for `rows` rows.
+int64_t experts_bf16_scratch(const ZayaMoeShape& s, int64_t rows);
 
 struct RouterStats {
   std::vector<int64_t> tokens_per_class;  // E + 1 (the last is skip); sums to N * top_k
@@ -119,9 +139,16 @@ class ZayaMoeLayer {
   // Bytes of the activations this layer holds (its scratch: scratch()).
   size_t bytes() const;
   const std::shared_ptr<Scratch>& scratch() const { return back_; }
-  // Replaces the local experts (expert parallelism).
+  // Replaces the local experts (expert parallelism); the bf16 setting stays.
   void set_dispatcher(std::unique_ptr<ExpertDispatcher> dispatcher) {
     experts_ = std::move(dispatcher);
+    experts_->set_bf16(low_, low_scratch_);
+  }
+  // bf16 expert GEMMs (--precision bf16); the router stays fp32.
+  void set_bf16(const kernels::Bf16Weights* weights, kernels::Bf16Scratch* scratch) {
+    low_ = weights;
+    low_scratch_ = scratch;
+    experts_->set_bf16(weights, scratch);
   }
   ExpertDispatcher& dispatcher() { return *experts_; }
   const ZayaMoeShape& shape() const { return s_; }
@@ -135,6 +162,8 @@ class ZayaMoeLayer {
   int64_t N_;
   std::vector<float> h_, rstd_, z0_, a1_, z1_, a2_, z2_, logits_, probs_, gate_;
   std::vector<int32_t> choice_, order_, slot_;
+  const kernels::Bf16Weights* low_ = nullptr;
+  kernels::Bf16Scratch* low_scratch_ = nullptr;
   std::vector<int64_t> offsets_;
   int64_t rows_ = 0;
   std::vector<float> xs_, ys_;

@@ -175,9 +175,6 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
   result_.flops_per_token = model::training_flops_per_token(config_, T_);
 
   if (config_.attention == "cca") {
-    if (precision_ != model::Precision::fp32) {
-      throw InputError("--precision bf16: the ZAYA1 model runs in fp32 only so far");
-    }
     // Under --ep K each rank holds the weights of its E/K experts only.
     model::ExpertRange experts;
     if (o.ep > 1) {
@@ -191,7 +188,8 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
       experts.count = config_.n_experts / o.ep;
       experts.first = rank_ % o.ep * experts.count;
     }
-    auto zaya = std::make_unique<model::ZayaModel>(config_, B_, T_, o.balancing, experts);
+    auto zaya =
+        std::make_unique<model::ZayaModel>(config_, B_, T_, o.balancing, experts, precision_);
     zaya_ = zaya.get();
     model_ = std::move(zaya);
   } else {
