@@ -546,7 +546,8 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   train->add_option("--precision", topt.precision,
                     "fp32, or bf16: bf16 GEMM inputs with fp32 accumulation, master weights and "
-                    "gradients (AVX512_BF16 via oneDNN)");
+                    "gradients (AVX512_BF16 via oneDNN, else widened to fp32); ZAYA1: its CCA "
+                    "projections and experts in bf16, the router and the rest fp32");
   train->add_option("--json-out", train_json_out,
                     "Write a JSON summary (losses, tokens/s, MFU, RSS)");
 
