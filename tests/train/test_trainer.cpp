@@ -139,12 +139,18 @@ TEST(Trainer, MuonTrainsAndResumesExactly) {
   EXPECT_THROW(run_training(bad), InputError);
 }
 
-TEST(Trainer, Zaya1TrainsBalancesAndResumesExactlyWithItsBiases) {
+// zaya-tiny, 10 steps of 4 rows.
+TrainOptions zaya_tiny() {
   auto o = tiny("");
   o.config = std::string(ANVIL_SOURCE_DIR) + "/configs/zaya-tiny.json";
   o.batch = 4;
   o.accum = 1;
   o.steps = 10;
+  return o;
+}
+
+TEST(Trainer, Zaya1TrainsBalancesAndResumesExactlyWithItsBiases) {
+  auto o = zaya_tiny();
   o.balancing.lr = 0.05f;
   const auto whole = run_training(o);
   EXPECT_LT(whole.losses.back(), whole.losses.front());
@@ -163,11 +169,7 @@ TEST(Trainer, Zaya1TrainsBalancesAndResumesExactlyWithItsBiases) {
 // copy is rebuilt from the masters on resume (the same losses), and the
 // memory plan counts it.
 TEST(Trainer, Zaya1InBf16TrainsCloseToFp32AndResumesExactly) {
-  auto o = tiny("");
-  o.config = std::string(ANVIL_SOURCE_DIR) + "/configs/zaya-tiny.json";
-  o.batch = 4;
-  o.accum = 1;
-  o.steps = 10;
+  auto o = zaya_tiny();
   const auto fp32 = run_training(o);
   o.precision = "bf16";
   const auto bf16 = run_training(o);
