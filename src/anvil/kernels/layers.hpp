@@ -35,6 +35,10 @@ struct Bf16Weights {
     return copy == nullptr ? MatmulWeight(w) : MatmulWeight(w, copy + (w - f32));
   }
 };
+// w as a GEMM weight under `low` (null: fp32).
+inline MatmulWeight matmul_weight(const Bf16Weights* low, const float* w) {
+  return low == nullptr ? MatmulWeight(w) : low->weight(w);
+}
 struct Bf16Scratch {
   bf16* a = nullptr;     // the converted input rows
   bf16* b = nullptr;     // the converted output gradient rows

@@ -90,9 +90,7 @@ class CcaLayer {
   std::shared_ptr<Scratch> sc_;  // backward scratch (d_v also the forward's value temp)
   const kernels::Bf16Weights* low_ = nullptr;
   kernels::Bf16Scratch* low_scratch_ = nullptr;
-  kernels::MatmulWeight w(const float* p) const {
-    return low_ == nullptr ? kernels::MatmulWeight(p) : low_->weight(p);
-  }
+  kernels::MatmulWeight w(const float* p) const { return kernels::matmul_weight(low_, p); }
   // Decode state.
   int64_t max_len_ = 0;
   std::vector<float> u_prev_, D_prev_, xv2_prev_, kcache_, vcache_;

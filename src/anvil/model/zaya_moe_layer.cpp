@@ -47,10 +47,6 @@ class LocalExperts : public ExpertDispatcher {
   const int64_t* offsets_ = nullptr;
 };
 
-kernels::MatmulWeight expert_weight(const kernels::Bf16Weights* low, const float* w) {
-  return low == nullptr ? kernels::MatmulWeight(w) : low->weight(w);
-}
-
 }  // namespace
 
 int64_t experts_bf16_scratch(const ZayaMoeShape& s, int64_t rows) {
@@ -64,11 +60,12 @@ void experts_forward(float* ys, float* y, float* act, const float* xs, const int
   for (int64_t e = 0; e < count; ++e) {
     const int64_t b = seg[e], n = seg[e + 1] - b;
     if (n == 0) continue;
-    kernels::linear_forward(y + b * 2 * F, xs + b * H, expert_weight(low, p.fc1 + e * 2 * F * H),
-                            nullptr, n, H, 2 * F, scratch, kSegmentGemm);
+    kernels::linear_forward(y + b * 2 * F, xs + b * H,
+                            kernels::matmul_weight(low, p.fc1 + e * 2 * F * H), nullptr, n, H,
+                            2 * F, scratch, kSegmentGemm);
     kernels::swiglu_forward(act + b * F, y + b * 2 * F, n, F);
-    kernels::linear_forward(ys + b * H, act + b * F, expert_weight(low, p.fc2 + e * H * F), nullptr,
-                            n, F, H, scratch, kSegmentGemm);
+    kernels::linear_forward(ys + b * H, act + b * F, kernels::matmul_weight(low, p.fc2 + e * H * F),
+                            nullptr, n, F, H, scratch, kSegmentGemm);
   }
 }
 
@@ -83,11 +80,12 @@ void experts_backward(float* dxs, float* dy, float* dact, const ZayaMoeParams& g
     const int64_t b = seg[e], n = seg[e + 1] - b;
     if (n == 0) continue;
     kernels::linear_backward(dact + b * F, g.fc2 + e * H * F, nullptr, dys + b * H, act + b * F,
-                             expert_weight(low, p.fc2 + e * H * F), n, F, H, scratch, kSegmentGemm);
+                             kernels::matmul_weight(low, p.fc2 + e * H * F), n, F, H, scratch,
+                             kSegmentGemm);
     kernels::swiglu_backward(dy + b * 2 * F, dact + b * F, y + b * 2 * F, n, F);
     kernels::linear_backward(dxs + b * H, g.fc1 + e * 2 * F * H, nullptr, dy + b * 2 * F,
-                             xs + b * H, expert_weight(low, p.fc1 + e * 2 * F * H), n, H, 2 * F,
-                             scratch, kSegmentGemm);
+                             xs + b * H, kernels::matmul_weight(low, p.fc1 + e * 2 * F * H), n, H,
+                             2 * F, scratch, kSegmentGemm);
   }
 }
 
