@@ -232,7 +232,9 @@ TEST(DataParallel, ZeroEqualsPlainDataParallelBitForBit) {
 // on the trajectory of the run that never stopped.
 // 20 steps straight on `first_ranks` against 10 steps there and 10 more
 // resumed on 2 ranks with `second` (a constant schedule: the first half's
-// run ends at step 10 of its own): the losses agree within 1e-6.
+// run ends at step 10 of its own): the losses agree within 2e-6. (The
+// resumed half sums each gradient over 2 ranks' partial sums, not 3: the
+// last steps drift by ~1e-6 relative in that rounding alone.)
 void expect_resume_on_two_ranks(const std::string& name, const std::string& model, int first_ranks,
                                 const std::string& first, const std::string& second) {
   const std::string args = model + " --schedule constant";
@@ -250,7 +252,7 @@ void expect_resume_on_two_ranks(const std::string& name, const std::string& mode
   const auto rest = j.at("losses").get<std::vector<double>>();
   ASSERT_EQ(rest.size(), 10u) << name;
   for (size_t s = 0; s < 10; ++s) {
-    EXPECT_LE(std::abs(rest[s] - straight.losses[10 + s]), 1e-6 * straight.losses[10 + s])
+    EXPECT_LE(std::abs(rest[s] - straight.losses[10 + s]), 2e-6 * straight.losses[10 + s])
         << name << ": step " << 11 + s;
   }
 }
