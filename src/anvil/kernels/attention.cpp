@@ -85,27 +85,61 @@ constexpr int64_t kBlock = 128;
 // The tiles' GEMM library (single-threaded inside the tasks).
 constexpr GemmBackend kTileGemm = GemmBackend::openblas;
 
-// Scores of one block pair: s[i][j] = scale * q_i . k_j (ld kBlock), with
-// keys past the query (causal) at -inf. q and k rows are `stride` apart.
-void block_scores(float* s, const float* q, const float* k, int64_t stride, int64_t mq, int64_t nk,
-                  int64_t D, float scale, int64_t i0, int64_t j0) {
-  gemm(false, true, mq, nk, D, scale, q, stride, k, stride, 0.0f, s, kBlock, kTileGemm);
-  if (j0 + nk - 1 <= i0) return;  // the whole block is at or before every query
-  for (int64_t i = 0; i < mq; ++i) {
-    const int64_t first_masked = std::max<int64_t>(0, i0 + i - j0 + 1);
-    std::fill(s + i * kBlock + std::min(first_masked, nk), s + i * kBlock + nk,
-              -std::numeric_limits<float>::infinity());
+// Rows of a diagonal block pair see only the keys up to their own: strips
+// of kStrip rows multiply only the key columns some row of the strip needs,
+// so the tiles above the diagonal are skipped (at T = 256 the 128-row
+// blocks would otherwise do 1.5x the useful work).
+constexpr int64_t kStrip = 32;
+
+// Calls f(r0, r1, kend) for row strips [r0, r1) of a block pair and the keys
+// [0, kend) they need: one strip off the diagonal (aligned blocks, so every
+// key precedes every query), kStrip-row strips on it (i0 == j0, so row r
+// sees keys 0..r).
+template <class F>
+void for_each_row_strip(int64_t mq, int64_t nk, bool diagonal, F&& f) {
+  if (!diagonal) {
+    f(int64_t{0}, mq, nk);
+    return;
+  }
+  for (int64_t r0 = 0; r0 < mq; r0 += kStrip) {
+    const int64_t r1 = std::min(mq, r0 + kStrip);
+    f(r0, r1, std::min(nk, r1));
   }
 }
 
-// fast_exp clamps, so exp(-inf) is ~1e-38, not 0: the masked (future) keys
-// of a diagonal block get exactly zero probability here.
-void zero_masked(float* p, int64_t mq, int64_t nk, int64_t i0, int64_t j0) {
-  if (j0 + nk - 1 <= i0) return;
-  for (int64_t i = 0; i < mq; ++i) {
-    const int64_t first_masked = std::max<int64_t>(0, i0 + i - j0 + 1);
-    std::fill(p + i * kBlock + std::min(first_masked, nk), p + i * kBlock + nk, 0.0f);
+// The transposed products (dV, dK: one row per key): calls f(c0, c1, first)
+// for key strips [c0, c1) and the first query row that sees them (on the
+// diagonal, rows [first, mq) do).
+template <class F>
+void for_each_key_strip(int64_t nk, bool diagonal, F&& f) {
+  if (!diagonal) {
+    f(int64_t{0}, nk, int64_t{0});
+    return;
   }
+  for (int64_t c0 = 0; c0 < nk; c0 += kStrip) f(c0, std::min(nk, c0 + kStrip), c0);
+}
+
+// Keys of row i a block pair scores: all nk off the diagonal, i + 1 on it.
+inline int64_t visible_keys(int64_t i, int64_t nk, bool diagonal) {
+  return diagonal ? std::min(nk, i + 1) : nk;
+}
+
+// Scores of one block pair: s[i][j] = scale * q_i . k_j (ld kBlock) for the
+// keys each row sees (visible_keys); entries past them are left unwritten or
+// stale, and every caller reads only the visible ones or zeroes the rest.
+// q and k rows are `stride` apart.
+void block_scores(float* s, const float* q, const float* k, int64_t stride, int64_t mq, int64_t nk,
+                  int64_t D, float scale, bool diagonal) {
+  for_each_row_strip(mq, nk, diagonal, [&](int64_t r0, int64_t r1, int64_t kend) {
+    gemm(false, true, r1 - r0, kend, D, scale, q + r0 * stride, stride, k, stride, 0.0f,
+         s + r0 * kBlock, kBlock, kTileGemm);
+  });
+}
+
+// Zeroes row i's entries past its visible keys, up to nk: the strips' GEMMs
+// read them as exact zeros.
+inline void zero_invisible(float* row, int64_t i, int64_t nk, bool diagonal) {
+  if (diagonal) std::fill(row + visible_keys(i, nk, true), row + nk, 0.0f);
 }
 
 }  // namespace
@@ -121,7 +155,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
 #pragma omp parallel
   {
-    std::vector<float> s(kBlock * kBlock), acc(kBlock * D), m(kBlock), l(kBlock), corr(kBlock);
+    std::vector<float> s(kBlock * kBlock), acc(kBlock * D), m(kBlock), l(kBlock);
     // Later query blocks see more keys: dynamic, largest first.
 #pragma omp for collapse(3) schedule(dynamic, 1)
     for (int64_t qb = blocks - 1; qb >= 0; --qb) {
@@ -137,29 +171,32 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
           std::fill(l.begin(), l.end(), 0.0f);
           for (int64_t j0 = 0; j0 <= i0; j0 += kBlock) {
             const int64_t nk = std::min(kBlock, T - j0);
-            block_scores(s.data(), q, k + j0 * stride, stride, mq, nk, D, scale, i0, j0);
+            const bool diagonal = j0 == i0;
+            block_scores(s.data(), q, k + j0 * stride, stride, mq, nk, D, scale, diagonal);
             for (int64_t i = 0; i < mq; ++i) {
               float* row = s.data() + i * kBlock;
+              const int64_t n = visible_keys(i, nk, diagonal);
               float mx = m[i];
-              for (int64_t j = 0; j < nk; ++j) mx = std::max(mx, row[j]);
-#pragma omp simd
-              for (int64_t j = 0; j < nk; ++j) row[j] = fast_exp(row[j] - mx);
-              corr[i] = fast_exp(m[i] - mx);
-              m[i] = mx;
-            }
-            zero_masked(s.data(), mq, nk, i0, j0);
-            for (int64_t i = 0; i < mq; ++i) {
-              const float* row = s.data() + i * kBlock;
+#pragma omp simd reduction(max : mx)
+              for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
               float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-              for (int64_t j = 0; j < nk; ++j) sum += row[j];
-              l[i] = l[i] * corr[i] + sum;
+              for (int64_t j = 0; j < n; ++j) {
+                row[j] = fast_exp(row[j] - mx);
+                sum += row[j];
+              }
+              zero_invisible(row, i, nk, diagonal);
+              const float c = fast_exp(m[i] - mx);
+              m[i] = mx;
+              l[i] = l[i] * c + sum;
               float* a = acc.data() + i * D;
 #pragma omp simd
-              for (int64_t d = 0; d < D; ++d) a[d] *= corr[i];
+              for (int64_t d = 0; d < D; ++d) a[d] *= c;
             }
-            gemm(false, false, mq, D, nk, 1.0f, s.data(), kBlock, v + j0 * stride, stride, 1.0f,
-                 acc.data(), D, kTileGemm);
+            for_each_row_strip(mq, nk, diagonal, [&](int64_t r0, int64_t r1, int64_t kend) {
+              gemm(false, false, r1 - r0, D, kend, 1.0f, s.data() + r0 * kBlock, kBlock,
+                   v + j0 * stride, stride, 1.0f, acc.data() + r0 * D, D, kTileGemm);
+            });
           }
           float* o = out + (b * T + i0) * Hq * D + h * D;
           for (int64_t i = 0; i < mq; ++i) {
@@ -215,30 +252,43 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
               const int64_t mq = std::min(kBlock, T - i0);
               const float* q = base + i0 * stride + h * D;
               const float* d_o = dout + (b * T + i0) * Hq * D + h * D;
-              block_scores(p.data(), q, k, stride, mq, nk, D, scale, i0, j0);
+              const bool diagonal = i0 == j0;
+              block_scores(p.data(), q, k, stride, mq, nk, D, scale, diagonal);
               const float* row_lse = lse + (b * Hq + h) * T + i0;
               for (int64_t i = 0; i < mq; ++i) {
                 float* row = p.data() + i * kBlock;
                 const float li = row_lse[i];
+                const int64_t n = visible_keys(i, nk, diagonal);
 #pragma omp simd
-                for (int64_t j = 0; j < nk; ++j) row[j] = fast_exp(row[j] - li);
+                for (int64_t j = 0; j < n; ++j) row[j] = fast_exp(row[j] - li);
+                zero_invisible(row, i, nk, diagonal);
               }
-              zero_masked(p.data(), mq, nk, i0, j0);
-              gemm(true, false, nk, D, mq, 1.0f, p.data(), kBlock, d_o, Hq * D, 1.0f, dv.data(), D,
-                   kTileGemm);
-              gemm(false, true, mq, nk, D, 1.0f, d_o, Hq * D, v, stride, 0.0f, dp.data(), kBlock,
-                   kTileGemm);
+              for_each_key_strip(nk, diagonal, [&](int64_t c0, int64_t c1, int64_t first) {
+                gemm(true, false, c1 - c0, D, mq - first, 1.0f, p.data() + first * kBlock + c0,
+                     kBlock, d_o + first * Hq * D, Hq * D, 1.0f, dv.data() + c0 * D, D, kTileGemm);
+              });
+              for_each_row_strip(mq, nk, diagonal, [&](int64_t r0, int64_t r1, int64_t kend) {
+                gemm(false, true, r1 - r0, kend, D, 1.0f, d_o + r0 * Hq * D, Hq * D, v, stride,
+                     0.0f, dp.data() + r0 * kBlock, kBlock, kTileGemm);
+              });
               for (int64_t i = 0; i < mq; ++i) {
                 const float di = delta[hh * T + i0 + i];
                 float* ds = dp.data() + i * kBlock;
                 const float* pr = p.data() + i * kBlock;
+                const int64_t n = visible_keys(i, nk, diagonal);
 #pragma omp simd
-                for (int64_t j = 0; j < nk; ++j) ds[j] = pr[j] * (ds[j] - di) * scale;
+                for (int64_t j = 0; j < n; ++j) ds[j] = pr[j] * (ds[j] - di) * scale;
+                zero_invisible(ds, i, nk, diagonal);
               }
-              gemm(false, false, mq, D, nk, 1.0f, dp.data(), kBlock, k, stride, 1.0f,
-                   dbase + i0 * stride + h * D, stride, kTileGemm);
-              gemm(true, false, nk, D, mq, 1.0f, dp.data(), kBlock, q, stride, 1.0f, dk.data(), D,
-                   kTileGemm);
+              float* dq = dbase + i0 * stride + h * D;
+              for_each_row_strip(mq, nk, diagonal, [&](int64_t r0, int64_t r1, int64_t kend) {
+                gemm(false, false, r1 - r0, D, kend, 1.0f, dp.data() + r0 * kBlock, kBlock, k,
+                     stride, 1.0f, dq + r0 * stride, stride, kTileGemm);
+              });
+              for_each_key_strip(nk, diagonal, [&](int64_t c0, int64_t c1, int64_t first) {
+                gemm(true, false, c1 - c0, D, mq - first, 1.0f, dp.data() + first * kBlock + c0,
+                     kBlock, q + first * stride, stride, 1.0f, dk.data() + c0 * D, D, kTileGemm);
+              });
             }
           }
           float* dkr = dbase + j0 * stride + Hq * D + g * D;
