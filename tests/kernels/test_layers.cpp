@@ -145,7 +145,8 @@ TEST(LayerGradients, BlockedAttentionMatchesADoubleReferenceAcrossBlocks) {
   const int64_t B = 2, T = 300, Hq = 4, Hkv = 2, D = 16, Q = (Hq + 2 * Hkv) * D;
   const auto qkv = random_vector(B * T * Q, 7);
   const auto dout = random_vector(B * T * Hq * D, 8);
-  std::vector<float> out(B * T * Hq * D), lse(B * Hq * T), dqkv(B * T * Q, 0.0f);
+  // dqkv starts as garbage: the backward writes every entry, it does not add.
+  std::vector<float> out(B * T * Hq * D), lse(B * Hq * T), dqkv(B * T * Q, 1e3f);
   attention_forward(out.data(), lse.data(), qkv.data(), B, T, Hq, Hkv, D);
   attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, Hq, Hkv,
                      D);

@@ -49,7 +49,6 @@ std::vector<AttentionRow> time_attention(const AttentionBenchOptions& o) {
           policy);
       const Samples bwd = time_calls(
           [&] {
-            std::fill(dqkv.begin(), dqkv.end(), 0.0f);
             kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(),
                                         lse.data(), B, T, H, Hkv, D);
           },

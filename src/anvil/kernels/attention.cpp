@@ -211,7 +211,8 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
   }
 }
 
-// Backward on GEMM tiles, one task per (batch, kv head) so that the query
+// Backward on GEMM tiles; it writes every entry of dqkv (no zeroing needed
+// first). One task per (batch, kv head) so that the query
 // heads of a group, which all add to the same dK/dV rows, and every query
 // block's dQ stay in one task: no atomics, a fixed summation order. For each
 // key block the probabilities are recomputed from the saved log-sum-exp and
@@ -280,10 +281,12 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
                 for (int64_t j = 0; j < n; ++j) ds[j] = pr[j] * (ds[j] - di) * scale;
                 zero_invisible(ds, i, nk, diagonal);
               }
+              // Key block 0 is every query block's first: it writes dQ, later ones add.
               float* dq = dbase + i0 * stride + h * D;
+              const float dq_beta = j0 == 0 ? 0.0f : 1.0f;
               for_each_row_strip(mq, nk, diagonal, [&](int64_t r0, int64_t r1, int64_t kend) {
                 gemm(false, false, r1 - r0, D, kend, 1.0f, dp.data() + r0 * kBlock, kBlock, k,
-                     stride, 1.0f, dq + r0 * stride, stride, kTileGemm);
+                     stride, dq_beta, dq + r0 * stride, stride, kTileGemm);
               });
               for_each_key_strip(nk, diagonal, [&](int64_t c0, int64_t c1, int64_t first) {
                 gemm(true, false, c1 - c0, D, mq - first, 1.0f, dp.data() + first * kBlock + c0,
@@ -296,8 +299,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
           for (int64_t j = 0; j < nk; ++j) {
 #pragma omp simd
             for (int64_t d = 0; d < D; ++d) {
-              dkr[j * stride + d] += dk[j * D + d];
-              dvr[j * stride + d] += dv[j * D + d];
+              dkr[j * stride + d] = dk[j * D + d];
+              dvr[j * stride + d] = dv[j * D + d];
             }
           }
         }

@@ -103,7 +103,8 @@ void rope_backward(float* dx, int64_t N, int64_t T, int64_t pos0, int64_t n_head
 // qkv rows are [q (Hq*D) | k (Hkv*D) | v (Hkv*D)]; out rows are Hq*D.
 // lse[b, h, t] (log-sum-exp of the scaled scores) is saved for backward,
 // which recomputes the probabilities as flash attention does: no T x T matrix
-// is ever stored.
+// is ever stored. attention_backward writes every entry of dqkv (it does
+// not add to it).
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t Hq,
                        int64_t Hkv, int64_t D);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,

@@ -107,7 +107,6 @@ void CcaLayer::backward(float* dx, const CcaParams& g, const float* dout, const 
   zero(sc_->d_att);
   kernels::linear_backward(sc_->d_att.data(), g.wo, nullptr, dout, att_.data(), w(p.wo), N_, Cq, H,
                            low_scratch_);
-  zero(sc_->d_qkv);
   kernels::attention_backward(sc_->d_qkv.data(), sc_->d_att.data(), qkv_.data(), att_.data(),
                               lse_.data(), B_, S_, Hq, Hkv, d);
   kernels::rope_backward(sc_->d_qkv.data(), N_, S_, 0, Hq + Hkv, d, s_.rotary_dim, W,

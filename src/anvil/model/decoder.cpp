@@ -418,7 +418,6 @@ void Decoder::run_backward(const int32_t* tokens, int64_t B, int64_t T) {
     zero(d_att_, N * Hq_ * D_);
     kernels::linear_backward(d_att_, mut(g.o_w), mut(g.o_b), d_res_, a.att, matmul_weight(p.o_w), N,
                              Hq_ * D_, C_, &scratch_);
-    zero(d_qkv_, N * Q_);
     kernels::attention_backward(d_qkv_, d_att_, a.qkv, a.att, a.lse, B, T, Hq_, Hkv_, D_);
     if (config_.position == "rope") {
       kernels::rope_backward(d_qkv_, N, T, 0, Hq_, D_, rotary_, Q_, theta);
