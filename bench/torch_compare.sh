@@ -16,6 +16,8 @@
 # A variant that fails (e.g. anvil bf16 for ZAYA1, not built yet) is shown as
 # "-" with its error in the log. Writes bench/results/torch_compare.json.
 # Usage: bench/torch_compare.sh [ROUNDS (default 3)] [STEPS (default 3)]
+# MODELS=zaya-small (or gpt2-124m) runs one model only (results in
+# bench/results/torch_compare-MODELS.json); KEEP=DIR keeps the runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -31,6 +33,10 @@ mkdir -p "$out"
 # name|config|B|T|--set overrides
 models="gpt2-124m|configs/gpt2-124m.json|4|256|
 zaya-small|configs/zaya-small.json|8|256|--set skip_output=zero"
+if [ -n "${MODELS:-}" ]; then
+  models=$(grep -E "^(${MODELS//,/|})\|" <<< "$models") ||
+    { echo "MODELS: expected gpt2-124m and/or zaya-small, got '$MODELS'" >&2; exit 2; }
+fi
 while IFS='|' read -r name config B T sets; do
   echo "$name: anvil run + Hugging Face export" >&2
   "$anvil" train --config "$config" $sets -B "$B" -T "$T" --steps 1 --out "$out/run-$name" \
@@ -39,7 +45,9 @@ while IFS='|' read -r name config B T sets; do
 done <<< "$models"
 experts=eager
 best=0
-for impl in eager batched_mm grouped_mm; do
+impls="eager batched_mm grouped_mm"
+grep -q '^zaya-small|' <<< "$models" || impls=""
+for impl in $impls; do
   echo "zaya-small: transformers experts implementation $impl (1 probe run)" >&2
   if "$python" bench/torch_train_hf.py --model "$out/hf-zaya-small" -B 8 -T 256 --steps 2 \
       --experts "$impl" > "$out/probe-$impl.json" 2>> "$out/errors.log"; then
@@ -72,9 +80,10 @@ for r in $(seq 1 "$rounds"); do
   done <<< "$models"
 done
 mkdir -p bench/results
-"$python" - "$out" "$rounds" "$experts" <<'PY'
+result="bench/results/torch_compare${MODELS:+-${MODELS//,/-}}.json"
+"$python" - "$out" "$rounds" "$experts" "$result" <<'PY'
 import json, os, statistics as st, sys
-out, rounds, experts = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out, rounds, experts, result = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 def runs(prefix, key="tokens_per_second"):
     vals = []
     for r in range(1, rounds + 1):
@@ -92,6 +101,8 @@ print(f"{'model':<11}{'prec':>5}{'anvil':>9}{'eager':>9}{'compile':>9}{'1st comp
       f"{'anvil/eager':>13}{'anvil/compile':>15}{'anvil/faster':>14}")
 rows = []
 for name in ("gpt2-124m", "zaya-small"):
+    if not runs(f"anvil-{name}-fp32") and not runs(f"torch-{name}-eager-fp32"):
+        continue  # not selected (MODELS)
     for p in ("fp32", "bf16"):
         a = runs(f"anvil-{name}-{p}")
         e = runs(f"torch-{name}-eager-{p}")
@@ -108,8 +119,8 @@ for name in ("gpt2-124m", "zaya-small"):
                      "anvil_over_eager": ratio(me), "anvil_over_compile": ratio(mc),
                      "anvil_over_faster": ratio(faster)})
 json.dump({"rounds": rounds, "torch": torch.__version__, "zaya_experts_implementation": experts,
-           "rows": rows}, open("bench/results/torch_compare.json.tmp", "w"), indent=2)
-os.replace("bench/results/torch_compare.json.tmp", "bench/results/torch_compare.json")
+           "rows": rows}, open(result + ".tmp", "w"), indent=2)
+os.replace(result + ".tmp", result)
 PY
 if [ -s "$out/errors.log" ]; then
   echo "errors of the variants shown as - (last lines):" >&2
