@@ -4,8 +4,10 @@
 
 #include <dnnl.hpp>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 namespace anvil::kernels::detail {
 namespace {
@@ -27,7 +29,7 @@ struct Key {
 
 struct Entry {
   dnnl::matmul primitive;
-  memory::desc a, b, c;
+  memory::desc a, b, c, scratchpad;
 };
 
 class OneDnn {
@@ -35,18 +37,28 @@ class OneDnn {
   OneDnn() : engine_(dnnl::engine::kind::cpu, 0) {}
 
   void run(const Key& key, const void* a, const void* b, float* c) {
-    const Entry& e = lookup(key);
+    // Held by a shared_ptr: another thread's lookup may clear the cache meanwhile.
+    const std::shared_ptr<const Entry> e = lookup(key);
     // One stream per calling thread: creating one per call costs microseconds.
     thread_local dnnl::stream stream(engine_);
-    memory ma(e.a, engine_, const_cast<void*>(a));
-    memory mb(e.b, engine_, const_cast<void*>(b));
-    memory mc(e.c, engine_, c);
-    e.primitive.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+    memory ma(e->a, engine_, const_cast<void*>(a));
+    memory mb(e->b, engine_, const_cast<void*>(b));
+    memory mc(e->c, engine_, c);
+    // Each calling thread's own scratchpad: oneDNN's library-managed one is
+    // shared by every primitive of the process, so two threads executing at
+    // once (Muon's batched bf16 GEMMs) would overwrite each other's.
+    thread_local std::vector<uint8_t> scratch;
+    if (scratch.size() < e->scratchpad.get_size()) scratch.resize(e->scratchpad.get_size());
+    memory ms(e->scratchpad, engine_, scratch.data());
+    e->primitive.execute(stream, {{DNNL_ARG_SRC, ma},
+                                  {DNNL_ARG_WEIGHTS, mb},
+                                  {DNNL_ARG_DST, mc},
+                                  {DNNL_ARG_SCRATCHPAD, ms}});
     stream.wait();
   }
 
  private:
-  const Entry& lookup(const Key& key) {
+  std::shared_ptr<const Entry> lookup(const Key& key) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
@@ -59,6 +71,7 @@ class OneDnn {
                          key.trans_b ? memory::dims{1, key.ldb} : memory::dims{key.ldb, 1});
     const memory::desc c({key.m, key.n}, memory::data_type::f32, memory::dims{key.ldc, 1});
     dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
     if (key.beta != 0.0f) {
       dnnl::post_ops ops;
@@ -66,13 +79,16 @@ class OneDnn {
       attr.set_post_ops(ops);
     }
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine_);
-    return cache_.emplace(key, Entry{dnnl::matmul(pd), a, b, c}).first->second;
+    return cache_
+        .emplace(key, std::make_shared<const Entry>(
+                          Entry{dnnl::matmul(pd), a, b, c, pd.scratchpad_desc()}))
+        .first->second;
   }
 
   static constexpr size_t kCapacity = 512;
   dnnl::engine engine_;
   std::mutex mutex_;
-  std::map<Key, Entry> cache_;
+  std::map<Key, std::shared_ptr<const Entry>> cache_;
 };
 
 OneDnn& onednn() {

@@ -67,18 +67,19 @@ void newton_schulz(float* out, const float* g, int64_t rows, int64_t cols, int s
 }
 
 void newton_schulz_bf16(float* out, const float* g, int64_t rows, int64_t cols, int steps, float* x,
-                        float* y, float* a, float* b, bf16* xb, bf16* ab) {
+                        float* y, float* a, float* b, bf16* xb, bf16* ab,
+                        kernels::GemmBackend backend) {
   const bool transposed = ns_start(x, g, rows, cols);
   const int64_t r = transposed ? cols : rows, c = transposed ? rows : cols;
   for (int s = 0; s < steps; ++s) {
     round_to_bf16(xb, x, r * c);
-    kernels::gemm(false, true, r, r, c, 1.0f, xb, c, xb, c, 0.0f, a, r);  // A = X X^T
+    kernels::gemm(false, true, r, r, c, 1.0f, xb, c, xb, c, 0.0f, a, r, backend);  // A = X X^T
     std::memcpy(b, a, static_cast<size_t>(r * r) * sizeof(float));
     round_to_bf16(ab, a, r * r);
-    kernels::gemm(false, false, r, r, r, kC, ab, r, ab, r, kB, b, r);  // B = b A + c A A
+    kernels::gemm(false, false, r, r, r, kC, ab, r, ab, r, kB, b, r, backend);  // B = b A + c A A
     std::memcpy(y, x, static_cast<size_t>(r * c) * sizeof(float));
     round_to_bf16(ab, b, r * r);
-    kernels::gemm(false, false, r, c, r, 1.0f, ab, r, xb, c, kA, y, c);  // Y = a X + B X
+    kernels::gemm(false, false, r, c, r, 1.0f, ab, r, xb, c, kA, y, c, backend);  // Y = a X + B X
     std::swap(x, y);
   }
   ns_finish(out, x, rows, cols, transposed);
@@ -186,8 +187,7 @@ Muon::Muon(const model::ParamRegistry& registry, MuonConfig config, int rank, in
       config_(config),
       rank_(rank),
       owners_(muon_owners(registry, world, ep, rank)),
-      batched_(config.ns_bf16 ? std::vector<char>(registry.specs().size(), 0)
-                              : batched_entries(registry)),
+      batched_(batched_entries(registry)),
       sharded_(world > 1),
       local_(owned_offsets(registry, owners_, rank)),
       momentum_("muon.momentum_buffer", static_cast<size_t>(local_.back()) * sizeof(float)),
@@ -238,8 +238,8 @@ void Muon::update_one(size_t i, float* params, const float* grads, float lr, flo
   }
   // In place is fine: newton_schulz reads its input before writing its output.
   if (config_.ns_bf16) {
-    newton_schulz_bf16(update, update, rows, cols, config_.ns_steps, w.x, w.y, w.a, w.b, w.xb,
-                       w.ab);
+    newton_schulz_bf16(update, update, rows, cols, config_.ns_steps, w.x, w.y, w.a, w.b, w.xb, w.ab,
+                       backend);
   } else {
     newton_schulz(update, update, rows, cols, config_.ns_steps, w.x, w.y, w.a, w.b, backend);
   }
@@ -262,13 +262,23 @@ void Muon::update(float* params, const float* grads, float lr, float grad_scale)
     }
   }
   // Same-shape matrices: one per thread at a time, each on single-threaded
-  // OpenBLAS GEMMs (small matrices keep a core busier alone than split over
-  // several), in any order: each matrix's result depends on it alone.
+  // GEMMs (small matrices keep a core busier alone than split over several),
+  // in any order: each matrix's result depends on it alone. fp32 runs on
+  // OpenBLAS; bf16 on oneDNN where native (a primitive made for the one
+  // thread its caller allows), else widened for OpenBLAS.
   const auto n = static_cast<int64_t>(batch.size());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(sets_)
-  for (int64_t k = 0; k < n; ++k) {
-    update_one(batch[static_cast<size_t>(k)], params, grads, lr, grad_scale,
-               work_[static_cast<size_t>(omp_get_thread_num())], kernels::GemmBackend::openblas);
+  const kernels::GemmBackend backend =
+      config_.ns_bf16 && kernels::bf16_path() == kernels::Bf16Path::native
+          ? kernels::GemmBackend::onednn
+          : kernels::GemmBackend::openblas;
+#pragma omp parallel num_threads(sets_)
+  {
+    omp_set_num_threads(1);  // this thread's nested regions and oneDNN primitives: 1 thread
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t k = 0; k < n; ++k) {
+      update_one(batch[static_cast<size_t>(k)], params, grads, lr, grad_scale,
+                 work_[static_cast<size_t>(omp_get_thread_num())], backend);
+    }
   }
 }
 

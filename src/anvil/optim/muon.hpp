@@ -12,8 +12,9 @@
 // experts) are orthogonalised in a batch: one matrix per thread at a time,
 // each on single-threaded GEMMs; a matrix of its own shape runs its GEMMs on
 // every thread. Which matrices batch depends on the registry alone, so a
-// matrix gets the same bits on any number of ranks. (fp32 iteration only;
-// with ns_bf16 every matrix runs alone.)
+// matrix gets the same bits on any number of ranks. With ns_bf16 a batched
+// matrix runs its bf16 GEMMs single-threaded too: oneDNN's AVX512_BF16
+// kernels on the native path, widened to fp32 for OpenBLAS on the emulated.
 #pragma once
 
 #include <cstdint>
@@ -98,6 +99,7 @@ void newton_schulz(float* out, const float* g, int64_t rows, int64_t cols, int s
 // The same with each GEMM's inputs rounded to bf16 (fp32 accumulation and
 // fp32 iterate); extra scratch xb of rows*cols and ab of min(rows, cols)^2.
 void newton_schulz_bf16(float* out, const float* g, int64_t rows, int64_t cols, int steps, float* x,
-                        float* y, float* a, float* b, bf16* xb, bf16* ab);
+                        float* y, float* a, float* b, bf16* xb, bf16* ab,
+                        kernels::GemmBackend backend = kernels::GemmBackend::automatic);
 
 }  // namespace anvil::optim
