@@ -2,12 +2,15 @@
 // the objective is sum(out * R) for a fixed random R, so dL/dout = R.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "anvil/kernels/layers.hpp"
+#include "anvil/kernels/tile_gemm.hpp"
 #include "support/gradient_check.hpp"
 
 namespace anvil::kernels {
@@ -139,17 +142,18 @@ TEST(LayerGradients, GroupedQueryAttentionMatchesFiniteDifferences) {
   expect_matches_finite_differences("dqkv", qkv, dqkv, objective);
 }
 
-TEST(LayerGradients, BlockedAttentionMatchesADoubleReferenceAcrossBlocks) {
-  // T = 300: three query/key blocks of the GEMM path, the last one partial,
-  // so the online softmax crosses blocks and the diagonal blocks are masked.
-  const int64_t B = 2, T = 300, Hq = 4, Hkv = 2, D = 16, Q = (Hq + 2 * Hkv) * D;
+// T = 300: three query/key blocks of the tile path, the last one partial, so
+// the online softmax crosses blocks and the diagonal blocks are masked.
+void expect_blocked_attention_matches_reference(AttentionTiles tiles, int64_t D) {
+  SCOPED_TRACE("D = " + std::to_string(D));
+  const int64_t B = 2, T = 300, Hq = 4, Hkv = 2, Q = (Hq + 2 * Hkv) * D;
   const auto qkv = random_vector(B * T * Q, 7);
   const auto dout = random_vector(B * T * Hq * D, 8);
   // dqkv starts as garbage: the backward writes every entry, it does not add.
   std::vector<float> out(B * T * Hq * D), lse(B * Hq * T), dqkv(B * T * Q, 1e3f);
-  attention_forward(out.data(), lse.data(), qkv.data(), B, T, Hq, Hkv, D);
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, Hq, Hkv,
-                     D);
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, Hq, Hkv, D, tiles);
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, Hq, Hkv, D,
+                     tiles);
   // Reference: the T x T probabilities in double, then the textbook gradients.
   std::vector<double> ref_out(out.size(), 0.0), ref_d(dqkv.size(), 0.0);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
@@ -214,6 +218,60 @@ TEST(LayerGradients, BlockedAttentionMatchesADoubleReferenceAcrossBlocks) {
   }
   for (double x : sc) sum += std::exp(x - mx);
   EXPECT_NEAR(lse[T - 1], mx + std::log(sum), 1e-5);
+}
+
+TEST(LayerGradients, BlockedAttentionMatchesADoubleReferenceAcrossBlocks) {
+  for (int64_t D : {16, 64}) expect_blocked_attention_matches_reference(AttentionTiles::blas, D);
+}
+
+// The tile kernel's path (the default where the build has its AVX-512 form)
+// against the same reference, whatever this process would pick; D = 24 is
+// no whole number of AVX-512 vectors and takes the BLAS tiles there.
+TEST(LayerGradients, TileKernelAttentionMatchesADoubleReferenceAcrossBlocks) {
+  if (tile_gemm_lanes() == 0) GTEST_SKIP() << "this build has no tile kernel (no AVX2 + FMA)";
+  for (int64_t D : {16, 24, 64, 128})
+    expect_blocked_attention_matches_reference(AttentionTiles::kernel, D);
+}
+
+// tile_gemm on random shapes, strides and both layouts of A against a double
+// reference: every edge block (1..6 rows, 1..4 vectors), k = 0, alpha != 1,
+// and accumulating into C or overwriting it.
+TEST(TileGemm, MatchesADoubleReferenceOnRandomShapes) {
+  const int64_t lanes = tile_gemm_lanes();
+  if (lanes == 0) GTEST_SKIP() << "this build has no tile kernel (no AVX2 + FMA)";
+  std::mt19937 gen(17);
+  std::uniform_int_distribution<int64_t> rows(1, 40), vecs(1, 10), depth(0, 70);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t m = rows(gen), n = vecs(gen) * lanes, k = depth(gen);
+    const bool transposed = trial % 2 == 1, accumulate = trial % 3 == 0;
+    const float alpha = trial % 5 == 0 ? 0.125f : 1.0f;
+    const int64_t lda = (transposed ? m : k) + 3, ldb = n + 5, ldc = n + 7;
+    const auto a = random_vector((transposed ? k : m) * lda + 1, 100 + trial);
+    const auto b = random_vector(std::max<int64_t>(k, 1) * ldb, 200 + trial);
+    auto c = random_vector(m * ldc, 300 + trial);
+    const std::vector<float> c0 = c;
+    const int64_t a_row = transposed ? 1 : lda, a_col = transposed ? lda : 1;
+    tile_gemm(m, n, k, alpha, accumulate, a.data(), a_row, a_col, b.data(), ldb, c.data(), ldc);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < ldc; ++j) {
+        if (j >= n) {  // past the n columns: untouched
+          ASSERT_EQ(c[i * ldc + j], c0[i * ldc + j]) << "trial " << trial;
+          continue;
+        }
+        double want = 0, mag = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          const double t = static_cast<double>(a[i * a_row + p * a_col]) * b[p * ldb + j];
+          want += t;
+          mag += std::abs(t);
+        }
+        want *= alpha;
+        if (accumulate) want += c0[i * ldc + j];
+        ASSERT_NEAR(c[i * ldc + j], want, 1e-6 * (mag + 1))
+            << "trial " << trial << " m " << m << " n " << n << " k " << k << " at " << i << ","
+            << j;
+      }
+    }
+  }
 }
 
 TEST(LayerGradients, AttentionIsCausalAndDecodeMatchesTheFullPass) {

@@ -18,6 +18,7 @@
 #include "anvil/bench/membw_bench.hpp"
 #include "anvil/kernels/blas.hpp"
 #include "anvil/kernels/gemm.hpp"
+#include "anvil/kernels/layers.hpp"
 
 namespace anvil::bench {
 namespace {
@@ -100,6 +101,9 @@ json hw_report() {
        {{"path", kernels::bf16_path() == kernels::Bf16Path::native ? "native" : "emulated"},
         {"native_available", kernels::bf16_native_available()},
         {"description", kernels::bf16_path_description(kernels::bf16_path())}}},
+      {"attention_tiles",
+       {{"path", kernels::attention_tiles() == kernels::AttentionTiles::kernel ? "kernel" : "blas"},
+        {"description", kernels::attention_tiles_description(kernels::attention_tiles())}}},
       {"mpi", mpi_library_version()},
   };
 }
@@ -135,6 +139,7 @@ std::string hw_report_text(const json& r) {
              b["corename"].get<std::string>() + " (" + b["reason"].get<std::string>() + ")"});
   t.add_row({"oneDNN", r["onednn"].get<std::string>()});
   t.add_row({"bf16 GEMM", r["bf16_gemm"]["description"].get<std::string>()});
+  t.add_row({"attention tiles", r["attention_tiles"]["description"].get<std::string>()});
   t.add_row({"MPI", r["mpi"].get<std::string>()});
   return t.to_text();
 }

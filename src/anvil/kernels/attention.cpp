@@ -9,12 +9,16 @@
 // See layers.hpp for layouts.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "anvil/base/error.hpp"
 #include "anvil/kernels/fast_math.hpp"
 #include "anvil/kernels/gemm.hpp"
 #include "anvil/kernels/layers.hpp"
+#include "anvil/kernels/tile_gemm.hpp"
 
 namespace anvil::kernels {
 namespace {
@@ -55,6 +59,25 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+// max(init, x[0..n)). GCC vectorises no max reduction without
+// -ffinite-math-only (std::max is a compare and a select, not an
+// associative op), so the running maxima are 16 lanes kept by hand; x86's
+// max is exactly `a > b ? a : b`, which the lane loop compiles to.
+inline float row_max(const float* x, int64_t n, float init) {
+  constexpr int64_t kLanes = 16;
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, init);
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+#pragma omp simd
+    for (int64_t l = 0; l < kLanes; ++l) lane[l] = lane[l] > x[j + l] ? lane[l] : x[j + l];
+  }
+  float mx = init;
+  for (int64_t l = 0; l < kLanes; ++l) mx = std::max(mx, lane[l]);
+  for (; j < n; ++j) mx = std::max(mx, x[j]);
+  return mx;
+}
+
 // Folds keys [j0, j0 + n) of one tile into one query row's running softmax
 // state (running max m, running sum l, unnormalised output o).
 inline void online_softmax_tile(float* o, float* m, float* l, const float* scores, const float* v,
@@ -78,11 +101,11 @@ inline void online_softmax_tile(float* o, float* m, float* l, const float* score
 
 namespace {
 
-// Query and key blocks of the GEMM path: a (batch, head, query block) task
-// multiplies [kBlock x D] tiles, large enough for the BLAS kernels to run
-// near their peak, small enough that a block's scores stay in L2.
+// Query and key blocks of the GEMM path: a (batch, head) task multiplies
+// [kBlock x D] tiles, large enough for the tile products to run near their
+// peak, small enough that a block's scores stay in L2.
 constexpr int64_t kBlock = 128;
-// The tiles' GEMM library (single-threaded inside the tasks).
+// The BLAS tiles' GEMM library (single-threaded inside the tasks).
 constexpr GemmBackend kTileGemm = GemmBackend::openblas;
 
 // Rows of a diagonal block pair see only the keys up to their own: strips
@@ -124,61 +147,153 @@ inline int64_t visible_keys(int64_t i, int64_t nk, bool diagonal) {
   return diagonal ? std::min(nk, i + 1) : nk;
 }
 
-// Scores of one block pair: s[i][j] = scale * q_i . k_j (ld kBlock) for the
-// keys each row sees (visible_keys); entries past them are left unwritten or
-// stale, and every caller reads only the visible ones or zeroes the rest.
-// q and k rows are `stride` apart.
-void block_scores(float* s, const float* q, const float* k, int64_t stride, int64_t mq, int64_t nk,
-                  int64_t D, float scale, bool diagonal) {
-  for_each_row_strip(mq, nk, diagonal, [&](int64_t r0, int64_t r1, int64_t kend) {
-    gemm(false, true, r1 - r0, kend, D, scale, q + r0 * stride, stride, k, stride, 0.0f,
-         s + r0 * kBlock, kBlock, kTileGemm);
-  });
-}
-
-// Zeroes row i's entries past its visible keys, up to nk: the strips' GEMMs
-// read them as exact zeros.
+// Zeroes row i's entries past its visible keys, up to nk: the strips'
+// products read them as exact zeros.
 inline void zero_invisible(float* row, int64_t i, int64_t nk, bool diagonal) {
   if (diagonal) std::fill(row + visible_keys(i, nk, true), row + nk, 0.0f);
 }
 
+// The three products of a block pair, on the tile kernel or on BLAS. The
+// tile kernel reads B row by row, so A B^T takes B^T laid out as
+// [D][kBlock] (transposed_block) with its columns zero up to a whole vector.
+class TileProducts {
+ public:
+  explicit TileProducts(bool kernel) : kernel_(kernel), lanes_(kernel ? tile_gemm_lanes() : 1) {}
+  bool kernel() const { return kernel_; }
+
+  // bt [D][kBlock] = the n rows of a key/value block (rows `stride` apart)
+  // transposed; columns n .. n rounded up to a vector are zero.
+  void transposed_block(float* bt, const float* rows, int64_t stride, int64_t n, int64_t D) const {
+    const int64_t padded = round_up(n);
+    for (int64_t j0 = 0; j0 < n; j0 += 8) {  // 8 rows at a time: 8 contiguous writes per d
+      const int64_t j1 = std::min(n, j0 + 8);
+      for (int64_t d = 0; d < D; ++d)
+        for (int64_t j = j0; j < j1; ++j) bt[d * kBlock + j] = rows[j * stride + d];
+    }
+    for (int64_t d = 0; d < D; ++d) std::fill(bt + d * kBlock + n, bt + d * kBlock + padded, 0.0f);
+  }
+
+  // C [m x n] = alpha A B^T (A [m x k], B [n x k]; bt: B^T from transposed_block).
+  // The tile kernel also writes columns n .. n rounded up to a vector (zeros).
+  void nt(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+          int64_t ldb, const float* bt, float* c, int64_t ldc) const {
+    if (kernel_) {
+      tile_gemm(m, round_up(n), k, alpha, false, a, lda, 1, bt, kBlock, c, ldc);
+    } else {
+      gemm(false, true, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, kTileGemm);
+    }
+  }
+  // C [m x n] (+)= A B (A [m x k], B [k x n]).
+  void nn(int64_t m, int64_t n, int64_t k, bool accumulate, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float* c, int64_t ldc) const {
+    if (kernel_) {
+      tile_gemm(m, n, k, 1.0f, accumulate, a, lda, 1, b, ldb, c, ldc);
+    } else {
+      gemm(false, false, m, n, k, 1.0f, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, c, ldc,
+           kTileGemm);
+    }
+  }
+  // C [m x n] += A^T B (A [k x m], B [k x n]).
+  void tn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+          float* c, int64_t ldc) const {
+    if (kernel_) {
+      tile_gemm(m, n, k, 1.0f, true, a, 1, lda, b, ldb, c, ldc);
+    } else {
+      gemm(true, false, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc, kTileGemm);
+    }
+  }
+
+ private:
+  int64_t round_up(int64_t n) const { return (n + lanes_ - 1) / lanes_ * lanes_; }
+  bool kernel_;
+  int64_t lanes_;
+};
+
+TileProducts tile_products(AttentionTiles tiles, int64_t D) {
+  if (tiles == AttentionTiles::automatic) tiles = attention_tiles();
+  if (tiles == AttentionTiles::kernel && tile_gemm_lanes() == 0)
+    throw InputError("attention tiles: this build has no tile kernel (expected blas)");
+  // The tile kernel's B rows are whole vectors: head sizes that are not take BLAS.
+  return TileProducts(tiles == AttentionTiles::kernel && D % tile_gemm_lanes() == 0);
+}
+
+// Scores of one block pair: s[i][j] = scale * q_i . k_j (ld kBlock) for the
+// keys each row sees (visible_keys); entries past them are left unwritten or
+// stale, and every caller reads only the visible ones or zeroes the rest.
+// q and k rows are `stride` apart; kt is k's transposed block (tile kernel).
+void block_scores(const TileProducts& tp, float* s, const float* q, const float* k, const float* kt,
+                  int64_t stride, int64_t mq, int64_t nk, int64_t D, float scale, bool diagonal) {
+  for_each_row_strip(mq, nk, diagonal, [&](int64_t r0, int64_t r1, int64_t kend) {
+    tp.nt(r1 - r0, kend, D, scale, q + r0 * stride, stride, k, stride, kt, s + r0 * kBlock, kBlock);
+  });
+}
+
 }  // namespace
 
-// Forward, flash-attention style on GEMM tiles: for each query block the key
-// blocks up to the diagonal are visited with an online softmax; the scores
-// and the P V product are BLAS calls on [kBlock x D] tiles.
+AttentionTiles attention_tiles() {
+  static const AttentionTiles tiles = [] {
+    const char* env = std::getenv("ANVIL_ATTENTION_TILES");
+    const std::string want = env ? env : "auto";
+    if (want == "blas") return AttentionTiles::blas;
+    if (want == "kernel") {
+      if (tile_gemm_lanes() == 0)
+        throw InputError(
+            "ANVIL_ATTENTION_TILES=kernel: this build has no tile kernel (expected auto or blas)");
+      return AttentionTiles::kernel;
+    }
+    if (want != "auto" && !want.empty())
+      throw InputError("ANVIL_ATTENTION_TILES: unknown value '" + want +
+                       "' (expected auto, kernel or blas)");
+    return tile_gemm_lanes() == 16 ? AttentionTiles::kernel : AttentionTiles::blas;
+  }();
+  return tiles;
+}
+
+std::string attention_tiles_description(AttentionTiles tiles) {
+  if (tiles == AttentionTiles::automatic) tiles = attention_tiles();
+  return tiles == AttentionTiles::kernel
+             ? std::string("tile kernel (") + tile_gemm_description() + ")"
+             : std::string("BLAS (OpenBLAS, single-threaded per tile)");
+}
+
+// Forward, flash-attention style on [kBlock x D] tiles: for each query block
+// the key blocks up to the diagonal are visited with an online softmax. One
+// task per (batch, head); on the tile kernel each key block is transposed
+// once per task, when its diagonal query block reaches it.
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t Hq,
-                       int64_t Hkv, int64_t D) {
+                       int64_t Hkv, int64_t D, AttentionTiles tiles) {
+  const TileProducts tp = tile_products(tiles, D);
   const int64_t stride = (Hq + 2 * Hkv) * D;
   const int64_t group = Hq / Hkv;
   const int64_t blocks = (T + kBlock - 1) / kBlock;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
 #pragma omp parallel
   {
-    std::vector<float> s(kBlock * kBlock), acc(kBlock * D), m(kBlock), l(kBlock);
-    // Later query blocks see more keys: dynamic, largest first.
-#pragma omp for collapse(3) schedule(dynamic, 1)
-    for (int64_t qb = blocks - 1; qb >= 0; --qb) {
-      for (int64_t b = 0; b < B; ++b) {
-        for (int64_t h = 0; h < Hq; ++h) {
+    std::vector<float> s(kBlock * kBlock), acc(kBlock * D), m(kBlock), l(kBlock),
+        kt(tp.kernel() ? blocks * D * kBlock : 0);
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < Hq; ++h) {
+        const float* base = qkv + b * T * stride;
+        const float* k = base + Hq * D + (h / group) * D;
+        const float* v = k + Hkv * D;
+        for (int64_t qb = 0; qb < blocks; ++qb) {
           const int64_t i0 = qb * kBlock, mq = std::min(kBlock, T - i0);
-          const float* base = qkv + b * T * stride;
           const float* q = base + i0 * stride + h * D;
-          const float* k = base + Hq * D + (h / group) * D;
-          const float* v = k + Hkv * D;
+          if (tp.kernel())
+            tp.transposed_block(kt.data() + qb * D * kBlock, k + i0 * stride, stride, mq, D);
           std::fill(acc.begin(), acc.begin() + mq * D, 0.0f);
           std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
           std::fill(l.begin(), l.end(), 0.0f);
           for (int64_t j0 = 0; j0 <= i0; j0 += kBlock) {
             const int64_t nk = std::min(kBlock, T - j0);
             const bool diagonal = j0 == i0;
-            block_scores(s.data(), q, k + j0 * stride, stride, mq, nk, D, scale, diagonal);
+            const float* ktj = tp.kernel() ? kt.data() + j0 * D : nullptr;  // block j0 / kBlock
+            block_scores(tp, s.data(), q, k + j0 * stride, ktj, stride, mq, nk, D, scale, diagonal);
             for (int64_t i = 0; i < mq; ++i) {
               float* row = s.data() + i * kBlock;
               const int64_t n = visible_keys(i, nk, diagonal);
-              float mx = m[i];
-#pragma omp simd reduction(max : mx)
-              for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
+              const float mx = row_max(row, n, m[i]);
               float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
               for (int64_t j = 0; j < n; ++j) {
@@ -194,8 +309,8 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
               for (int64_t d = 0; d < D; ++d) a[d] *= c;
             }
             for_each_row_strip(mq, nk, diagonal, [&](int64_t r0, int64_t r1, int64_t kend) {
-              gemm(false, false, r1 - r0, D, kend, 1.0f, s.data() + r0 * kBlock, kBlock,
-                   v + j0 * stride, stride, 1.0f, acc.data() + r0 * D, D, kTileGemm);
+              tp.nn(r1 - r0, D, kend, true, s.data() + r0 * kBlock, kBlock, v + j0 * stride, stride,
+                    acc.data() + r0 * D, D);
             });
           }
           float* o = out + (b * T + i0) * Hq * D + h * D;
@@ -211,23 +326,26 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
   }
 }
 
-// Backward on GEMM tiles; it writes every entry of dqkv (no zeroing needed
-// first). One task per (batch, kv head) so that the query
-// heads of a group, which all add to the same dK/dV rows, and every query
-// block's dQ stay in one task: no atomics, a fixed summation order. For each
-// key block the probabilities are recomputed from the saved log-sum-exp and
+// Backward on [kBlock x D] tiles; it writes every entry of dqkv (no zeroing
+// needed first). One task per (batch, kv head) so that the query heads of a
+// group, which all add to the same dK/dV rows, and every query block's dQ
+// stay in one task: no atomics, a fixed summation order. For each key block
+// the probabilities are recomputed from the saved log-sum-exp and
 //   dV += P^T dO,  dP = dO V^T,  dS = P * (dP - delta) * scale,
 //   dQ += dS K,    dK += dS^T Q   (delta = rowsum(dO * O)).
+// On the tile kernel the key block and the value block are transposed once
+// per key block, for every query block and head of the group.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, int64_t B, int64_t T, int64_t Hq, int64_t Hkv,
-                        int64_t D) {
+                        const float* lse, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D,
+                        AttentionTiles tiles) {
+  const TileProducts tp = tile_products(tiles, D);
   const int64_t stride = (Hq + 2 * Hkv) * D;
   const int64_t group = Hq / Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
 #pragma omp parallel
   {
     std::vector<float> p(kBlock * kBlock), dp(kBlock * kBlock), dk(kBlock * D), dv(kBlock * D),
-        delta(group * T);
+        delta(group * T), kt(tp.kernel() ? D * kBlock : 0), vt(tp.kernel() ? D * kBlock : 0);
 #pragma omp for collapse(2) schedule(dynamic, 1)
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t g = 0; g < Hkv; ++g) {
@@ -245,6 +363,10 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
           const int64_t nk = std::min(kBlock, T - j0);
           const float* k = base + j0 * stride + Hq * D + g * D;
           const float* v = k + Hkv * D;
+          if (tp.kernel()) {
+            tp.transposed_block(kt.data(), k, stride, nk, D);
+            tp.transposed_block(vt.data(), v, stride, nk, D);
+          }
           std::fill(dk.begin(), dk.begin() + nk * D, 0.0f);
           std::fill(dv.begin(), dv.begin() + nk * D, 0.0f);
           for (int64_t hh = 0; hh < group; ++hh) {
@@ -254,7 +376,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
               const float* q = base + i0 * stride + h * D;
               const float* d_o = dout + (b * T + i0) * Hq * D + h * D;
               const bool diagonal = i0 == j0;
-              block_scores(p.data(), q, k, stride, mq, nk, D, scale, diagonal);
+              block_scores(tp, p.data(), q, k, kt.data(), stride, mq, nk, D, scale, diagonal);
               const float* row_lse = lse + (b * Hq + h) * T + i0;
               for (int64_t i = 0; i < mq; ++i) {
                 float* row = p.data() + i * kBlock;
@@ -265,12 +387,12 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
                 zero_invisible(row, i, nk, diagonal);
               }
               for_each_key_strip(nk, diagonal, [&](int64_t c0, int64_t c1, int64_t first) {
-                gemm(true, false, c1 - c0, D, mq - first, 1.0f, p.data() + first * kBlock + c0,
-                     kBlock, d_o + first * Hq * D, Hq * D, 1.0f, dv.data() + c0 * D, D, kTileGemm);
+                tp.tn(c1 - c0, D, mq - first, p.data() + first * kBlock + c0, kBlock,
+                      d_o + first * Hq * D, Hq * D, dv.data() + c0 * D, D);
               });
               for_each_row_strip(mq, nk, diagonal, [&](int64_t r0, int64_t r1, int64_t kend) {
-                gemm(false, true, r1 - r0, kend, D, 1.0f, d_o + r0 * Hq * D, Hq * D, v, stride,
-                     0.0f, dp.data() + r0 * kBlock, kBlock, kTileGemm);
+                tp.nt(r1 - r0, kend, D, 1.0f, d_o + r0 * Hq * D, Hq * D, v, stride, vt.data(),
+                      dp.data() + r0 * kBlock, kBlock);
               });
               for (int64_t i = 0; i < mq; ++i) {
                 const float di = delta[hh * T + i0 + i];
@@ -283,14 +405,13 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
               }
               // Key block 0 is every query block's first: it writes dQ, later ones add.
               float* dq = dbase + i0 * stride + h * D;
-              const float dq_beta = j0 == 0 ? 0.0f : 1.0f;
               for_each_row_strip(mq, nk, diagonal, [&](int64_t r0, int64_t r1, int64_t kend) {
-                gemm(false, false, r1 - r0, D, kend, 1.0f, dp.data() + r0 * kBlock, kBlock, k,
-                     stride, dq_beta, dq + r0 * stride, stride, kTileGemm);
+                tp.nn(r1 - r0, D, kend, j0 != 0, dp.data() + r0 * kBlock, kBlock, k, stride,
+                      dq + r0 * stride, stride);
               });
               for_each_key_strip(nk, diagonal, [&](int64_t c0, int64_t c1, int64_t first) {
-                gemm(true, false, c1 - c0, D, mq - first, 1.0f, dp.data() + first * kBlock + c0,
-                     kBlock, q + first * stride, stride, 1.0f, dk.data() + c0 * D, D, kTileGemm);
+                tp.tn(c1 - c0, D, mq - first, dp.data() + first * kBlock + c0, kBlock,
+                      q + first * stride, stride, dk.data() + c0 * D, D);
               });
             }
           }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "anvil/base/bf16.hpp"
 #include "anvil/kernels/gemm.hpp"
@@ -105,10 +106,24 @@ void rope_backward(float* dx, int64_t N, int64_t T, int64_t pos0, int64_t n_head
 // which recomputes the probabilities as flash attention does: no T x T matrix
 // is ever stored. attention_backward writes every entry of dqkv (it does
 // not add to it).
+//
+// The products of the [128 x D] query/key tiles run on the register-blocked
+// tile kernel (tile_gemm.hpp) or on single-threaded BLAS calls:
+// AttentionTiles::automatic takes attention_tiles(). Both give the same
+// results to rounding.
+enum class AttentionTiles { automatic, kernel, blas };
+// The process's choice, made once: ANVIL_ATTENTION_TILES=kernel|blas|auto
+// (unset: auto); auto is the tile kernel where the build has its AVX-512
+// form (measured faster, docs/kernels.md), else BLAS. "kernel" on a build
+// without a tile kernel is an InputError.
+AttentionTiles attention_tiles();
+// "tile kernel (AVX-512, 6 x 64 register tile)" or "BLAS (OpenBLAS, single-threaded per tile)".
+std::string attention_tiles_description(AttentionTiles tiles);
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t Hq,
-                       int64_t Hkv, int64_t D);
+                       int64_t Hkv, int64_t D, AttentionTiles tiles = AttentionTiles::automatic);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
+                        const float* lse, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D,
+                        AttentionTiles tiles = AttentionTiles::automatic);
 // One query row per head against a KV cache of `len` positions (decode).
 // q: [Hq*D]; kcache/vcache: [len, Hkv*D]; out: [Hq*D].
 void attention_decode(float* out, const float* q, const float* kcache, const float* vcache,
