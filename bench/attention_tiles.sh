@@ -6,13 +6,14 @@
 # own peak) with the pairwise speed-ups, and writes
 # bench/results/attention_tiles.json. OTHER=path/to/anvil adds a third
 # column: another binary's default path (e.g. one built before a change).
-# Usage: [OTHER=BIN] bench/attention_tiles.sh [ROUNDS (default 5)] [MIN_TIME (default 0.3)]
+# ANVIL=BIN times another build (default build/anvil).
+# Usage: [ANVIL=BIN] [OTHER=BIN] bench/attention_tiles.sh [ROUNDS (default 5)] [MIN_TIME (default 0.3)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5}
 min_time=${2:-0.3}
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS: expected a positive integer, got '$rounds'" >&2; exit 2; }
-anvil=build/anvil
+anvil=${ANVIL:-build/anvil}
 [ -x "$anvil" ] || scripts/build.sh
 export OMP_NUM_THREADS=2
 out=$(mktemp -d)

@@ -7,7 +7,8 @@
 # muon-group matrix: the 2-D weights inside the blocks) by it gives a lower
 # bound on the rate its GEMMs ran at, printed against the sgemm peak the
 # trainer measured at start. OTHER=path/to/anvil times a second binary's
-# Muon step in the same rounds (e.g. one built before a change).
+# Muon step in the same rounds (e.g. one built before a change). Muon with
+# --muon-bf16 (bf16 inputs to the Newton-Schulz GEMMs) is timed too.
 # Usage: [OTHER=BIN] bench/muon_step.sh [ROUNDS (default 3)] [STEPS (default 4)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,11 +24,12 @@ flags=(--config configs/zaya-small.json -B 8 -T 256 --steps "$steps" --log-every
 "$anvil" train --config configs/zaya-small.json -B 8 -T 256 --steps 1 --out "$out/ckpt" \
   --log-every 1000 > /dev/null
 for r in $(seq 1 "$rounds"); do
-  for v in adamw muon ${OTHER:+other}; do
+  for v in adamw muon muon-bf16 ${OTHER:+other}; do
     echo "round $r/$rounds: $v" >&2
-    bin=$anvil; opt=$v
+    bin=$anvil; opt=$v; extra=()
     [ "$v" = other ] && { bin=$OTHER; opt=muon; }
-    "$bin" train "${flags[@]}" --optimizer "$opt" --json-out "$out/$v-$r.json" \
+    [ "$v" = muon-bf16 ] && { opt=muon; extra=(--muon-bf16); }
+    "$bin" train "${flags[@]}" --optimizer "$opt" "${extra[@]}" --json-out "$out/$v-$r.json" \
       < /dev/null > /dev/null
   done
 done
@@ -49,12 +51,16 @@ def med(v):
             if os.path.exists(f"{out}/{v}-{i}.json")]
     return (st.median(st.median(x["step_seconds"][1:]) for x in runs),
             st.median(x["peak_gflops"] for x in runs)) if runs else (None, None)
-(adam, peak), (muon, _), (other, _) = med("adamw"), med("muon"), med("other")
+(adam, peak), (muon, _), (muon16, _), (other, _) = med("adamw"), med("muon"), med("muon-bf16"), med("other")
 print(f"zaya-small B=8 T=256, 2 threads; medians of {rounds} rounds; sgemm peak {peak:.1f} GFLOP/s")
 print(f"{len(shapes)} muon-group matrices, Newton-Schulz {ns / 1e9:.1f} GFLOP per step")
 print(f"AdamW step {adam:.3f} s, Muon step {muon:.3f} s: Muon / AdamW {muon / adam:.2f}x")
 rate = ns / (muon - adam) / 1e9
 print(f"Newton-Schulz at >= {rate:.1f} GFLOP/s = {100 * rate / peak:.1f}% of the sgemm peak")
+rate16 = ns / (muon16 - adam) / 1e9
+print(f"Muon with --muon-bf16 (bf16 Newton-Schulz GEMMs): step {muon16:.3f} s, Muon / AdamW "
+      f"{muon16 / adam:.2f}x; Newton-Schulz at >= {rate16:.1f} GFLOP/s = "
+      f"{100 * rate16 / peak:.1f}% of the fp32 sgemm peak")
 if other:
     print(f"OTHER binary's Muon step {other:.3f} s (this build {other / muon:.2f}x faster); "
           f"its Newton-Schulz >= {ns / (other - adam) / 1e9:.1f} GFLOP/s")
