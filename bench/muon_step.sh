@@ -9,7 +9,9 @@
 # trainer measured at start. OTHER=path/to/anvil times a second binary's
 # Muon step in the same rounds (e.g. one built before a change). Muon with
 # --muon-bf16 (bf16 inputs to the Newton-Schulz GEMMs) is timed too.
-# Usage: [OTHER=BIN] bench/muon_step.sh [ROUNDS (default 3)] [STEPS (default 4)]
+# ACCUM=N accumulates N micro-batches of 8 x 256 per step (default 1): the
+# optimizer's cost is per step, so its share falls as the global batch grows.
+# Usage: [OTHER=BIN] [ACCUM=N] bench/muon_step.sh [ROUNDS (default 3)] [STEPS (default 4)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -19,7 +21,9 @@ anvil=build/anvil
 export OMP_NUM_THREADS=2
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-flags=(--config configs/zaya-small.json -B 8 -T 256 --steps "$steps" --log-every 1000)
+accum=${ACCUM:-1}
+[[ "$accum" =~ ^[1-9][0-9]*$ ]] || { echo "ACCUM: expected a positive integer, got '$accum'" >&2; exit 2; }
+flags=(--config configs/zaya-small.json -B 8 -T 256 --accum "$accum" --steps "$steps" --log-every 1000)
 # The muon-group shapes, from a checkpoint's index (global shapes).
 "$anvil" train --config configs/zaya-small.json -B 8 -T 256 --steps 1 --out "$out/ckpt" \
   --log-every 1000 > /dev/null
@@ -33,7 +37,7 @@ for r in $(seq 1 "$rounds"); do
       < /dev/null > /dev/null
   done
 done
-/usr/bin/python3 - "$out" "$rounds" <<'PY'
+/usr/bin/python3 - "$out" "$rounds" "$accum" <<'PY'
 import glob, json, os, statistics as st, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 shapes = []
@@ -52,7 +56,9 @@ def med(v):
     return (st.median(st.median(x["step_seconds"][1:]) for x in runs),
             st.median(x["peak_gflops"] for x in runs)) if runs else (None, None)
 (adam, peak), (muon, _), (muon16, _), (other, _) = med("adamw"), med("muon"), med("muon-bf16"), med("other")
-print(f"zaya-small B=8 T=256, 2 threads; medians of {rounds} rounds; sgemm peak {peak:.1f} GFLOP/s")
+accum = int(sys.argv[3])
+print(f"zaya-small B=8 T=256 accum {accum} ({8 * 256 * accum} tokens per step), 2 threads; "
+      f"medians of {rounds} rounds; sgemm peak {peak:.1f} GFLOP/s")
 print(f"{len(shapes)} muon-group matrices, Newton-Schulz {ns / 1e9:.1f} GFLOP per step")
 print(f"AdamW step {adam:.3f} s, Muon step {muon:.3f} s: Muon / AdamW {muon / adam:.2f}x")
 rate = ns / (muon - adam) / 1e9

@@ -61,5 +61,22 @@ TEST(TileGemm, MatchesADoubleReferenceOnRandomShapes) {
   }
 }
 
+// tile_transpose copies exactly (8 x 8 register blocks and the scalar edges),
+// and writes nothing past the n columns of each of the D rows.
+TEST(TileGemm, TransposeCopiesEveryBlockAndEdgeExactly) {
+  std::mt19937 gen(23);
+  std::uniform_int_distribution<int64_t> size(1, 40);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t n = size(gen), D = size(gen), stride = D + trial % 5, ldt = n + trial % 3;
+    const auto rows = random_vector(n * stride, 400 + trial);
+    std::vector<float> bt(D * ldt, -7.0f);
+    tile_transpose(bt.data(), ldt, rows.data(), stride, n, D);
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t j = 0; j < ldt; ++j)
+        ASSERT_EQ(bt[d * ldt + j], j < n ? rows[j * stride + d] : -7.0f)
+            << "trial " << trial << " n " << n << " D " << D << " at " << d << "," << j;
+  }
+}
+
 }  // namespace
 }  // namespace anvil::kernels

@@ -165,11 +165,7 @@ class TileProducts {
   // transposed; columns n .. n rounded up to a vector are zero.
   void transposed_block(float* bt, const float* rows, int64_t stride, int64_t n, int64_t D) const {
     const int64_t padded = round_up(n);
-    for (int64_t j0 = 0; j0 < n; j0 += 8) {  // 8 rows at a time: 8 contiguous writes per d
-      const int64_t j1 = std::min(n, j0 + 8);
-      for (int64_t d = 0; d < D; ++d)
-        for (int64_t j = j0; j < j1; ++j) bt[d * kBlock + j] = rows[j * stride + d];
-    }
+    tile_transpose(bt, kBlock, rows, stride, n, D);
     for (int64_t d = 0; d < D; ++d) std::fill(bt + d * kBlock + n, bt + d * kBlock + padded, 0.0f);
   }
 

@@ -158,4 +158,45 @@ void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, bool accumulate, co
 #endif
 }
 
+namespace {
+
+void transpose_scalar(float* bt, int64_t ldt, const float* rows, int64_t stride, int64_t j0,
+                      int64_t j1, int64_t d0, int64_t d1) {
+  for (int64_t d = d0; d < d1; ++d)
+    for (int64_t j = j0; j < j1; ++j) bt[d * ldt + j] = rows[j * stride + d];
+}
+
+}  // namespace
+
+void tile_transpose(float* bt, int64_t ldt, const float* rows, int64_t stride, int64_t n,
+                    int64_t D) {
+#if defined(__AVX2__)
+  const int64_t n8 = n / 8 * 8, d8 = D / 8 * 8;
+  for (int64_t j = 0; j < n8; j += 8) {
+    for (int64_t d = 0; d < d8; d += 8) {
+      __m256 r[8], t[8], u[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(rows + (j + i) * stride + d);
+      for (int i = 0; i < 8; i += 2) {  // interleave row pairs
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+      }
+      for (int i = 0; i < 8; i += 4) {  // then pairs of pairs: 4-row columns per 128-bit lane
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+      }
+      for (int i = 0; i < 4; ++i) {  // rows 0-3 and 4-7 of each column joined across lanes
+        _mm256_storeu_ps(bt + (d + i) * ldt + j, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+        _mm256_storeu_ps(bt + (d + i + 4) * ldt + j, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+      }
+    }
+    transpose_scalar(bt, ldt, rows, stride, j, j + 8, d8, D);
+  }
+  transpose_scalar(bt, ldt, rows, stride, n8, n, 0, D);
+#else
+  transpose_scalar(bt, ldt, rows, stride, 0, n, 0, D);
+#endif
+}
+
 }  // namespace anvil::kernels

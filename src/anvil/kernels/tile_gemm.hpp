@@ -25,4 +25,10 @@ const char* tile_gemm_description();
 void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, bool accumulate, const float* a,
                int64_t a_row, int64_t a_col, const float* b, int64_t ldb, float* c, int64_t ldc);
 
+// bt[d * ldt + j] = rows[j * stride + d] for j < n, d < D: a block of rows
+// (keys, values) transposed for the B side of tile_gemm, in 8 x 8 blocks of
+// AVX registers (scalar at the edges; all scalar without a tile kernel).
+void tile_transpose(float* bt, int64_t ldt, const float* rows, int64_t stride, int64_t n,
+                    int64_t D);
+
 }  // namespace anvil::kernels
