@@ -404,7 +404,14 @@ TEST(DataParallel, ExpertParallelInBf16EqualsNoExpertParallelism) {
   const std::string args = kZaya + " --set n_experts=4 -B 4 --precision bf16";
   const TrainRun none = train(2, "ep-1-bf16", args);
   const TrainRun got = train(2, "ep-2-bf16", args + " --ep 2");
-  expect_same_trajectory(got, none, 1e-6, "--ep 2 on 2 ranks (bf16)", 5e-4, 5e-4);
+  // On AVX512_BF16 (oneDNN's native kernels) the two runs drift further
+  // apart than on the emulated path: measured 7.4e-6 in the loss of step 16,
+  // 6.2e-4 of a tensor's largest entry and 3.0e-4 in norm (the emulated
+  // path: within 1e-6, 5e-4, 5e-4). Weights that differ by fp32
+  // summation-order noise round to neighbouring bf16 values, and the next
+  // forward multiplies those. A row sent to the wrong expert or a gradient
+  // summed into the wrong one moves the loss by > 1e-3.
+  expect_same_trajectory(got, none, 2e-5, "--ep 2 on 2 ranks (bf16)", 2e-3, 1e-3);
   for (const auto& [name, t] : none.weights.tensors) {
     if (name.ends_with("balancing_biases")) {
       EXPECT_EQ(got.weights.tensors.at(name).data, t.data) << name;

@@ -59,25 +59,6 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// max(init, x[0..n)). GCC vectorises no max reduction without
-// -ffinite-math-only (std::max is a compare and a select, not an
-// associative op), so the running maxima are 16 lanes kept by hand; x86's
-// max is exactly `a > b ? a : b`, which the lane loop compiles to.
-inline float row_max(const float* x, int64_t n, float init) {
-  constexpr int64_t kLanes = 16;
-  float lane[kLanes];
-  std::fill(lane, lane + kLanes, init);
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-#pragma omp simd
-    for (int64_t l = 0; l < kLanes; ++l) lane[l] = lane[l] > x[j + l] ? lane[l] : x[j + l];
-  }
-  float mx = init;
-  for (int64_t l = 0; l < kLanes; ++l) mx = std::max(mx, lane[l]);
-  for (; j < n; ++j) mx = std::max(mx, x[j]);
-  return mx;
-}
-
 // Folds keys [j0, j0 + n) of one tile into one query row's running softmax
 // state (running max m, running sum l, unnormalised output o).
 inline void online_softmax_tile(float* o, float* m, float* l, const float* scores, const float* v,
@@ -289,7 +270,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
             for (int64_t i = 0; i < mq; ++i) {
               float* row = s.data() + i * kBlock;
               const int64_t n = visible_keys(i, nk, diagonal);
-              const float mx = row_max(row, n, m[i]);
+              const float mx = max_of(row, n, m[i]);
               float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
               for (int64_t j = 0; j < n; ++j) {

@@ -7,6 +7,7 @@
 // the loop, only under -fno-trapping-math (CMakeLists.txt sets it).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -42,6 +43,25 @@ inline float fast_tanh(float x) {
 #pragma omp declare simd
 inline float fast_sigmoid(float x) {
   return 1.0f / (1.0f + fast_exp(-x));
+}
+
+// max(init, x[0..n)). GCC vectorises no max reduction without
+// -ffinite-math-only (std::max is a compare and a select, not an
+// associative op), so the running maxima are 16 lanes kept by hand; x86's
+// max is exactly `a > b ? a : b`, which the lane loop compiles to.
+inline float max_of(const float* x, int64_t n, float init) {
+  constexpr int64_t kLanes = 16;
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, init);
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+#pragma omp simd
+    for (int64_t l = 0; l < kLanes; ++l) lane[l] = lane[l] > x[j + l] ? lane[l] : x[j + l];
+  }
+  float mx = init;
+  for (int64_t l = 0; l < kLanes; ++l) mx = std::max(mx, lane[l]);
+  for (; j < n; ++j) mx = std::max(mx, x[j]);
+  return mx;
 }
 
 }  // namespace anvil::kernels

@@ -44,9 +44,7 @@ double classifier_loss(float* dx, float* dweight, const float* x, MatmulWeight w
     for (int64_t r = 0; r < rows; ++r) {
       float* logits = scratch + r * V;
       const int32_t target = targets[r0 + r];
-      float maxv = logits[0];
-#pragma omp simd reduction(max : maxv)
-      for (int64_t j = 1; j < V; ++j) maxv = std::max(maxv, logits[j]);
+      const float maxv = max_of(logits + 1, V - 1, logits[0]);
       const float target_logit = target >= 0 ? logits[target] - maxv : 0.0f;
       float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)

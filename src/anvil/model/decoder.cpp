@@ -377,8 +377,8 @@ double Decoder::forward_backward(const int32_t* tokens, const int32_t* targets, 
   std::memset(d_lnf_, 0, static_cast<size_t>(N * C_) * sizeof(float));
   const double loss =
       kernels::classifier_loss(d_lnf_, const_cast<float*>(classifier_weight(grads_.f())), lnf_,
-                               classifier_weight(params_.f()), targets, N, C_, V_, loss_scratch_,
-                               loss_chunk_, scored, grad_scale);
+                               matmul_weight(classifier_weight(params_.f())), targets, N, C_, V_,
+                               loss_scratch_, loss_chunk_, scored, grad_scale, &scratch_);
   run_backward(tokens, B, T);
   return loss;
 }
