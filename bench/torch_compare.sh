@@ -95,8 +95,10 @@ med = lambda v: st.median(v) if v else None
 f1 = lambda x: f"{x:.1f}" if x is not None else "-"
 f2 = lambda x: f"{x:.2f}x" if x is not None else "-"
 import torch
-print(f"anvil vs PyTorch {torch.__version__} (transformers models, SDPA attention; zaya-small experts: "
-      f"{experts}), 2 threads, tokens/s, medians of {rounds} rounds")
+timed_zaya = bool(runs("anvil-zaya-small-fp32") or runs("torch-zaya-small-eager-fp32"))
+print(f"anvil vs PyTorch {torch.__version__} (transformers models, SDPA attention"
+      + (f"; zaya-small experts: {experts}" if timed_zaya else "")
+      + f"), 2 threads, tokens/s, medians of {rounds} rounds")
 print(f"{'model':<11}{'prec':>5}{'anvil':>9}{'eager':>9}{'compile':>9}{'1st compiled s':>16}"
       f"{'anvil/eager':>13}{'anvil/compile':>15}{'anvil/faster':>14}")
 rows = []
