@@ -9,11 +9,11 @@
 // See layers.hpp for layouts.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "anvil/base/env_choice.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/kernels/fast_math.hpp"
 #include "anvil/kernels/gemm.hpp"
@@ -209,8 +209,7 @@ void block_scores(const TileProducts& tp, float* s, const float* q, const float*
 
 AttentionTiles attention_tiles() {
   static const AttentionTiles tiles = [] {
-    const char* env = std::getenv("ANVIL_ATTENTION_TILES");
-    const std::string want = env ? env : "auto";
+    const std::string want = env_choice("ANVIL_ATTENTION_TILES", {"auto", "kernel", "blas"});
     if (want == "blas") return AttentionTiles::blas;
     if (want == "kernel") {
       if (tile_gemm_lanes() == 0)
@@ -218,9 +217,6 @@ AttentionTiles attention_tiles() {
             "ANVIL_ATTENTION_TILES=kernel: this build has no tile kernel (expected auto or blas)");
       return AttentionTiles::kernel;
     }
-    if (want != "auto" && !want.empty())
-      throw InputError("ANVIL_ATTENTION_TILES: unknown value '" + want +
-                       "' (expected auto, kernel or blas)");
     return tile_gemm_lanes() == 16 ? AttentionTiles::kernel : AttentionTiles::blas;
   }();
   return tiles;

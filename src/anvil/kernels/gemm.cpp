@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "anvil/base/cpu.hpp"
+#include "anvil/base/env_choice.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/kernels/blas.hpp"
 #include "anvil/kernels/gemm_onednn.hpp"
@@ -129,8 +130,7 @@ bool bf16_native_available() {
 
 Bf16Path bf16_path() {
   static const Bf16Path path = [] {
-    const char* env = std::getenv("ANVIL_BF16");
-    const std::string want = env ? env : "auto";
+    const std::string want = env_choice("ANVIL_BF16", {"auto", "native", "emulated"});
     if (want == "emulated") return Bf16Path::emulated;
     if (want == "native") {
       if (!bf16_native_available())
@@ -138,9 +138,6 @@ Bf16Path bf16_path() {
             "ANVIL_BF16=native: this CPU has no AVX512_BF16 (expected auto or emulated)");
       return Bf16Path::native;
     }
-    if (want != "auto" && !want.empty())
-      throw InputError("ANVIL_BF16: unknown value '" + want +
-                       "' (expected auto, native or emulated)");
     return bf16_native_available() ? Bf16Path::native : Bf16Path::emulated;
   }();
   return path;
