@@ -28,10 +28,8 @@ constexpr int64_t kTile = 64;
 // dst[d * kTile + j] = src[j * stride + d] for the n <= kTile rows of a tile;
 // columns past n are zero.
 void transpose_tile(float* dst, const float* src, int64_t stride, int64_t n, int64_t D) {
-  std::fill(dst, dst + D * kTile, 0.0f);
-  for (int64_t j = 0; j < n; ++j) {
-    for (int64_t d = 0; d < D; ++d) dst[d * kTile + j] = src[j * stride + d];
-  }
+  tile_transpose(dst, kTile, src, stride, n, D);
+  for (int64_t d = 0; d < D; ++d) std::fill(dst + d * kTile + n, dst + (d + 1) * kTile, 0.0f);
 }
 
 // s[j] = scale * sum_d q[d] kt[d][j] for the whole tile.
