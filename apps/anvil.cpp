@@ -36,13 +36,13 @@
 #include "anvil/comm/communicator.hpp"
 #include "anvil/base/clock.hpp"
 #include "anvil/data/tokens.hpp"
-#include "anvil/dist/data_parallel.hpp"
+#include "anvil/parallel/data_parallel.hpp"
 #include "anvil/eval/generate.hpp"
 #include "anvil/eval/evaluate.hpp"
 #include "anvil/eval/plot.hpp"
 #include "anvil/ft/faults.hpp"
 #include "anvil/ft/supervisor.hpp"
-#include "anvil/kernels/blas.hpp"
+#include "anvil/device/blas.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/plan/hw_profile.hpp"
 #include "anvil/train/recipe.hpp"
@@ -111,7 +111,7 @@ struct OutputFlags {
 };
 
 std::string blas_line() {
-  const auto& b = anvil::kernels::blas_info();
+  const auto& b = anvil::device::blas_info();
   return "BLAS: " + b.corename + " kernels (" + b.reason + ")\n";
 }
 
@@ -874,7 +874,7 @@ int main(int argc, char** argv) {
       const bool under_mpi =
           std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
       std::optional<anvil::comm::MpiRuntime> mpi;
-      std::unique_ptr<anvil::dist::DataParallelGroup> dp;
+      std::unique_ptr<anvil::parallel::DataParallelGroup> dp;
       int rank = 0;
       if (under_mpi) {
         mpi.emplace(&argc, &argv, /*thread_multiple=*/true);
@@ -883,7 +883,7 @@ int main(int argc, char** argv) {
       anvil::train::TrainResult r;
       try {
         if (under_mpi) {
-          dp = std::make_unique<anvil::dist::DataParallelGroup>(train_ranks_per_node);
+          dp = std::make_unique<anvil::parallel::DataParallelGroup>(train_ranks_per_node);
           // The cores are shared by the ranks of a machine: each gets its
           // share of compute threads (OMP_NUM_THREADS overrides).
           if (std::getenv("OMP_NUM_THREADS") == nullptr) {

@@ -54,7 +54,7 @@ if [ -n "$multihost" ]; then
   echo "multi-host: zaya-small over a $multihost tbf link" >&2
   gbps=$(python3 -c "import re,sys; m=re.fullmatch(r'([0-9.]+)(g|m)bit','$multihost'); \
 print(float(m[1]) / (1 if m[2]=='g' else 1000))")
-  ANVIL_MULTIHOST_OUT="$out/mh" tests/dist/multihost.sh "$anvil" . "$multihost" 20 \
+  ANVIL_MULTIHOST_OUT="$out/mh" tests/parallel/multihost.sh "$anvil" . "$multihost" 20 \
     configs/zaya-small.json 2 128 < /dev/null > "$out/multihost.txt"
   "$anvil" plan --hw "$out/local-$rounds.json" --config configs/zaya-small.json --micro-batch 2 \
     --seq 128 --dtype f32 --nodes 2 --gpus-per-node 1 --threads-per-rank "$threads" \

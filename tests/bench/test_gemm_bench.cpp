@@ -9,7 +9,7 @@
 #include "anvil/bench/comm_bench.hpp"
 #include "anvil/bench/gemm_bench.hpp"
 #include "anvil/bench/membw_bench.hpp"
-#include "anvil/kernels/gemm.hpp"
+#include "anvil/device/gemm.hpp"
 
 namespace anvil::bench {
 namespace {
@@ -157,12 +157,12 @@ TEST(GemmBench, RunsEveryShapeDtypeAndThreadCount) {
   // exactly where the CPU can run both.
   EXPECT_FALSE(r.bf16_path.empty());
   const char* other =
-      kernels::bf16_path() == kernels::Bf16Path::native ? "bf16-emulated" : "bf16-native";
+      device::bf16_path() == device::Bf16Path::native ? "bf16-emulated" : "bf16-native";
   for (const auto& row : r.rows) {
     EXPECT_GT(row.gflops, 0);
     EXPECT_EQ(row.baseline_gflops.count("naive"), 1u);
     EXPECT_EQ(row.baseline_gflops.count(other),
-              row.dtype == "bf16" && kernels::bf16_native_available() ? 1u : 0u);
+              row.dtype == "bf16" && device::bf16_native_available() ? 1u : 0u);
   }
   const auto j = r.to_json();
   EXPECT_EQ(j["rows"].size(), 8u);

@@ -10,7 +10,7 @@
 set -euo pipefail
 anvil=$1; src=$2; work=$3; mpirun=${4:-mpirun}
 cfg=$src/tests/configs
-text=$src/tests/interop/text.txt
+text=$src/tests/golden/text.txt  # frozen: the recording trained on it
 export OMP_NUM_THREADS=2 ANVIL_SHM_CMA=1
 mkdir -p "$work"
 

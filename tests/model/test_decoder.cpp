@@ -302,10 +302,10 @@ void expect_batched_muon_same_bits_on_any_layout(bool ns_bf16) {
     if (ns_bf16) {
       optim::newton_schulz_bf16(u.data(), u.data(), 48, 24, cfg.ns_steps, x.data(), y.data(),
                                 a.data(), b.data(), xb.data(), ab.data(),
-                                kernels::GemmBackend::reference);
+                                device::GemmBackend::reference);
     } else {
       optim::newton_schulz(u.data(), u.data(), 48, 24, cfg.ns_steps, x.data(), y.data(), a.data(),
-                           b.data(), kernels::GemmBackend::reference);
+                           b.data(), device::GemmBackend::reference);
     }
     const float lr = 0.01f, scale = 0.2f * std::sqrt(48.0f), decay = 1.0f - lr * cfg.weight_decay;
     for (int64_t i = 0; i < s.numel; ++i) p[i] = p[i] * decay - lr * scale * u[i];

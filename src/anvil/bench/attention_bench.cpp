@@ -6,7 +6,7 @@
 
 #include "anvil/base/error.hpp"
 #include "anvil/base/threads.hpp"
-#include "anvil/kernels/gemm.hpp"
+#include "anvil/device/gemm.hpp"
 #include "anvil/kernels/layers.hpp"
 
 namespace anvil::bench {
@@ -83,7 +83,7 @@ AttentionBenchResult run_attention_bench(const AttentionBenchOptions& o) {
     std::vector<float> c(n * n);
     const Samples s = time_calls(
         [&] {
-          kernels::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+          device::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
         },
         policy);
     result.sgemm_peak_gflops = 2.0 * n * n * n / s.median() / 1e9;

@@ -18,8 +18,8 @@
 #include "anvil/base/files.hpp"
 #include "anvil/base/process.hpp"
 #include "anvil/base/threads.hpp"
-#include "anvil/kernels/blas.hpp"
-#include "anvil/kernels/gemm.hpp"
+#include "anvil/device/blas.hpp"
+#include "anvil/device/gemm.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/gemm_shapes.hpp"
 
@@ -27,7 +27,7 @@ namespace anvil::bench {
 namespace {
 
 using json = nlohmann::json;
-using kernels::GemmBackend;
+using device::GemmBackend;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -72,16 +72,16 @@ struct Operands {
 
   void run(const GemmCase& g, const std::string& dtype, GemmBackend backend) {
     if (dtype == "bf16") {
-      kernels::gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a16.data(), lda, b16.data(), ldb,
+      device::gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a16.data(), lda, b16.data(), ldb,
                     0.0f, c.data(), ldc, backend);
     } else {
-      kernels::gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
+      device::gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
                     c.data(), ldc, backend);
     }
   }
 
   void run_raw_blas(const GemmCase& g) {
-    kernels::blas_sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb,
+    device::blas_sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb,
                         0.0f, c.data(), ldc);
   }
 };
@@ -253,7 +253,7 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
   }
   const std::vector<GemmCase> cases = gemm_cases(o);
   const bool any_bf16 = std::count(o.dtypes.begin(), o.dtypes.end(), "bf16") > 0;
-  const kernels::BlasInfo& blas = kernels::blas_info();
+  const device::BlasInfo& blas = device::blas_info();
 
   // The raw library in child processes: with its own detection, with the
   // inherited OPENBLAS_CORETYPE when that differs from anvil's choice, and
@@ -298,15 +298,15 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
   std::string other_bf16;
   GemmBackend other_bf16_backend = GemmBackend::emulated;
   if (any_bf16) {
-    const kernels::Bf16Path path = kernels::bf16_path();
-    result.bf16_path = kernels::bf16_path_description(path);
-    if (kernels::bf16_native_available()) {
-      const bool native = path == kernels::Bf16Path::native;
+    const device::Bf16Path path = device::bf16_path();
+    result.bf16_path = device::bf16_path_description(path);
+    if (device::bf16_native_available()) {
+      const bool native = path == device::Bf16Path::native;
       other_bf16 = native ? "bf16-emulated" : "bf16-native";
       other_bf16_backend = native ? GemmBackend::emulated : GemmBackend::onednn;
       result.baseline_notes[other_bf16] =
-          "bf16 rows: " + kernels::bf16_path_description(native ? kernels::Bf16Path::emulated
-                                                                : kernels::Bf16Path::native);
+          "bf16 rows: " + device::bf16_path_description(native ? device::Bf16Path::emulated
+                                                                : device::Bf16Path::native);
     }
   }
   if (baselines.count("naive")) {
@@ -395,7 +395,7 @@ int run_raw_blas_child(const std::string& spec_path) {
   std::vector<GemmCase> cases;
   for (const auto& c : spec.at("cases")) cases.push_back(case_from_json(c));
   const TimingPolicy timing = timing_from_json(spec.at("timing"));
-  std::cout << "ready " << kernels::blas_info().corename << std::endl;
+  std::cout << "ready " << device::blas_info().corename << std::endl;
   size_t index = 0;
   int threads = 0;
   while (std::cin >> index >> threads) {
@@ -412,7 +412,7 @@ int run_raw_blas_child(const std::string& spec_path) {
 }
 
 json GemmBenchResult::to_json() const {
-  const kernels::BlasInfo& blas = kernels::blas_info();
+  const device::BlasInfo& blas = device::blas_info();
   json j = {{"benchmark", "gemm"},
             {"blas",
              {{"library", blas.library},

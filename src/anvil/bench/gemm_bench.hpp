@@ -9,7 +9,7 @@
 //            what the automatic backend's shape rule gains
 //   onednn   oneDNN's f32 matmul (another BLAS-class library on this machine)
 //   naive    the reference triple loop, for small shapes only
-// bf16 rows run the process's bf16 path (kernels::bf16_path()); where the CPU
+// bf16 rows run the process's bf16 path (device::bf16_path()); where the CPU
 // has AVX512_BF16, the other path is measured beside it ("bf16-native" or
 // "bf16-emulated").
 #pragma once

@@ -16,8 +16,8 @@
 #include "anvil/bench/gemm_bench.hpp"
 #include "anvil/bench/measure.hpp"
 #include "anvil/bench/membw_bench.hpp"
-#include "anvil/kernels/blas.hpp"
-#include "anvil/kernels/gemm.hpp"
+#include "anvil/device/blas.hpp"
+#include "anvil/device/gemm.hpp"
 #include "anvil/kernels/layers.hpp"
 
 namespace anvil::bench {
@@ -61,7 +61,7 @@ std::string yes_no(bool b) {
 json hw_report() {
   const CpuInfo& cpu = cpu_info();
   const CpuFeatures& f = cpu.features;
-  const kernels::BlasInfo& blas = kernels::blas_info();
+  const device::BlasInfo& blas = device::blas_info();
   return {
       {"cpu",
        {{"vendor", cpu.vendor},
@@ -98,9 +98,9 @@ json hw_report() {
         {"reason", blas.reason}}},
       {"onednn", onednn_version()},
       {"bf16_gemm",
-       {{"path", kernels::bf16_path() == kernels::Bf16Path::native ? "native" : "emulated"},
-        {"native_available", kernels::bf16_native_available()},
-        {"description", kernels::bf16_path_description(kernels::bf16_path())}}},
+       {{"path", device::bf16_path() == device::Bf16Path::native ? "native" : "emulated"},
+        {"native_available", device::bf16_native_available()},
+        {"description", device::bf16_path_description(device::bf16_path())}}},
       {"attention_tiles",
        {{"path", kernels::attention_tiles() == kernels::AttentionTiles::kernel ? "kernel" : "blas"},
         {"description", kernels::attention_tiles_description(kernels::attention_tiles())}}},

@@ -16,7 +16,7 @@
 #include "anvil/base/env_choice.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/kernels/fast_math.hpp"
-#include "anvil/kernels/gemm.hpp"
+#include "anvil/device/gemm.hpp"
 #include "anvil/kernels/layers.hpp"
 #include "anvil/kernels/tile_gemm.hpp"
 
@@ -85,7 +85,7 @@ namespace {
 // peak, small enough that a block's scores stay in L2.
 constexpr int64_t kBlock = 128;
 // The BLAS tiles' GEMM library (single-threaded inside the tasks).
-constexpr GemmBackend kTileGemm = GemmBackend::openblas;
+constexpr device::GemmBackend kTileGemm = device::GemmBackend::openblas;
 
 // Rows of a diagonal block pair see only the keys up to their own: strips
 // of kStrip rows multiply only the key columns some row of the strip needs,
@@ -155,7 +155,7 @@ class TileProducts {
     if (kernel_) {
       tile_gemm(m, round_up(n), k, alpha, false, a, lda, 1, bt, kBlock, c, ldc);
     } else {
-      gemm(false, true, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, kTileGemm);
+      device::gemm(false, true, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc, kTileGemm);
     }
   }
   // C [m x n] (+)= A B (A [m x k], B [k x n]).
@@ -164,7 +164,7 @@ class TileProducts {
     if (kernel_) {
       tile_gemm(m, n, k, 1.0f, accumulate, a, lda, 1, b, ldb, c, ldc);
     } else {
-      gemm(false, false, m, n, k, 1.0f, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, c, ldc,
+      device::gemm(false, false, m, n, k, 1.0f, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, c, ldc,
            kTileGemm);
     }
   }
@@ -174,7 +174,7 @@ class TileProducts {
     if (kernel_) {
       tile_gemm(m, n, k, 1.0f, true, a, 1, lda, b, ldb, c, ldc);
     } else {
-      gemm(true, false, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc, kTileGemm);
+      device::gemm(true, false, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc, kTileGemm);
     }
   }
 

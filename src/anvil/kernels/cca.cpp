@@ -5,7 +5,7 @@
 #include "anvil/kernels/cca.hpp"
 
 #include "anvil/kernels/column_sums.hpp"
-#include "anvil/kernels/gemm.hpp"
+#include "anvil/device/gemm.hpp"
 
 #include <omp.h>
 
@@ -56,11 +56,11 @@ void cca_conv_forward(float* conv, float* D, const float* u, const float* w0, co
     for (int64_t j = 0; j < group; ++j) edge[c] += tap0[c * group + j] * b0[base + j];
   }
   for (int64_t base = 0; base < C; base += group) {
-    gemm(false, true, N, group, group, 1.0f, D + base, C, tap1 + base * group, group, 1.0f,
+    device::gemm(false, true, N, group, group, 1.0f, D + base, C, tap1 + base * group, group, 1.0f,
          conv + base, C);
     for (int64_t b = 0; b < B; ++b) {
       if (S > 1)
-        gemm(false, true, S - 1, group, group, 1.0f, D + b * S * C + base, C, tap0 + base * group,
+        device::gemm(false, true, S - 1, group, group, 1.0f, D + b * S * C + base, C, tap0 + base * group,
              group, 1.0f, conv + (b * S + 1) * C + base, C);
     }
   }
@@ -82,16 +82,16 @@ void cca_conv_backward(float* du, float* dw0, float* db0, float* dw1, float* db1
   // dW_tap[c][j] = sum_n dconv[n][c] x (tap 1: D[n]; tap 0: D[n-1]).
   std::vector<float> dtaps(static_cast<size_t>(2 * C * group), 0.0f);
   for (int64_t base = 0; base < C; base += group) {
-    gemm(false, false, N, group, group, 1.0f, dconv + base, C, tap1 + base * group, group, 1.0f,
+    device::gemm(false, false, N, group, group, 1.0f, dconv + base, C, tap1 + base * group, group, 1.0f,
          dD + base, C);
-    gemm(true, false, group, group, N, 1.0f, dconv + base, C, D + base, C, 1.0f,
+    device::gemm(true, false, group, group, N, 1.0f, dconv + base, C, D + base, C, 1.0f,
          dtaps.data() + C * group + base * group, group);
     for (int64_t b = 0; b < B; ++b) {
       if (S < 2) continue;
       const int64_t row = b * S;
-      gemm(false, false, S - 1, group, group, 1.0f, dconv + (row + 1) * C + base, C,
+      device::gemm(false, false, S - 1, group, group, 1.0f, dconv + (row + 1) * C + base, C,
            tap0 + base * group, group, 1.0f, dD + row * C + base, C);
-      gemm(true, false, group, group, S - 1, 1.0f, dconv + (row + 1) * C + base, C,
+      device::gemm(true, false, group, group, S - 1, 1.0f, dconv + (row + 1) * C + base, C,
            D + row * C + base, C, 1.0f, dtaps.data() + base * group, group);
     }
   }

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "anvil/kernels/fast_math.hpp"
-#include "anvil/kernels/gemm.hpp"
+#include "anvil/device/gemm.hpp"
 #include "anvil/kernels/layers.hpp"
 
 namespace anvil::kernels {
@@ -214,14 +214,14 @@ void check_scratch(const Bf16Scratch* s, int64_t need) {
 }  // namespace
 
 void linear_forward(float* out, const float* inp, MatmulWeight weight, const float* bias, int64_t N,
-                    int64_t IC, int64_t OC, Bf16Scratch* scratch, GemmBackend backend) {
+                    int64_t IC, int64_t OC, Bf16Scratch* scratch, device::GemmBackend backend) {
   if (weight.bf16_copy != nullptr) {
     check_scratch(scratch, N * IC);
     convert_to_bf16(scratch->a, inp, N * IC);
-    gemm(false, true, N, OC, IC, 1.0f, scratch->a, IC, weight.bf16_copy, IC, 0.0f, out, OC,
+    device::gemm(false, true, N, OC, IC, 1.0f, scratch->a, IC, weight.bf16_copy, IC, 0.0f, out, OC,
          backend);
   } else {
-    gemm(false, true, N, OC, IC, 1.0f, inp, IC, weight.f32, IC, 0.0f, out, OC, backend);
+    device::gemm(false, true, N, OC, IC, 1.0f, inp, IC, weight.f32, IC, 0.0f, out, OC, backend);
   }
   if (bias == nullptr) return;
 #pragma omp parallel for schedule(static)
@@ -234,21 +234,21 @@ void linear_forward(float* out, const float* inp, MatmulWeight weight, const flo
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      MatmulWeight weight, int64_t N, int64_t IC, int64_t OC, Bf16Scratch* scratch,
-                     GemmBackend backend) {
+                     device::GemmBackend backend) {
   if (weight.bf16_copy != nullptr) {
     check_scratch(scratch, std::max(N * IC, N * OC));
     convert_to_bf16(scratch->b, dout, N * OC);
     convert_to_bf16(scratch->a, inp, N * IC);
     if (dinp != nullptr) {
-      gemm(false, false, N, IC, OC, 1.0f, scratch->b, OC, weight.bf16_copy, IC, 1.0f, dinp, IC,
+      device::gemm(false, false, N, IC, OC, 1.0f, scratch->b, OC, weight.bf16_copy, IC, 1.0f, dinp, IC,
            backend);
     }
-    gemm(true, false, OC, IC, N, 1.0f, scratch->b, OC, scratch->a, IC, 1.0f, dweight, IC, backend);
+    device::gemm(true, false, OC, IC, N, 1.0f, scratch->b, OC, scratch->a, IC, 1.0f, dweight, IC, backend);
   } else {
     if (dinp != nullptr) {
-      gemm(false, false, N, IC, OC, 1.0f, dout, OC, weight.f32, IC, 1.0f, dinp, IC, backend);
+      device::gemm(false, false, N, IC, OC, 1.0f, dout, OC, weight.f32, IC, 1.0f, dinp, IC, backend);
     }
-    gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC, backend);
+    device::gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC, backend);
   }
   if (dbias == nullptr) return;
   PartialSums sums(OC, 1);

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "anvil/base/bf16.hpp"
-#include "anvil/kernels/gemm.hpp"
+#include "anvil/device/gemm.hpp"
 
 namespace anvil::kernels {
 
@@ -74,11 +74,11 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
 // builds and caches a primitive per exact shape.
 void linear_forward(float* out, const float* inp, MatmulWeight weight, const float* bias, int64_t N,
                     int64_t IC, int64_t OC, Bf16Scratch* scratch = nullptr,
-                    GemmBackend backend = GemmBackend::automatic);
+                    device::GemmBackend backend = device::GemmBackend::automatic);
 // dinp may be null (first layer); dbias may be null (no bias).
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      MatmulWeight weight, int64_t N, int64_t IC, int64_t OC,
-                     Bf16Scratch* scratch = nullptr, GemmBackend backend = GemmBackend::automatic);
+                     Bf16Scratch* scratch = nullptr, device::GemmBackend backend = device::GemmBackend::automatic);
 
 // ---- activations ----
 // GELU, tanh approximation (GPT-2's "gelu_new").

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "anvil/kernels/fast_math.hpp"
-#include "anvil/kernels/gemm.hpp"
+#include "anvil/device/gemm.hpp"
 #include "anvil/kernels/layers.hpp"
 
 namespace anvil::kernels {
@@ -36,9 +36,9 @@ double classifier_loss(float* dx, float* dweight, const float* x, MatmulWeight w
     const int64_t rows = std::min(chunk, N - r0);
     if (mixed) {
       convert_to_bf16(low->a, x + r0 * C, rows * C);
-      gemm(false, true, rows, V, C, 1.0f, low->a, C, weight.bf16_copy, C, 0.0f, scratch, V);
+      device::gemm(false, true, rows, V, C, 1.0f, low->a, C, weight.bf16_copy, C, 0.0f, scratch, V);
     } else {
-      gemm(false, true, rows, V, C, 1.0f, x + r0 * C, C, weight.f32, C, 0.0f, scratch, V);
+      device::gemm(false, true, rows, V, C, 1.0f, x + r0 * C, C, weight.f32, C, 0.0f, scratch, V);
     }
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
@@ -74,11 +74,11 @@ double classifier_loss(float* dx, float* dweight, const float* x, MatmulWeight w
     }
     if (dx != nullptr && mixed) {
       convert_to_bf16(low->b, scratch, rows * V);
-      gemm(false, false, rows, C, V, 1.0f, low->b, V, weight.bf16_copy, C, 1.0f, dx + r0 * C, C);
-      gemm(true, false, V, C, rows, 1.0f, low->b, V, low->a, C, 1.0f, dweight, C);
+      device::gemm(false, false, rows, C, V, 1.0f, low->b, V, weight.bf16_copy, C, 1.0f, dx + r0 * C, C);
+      device::gemm(true, false, V, C, rows, 1.0f, low->b, V, low->a, C, 1.0f, dweight, C);
     } else if (dx != nullptr) {
-      gemm(false, false, rows, C, V, 1.0f, scratch, V, weight.f32, C, 1.0f, dx + r0 * C, C);
-      gemm(true, false, V, C, rows, 1.0f, scratch, V, x + r0 * C, C, 1.0f, dweight, C);
+      device::gemm(false, false, rows, C, V, 1.0f, scratch, V, weight.f32, C, 1.0f, dx + r0 * C, C);
+      device::gemm(true, false, V, C, rows, 1.0f, scratch, V, x + r0 * C, C, 1.0f, dweight, C);
     }
   }
   if (scored != nullptr) *scored = count;

@@ -9,7 +9,7 @@
 #include <functional>
 
 #include "anvil/base/error.hpp"
-#include "anvil/kernels/gemm.hpp"
+#include "anvil/device/gemm.hpp"
 #include "anvil/kernels/layers.hpp"
 
 namespace anvil::model {
@@ -437,7 +437,7 @@ void Decoder::run_backward(const int32_t* tokens, int64_t B, int64_t T) {
 }
 
 void Decoder::logits(float* out, int64_t B, int64_t T) {
-  kernels::gemm(false, true, B * T, V_, C_, 1.0f, lnf_, C_, classifier_weight(params_.f()), C_,
+  device::gemm(false, true, B * T, V_, C_, 1.0f, lnf_, C_, classifier_weight(params_.f()), C_,
                 0.0f, out, V_);
 }
 
@@ -499,7 +499,7 @@ void Decoder::decode_step(int32_t token, int64_t pos, float* logits) {
   }
   norm_forward(lnf_, lnf_mean_, lnf_rstd_, x, param("model.norm.weight", P),
                param("model.norm.bias", P), 1);
-  kernels::gemm(false, true, 1, V_, C_, 1.0f, lnf_, C_, classifier_weight(P), C_, 0.0f, logits, V_);
+  device::gemm(false, true, 1, V_, C_, 1.0f, lnf_, C_, classifier_weight(P), C_, 0.0f, logits, V_);
 }
 
 }  // namespace anvil::model

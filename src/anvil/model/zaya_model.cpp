@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "anvil/base/error.hpp"
-#include "anvil/kernels/gemm.hpp"
+#include "anvil/device/gemm.hpp"
 #include "anvil/kernels/layers.hpp"
 #include "anvil/kernels/zaya.hpp"
 
@@ -404,7 +404,7 @@ double ZayaModel::forward(const int32_t* tokens, const int32_t* targets, int64_t
 }
 
 void ZayaModel::logits(float* out) {
-  kernels::gemm(false, true, N_, c_.vocab_size, H_, 1.0f, lnf_.data(), H_,
+  device::gemm(false, true, N_, c_.vocab_size, H_, 1.0f, lnf_.data(), H_,
                 at("model.embed_tokens.weight", params_.data()), H_, 0.0f, out, c_.vocab_size);
 }
 

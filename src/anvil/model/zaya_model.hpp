@@ -78,7 +78,7 @@ class ZayaModel : public TrainableModel {
   void decode_step(int32_t token, int64_t pos, float* logits);
   const ZayaMoeLayer& moe_layer(int64_t m) const { return *moe_[m]; }
   // Expert parallelism: every MoE layer's experts behind a dispatcher made
-  // by `make(shape, rows)` (dist/expert_parallel.hpp; rows: the layer's
+  // by `make(shape, rows)` (parallel/expert_parallel.hpp; rows: the layer's
   // assignments per step) instead of the local experts; the memory plan
   // then counts the dispatchers' buffers instead of the local experts'.
   void set_expert_dispatchers(

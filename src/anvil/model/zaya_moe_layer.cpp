@@ -13,7 +13,7 @@ namespace {
 // Expert segments change their row counts every step; oneDNN would build a
 // primitive per exact shape (and thrash its cache), so they run on OpenBLAS
 // (in bf16: their bf16 inputs widened for OpenBLAS's sgemm).
-constexpr auto kSegmentGemm = kernels::GemmBackend::openblas;
+constexpr auto kSegmentGemm = device::GemmBackend::openblas;
 
 // Every expert here, on the layer's own sorted rows.
 class LocalExperts : public ExpertDispatcher {

@@ -47,7 +47,7 @@ struct ZayaMoeParams {
 // [rows, H] sorted by expert (offsets [E + 1] into them) in, the experts'
 // outputs `ys` [rows, H] out, in the same order. LocalExperts runs every
 // expert in this process; the expert-parallel dispatcher
-// (dist/expert_parallel.hpp) sends each expert's rows to the rank holding it
+// (parallel/expert_parallel.hpp) sends each expert's rows to the rank holding it
 // with an all-to-all and brings the outputs back. The router above and the
 // combine below do not change.
 class ExpertDispatcher {

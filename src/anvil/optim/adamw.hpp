@@ -25,7 +25,7 @@ class AdamW {
   using Range = std::pair<int64_t, int64_t>;  // [begin, end) of the flat arena
   // skip_muon_group: leave the muon group to Muon (their moments stay zero).
   // owned: the ascending arena ranges this optimizer updates and keeps state
-  // for (ZeRO-1: a rank's blocks, dist/grad_reducer.hpp); empty: all of it.
+  // for (ZeRO-1: a rank's blocks, parallel/grad_reducer.hpp); empty: all of it.
   AdamW(const model::ParamRegistry& registry, AdamWConfig config, bool skip_muon_group = false,
         std::vector<Range> owned = {});
   // One step at learning rate `lr`; `step` counts from 1 (bias correction).

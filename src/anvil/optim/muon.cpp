@@ -8,7 +8,7 @@
 #include <map>
 #include <utility>
 
-#include "anvil/kernels/gemm.hpp"
+#include "anvil/device/gemm.hpp"
 
 namespace anvil::optim {
 namespace {
@@ -51,16 +51,16 @@ void round_to_bf16(bf16* out, const float* in, int64_t n) {
 }  // namespace
 
 void newton_schulz(float* out, const float* g, int64_t rows, int64_t cols, int steps, float* x,
-                   float* y, float* a, float* b, kernels::GemmBackend backend) {
+                   float* y, float* a, float* b, device::GemmBackend backend) {
   // Work on the wide orientation (r <= c) so the Gram matrices are r x r.
   const bool transposed = ns_start(x, g, rows, cols);
   const int64_t r = transposed ? cols : rows, c = transposed ? rows : cols;
   for (int s = 0; s < steps; ++s) {
-    kernels::gemm(false, true, r, r, c, 1.0f, x, c, x, c, 0.0f, a, r, backend);  // A = X X^T
+    device::gemm(false, true, r, r, c, 1.0f, x, c, x, c, 0.0f, a, r, backend);  // A = X X^T
     std::memcpy(b, a, static_cast<size_t>(r * r) * sizeof(float));
-    kernels::gemm(false, false, r, r, r, kC, a, r, a, r, kB, b, r, backend);  // B = b A + c A A
+    device::gemm(false, false, r, r, r, kC, a, r, a, r, kB, b, r, backend);  // B = b A + c A A
     std::memcpy(y, x, static_cast<size_t>(r * c) * sizeof(float));
-    kernels::gemm(false, false, r, c, r, 1.0f, b, r, x, c, kA, y, c, backend);  // Y = a X + B X
+    device::gemm(false, false, r, c, r, 1.0f, b, r, x, c, kA, y, c, backend);  // Y = a X + B X
     std::swap(x, y);
   }
   ns_finish(out, x, rows, cols, transposed);
@@ -68,18 +68,18 @@ void newton_schulz(float* out, const float* g, int64_t rows, int64_t cols, int s
 
 void newton_schulz_bf16(float* out, const float* g, int64_t rows, int64_t cols, int steps, float* x,
                         float* y, float* a, float* b, bf16* xb, bf16* ab,
-                        kernels::GemmBackend backend) {
+                        device::GemmBackend backend) {
   const bool transposed = ns_start(x, g, rows, cols);
   const int64_t r = transposed ? cols : rows, c = transposed ? rows : cols;
   for (int s = 0; s < steps; ++s) {
     round_to_bf16(xb, x, r * c);
-    kernels::gemm(false, true, r, r, c, 1.0f, xb, c, xb, c, 0.0f, a, r, backend);  // A = X X^T
+    device::gemm(false, true, r, r, c, 1.0f, xb, c, xb, c, 0.0f, a, r, backend);  // A = X X^T
     std::memcpy(b, a, static_cast<size_t>(r * r) * sizeof(float));
     round_to_bf16(ab, a, r * r);
-    kernels::gemm(false, false, r, r, r, kC, ab, r, ab, r, kB, b, r, backend);  // B = b A + c A A
+    device::gemm(false, false, r, r, r, kC, ab, r, ab, r, kB, b, r, backend);  // B = b A + c A A
     std::memcpy(y, x, static_cast<size_t>(r * c) * sizeof(float));
     round_to_bf16(ab, b, r * r);
-    kernels::gemm(false, false, r, c, r, 1.0f, ab, r, xb, c, kA, y, c, backend);  // Y = a X + B X
+    device::gemm(false, false, r, c, r, 1.0f, ab, r, xb, c, kA, y, c, backend);  // Y = a X + B X
     std::swap(x, y);
   }
   ns_finish(out, x, rows, cols, transposed);
@@ -221,7 +221,7 @@ Muon::Muon(const model::ParamRegistry& registry, MuonConfig config, int rank, in
 }
 
 void Muon::update_one(size_t i, float* params, const float* grads, float lr, float grad_scale,
-                      const Scratch& w, kernels::GemmBackend backend) {
+                      const Scratch& w, device::GemmBackend backend) {
   const auto& s = registry_.specs()[i];
   const float mu = config_.momentum;
   const int64_t rows = s.shape[0], cols = s.numel / rows;
@@ -258,7 +258,7 @@ void Muon::update(float* params, const float* grads, float lr, float grad_scale)
     if (batched_[i]) {
       batch.push_back(i);
     } else {  // a matrix of its own shape: its GEMMs use every thread
-      update_one(i, params, grads, lr, grad_scale, work_[0], kernels::GemmBackend::automatic);
+      update_one(i, params, grads, lr, grad_scale, work_[0], device::GemmBackend::automatic);
     }
   }
   // Same-shape matrices: one per thread at a time, each on single-threaded
@@ -267,10 +267,10 @@ void Muon::update(float* params, const float* grads, float lr, float grad_scale)
   // OpenBLAS; bf16 on oneDNN where native (a primitive made for the one
   // thread its caller allows), else widened for OpenBLAS.
   const auto n = static_cast<int64_t>(batch.size());
-  const kernels::GemmBackend backend =
-      config_.ns_bf16 && kernels::bf16_path() == kernels::Bf16Path::native
-          ? kernels::GemmBackend::onednn
-          : kernels::GemmBackend::openblas;
+  const device::GemmBackend backend =
+      config_.ns_bf16 && device::bf16_path() == device::Bf16Path::native
+          ? device::GemmBackend::onednn
+          : device::GemmBackend::openblas;
 #pragma omp parallel num_threads(sets_)
   {
     omp_set_num_threads(1);  // this thread's nested regions and oneDNN primitives: 1 thread

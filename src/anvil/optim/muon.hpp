@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "anvil/base/bf16.hpp"
-#include "anvil/kernels/gemm.hpp"
+#include "anvil/device/gemm.hpp"
 #include "anvil/model/params.hpp"
 #include "anvil/tensor/arena.hpp"
 
@@ -74,7 +74,7 @@ class Muon {
   };
   // Momentum, Newton-Schulz and the weight update of registry entry i.
   void update_one(size_t i, float* params, const float* grads, float lr, float grad_scale,
-                  const Scratch& w, kernels::GemmBackend backend);
+                  const Scratch& w, device::GemmBackend backend);
 
   const model::ParamRegistry& registry_;
   MuonConfig config_;
@@ -95,11 +95,11 @@ class Muon {
 // `g` (the input is read before the output is written) but not x or y.
 void newton_schulz(float* out, const float* g, int64_t rows, int64_t cols, int steps, float* x,
                    float* y, float* a, float* b,
-                   kernels::GemmBackend backend = kernels::GemmBackend::automatic);
+                   device::GemmBackend backend = device::GemmBackend::automatic);
 // The same with each GEMM's inputs rounded to bf16 (fp32 accumulation and
 // fp32 iterate); extra scratch xb of rows*cols and ab of min(rows, cols)^2.
 void newton_schulz_bf16(float* out, const float* g, int64_t rows, int64_t cols, int steps, float* x,
                         float* y, float* a, float* b, bf16* xb, bf16* ab,
-                        kernels::GemmBackend backend = kernels::GemmBackend::automatic);
+                        device::GemmBackend backend = device::GemmBackend::automatic);
 
 }  // namespace anvil::optim

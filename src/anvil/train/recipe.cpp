@@ -9,7 +9,7 @@
 #include "anvil/base/files.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/ckpt/sharded.hpp"
-#include "anvil/dist/data_parallel.hpp"
+#include "anvil/parallel/data_parallel.hpp"
 #include "anvil/model/config.hpp"
 
 namespace anvil::train {
@@ -196,7 +196,7 @@ TrainOptions phase_options(const Recipe& r, size_t i, const TrainOptions& base) 
   return o;
 }
 
-TrainResult run_recipe(const Recipe& r, const TrainOptions& base, dist::DataParallelGroup* dp) {
+TrainResult run_recipe(const Recipe& r, const TrainOptions& base, parallel::DataParallelGroup* dp) {
   if (base.out_dir.empty()) throw InputError("--recipe: expected --out RUN (the phases hand over through its checkpoints)");
   if (!base.resume.empty() && base.resume != "latest")
     throw InputError("--resume: with --recipe, expected 'latest' (the newest checkpoint in --out)");

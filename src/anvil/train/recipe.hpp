@@ -56,6 +56,6 @@ TrainOptions phase_options(const Recipe& recipe, size_t phase, const TrainOption
 // its newest intact checkpoint; else from scratch). Returns the last phase's
 // result, with the losses of every phase run in this call.
 TrainResult run_recipe(const Recipe& recipe, const TrainOptions& base,
-                       dist::DataParallelGroup* dp = nullptr);
+                       parallel::DataParallelGroup* dp = nullptr);
 
 }  // namespace anvil::train

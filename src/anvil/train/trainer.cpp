@@ -27,10 +27,10 @@
 #include "anvil/base/threads.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/ckpt/sharded.hpp"
-#include "anvil/dist/data_parallel.hpp"
-#include "anvil/dist/expert_parallel.hpp"
-#include "anvil/dist/grad_reducer.hpp"
-#include "anvil/kernels/gemm.hpp"
+#include "anvil/parallel/data_parallel.hpp"
+#include "anvil/parallel/expert_parallel.hpp"
+#include "anvil/parallel/grad_reducer.hpp"
+#include "anvil/device/gemm.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/decoder.hpp"
 #include "anvil/model/zaya_model.hpp"
@@ -83,9 +83,9 @@ double measure_peak_gflops(model::Precision precision) {
   for (int i = 0; i < 4; ++i) {
     const double t0 = now_seconds();
     if (precision == model::Precision::bf16) {
-      kernels::gemm(false, false, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f, c.data(), n);
+      device::gemm(false, false, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f, c.data(), n);
     } else {
-      kernels::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+      device::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     }
     best = std::min(best, now_seconds() - t0);
   }
@@ -143,7 +143,7 @@ std::string format_eta(double seconds) {
 
 }  // namespace
 
-Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
+Trainer::Trainer(const TrainOptions& o, parallel::DataParallelGroup* dp)
     : o_(o),
       dp_(dp),
       rank_(dp ? dp->rank() : 0),
@@ -198,10 +198,10 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
   if (o.ep > 1) {
     if (zaya_ == nullptr) throw InputError("--ep: expert parallelism needs a MoE (ZAYA1) config");
     comm::Communicator& group = dp_->expert_group(o.ep);
-    std::shared_ptr<dist::AllToAllExperts::Scratch> scratch;  // the first layer's, for all
+    std::shared_ptr<parallel::AllToAllExperts::Scratch> scratch;  // the first layer's, for all
     zaya_->set_expert_dispatchers(
         [&group, &scratch](const model::ZayaMoeShape& shape, int64_t rows) {
-          auto experts = std::make_unique<dist::AllToAllExperts>(group, shape, rows, scratch);
+          auto experts = std::make_unique<parallel::AllToAllExperts>(group, shape, rows, scratch);
           scratch = experts->scratch();
           return experts;
         });
@@ -210,7 +210,7 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
   if (dp_ && world_ > 1) {
     // The experts' gradients (one range per MoE layer) are summed over the
     // ranks holding the same experts; everything else over all ranks.
-    std::vector<dist::ReduceRange> expert_ranges;
+    std::vector<parallel::ReduceRange> expert_ranges;
     if (o.ep > 1) {
       for (const auto& spec : model_->registry().specs()) {
         if (spec.sharding != model::Sharding::expert) continue;
@@ -222,7 +222,7 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
         }
       }
     }
-    reducer_ = std::make_unique<dist::GradReducer>(
+    reducer_ = std::make_unique<parallel::GradReducer>(
         dp_->async(), model_->grads(), model_->registry().total(),
         std::max<int64_t>(1, static_cast<int64_t>(o.bucket_mib * (1 << 20) / sizeof(float))),
         // With Muon a matrix is updated whole by its owner, so every rank
@@ -271,7 +271,7 @@ Trainer::Trainer(const TrainOptions& o, dist::DataParallelGroup* dp)
         o.data.empty() ? "random tokens" : o.data.c_str(), batches_.tokenizer().c_str(),
         o.precision.c_str(), result_.peak_gflops, result_.flops_per_token / 1e9);
     if (precision_ == model::Precision::bf16 || (use_muon && o.muon.ns_bf16)) {
-      std::printf("bf16 GEMM: %s\n", kernels::bf16_path_description(kernels::bf16_path()).c_str());
+      std::printf("bf16 GEMM: %s\n", device::bf16_path_description(device::bf16_path()).c_str());
     }
     std::fflush(stdout);
   }
@@ -535,7 +535,7 @@ StepStats Trainer::step() {
   StepStats s;
   if (zaya_) s.alltoall_seconds = zaya_->take_dispatch_seconds();
   if (reducer_) {
-    const dist::ReduceTimes t = reducer_->finish();
+    const parallel::ReduceTimes t = reducer_->finish();
     s.comm_seconds = t.comm_seconds;
     s.exposed_seconds = t.exposed_seconds;
     dp_->sum(sums);
@@ -815,7 +815,7 @@ TrainResult Trainer::run() {
   return result_;
 }
 
-TrainResult run_training(const TrainOptions& options, dist::DataParallelGroup* dp) {
+TrainResult run_training(const TrainOptions& options, parallel::DataParallelGroup* dp) {
   Trainer trainer(options, dp);
   return trainer.run();
 }

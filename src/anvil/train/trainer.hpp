@@ -28,10 +28,10 @@
 #include "anvil/optim/muon.hpp"
 #include "anvil/train/tensorboard.hpp"
 
-namespace anvil::dist {
+namespace anvil::parallel {
 class DataParallelGroup;
 class GradReducer;
-}  // namespace anvil::dist
+}  // namespace anvil::parallel
 
 namespace anvil::train {
 
@@ -141,7 +141,7 @@ class Trainer {
  public:
   // Set up: checks the options, reads the data, builds the model and the
   // optimizers, prints the plan, initialises or resumes (options.resume).
-  Trainer(const TrainOptions& options, dist::DataParallelGroup* dp);
+  Trainer(const TrainOptions& options, parallel::DataParallelGroup* dp);
   ~Trainer();
   // One optimizer step (the next one).
   StepStats step();
@@ -166,7 +166,7 @@ class Trainer {
   void broadcast_muon_matrices(float* data);
 
   TrainOptions o_;
-  dist::DataParallelGroup* dp_;
+  parallel::DataParallelGroup* dp_;
   int rank_ = 0, world_ = 1;
   model::ModelConfig config_;
   int64_t B_ = 0, T_ = 0;
@@ -176,7 +176,7 @@ class Trainer {
   model::ZayaModel* zaya_ = nullptr;  // model_ when it is ZAYA1
   std::unique_ptr<optim::AdamW> adamw_;
   std::unique_ptr<optim::Muon> muon_;
-  std::unique_ptr<dist::GradReducer> reducer_;
+  std::unique_ptr<parallel::GradReducer> reducer_;
   std::unique_ptr<std::ofstream> metrics_;
   std::unique_ptr<EventWriter> events_;
   std::vector<int32_t> tokens_, targets_;
@@ -195,6 +195,6 @@ class Trainer {
 
 // `dp` is the data-parallel group (null: one process). On a group, every rank
 // runs the same options; rank 0 prints, writes metrics and checkpoints.
-TrainResult run_training(const TrainOptions& options, dist::DataParallelGroup* dp = nullptr);
+TrainResult run_training(const TrainOptions& options, parallel::DataParallelGroup* dp = nullptr);
 
 }  // namespace anvil::train

@@ -23,7 +23,7 @@
 #include "anvil/comm/communicator.hpp"
 #include "anvil/model/zaya_moe_layer.hpp"
 
-namespace anvil::dist {
+namespace anvil::parallel {
 
 class AllToAllExperts : public model::ExpertDispatcher {
  public:
@@ -80,4 +80,4 @@ class AllToAllExperts : public model::ExpertDispatcher {
   double comm_seconds_ = 0;
 };
 
-}  // namespace anvil::dist
+}  // namespace anvil::parallel

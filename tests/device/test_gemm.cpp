@@ -7,9 +7,9 @@
 #include <random>
 #include <vector>
 
-#include "anvil/kernels/gemm.hpp"
+#include "anvil/device/gemm.hpp"
 
-namespace anvil::kernels {
+namespace anvil::device {
 namespace {
 
 struct Case {
@@ -229,4 +229,4 @@ TEST(Bf16, RoundsToNearestEven) {
 }
 
 }  // namespace
-}  // namespace anvil::kernels
+}  // namespace anvil::device

@@ -56,7 +56,7 @@ OMP_NUM_THREADS=1 timeout 600 mpirun --oversubscribe -np 2 "$anvil" $args \
   --json-out "$work/one-host.json" > "$work/one-host.log" 2>&1 || { cat "$work/one-host.log"; exit 1; }
 export ANVIL_NETNS_MAP="$a1=$h1 $a2=$h2"
 timeout 600 ip netns exec "$h1" unshare --uts sh -c "hostname $h1 && exec mpirun \
-  --host $a1,$a2 -np 2 --mca plm_rsh_agent $src/tests/dist/netns_agent.sh \
+  --host $a1,$a2 -np 2 --mca plm_rsh_agent $src/tests/parallel/netns_agent.sh \
   --mca btl tcp,self --mca btl_tcp_if_include $a1/24 --mca oob_tcp_if_include $a1/24 \
   -x OMP_NUM_THREADS=1 -x ANVIL_NETNS_MAP $anvil $args --json-out $work/two-hosts.json" \
   > "$work/two-hosts.log" 2>&1 || { cat "$work/two-hosts.log"; exit 1; }

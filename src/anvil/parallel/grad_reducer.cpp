@@ -1,11 +1,11 @@
-#include "anvil/dist/grad_reducer.hpp"
+#include "anvil/parallel/grad_reducer.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 
 #include "anvil/base/clock.hpp"
 
-namespace anvil::dist {
+namespace anvil::parallel {
 
 GradReducer::GradReducer(comm::AsyncCommunicator& comm, float* grads, int64_t total,
                          int64_t bucket_floats, bool scatter_only, comm::Algo algo,
@@ -119,4 +119,4 @@ ReduceTimes GradReducer::finish() {
   return t;
 }
 
-}  // namespace anvil::dist
+}  // namespace anvil::parallel

@@ -1,4 +1,4 @@
-#include "anvil/dist/expert_parallel.hpp"
+#include "anvil/parallel/expert_parallel.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include "anvil/base/clock.hpp"
 #include "anvil/base/error.hpp"
 
-namespace anvil::dist {
+namespace anvil::parallel {
 namespace {
 
 void at_least(std::vector<float>& v, int64_t n) {
@@ -156,4 +156,4 @@ double AllToAllExperts::take_comm_seconds() {
   return s;
 }
 
-}  // namespace anvil::dist
+}  // namespace anvil::parallel

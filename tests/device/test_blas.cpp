@@ -2,9 +2,9 @@
 // library really runs the kernels anvil asked for.
 #include <gtest/gtest.h>
 
-#include "anvil/kernels/blas.hpp"
+#include "anvil/device/blas.hpp"
 
-namespace anvil::kernels {
+namespace anvil::device {
 namespace {
 
 CpuFeatures avx512(bool bf16) {
@@ -50,4 +50,4 @@ TEST(BlasLoader, LoadedLibraryRunsTheRequestedKernels) {
 }
 
 }  // namespace
-}  // namespace anvil::kernels
+}  // namespace anvil::device

@@ -25,7 +25,7 @@
 
 #include "anvil/comm/async.hpp"
 
-namespace anvil::dist {
+namespace anvil::parallel {
 
 struct ReduceTimes {
   double comm_seconds = 0;     // the collectives' own time, on the progress thread
@@ -79,4 +79,4 @@ class GradReducer {
   std::vector<double> seconds_;  // per bucket, written by the progress thread
 };
 
-}  // namespace anvil::dist
+}  // namespace anvil::parallel

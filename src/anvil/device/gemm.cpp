@@ -1,4 +1,4 @@
-#include "anvil/kernels/gemm.hpp"
+#include "anvil/device/gemm.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -9,10 +9,10 @@
 #include "anvil/base/cpu.hpp"
 #include "anvil/base/env_choice.hpp"
 #include "anvil/base/error.hpp"
-#include "anvil/kernels/blas.hpp"
-#include "anvil/kernels/gemm_onednn.hpp"
+#include "anvil/device/blas.hpp"
+#include "anvil/device/gemm_onednn.hpp"
 
-namespace anvil::kernels {
+namespace anvil::device {
 namespace {
 
 void check_args(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda,
@@ -236,4 +236,4 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   }
 }
 
-}  // namespace anvil::kernels
+}  // namespace anvil::device

@@ -16,7 +16,7 @@
 
 #include "anvil/base/bf16.hpp"
 
-namespace anvil::kernels {
+namespace anvil::device {
 
 enum class GemmBackend {
   automatic,  // the fastest measured here: see prefer_onednn_f32; oneDNN for bf16
@@ -65,4 +65,4 @@ void gemm_bf16_emulated(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
                         GemmBackend inner = GemmBackend::automatic);
 }  // namespace detail
 
-}  // namespace anvil::kernels
+}  // namespace anvil::device

@@ -15,7 +15,7 @@
 #include "anvil/comm/async.hpp"
 #include "anvil/comm/communicator.hpp"
 
-namespace anvil::dist {
+namespace anvil::parallel {
 
 class DataParallelGroup {
  public:
@@ -56,4 +56,4 @@ class DataParallelGroup {
   int local_size_ = 1;
 };
 
-}  // namespace anvil::dist
+}  // namespace anvil::parallel

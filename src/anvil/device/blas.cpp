@@ -1,4 +1,4 @@
-#include "anvil/kernels/blas.hpp"
+#include "anvil/device/blas.hpp"
 
 #include <dlfcn.h>
 
@@ -8,7 +8,7 @@
 
 #include "anvil/base/error.hpp"
 
-namespace anvil::kernels {
+namespace anvil::device {
 namespace {
 
 // CBLAS enum values (cblas.h); declared here because the library is dlopen()ed.
@@ -138,4 +138,4 @@ void blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
                static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
-}  // namespace anvil::kernels
+}  // namespace anvil::device

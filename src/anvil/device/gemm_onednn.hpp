@@ -7,7 +7,7 @@
 
 #include "anvil/base/bf16.hpp"
 
-namespace anvil::kernels::detail {
+namespace anvil::device::detail {
 
 void onednn_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
@@ -16,4 +16,4 @@ void onednn_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
                  const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float beta, float* c,
                  int64_t ldc);
 
-}  // namespace anvil::kernels::detail
+}  // namespace anvil::device::detail

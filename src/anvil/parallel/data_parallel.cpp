@@ -1,4 +1,4 @@
-#include "anvil/dist/data_parallel.hpp"
+#include "anvil/parallel/data_parallel.hpp"
 
 #include <mpi.h>
 
@@ -7,7 +7,7 @@
 
 #include "anvil/base/error.hpp"
 
-namespace anvil::dist {
+namespace anvil::parallel {
 
 DataParallelGroup::DataParallelGroup(int ranks_per_node)
     : comm_(std::make_unique<comm::Communicator>(MPI_COMM_WORLD, ranks_per_node)),
@@ -73,4 +73,4 @@ std::vector<double> DataParallelGroup::gather(double value) {
   return all;
 }
 
-}  // namespace anvil::dist
+}  // namespace anvil::parallel

@@ -1,4 +1,4 @@
-#include "anvil/kernels/gemm_onednn.hpp"
+#include "anvil/device/gemm_onednn.hpp"
 
 #include <omp.h>
 
@@ -9,7 +9,7 @@
 #include <tuple>
 #include <vector>
 
-namespace anvil::kernels::detail {
+namespace anvil::device::detail {
 namespace {
 
 using dnnl::memory;
@@ -114,4 +114,4 @@ void onednn_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
       c);
 }
 
-}  // namespace anvil::kernels::detail
+}  // namespace anvil::device::detail

@@ -20,7 +20,7 @@
 
 #include "anvil/base/cpu.hpp"
 
-namespace anvil::kernels {
+namespace anvil::device {
 
 struct BlasInfo {
   std::string library;    // file actually loaded (symlinks resolved)
@@ -43,4 +43,4 @@ void blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                 int64_t ldc);
 
-}  // namespace anvil::kernels
+}  // namespace anvil::device
