@@ -51,9 +51,9 @@ Layout layout_of(const std::vector<TensorRef>& tensors,
   uint64_t at = l.prefix.size();
   for (const auto& t : tensors) {
     const auto bytes = static_cast<size_t>(size_of(t));
-    l.pieces.emplace_back(t.bf16 ? reinterpret_cast<const char*>(t.bf16)
-                                 : reinterpret_cast<const char*>(t.data),
-                          bytes);
+    l.pieces.emplace_back(
+        t.bf16 ? reinterpret_cast<const char*>(t.bf16) : reinterpret_cast<const char*>(t.data),
+        bytes);
     l.ranges.push_back({at, at + bytes, 0});
     at += bytes;
   }
@@ -99,18 +99,9 @@ struct Entry {
   uint64_t begin = 0, end = 0, width = 0;
 };
 
-}  // namespace
-
-SafetensorsFile read_safetensors(const std::string& path) {
-  const std::string bytes = read_file(path);
-  auto bad = [&](const std::string& why) {
-    return InputError(path + ": not a safetensors file (" + why + ")");
-  };
-  if (bytes.size() < 8) throw bad("shorter than its 8-byte header length");
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i)
-    n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
-  if (n > bytes.size() - 8) throw bad("header length " + std::to_string(n) + " past the end");
+// The header's JSON (InputError naming `path` for one that is not an object,
+// or that names a tensor or an entry's key twice).
+nlohmann::json parse_header(const std::string& bytes, uint64_t n, const std::string& path) {
   // nlohmann keeps the last of two equal keys; the parser callback sees every
   // key of every object, so the first repeated one is found here.
   using Event = nlohmann::json::parse_event_t;
@@ -133,7 +124,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
   try {
     header = nlohmann::json::parse(bytes.substr(8, n), on_event);
   } catch (const nlohmann::json::exception& e) {
-    throw bad(std::string("header is not JSON: ") + e.what());
+    throw InputError(path + ": not a safetensors file (header is not JSON: " + e.what() + ")");
   }
   if (!repeated.empty()) {
     if (repeated_at_top) {
@@ -143,89 +134,92 @@ SafetensorsFile read_safetensors(const std::string& path) {
     throw InputError(path + ": header: key " + repeated +
                      " appears twice in one entry (expected unique keys)");
   }
-  if (!header.is_object()) {
-    throw bad("header is " + brief(header) + ", expected an object");
+  if (!header.is_object())
+    throw InputError(path + ": not a safetensors file (header is " + brief(header) +
+                     ", expected an object)");
+  return header;
+}
+
+std::map<std::string, std::string> parse_metadata(const nlohmann::json& info,
+                                                  const std::string& path) {
+  if (!info.is_object()) {
+    throw InputError(path + ": __metadata__ is " + brief(info) +
+                     " (expected an object of strings)");
   }
-  const uint64_t data_start = 8 + n;
-  const uint64_t data_size = bytes.size() - data_start;
-  SafetensorsFile file;
-  file.path = path;
-  std::vector<Entry> entries;
-  for (const auto& [name, info] : header.items()) {
-    if (name == "__metadata__") {
-      if (!info.is_object()) {
-        throw InputError(path + ": __metadata__ is " + brief(info) +
-                         " (expected an object of strings)");
-      }
-      for (const auto& [k, v] : info.items()) {
-        if (!v.is_string()) {
-          throw InputError(path + ": __metadata__: " + k + " is " + brief(v) +
-                           " (expected a string)");
-        }
-        file.metadata[k] = v.get<std::string>();
-      }
-      continue;
+  std::map<std::string, std::string> metadata;
+  for (const auto& [k, v] : info.items()) {
+    if (!v.is_string()) {
+      throw InputError(path + ": __metadata__: " + k + " is " + brief(v) + " (expected a string)");
     }
-    const std::string tensor_name = name;  // (a lambda may not capture a structured binding in clang 14)
-    auto tensor_bad = [&](const std::string& why) {
-      return InputError(path + ": tensor " + tensor_name + ": " + why);
-    };
-    if (!info.is_object()) {
-      throw tensor_bad("entry is " + brief(info) + " (expected {dtype, shape, data_offsets})");
-    }
-    Entry e;
-    e.name = name;
-    const auto dtype = info.find("dtype");
-    if (dtype == info.end() || !dtype->is_string()) {
-      throw tensor_bad("no dtype string (expected \"F32\" or \"BF16\")");
-    }
-    const std::string dtype_name = dtype->get<std::string>();
-    e.width = dtype_name == "F32" ? 4 : dtype_name == "BF16" ? 2 : 0;
-    if (e.width == 0) throw tensor_bad("dtype " + dtype_name + " (expected F32 or BF16)");
-    const auto shape = info.find("shape");
-    if (shape == info.end() || !shape->is_array()) {
-      throw tensor_bad("no shape (expected a list of dimensions)");
-    }
-    for (const auto& d : *shape) {
-      if (!d.is_number_integer() ||
-          (d.is_number_unsigned() && d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
-        throw tensor_bad("shape " + brief(*shape) + ": dimension " + brief(d) +
-                         " (expected an integer in 0..2^63-1)");
-      }
-      if (d.get<int64_t>() < 0) {
-        throw tensor_bad("shape " + brief(*shape) + ": dimension " + brief(d) +
-                         " is negative (expected >= 0)");
-      }
-      e.shape.push_back(d.get<int64_t>());
-    }
-    const int64_t count = tensor::checked_numel(e.shape);
-    uint64_t need = 0;
-    if (count < 0 || __builtin_mul_overflow(static_cast<uint64_t>(count), e.width, &need)) {
-      throw tensor_bad("shape " + brief(*shape) + " of " + dtype_name +
-                       " overflows a 64-bit element or byte count (expected a size within the " +
-                       std::to_string(data_size) + "-byte data section)");
-    }
-    const auto offsets = info.find("data_offsets");
-    if (offsets == info.end() || !offsets->is_array() || offsets->size() != 2 ||
-        !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
-      throw tensor_bad("data_offsets " + (offsets == info.end() ? "missing" : brief(*offsets)) +
-                       " (expected [begin, end], two non-negative integers)");
-    }
-    e.begin = (*offsets)[0].get<uint64_t>();
-    e.end = (*offsets)[1].get<uint64_t>();
-    const std::string range = "data_offsets " + range_string(e.begin, e.end) + ":";
-    if (e.end < e.begin) throw tensor_bad(range + " end before begin (expected begin <= end)");
-    if (e.end > data_size) {
-      throw tensor_bad(range + " past the end of the data section (expected end <= " +
-                       std::to_string(data_size) + ")");
-    }
-    if (e.end - e.begin != need) {
-      throw tensor_bad(range + " " + std::to_string(e.end - e.begin) + " bytes (expected " +
-                       std::to_string(need) + " for " + dtype_name + " " + brief(*shape) + ")");
-    }
-    entries.push_back(std::move(e));
+    metadata[k] = v.get<std::string>();
   }
-  // Ranges in data order: each starts at or after the end of the one before.
+  return metadata;
+}
+
+// One tensor's entry, checked against the data section's size.
+Entry parse_entry(const std::string& name, const nlohmann::json& info, uint64_t data_size,
+                  const std::string& path) {
+  auto tensor_bad = [&](const std::string& why) {
+    return InputError(path + ": tensor " + name + ": " + why);
+  };
+  if (!info.is_object()) {
+    throw tensor_bad("entry is " + brief(info) + " (expected {dtype, shape, data_offsets})");
+  }
+  Entry e;
+  e.name = name;
+  const auto dtype = info.find("dtype");
+  if (dtype == info.end() || !dtype->is_string()) {
+    throw tensor_bad("no dtype string (expected \"F32\" or \"BF16\")");
+  }
+  const std::string dtype_name = dtype->get<std::string>();
+  e.width = dtype_name == "F32" ? 4 : dtype_name == "BF16" ? 2 : 0;
+  if (e.width == 0) throw tensor_bad("dtype " + dtype_name + " (expected F32 or BF16)");
+  const auto shape = info.find("shape");
+  if (shape == info.end() || !shape->is_array()) {
+    throw tensor_bad("no shape (expected a list of dimensions)");
+  }
+  for (const auto& d : *shape) {
+    if (!d.is_number_integer() ||
+        (d.is_number_unsigned() && d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
+      throw tensor_bad("shape " + brief(*shape) + ": dimension " + brief(d) +
+                       " (expected an integer in 0..2^63-1)");
+    }
+    if (d.get<int64_t>() < 0) {
+      throw tensor_bad("shape " + brief(*shape) + ": dimension " + brief(d) +
+                       " is negative (expected >= 0)");
+    }
+    e.shape.push_back(d.get<int64_t>());
+  }
+  const int64_t count = tensor::checked_numel(e.shape);
+  uint64_t need = 0;
+  if (count < 0 || __builtin_mul_overflow(static_cast<uint64_t>(count), e.width, &need)) {
+    throw tensor_bad("shape " + brief(*shape) + " of " + dtype_name +
+                     " overflows a 64-bit element or byte count (expected a size within the " +
+                     std::to_string(data_size) + "-byte data section)");
+  }
+  const auto offsets = info.find("data_offsets");
+  if (offsets == info.end() || !offsets->is_array() || offsets->size() != 2 ||
+      !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
+    throw tensor_bad("data_offsets " + (offsets == info.end() ? "missing" : brief(*offsets)) +
+                     " (expected [begin, end], two non-negative integers)");
+  }
+  e.begin = (*offsets)[0].get<uint64_t>();
+  e.end = (*offsets)[1].get<uint64_t>();
+  const std::string range = "data_offsets " + range_string(e.begin, e.end) + ":";
+  if (e.end < e.begin) throw tensor_bad(range + " end before begin (expected begin <= end)");
+  if (e.end > data_size) {
+    throw tensor_bad(range + " past the end of the data section (expected end <= " +
+                     std::to_string(data_size) + ")");
+  }
+  if (e.end - e.begin != need) {
+    throw tensor_bad(range + " " + std::to_string(e.end - e.begin) + " bytes (expected " +
+                     std::to_string(need) + " for " + dtype_name + " " + brief(*shape) + ")");
+  }
+  return e;
+}
+
+// Ranges in data order: each starts at or after the end of the one before.
+void check_disjoint(const std::vector<Entry>& entries, const std::string& path) {
   std::vector<const Entry*> by_begin;
   for (const auto& e : entries) by_begin.push_back(&e);
   std::sort(by_begin.begin(), by_begin.end(), [](const Entry* a, const Entry* b) {
@@ -240,23 +234,53 @@ SafetensorsFile read_safetensors(const std::string& path) {
                        range_string(prev.begin, prev.end) + " (expected disjoint ranges)");
     }
   }
-  for (auto& e : entries) {
-    LoadedTensor t;
-    t.shape = std::move(e.shape);
-    const uint64_t count = (e.end - e.begin) / e.width;
-    t.data.resize(count);
-    const char* src = bytes.data() + data_start + e.begin;
-    if (e.width == 4) {
-      std::memcpy(t.data.data(), src, count * 4);
-    } else {
-      for (uint64_t i = 0; i < count; ++i) {
-        bf16 h;
-        std::memcpy(&h.bits, src + 2 * i, 2);
-        t.data[i] = to_float(h);
-      }
+}
+
+LoadedTensor load_entry(Entry& e, const char* src) {
+  LoadedTensor t;
+  t.shape = std::move(e.shape);
+  const uint64_t count = (e.end - e.begin) / e.width;
+  t.data.resize(count);
+  if (e.width == 4) {
+    std::memcpy(t.data.data(), src, count * 4);
+  } else {
+    for (uint64_t i = 0; i < count; ++i) {
+      bf16 h;
+      std::memcpy(&h.bits, src + 2 * i, 2);
+      t.data[i] = to_float(h);
     }
-    file.tensors.emplace(e.name, std::move(t));
   }
+  return t;
+}
+
+}  // namespace
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  const std::string bytes = read_file(path);
+  auto bad = [&](const std::string& why) {
+    return InputError(path + ": not a safetensors file (" + why + ")");
+  };
+  if (bytes.size() < 8) throw bad("shorter than its 8-byte header length");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i)
+    n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  if (n > bytes.size() - 8) throw bad("header length " + std::to_string(n) + " past the end");
+  const nlohmann::json header = parse_header(bytes, n, path);
+  const uint64_t data_start = 8 + n;
+  const uint64_t data_size = bytes.size() - data_start;
+  SafetensorsFile file;
+  file.path = path;
+  std::vector<Entry> entries;
+  for (const auto& [name, info] : header.items()) {
+    if (name == "__metadata__") {
+      file.metadata = parse_metadata(info, path);
+    } else {
+      entries.push_back(parse_entry(name, info, data_size, path));
+    }
+  }
+  check_disjoint(entries, path);
+  for (auto& e : entries)
+    file.tensors.emplace(e.name, load_entry(e, bytes.data() + data_start + e.begin));
   return file;
 }
 

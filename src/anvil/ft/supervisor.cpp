@@ -5,10 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -123,204 +123,250 @@ double useful_seconds(const fs::path& metrics) {
   return total;
 }
 
+// How one attempt ended, as the supervisor saw it.
+struct AttemptEnd {
+  std::string cause;  // "" (finished), nan, spikes, input, crash, interrupted, hang
+  int status = 0;
+  double detected = 0, last_progress = 0;
+  int64_t last_step = -1;
+};
+
+// The restart loop of `launch`: one attempt after another, each watched
+// through the ranks' heartbeats, with the journal and the time lost per cause.
+class Supervisor {
+ public:
+  Supervisor(const LaunchOptions& o, std::string out)
+      : o_(o),
+        out_(std::move(out)),
+        heartbeat_dir_(fs::path(out_) / "heartbeat"),
+        np_(o.np),
+        args_(o.train_args) {
+    r_.journal = o.journal.empty() ? (fs::path(out_) / "journal.jsonl").string() : o.journal;
+    journal_.open(r_.journal, std::ios::app);
+    if (!journal_) throw SystemError(r_.journal + ": cannot open for appending");
+    const std::string batch_text =
+        arg_value(args_, "-B").empty() ? arg_value(args_, "--batch") : arg_value(args_, "-B");
+    rows_ = (batch_text.empty() ? 4 : std::stoll(batch_text)) * o.np;  // per step
+  }
+
+  LaunchResult run() {
+    log({{"event", "launch"}, {"np", np_}, {"train", join(args_)}, {"journal", r_.journal}});
+    for (int attempt = 1;; ++attempt) {
+      r_.attempts = attempt;
+      const AttemptEnd end = run_attempt(attempt);
+      if (end.cause.empty()) {
+        log({{"event", "finished"}, {"attempt", attempt}, {"step", end.last_step}});
+        break;
+      }
+      if (!recover(attempt, end)) break;
+    }
+    r_.wall_s = now_seconds() - t_start_;
+    r_.useful_s = useful_seconds(fs::path(out_) / "metrics.jsonl");
+    r_.goodput = r_.wall_s > 0 ? r_.useful_s / r_.wall_s : 0;
+    json lost = r_.lost_s;
+    log({{"event", "done"},
+         {"exit", r_.exit_code},
+         {"attempts", r_.attempts},
+         {"wall_s", r_.wall_s},
+         {"useful_s", r_.useful_s},
+         {"goodput", r_.goodput},
+         {"lost_s", lost}});
+    return r_;
+  }
+
+ private:
+  void log(json e) {
+    e["t"] = std::round((now_seconds() - t_start_) * 1000) / 1000;
+    journal_ << e.dump() << "\n";
+    journal_.flush();
+    if (!o_.quiet) std::fprintf(stderr, "anvil launch: %s\n", e.dump().c_str());
+  }
+
+  std::vector<std::string> command(int attempt, bool resume) const {
+    std::vector<std::string> cmd;
+    if (np_ > 1) {
+      cmd = {"mpirun"};
+      if (::geteuid() == 0) cmd.push_back("--allow-run-as-root");
+      cmd.insert(cmd.end(), {"--oversubscribe", "-np", std::to_string(np_)});
+    }
+    cmd.push_back(self_executable());
+    cmd.push_back("train");
+    cmd.insert(cmd.end(), args_.begin(), args_.end());
+    cmd.insert(cmd.end(), {"--heartbeat", heartbeat_dir_.string()});
+    if (resume) cmd.insert(cmd.end(), {"--resume", "latest"});
+    if (attempt == 1 && !o_.inject.empty()) cmd.insert(cmd.end(), {"--inject", o_.inject});
+    return cmd;
+  }
+
+  AttemptEnd run_attempt(int attempt) {
+    fs::remove_all(heartbeat_dir_);
+    fs::create_directories(heartbeat_dir_);
+    const bool has_checkpoint = !ckpt::checkpoint_dirs(out_).empty();
+    log({{"event", "start"}, {"attempt", attempt}, {"np", np_}, {"resume", has_checkpoint}});
+    const double t_attempt = now_seconds();
+    const pid_t pid = spawn(command(attempt, has_checkpoint));
+    return watch(pid, attempt, t_attempt);
+  }
+
+  // Polls the job and the heartbeats until it ends, hangs or is interrupted.
+  AttemptEnd watch(pid_t pid, int attempt, double t_attempt) {
+    std::vector<Heartbeat> beats(static_cast<size_t>(np_));
+    first_step_seen_ = false;
+    recomputing_ = pending_restart_from_ >= 0 && failed_at_step_ > 0;
+    resumed_step_ = -1;
+    AttemptEnd end;
+    end.last_progress = now_seconds();
+    for (;;) {
+      const pid_t done = ::waitpid(pid, &end.status, WNOHANG);
+      const double now = now_seconds();
+      for (int k = 0; k < np_; ++k) {
+        const int64_t s = read_step(heartbeat_dir_ / ("rank-" + std::to_string(k)));
+        auto& b = beats[static_cast<size_t>(k)];
+        if (s != b.step) {
+          b.step = s;
+          b.seen = now;
+          end.last_progress = now;
+        }
+      }
+      progress(beats, attempt, now, end);
+      if (done == pid) {
+        end.detected = now;
+        end.cause = cause_of(end.status);
+        return end;
+      }
+      if (g_interrupted.load()) {
+        stop_job(pid, 10);
+        end.cause = "interrupted";
+        end.detected = now;
+        return end;
+      }
+      // A hang: some rank's heartbeat has not moved for the timeout (or no
+      // heartbeat at all since the start).
+      for (const auto& b : beats) {
+        if (b.step < 0 ? now - t_attempt > o_.startup_timeout_s
+                       : now - b.seen > o_.hang_timeout_s) {
+          end.detected = now;
+          end.status = stop_job(pid, 5);
+          end.cause = "hang";
+          return end;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+  // The journal's recovery events as the heartbeats move.
+  void progress(const std::vector<Heartbeat>& beats, int attempt, double now, AttemptEnd& end) {
+    const auto by_step = [](const Heartbeat& a, const Heartbeat& b) { return a.step < b.step; };
+    const int64_t min_step = std::min_element(beats.begin(), beats.end(), by_step)->step;
+    const int64_t max_step = std::max_element(beats.begin(), beats.end(), by_step)->step;
+    if (resumed_step_ < 0) resumed_step_ = read_step(heartbeat_dir_ / "start-0");
+    end.last_step = std::max(end.last_step, max_step);
+    if (recomputing_ && first_step_seen_ && min_step >= failed_at_step_) {
+      // The steps the fault threw away, done again.
+      recomputing_ = false;
+      r_.lost_s[pending_cause_recompute_] += now - first_step_at_;
+      log({{"event", "caught-up"},
+           {"attempt", attempt},
+           {"step", min_step},
+           {"recompute_s", now - first_step_at_}});
+    }
+    if (first_step_seen_ || resumed_step_ < 0 || max_step <= resumed_step_) return;
+    first_step_seen_ = true;
+    first_step_at_ = now;
+    if (pending_restart_from_ < 0) return;
+    // Restart time: from detecting the fault to the first new step.
+    log({{"event", "recovered"},
+         {"attempt", attempt},
+         {"cause", pending_cause_},
+         {"restart_s", now - pending_restart_from_},
+         {"resumed_step", resumed_step_},
+         {"recomputed_steps", std::max<int64_t>(0, failed_at_step_ - resumed_step_)}});
+    r_.lost_s[pending_cause_] += now - pending_restart_from_;
+    pending_cause_recompute_ = pending_cause_;
+    pending_restart_from_ = -1;
+  }
+
+  static std::string cause_of(int status) {
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+    if (WIFEXITED(status) && WEXITSTATUS(status) == kExitNonFinite) return "nan";
+    if (WIFEXITED(status) && WEXITSTATUS(status) == kExitSpikes) return "spikes";
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 2) return "input";
+    return "crash";
+  }
+
+  // Journals the fault and prepares the next attempt; false: stop here.
+  bool recover(int attempt, const AttemptEnd& end) {
+    // Detection: from the last heartbeat progress to noticing the fault.
+    const double detect_s = end.detected - end.last_progress;
+    log({{"event", "fault"},
+         {"attempt", attempt},
+         {"cause", end.cause},
+         {"last_step", end.last_step},
+         {"detect_s", detect_s},
+         {"status", WIFEXITED(end.status) ? WEXITSTATUS(end.status) : -WTERMSIG(end.status)}});
+    if (end.cause == "input" || end.cause == "interrupted") {
+      r_.exit_code = end.cause == "input" ? 2 : 130;
+      return false;
+    }
+    if (attempt > o_.max_restarts) {
+      log({{"event", "gave-up"}, {"restarts", attempt - 1}});
+      r_.exit_code = 1;
+      return false;
+    }
+    r_.lost_s[end.cause] += 0;                        // (restart and recompute counted at recovery)
+    pending_restart_from_ = end.detected - detect_s;  // the fault's time, as near as we know
+    pending_cause_ = end.cause;
+    failed_at_step_ = end.last_step;
+    if (end.cause == "crash" && o_.min_np > 0 && np_ - o_.shrink_by >= o_.min_np &&
+        rows_ % (np_ - o_.shrink_by) == 0) {
+      np_ -= o_.shrink_by;
+      args_ = with_value(args_, "-B", "--batch", std::to_string(rows_ / np_));
+      log({{"event", "shrink"}, {"np", np_}, {"batch", rows_ / np_}});
+    }
+    const double backoff = std::min(60.0, o_.backoff_s * std::pow(2.0, attempt - 1));
+    log({{"event", "backoff"}, {"seconds", backoff}});
+    std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+    return true;
+  }
+
+  const LaunchOptions& o_;
+  std::string out_;
+  fs::path heartbeat_dir_;
+  int np_;
+  std::vector<std::string> args_;
+  int64_t rows_ = 0;
+  LaunchResult r_;
+  std::ofstream journal_;
+  double t_start_ = now_seconds();
+  double pending_restart_from_ = -1;  // detection time of the fault being recovered
+  std::string pending_cause_, pending_cause_recompute_;
+  int64_t failed_at_step_ = 0;
+  bool first_step_seen_ = false, recomputing_ = false;
+  double first_step_at_ = 0;
+  int64_t resumed_step_ = -1;
+};
+
 }  // namespace
 
 LaunchResult launch(const LaunchOptions& o) {
   const std::string out = arg_value(o.train_args, "--out");
   if (out.empty())
-    throw InputError("anvil launch: the train arguments need --out RUN (checkpoints to restart from)");
+    throw InputError("launch: the train arguments need --out RUN (checkpoints to restart from)");
   if (o.np < 1) throw InputError("--np: expected >= 1");
   if (o.min_np > o.np) throw InputError("--min-np: expected <= --np " + std::to_string(o.np));
   for (const char* flag : {"--resume", "--heartbeat", "--inject"}) {
     if (!arg_value(o.train_args, flag).empty())
-      throw InputError(std::string("anvil launch: ") + flag +
+      throw InputError(std::string("launch: ") + flag +
                        " among the train arguments; the supervisor sets it");
   }
   fs::create_directories(out);
-  const fs::path heartbeat_dir = fs::path(out) / "heartbeat";
-  LaunchResult r;
-  r.journal = o.journal.empty() ? (fs::path(out) / "journal.jsonl").string() : o.journal;
-  std::ofstream journal(r.journal, std::ios::app);
-  if (!journal) throw SystemError(r.journal + ": cannot open for appending");
-  const double t_start = now_seconds();
-  auto log = [&](json e) {
-    e["t"] = std::round((now_seconds() - t_start) * 1000) / 1000;
-    journal << e.dump() << "\n";
-    journal.flush();
-    if (!o.quiet) std::fprintf(stderr, "anvil launch: %s\n", e.dump().c_str());
-  };
   auto old_int = std::signal(SIGINT, on_signal);
   auto old_term = std::signal(SIGTERM, on_signal);
   g_interrupted.store(false);
-
-  int np = o.np;
-  std::vector<std::string> args = o.train_args;
-  const std::string batch_text = arg_value(args, "-B").empty() ? arg_value(args, "--batch")
-                                                                : arg_value(args, "-B");
-  const int64_t rows = (batch_text.empty() ? 4 : std::stoll(batch_text)) * o.np;  // per step
-  double pending_restart_from = -1;  // detection time of the fault being recovered
-  std::string pending_cause, pending_cause_recompute;
-  int64_t failed_at_step = 0;
-  log({{"event", "launch"}, {"np", np}, {"train", join(args)}, {"journal", r.journal}});
-  for (int attempt = 1;; ++attempt) {
-    r.attempts = attempt;
-    fs::remove_all(heartbeat_dir);
-    fs::create_directories(heartbeat_dir);
-    std::vector<std::string> cmd;
-    if (np > 1) {
-      cmd = {"mpirun"};
-      if (::geteuid() == 0) cmd.push_back("--allow-run-as-root");
-      cmd.insert(cmd.end(), {"--oversubscribe", "-np", std::to_string(np)});
-    }
-    cmd.push_back(self_executable());
-    cmd.push_back("train");
-    cmd.insert(cmd.end(), args.begin(), args.end());
-    cmd.insert(cmd.end(), {"--heartbeat", heartbeat_dir.string()});
-    const bool has_checkpoint = !ckpt::checkpoint_dirs(out).empty();
-    if (has_checkpoint) cmd.insert(cmd.end(), {"--resume", "latest"});
-    if (attempt == 1 && !o.inject.empty()) cmd.insert(cmd.end(), {"--inject", o.inject});
-    log({{"event", "start"}, {"attempt", attempt}, {"np", np}, {"resume", has_checkpoint}});
-    const double t_attempt = now_seconds();
-    const pid_t pid = spawn(cmd);
-
-    std::vector<Heartbeat> beats(static_cast<size_t>(np));
-    bool first_step_seen = false;
-    double first_step_at = 0;
-    bool recomputing = pending_restart_from >= 0 && failed_at_step > 0;
-    int64_t resumed_step = -1, last_step = -1;
-    int status = 0;
-    std::string cause;
-    double detected = 0, last_progress = now_seconds();
-    for (;;) {
-      const pid_t done = ::waitpid(pid, &status, WNOHANG);
-      const double now = now_seconds();
-      for (int k = 0; k < np; ++k) {
-        const int64_t s = read_step(heartbeat_dir / ("rank-" + std::to_string(k)));
-        auto& b = beats[static_cast<size_t>(k)];
-        if (s != b.step) {
-          b.step = s;
-          b.seen = now;
-          last_progress = now;
-        }
-      }
-      const int64_t min_step =
-          std::min_element(beats.begin(), beats.end(), [](auto& a, auto& b) {
-            return a.step < b.step;
-          })->step;
-      const int64_t max_step =
-          std::max_element(beats.begin(), beats.end(), [](auto& a, auto& b) {
-            return a.step < b.step;
-          })->step;
-      if (resumed_step < 0) resumed_step = read_step(heartbeat_dir / "start-0");
-      last_step = std::max(last_step, max_step);
-      if (recomputing && first_step_seen && min_step >= failed_at_step) {
-        // The steps the fault threw away, done again.
-        recomputing = false;
-        r.lost_s[pending_cause_recompute] += now - first_step_at;
-        log({{"event", "caught-up"}, {"attempt", attempt}, {"step", min_step},
-             {"recompute_s", now - first_step_at}});
-      }
-      if (!first_step_seen && resumed_step >= 0 && max_step > resumed_step) {
-        first_step_seen = true;
-        first_step_at = now;
-        if (pending_restart_from >= 0) {
-          // Restart time: from detecting the fault to the first new step.
-          log({{"event", "recovered"},
-               {"attempt", attempt},
-               {"cause", pending_cause},
-               {"restart_s", now - pending_restart_from},
-               {"resumed_step", resumed_step},
-               {"recomputed_steps", std::max<int64_t>(0, failed_at_step - resumed_step)}});
-          r.lost_s[pending_cause] += now - pending_restart_from;
-          pending_cause_recompute = pending_cause;
-          pending_restart_from = -1;
-        }
-      }
-      if (done == pid) {
-        detected = now;
-        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-          cause = "";
-        } else if (WIFEXITED(status) && WEXITSTATUS(status) == kExitNonFinite) {
-          cause = "nan";
-        } else if (WIFEXITED(status) && WEXITSTATUS(status) == kExitSpikes) {
-          cause = "spikes";
-        } else if (WIFEXITED(status) && WEXITSTATUS(status) == 2) {
-          cause = "input";
-        } else {
-          cause = "crash";
-        }
-        break;
-      }
-      if (g_interrupted.load()) {
-        stop_job(pid, 10);
-        cause = "interrupted";
-        detected = now;
-        break;
-      }
-      // A hang: some rank's heartbeat has not moved for the timeout (or no
-      // heartbeat at all since the start).
-      bool hung = false;
-      for (const auto& b : beats) {
-        if (b.step < 0 ? now - t_attempt > o.startup_timeout_s : now - b.seen > o.hang_timeout_s)
-          hung = true;
-      }
-      if (hung) {
-        detected = now;
-        status = stop_job(pid, 5);
-        cause = "hang";
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    if (cause.empty()) {
-      log({{"event", "finished"}, {"attempt", attempt}, {"step", last_step}});
-      break;
-    }
-    // Detection: from the last heartbeat progress to noticing the fault.
-    const double detect_s = detected - last_progress;
-    json e = {{"event", "fault"},
-              {"attempt", attempt},
-              {"cause", cause},
-              {"last_step", last_step},
-              {"detect_s", detect_s},
-              {"status", WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status)}};
-    log(e);
-    if (cause == "input" || cause == "interrupted") {
-      r.exit_code = cause == "input" ? 2 : 130;
-      break;
-    }
-    if (attempt > o.max_restarts) {
-      log({{"event", "gave-up"}, {"restarts", attempt - 1}});
-      r.exit_code = 1;
-      break;
-    }
-    r.lost_s[cause] += 0;  // (restart and recompute counted at recovery)
-    pending_restart_from = detected - detect_s;  // the fault's time, as near as we know
-    pending_cause = cause;
-    failed_at_step = last_step;
-    if (cause == "crash" && o.min_np > 0 && np - o.shrink_by >= o.min_np &&
-        rows % (np - o.shrink_by) == 0) {
-      np -= o.shrink_by;
-      args = with_value(args, "-B", "--batch", std::to_string(rows / np));
-      log({{"event", "shrink"}, {"np", np}, {"batch", rows / np}});
-    }
-    const double backoff = std::min(60.0, o.backoff_s * std::pow(2.0, attempt - 1));
-    log({{"event", "backoff"}, {"seconds", backoff}});
-    std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
-  }
+  const LaunchResult r = Supervisor(o, out).run();
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
-  r.wall_s = now_seconds() - t_start;
-  r.useful_s = useful_seconds(fs::path(out) / "metrics.jsonl");
-  r.goodput = r.wall_s > 0 ? r.useful_s / r.wall_s : 0;
-  json lost = r.lost_s;
-  log({{"event", "done"},
-       {"exit", r.exit_code},
-       {"attempts", r.attempts},
-       {"wall_s", r.wall_s},
-       {"useful_s", r.useful_s},
-       {"goodput", r.goodput},
-       {"lost_s", lost}});
   return r;
 }
 
