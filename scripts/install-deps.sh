@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Installs the Debian packages anvil builds and runs with, if any is missing,
-# and the project's Python environment (.venv, from the pinned
-# requirements.txt: transformers, PyTorch 2 ... as test clients), if it is
-# missing or requirements.txt changed. Safe to run again: it does nothing
-# when everything is there.
+# Installs the Debian packages anvil builds and runs with, if any is missing.
+# With --tests, also what the test suite needs: GoogleTest, the reference
+# implementations the tests compare with (Debian's PyTorch and SentencePiece
+# bindings), network namespaces for the two-host test, gnuplot for the plot
+# test, and the project's Python environment (.venv, from the pinned
+# requirements.txt: transformers, TensorBoard, lm-eval as test clients).
+# Safe to run again: it does nothing when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tests=0
+[ "${1:-}" = "--tests" ] && tests=1
 
 packages=(
   build-essential cmake
@@ -14,19 +18,22 @@ packages=(
   libdnnl-dev              # oneDNN: bf16 GEMM (AVX512_BF16)
   ocl-icd-opencl-dev       # Debian's dnnl-config.cmake calls find_package(OpenCL REQUIRED); libdnnl-dev only recommends it
   libopenmpi-dev openmpi-bin
-  iproute2                 # ip netns / veth / tc tbf: the multi-host test's hosts and link
   nlohmann-json3-dev libcli11-dev
   libisal-dev              # Intel ISA-L: CRC-32 of checkpoint shards
+  libsentencepiece-dev     # anvil data tokenizer / tokenize: SentencePiece BPE and unigram
+  bible-kjv                # public-domain English text for the quick start's training run (`bible` prints it)
+)
+test_packages=(
   libgtest-dev
+  iproute2                 # ip netns / veth / tc tbf: the multi-host test's hosts and link
   python3-torch            # the PyTorch reference in the parity tests and the training baseline
-  bible-kjv                # public-domain English text for the training demo (`bible` prints it)
+  python3-sentencepiece    # bench/tokenizer.sh: the Python binding, the speed baseline
   gnuplot-nox              # anvil plot renders its PNGs with it (pngcairo)
   fortunes                 # scripts/corpus.sh: English quotations and verse, more prose for the default corpus
-  libsentencepiece-dev     # anvil data tokenizer / tokenize: SentencePiece BPE and unigram
-  python3-sentencepiece    # bench/tokenizer.sh: the Python binding, the speed baseline
   python3-venv             # .venv: the pinned PyPI test clients (requirements.txt)
   python3-dev              # Python.h: torch.compile's C++ code (bench/torch_compare.sh)
 )
+[ "$tests" = 1 ] && packages+=("${test_packages[@]}")
 
 missing=()
 for p in "${packages[@]}"; do
@@ -40,6 +47,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+[ "$tests" = 1 ] || exit 0
 
 # The Python environment, rebuilt when requirements.txt changes (its hash
 # is kept in .venv/requirements.sha256). Debian's python3, not a user's.

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-scripts/build.sh
+scripts/build.sh -DANVIL_BUILD_TESTS=OFF
 build/anvil hw
 echo
 scripts/kjv-text.sh
