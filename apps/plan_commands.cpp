@@ -1,5 +1,7 @@
 #include "plan_commands.hpp"
 
+#include "anvil/train/options.hpp"
+
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -14,28 +16,10 @@
 namespace anvil::cli {
 namespace {
 
-int64_t parse_bytes(const std::string& text, const std::string& flag) {
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    pos = 0;
-  }
-  double mult = 1;
-  const std::string suffix = text.substr(pos);
-  if (suffix == "K")
-    mult = 1024.0;
-  else if (suffix == "M")
-    mult = 1024.0 * 1024;
-  else if (suffix == "G")
-    mult = 1024.0 * 1024 * 1024;
-  else if (!suffix.empty())
-    pos = 0;
-  if (pos == 0 || !(v > 0))
-    throw InputError(flag + ": expected a size like 4096, 64K, 1M or 2G, got '" + text + "'");
-  return static_cast<int64_t>(v * mult);
-}
+// anvil train's flags that plan has as its own (the same meaning).
+const std::vector<std::string> kPlanOwns = {"model.config",   "model.set",     "model.dtype",
+                                            "train.batch",    "train.seq",     "train.accum",
+                                            "optimizer.name", "parallel.zero", "parallel.ep"};
 
 }  // namespace
 
@@ -47,27 +31,34 @@ void PlanCommands::add_model_flags(CLI::App* cmd, Model& m, bool required) {
   cmd->add_option("--hw", m.hw,
                   "Hardware profile: mi300x, h100-sxm, h200-sxm (profiles/) or a file "
                   "from anvil hw --profile FILE");
-  cmd->add_option("--dtype", m.dtype,
-                  "GEMM input type: bf16, f32, or fp8 (fp8 GEMMs, bf16 everywhere else)")
-      ->check(CLI::IsMember({"bf16", "f32", "fp8"}));
-  cmd->add_option("--micro-batch", m.micro_batch, "Sequences per forward/backward on one rank")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--seq", m.seq, "Tokens per sequence (default: the config's seq_len)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--nodes", m.nodes, "Nodes")->check(CLI::PositiveNumber);
+  add_dtype_option(cmd, "--dtype,--precision", m.dtype, {Dtype::bf16, Dtype::fp32, Dtype::fp8},
+                   "GEMM input type (fp8: fp8 GEMMs, bf16 everywhere else)", profile_word);
+  cmd->add_option("-B,--batch,--micro-batch", m.micro_batch,
+                  "Sequences per forward/backward on one rank (anvil train's --batch)")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd->add_option("-T,--seq", m.seq, "Tokens per sequence (0: the config's seq_len)")
+      ->check(at_least(0))
+      ->capture_default_str();
+  cmd->add_option("--accum", m.accum,
+                  "Micro-batches per optimizer step (anvil train's --accum; the global batch is "
+                  "batch x accum x dp unless --global-batch says otherwise)")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd->add_option("--nodes", m.nodes, "Nodes")->check(at_least(1));
   cmd->add_option("--gpus-per-node", m.gpus_per_node,
                   "Devices (ranks) per node (default: the profile's devices_per_node; on a CPU "
                   "profile, --dp / --nodes: the ranks share the node's CPU)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--threads-per-rank", m.threads_per_rank,
                   "CPU profiles: threads one rank runs; it gets that share of the profile's "
                   "whole-CPU compute and memory rates (default: the CPU split evenly over the "
                   "node's ranks)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--link-gbps", m.link_gbps,
                   "Inter-node link bandwidth per node, Gbit/s (replaces the profile's NICs: one "
                   "link per node)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--assume", m.assume,
                   "Derate a published profile: memory=F, link=F, gemm=F or gemm.DTYPE=F, each the "
                   "achieved fraction (0, 1] of the datasheet figure (repeatable; replaces the "
@@ -79,32 +70,31 @@ void PlanCommands::add_model_flags(CLI::App* cmd, Model& m, bool required) {
   cmd->add_option("--dp", m.dp,
                   "Data-parallel replicas; the ranks are dp x tp x pp x cp (= nodes x gpus per "
                   "node; sets --nodes)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--tp", m.tp,
                   "Tensor-parallel ranks (inside a node; heads, ffn and vocabulary split, with "
                   "sequence parallelism)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--pp", m.pp, "Pipeline stages (1F1B, layers split evenly)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
+  cmd->add_option("--pp", m.pp, "Pipeline stages (1F1B, layers split evenly)")->check(at_least(1));
   cmd->add_option("--vp", m.vp, "Virtual stages per pipeline rank (interleaved 1F1B)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--cp", m.cp, "Context-parallel ranks (each holds seq / cp tokens)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_flag("--fsdp", m.fsdp,
                 "FSDP / ZeRO-3: weights, gradients and optimizer state sharded over the "
                 "data-parallel ranks, weights gathered per micro-batch");
   cmd->add_option("--ep", m.ep, "Expert-parallel ranks (divides dp and n_experts)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_flag("--zero", m.zero1, "ZeRO-1: shard optimizer state over the data-parallel ranks");
   cmd->add_option("--global-batch", m.global_batch,
                   "Sequences per optimizer step over all ranks (default: micro-batch x dp)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--optimizer", m.optimizer, "adamw, or muon (2-D matrices; AdamW for the rest)")
-      ->check(CLI::IsMember({"adamw", "muon"}));
+      ->check(one_of({"adamw", "muon"}));
   cmd->add_flag("--recompute", m.recompute, "Full activation recompute per layer");
 }
 
-void PlanCommands::add_to(CLI::App& app) {
+void PlanCommands::add_to(CLI::App& app, Context& ctx) {
   size_ = app.add_subcommand(
       "size",
       "Count a config's parameters (total and active, per component); with --hw check the "
@@ -115,47 +105,56 @@ void PlanCommands::add_to(CLI::App& app) {
                   "Search nearby d_model / heads / ffn / experts at the same parameter budget, "
                   "rank them by predicted training throughput, show the Pareto front against "
                   "decode latency at batch 1 and 32, and where the given shape sits (needs --hw)");
-  size_->add_option("--top", top_, "Candidates to show with --recommend")
-      ->check(CLI::PositiveNumber);
+  size_->add_option("--top", top_, "Candidates to show with --recommend")->check(at_least(1));
   size_
       ->add_option("--budget-tolerance", tolerance_,
                    "Relative non-embedding parameter range --recommend keeps")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(in_range(0, 1));
 
   plan_ = app.add_subcommand(
       "plan",
       "Predict a training step on a hardware profile: compute, exposed communication, optimizer; "
       "tokens/s, MFU, memory per rank, checkpoint and goodput");
   add_model_flags(plan_, plan_model_, false);
+  // The rest of anvil train's flags are accepted too (hidden; the planner
+  // does not read them), so a train command line is priced unchanged.
+  add_options(plan_, train_flags_.train, "train", ctx, "", kPlanOwns);
+  add_options(plan_, train_flags_.optimizer, "optimizer", ctx, "", kPlanOwns);
+  add_options(plan_, train_flags_.balancing, "balancing", ctx, "", kPlanOwns);
+  add_options(plan_, train_flags_.parallel, "parallel", ctx, "", kPlanOwns);
+  add_options(plan_, train_flags_.checkpoint, "checkpoint", ctx, "", kPlanOwns);
+  add_options(plan_, train_flags_.metrics, "metrics", ctx, "", kPlanOwns);
+  add_options(plan_, train_flags_.guard, "guard", ctx, "", kPlanOwns);
+  add_options(plan_, train_flags_.faults, "faults", ctx, "", kPlanOwns);
   plan_->add_flag("--no-overlap", no_overlap_,
                   "Gradient collectives do not overlap backward compute");
   plan_
       ->add_option("--mttf-hours", mttf_hours_,
                    "Mean time to failure of one device, hours (adds failures/day and goodput)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   plan_
       ->add_option("--ckpt-interval-min", ckpt_interval_min_,
                    "Checkpoint interval, minutes (default: the Young/Daly optimum)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   plan_->add_option("--ckpt-gbs", ckpt_gbs_, "Checkpoint write bandwidth per node, GB/s")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   plan_
       ->add_option("--restart-min", restart_min_,
                    "Minutes from a failure to training again (detect, restart, reload)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   plan_->add_flag("--json", plan_json_, "Print JSON instead of the table");
 
   comm_ = plan_->add_subcommand("comm", "Predict single collectives: time per message size");
   comm_->add_option("--hw", comm_hw_, "Hardware profile name or file")->required();
   comm_->add_option("--op", comm_op_, "allreduce, reduce_scatter, allgather, broadcast, alltoall")
-      ->check(CLI::IsMember({"allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall"}));
+      ->check(one_of({"allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall"}));
   comm_->add_option("--algo", comm_algo_, "A measured algorithm's fit (default: the fastest)");
-  comm_->add_option("--ranks", comm_ranks_, "Ranks")->check(CLI::PositiveNumber);
+  comm_->add_option("--ranks", comm_ranks_, "Ranks")->check(at_least(1));
   comm_
       ->add_option("--ranks-per-node", comm_ranks_per_node_,
                    "Ranks per node (default: the profile's devices_per_node; on a CPU "
                    "profile, all of --ranks share this node)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   comm_->add_option("--sizes", comm_sizes_, "Message sizes, e.g. 1M,16M")->delimiter(',');
   comm_->add_option(
       "--assume", comm_assume_,
@@ -175,60 +174,67 @@ struct Resolved {
   plan::Layout layout;
 };
 
+Resolved resolve(const PlanCommands::Model& m) {
+  Resolved r;
+  r.config = model::load_model_config(m.config, m.overrides);
+  if (!m.hw.empty()) r.hw = plan::find_hw_profile(m.hw, "--hw");
+  for (const auto& a : m.assume) plan::apply_assumption(r.hw, a);
+  plan::Layout& l = r.layout;
+  l.dtype = m.dtype;
+  l.micro_batch = m.micro_batch;
+  l.seq = m.seq > 0 ? m.seq : r.config.seq_len;
+  l.devices_per_node = m.gpus_per_node > 0
+                           ? m.gpus_per_node
+                           : std::max<int64_t>(1, r.hw.interconnect.devices_per_node);
+  // A CPU is one device that its node's ranks share: --dp N on one node
+  // means N ranks on this CPU, not N nodes.
+  if (r.hw.kind == "cpu" && m.gpus_per_node == 0 && m.dp > 0) {
+    if (m.dp % m.nodes != 0)
+      throw InputError("--dp " + std::to_string(m.dp) + ": expected a multiple of --nodes " +
+                       std::to_string(m.nodes));
+    l.devices_per_node = m.dp / m.nodes;
+  }
+  l.nodes = m.nodes;
+  l.threads_per_rank = m.threads_per_rank;
+  if (m.link_gbps > 0) {
+    r.hw.interconnect.nic_gbps = m.link_gbps;
+    r.hw.interconnect.nics_per_node = 1;
+  }
+  l.tp = m.tp;
+  l.pp = m.pp;
+  l.vp = m.vp;
+  l.cp = m.cp;
+  l.fsdp = m.fsdp;
+  if (m.dp > 0) {
+    const int64_t world = m.dp * m.tp * m.pp * m.cp;
+    if (world % l.devices_per_node != 0 && world >= l.devices_per_node)
+      throw InputError("--dp " + std::to_string(m.dp) + ": expected dp x tp x pp x cp = " +
+                       std::to_string(world) + " ranks to be a multiple of " +
+                       std::to_string(l.devices_per_node) + " devices per node");
+    if (world < l.devices_per_node) l.devices_per_node = world;
+    l.nodes = world / l.devices_per_node;
+  }
+  l.ep = m.ep;
+  l.zero1 = m.zero1;
+  l.global_batch = m.global_batch > 0 ? m.global_batch : m.micro_batch * m.accum * l.dp();
+  l.optimizer = m.optimizer;
+  l.recompute = m.recompute;
+  if (!m.expert_loads.empty())
+    l.expert_shares = plan::expert_shares_from_metrics(m.expert_loads, r.config.n_experts);
+  return r;
+}
+
 }  // namespace
 
-bool PlanCommands::run() {
-  auto resolve = [](const auto& m) {
-    Resolved r;
-    r.config = model::load_model_config(m.config, m.overrides);
-    if (!m.hw.empty()) r.hw = plan::find_hw_profile(m.hw, "--hw");
-    for (const auto& a : m.assume) plan::apply_assumption(r.hw, a);
-    plan::Layout& l = r.layout;
-    l.dtype = m.dtype;
-    l.micro_batch = m.micro_batch;
-    l.seq = m.seq > 0 ? m.seq : r.config.seq_len;
-    l.devices_per_node = m.gpus_per_node > 0
-                             ? m.gpus_per_node
-                             : std::max<int64_t>(1, r.hw.interconnect.devices_per_node);
-    // A CPU is one device that its node's ranks share: --dp N on one node
-    // means N ranks on this CPU, not N nodes.
-    if (r.hw.kind == "cpu" && m.gpus_per_node == 0 && m.dp > 0) {
-      if (m.dp % m.nodes != 0)
-        throw InputError("--dp " + std::to_string(m.dp) + ": expected a multiple of --nodes " +
-                         std::to_string(m.nodes));
-      l.devices_per_node = m.dp / m.nodes;
-    }
-    l.nodes = m.nodes;
-    l.threads_per_rank = m.threads_per_rank;
-    if (m.link_gbps > 0) {
-      r.hw.interconnect.nic_gbps = m.link_gbps;
-      r.hw.interconnect.nics_per_node = 1;
-    }
-    l.tp = m.tp;
-    l.pp = m.pp;
-    l.vp = m.vp;
-    l.cp = m.cp;
-    l.fsdp = m.fsdp;
-    if (m.dp > 0) {
-      const int64_t world = m.dp * m.tp * m.pp * m.cp;
-      if (world % l.devices_per_node != 0 && world >= l.devices_per_node)
-        throw InputError("--dp " + std::to_string(m.dp) + ": expected dp x tp x pp x cp = " +
-                         std::to_string(world) + " ranks to be a multiple of " +
-                         std::to_string(l.devices_per_node) + " devices per node");
-      if (world < l.devices_per_node) l.devices_per_node = world;
-      l.nodes = world / l.devices_per_node;
-    }
-    l.ep = m.ep;
-    l.zero1 = m.zero1;
-    l.global_batch = m.global_batch > 0 ? m.global_batch : m.micro_batch * l.dp();
-    l.optimizer = m.optimizer;
-    l.recompute = m.recompute;
-    if (!m.expert_loads.empty())
-      l.expert_shares = plan::expert_shares_from_metrics(m.expert_loads, r.config.n_experts);
-    return r;
-  };
+std::optional<int> PlanCommands::run(Context&) {
+  if (comm_ && *comm_) return run_comm();
+  if (plan_ && *plan_) return run_plan();
+  if (size_ && *size_) return run_size();
+  return std::nullopt;
+}
 
-  if (comm_ && *comm_) {
+int PlanCommands::run_comm() {
+  {
     plan::HwProfile hw = plan::find_hw_profile(comm_hw_, "--hw");
     for (const auto& a : comm_assume_) plan::apply_assumption(hw, a);
     // A CPU node hosts all the ranks that share it, as --dp does for plan.
@@ -239,7 +245,7 @@ bool PlanCommands::run() {
     Table t({"size", "bytes", "predicted us", "how"});
     nlohmann::json j = nlohmann::json::array();
     for (const auto& text : comm_sizes_) {
-      const int64_t bytes = parse_bytes(text, "--sizes");
+      const int64_t bytes = parse_size(text, "--sizes");
       const auto price = plan::price_collective(hw, comm_op_, comm_ranks_, per_node,
                                                 static_cast<double>(bytes), comm_algo_);
       t.add_row({text, std::to_string(bytes), fmt(price.seconds * 1e6, 1), price.how});
@@ -255,12 +261,16 @@ bool PlanCommands::run() {
       std::cout << "# " << comm_op_ << " on " << hw.name << ", " << comm_ranks_ << " ranks\n"
                 << t.to_text();
     }
-    return true;
+    return 0;
   }
-  if (plan_ && *plan_) {
-    if (plan_model_.config.empty()) throw InputError("anvil plan: --config is required");
+}
+
+int PlanCommands::run_plan() {
+  {
+    if (plan_model_.config.empty())
+      throw InputError("--config: expected a model config file (configs/*.json)");
     if (plan_model_.hw.empty())
-      throw InputError("anvil plan: --hw is required (mi300x, h100-sxm, h200-sxm or a file)");
+      throw InputError("--hw: expected a hardware profile (mi300x, h100-sxm, h200-sxm or a file)");
     const Resolved r = resolve(plan_model_);
     plan::PlanOptions o;
     o.layout = r.layout;
@@ -271,15 +281,18 @@ bool PlanCommands::run() {
     o.restart_s = restart_min_ * 60;
     const auto p = plan::predict_step(r.config, r.hw, o);
     std::cout << (plan_json_ ? plan::prediction_json(p) : plan::prediction_text(p));
-    return true;
+    return 0;
   }
-  if (size_ && *size_) {
+}
+
+int PlanCommands::run_size() {
+  {
     const Resolved r = resolve(size_model_);
     const auto count = model::count_parameters(r.config);
     if (size_model_.hw.empty()) {
       if (recommend_) throw InputError("--recommend: needs --hw (a hardware profile)");
       std::cout << (size_json_ ? count.to_json() : count.text());
-      return true;
+      return 0;
     }
     plan::validate_layout(r.config, r.layout);
     const auto rules = plan::check_sizing_rules(r.config, r.hw, r.layout);
@@ -302,9 +315,12 @@ bool PlanCommands::run() {
                 << plan::rules_text(rules);
       if (recommend_) std::cout << "\n" << plan::candidates_text(candidates, top_);
     }
-    return true;
+    return 0;
   }
-  return false;
+}
+
+std::unique_ptr<CommandFamily> make_plan_commands() {
+  return std::make_unique<PlanCommands>();
 }
 
 }  // namespace anvil::cli

@@ -1,21 +1,25 @@
 // The planner's commands: `anvil size` (parameters; with --hw the sizing
 // rules and --recommend) and `anvil plan` (step-time prediction; `anvil plan
-// comm` for single collectives). Flags only; the work is in src/anvil/plan.
+// comm` for single collectives). The batch, sequence, dtype and parallelism
+// flags are anvil train's, and plan accepts train's other flags too, so a
+// train command line is priced unchanged. Flags only; the work is in
+// src/anvil/plan.
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
 
+#include "anvil/train/options.hpp"
+#include "cli.hpp"
+
 namespace anvil::cli {
 
-class PlanCommands {
+class PlanCommands : public CommandFamily {
  public:
-  void add_to(CLI::App& app);
-  // Runs the command that was parsed; false when none of these was.
-  bool run();
+  void add_to(CLI::App& app, Context& ctx) override;
+  std::optional<int> run(Context& ctx) override;
 
- private:
   struct Model {
     std::string config;
     std::vector<std::string> overrides;
@@ -23,6 +27,7 @@ class PlanCommands {
     std::string dtype = "bf16";
     int64_t micro_batch = 1;
     int64_t seq = 0;
+    int64_t accum = 1;
     int64_t nodes = 1;
     int64_t gpus_per_node = 0;
     int64_t dp = 0;
@@ -38,12 +43,18 @@ class PlanCommands {
     std::vector<std::string> assume;  // --assume KEY=FRACTION
     std::string expert_loads;         // --expert-loads RUN/metrics.jsonl
   };
+
+ private:
   void add_model_flags(CLI::App* cmd, Model& m, bool required);
+  int run_comm();
+  int run_plan();
+  int run_size();
 
   CLI::App* size_ = nullptr;
   CLI::App* plan_ = nullptr;
   CLI::App* comm_ = nullptr;
   Model size_model_, plan_model_;
+  train::TrainOptions train_flags_;  // accepted, not read
   bool size_json_ = false, recommend_ = false, plan_json_ = false, comm_json_ = false;
   size_t top_ = 10;
   double tolerance_ = 0.05;

@@ -18,7 +18,6 @@
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/ckpt/safetensors.hpp"
 #include "anvil/ckpt/sharded.hpp"
-#include "anvil/ft/faults.hpp"
 #include "support/input_error.hpp"
 
 namespace anvil::ckpt {
@@ -177,31 +176,6 @@ TEST(Sharded, AnUncommittedSaveIsInvisibleAndCleanedUp) {
 }  // namespace
 }  // namespace anvil::ckpt
 
-namespace anvil::ft {
-namespace {
-
-TEST(Faults, InjectionSpecsParseOrNameTheExpectedForm) {
-  const Fault k = parse_fault("kill@30:1");
-  EXPECT_EQ(k.kind, "kill");
-  EXPECT_EQ(k.step, 30);
-  EXPECT_EQ(k.rank, 1);
-  const Fault s = parse_fault("slow@5=200");
-  EXPECT_EQ(s.kind, "slow");
-  EXPECT_EQ(s.rank, 0);
-  EXPECT_DOUBLE_EQ(s.arg, 200);
-  const Fault w = parse_fault("kill-in-save@20:3=5.5");
-  EXPECT_EQ(w.kind, "kill-in-save");
-  EXPECT_EQ(w.rank, 3);
-  EXPECT_DOUBLE_EQ(w.arg, 5.5);
-  for (const char* bad : {"kill", "kill@", "kill@0", "boom@3", "kill@3:x", "kill@3:1=", "slow@3",
-                          "kill@3x", "nan@-1", "@3", "kill,hang@3"}) {
-    test_support::expect_input_error([&] { parse_fault(bad); },
-                             {std::string("--inject ") + bad, "KIND@STEP[:RANK][=ARG]"});
-  }
-}
-
-}  // namespace
-}  // namespace anvil::ft
 
 namespace anvil::ckpt {
 namespace {

@@ -14,45 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "cli/cli_run.hpp"
+
 namespace {
 
-// An empty directory under the test's temporary directory.
-std::string fresh_dir(const std::string& name) {
-  const std::string dir = testing::TempDir() + "/" + name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
-struct CliRun {
-  int status = -1;
-  std::string out;  // stdout or stderr, as asked
-};
-
-// Runs `anvil ARGS`; captures stderr when `want_stderr`, else stdout.
-CliRun anvil(const std::string& args, bool want_stderr) {
-  // `timeout`: a hang fails the test instead of stalling CI.
-  const std::string cmd = "timeout 300 " + std::string(ANVIL_BINARY) + " " + args +
-                          (want_stderr ? " 2>&1 >/dev/null" : " 2>/dev/null");
-  CliRun r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
-
-void expect_usage_error(const std::string& args, const std::string& must_name) {
-  const CliRun r = anvil(args, true);
-  EXPECT_EQ(r.status, 2) << args << "\n" << r.out;
-  EXPECT_EQ(r.out.rfind("anvil: error: ", 0), 0u) << args << ": " << r.out;
-  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": not one line: " << r.out;
-  EXPECT_NE(r.out.find(must_name), std::string::npos)
-      << args << ": does not name " << must_name << ": " << r.out;
-}
+using anvil::test_support::CliRun;
+using anvil::test_support::expect_usage_error;
+using anvil::test_support::fresh_dir;
+using anvil::test_support::run_anvil;
 
 TEST(Cli, RejectsBadFlagsAndValuesWithOneLineAndStatus2) {
   expect_usage_error("bench gemm --threads abc", "--threads");
@@ -98,10 +67,10 @@ TEST(Cli, TrainsOnTextCheckpointsAndGenerates) {
       text << "the quick brown fox jumps over the lazy dog " << i << "\n";
   }
   const std::string cfg = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/gpt2-tiny.json";
-  const CliRun t = anvil("train --config " + cfg + " --set vocab_size=256 --data " + dir +
-                             "/text.txt -B 2 -T 32 --steps 6 --peak-gflops 1 --out " + dir +
-                             "/run --json-out " + dir + "/summary.json",
-                         false);
+  const CliRun t = run_anvil("train --config " + cfg + " --set vocab_size=256 --data " + dir +
+                                 "/text.txt -B 2 -T 32 --steps 6 --peak-gflops 1 --out " + dir +
+                                 "/run --json-out " + dir + "/summary.json",
+                             false);
   ASSERT_EQ(t.status, 0) << t.out;
   EXPECT_NE(t.out.find("memory plan: parameters"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("step 6/6"), std::string::npos) << t.out;
@@ -115,25 +84,26 @@ TEST(Cli, TrainsOnTextCheckpointsAndGenerates) {
   EXPECT_EQ(lines, 6);
   const auto summary = nlohmann::json::parse(std::ifstream(dir + "/summary.json"));
   EXPECT_EQ(summary["losses"].size(), 6u);
-  const CliRun g = anvil("generate --checkpoint " + dir + "/run --prompt the --max-new 10", false);
+  const CliRun g =
+      run_anvil("generate --checkpoint " + dir + "/run --prompt the --max-new 10", false);
   ASSERT_EQ(g.status, 0);
   EXPECT_EQ(g.out.size(), std::string("the").size() + 10 + 1);  // prompt, 10 bytes, newline
-  const CliRun s = anvil("size --config " + cfg + " --json", false);
+  const CliRun s = run_anvil("size --config " + cfg + " --json", false);
   ASSERT_EQ(s.status, 0);
   EXPECT_GT(nlohmann::json::parse(s.out)["total"].get<int64_t>(), 0);
 }
 
 TEST(Cli, NoSubcommandIsAUsageError) {
-  const CliRun r = anvil("", true);
+  const CliRun r = run_anvil("", true);
   EXPECT_EQ(r.status, 2);
 }
 
 TEST(Cli, HelpExplainsEveryCommand) {
-  const CliRun r = anvil("--help", false);
+  const CliRun r = run_anvil("--help", false);
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.out.find("hw"), std::string::npos);
   EXPECT_NE(r.out.find("bench"), std::string::npos);
-  const CliRun g = anvil("bench gemm --help", false);
+  const CliRun g = run_anvil("bench gemm --help", false);
   EXPECT_EQ(g.status, 0);
   for (const char* flag :
        {"--preset", "--sizes", "--dtype", "--threads", "--baselines", "--json", "--csv"}) {
@@ -143,7 +113,7 @@ TEST(Cli, HelpExplainsEveryCommand) {
 }
 
 TEST(Cli, HwJsonDescribesCpuBlasAndMpi) {
-  const CliRun r = anvil("hw --json", false);
+  const CliRun r = run_anvil("hw --json", false);
   ASSERT_EQ(r.status, 0);
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_GT(j["cpu"]["logical_cpus"].get<int>(), 0);
@@ -155,7 +125,7 @@ TEST(Cli, HwJsonDescribesCpuBlasAndMpi) {
 TEST(Cli, GemmBenchMeasuresTheLibraryBaselineInAChildAndWritesJson) {
   const auto out = std::filesystem::temp_directory_path() /
                    ("anvil-cli-" + std::to_string(::getpid()) + ".json");
-  const CliRun r = anvil(
+  const CliRun r = run_anvil(
       "bench gemm --sizes 16,32 --baselines library --min-time 0.001 --csv --out " + out.string(),
       false);
   ASSERT_EQ(r.status, 0);
@@ -173,7 +143,7 @@ TEST(Cli, GemmBenchMeasuresTheLibraryBaselineInAChildAndWritesJson) {
 TEST(Cli, SeveralChildBaselinesEachAnswerAndExit) {
   // Each child must see end-of-file on its stdin when the run ends, even
   // though later children were started while it was open.
-  const CliRun r = anvil(
+  const CliRun r = run_anvil(
       "bench gemm --sizes 8,16 --baselines library,coretype:Haswell,coretype:Prescott "
       "--min-time 0.001 --json",
       false);
@@ -193,7 +163,7 @@ TEST(Cli, UnknownBaselineIsAUsageError) {
 }
 
 TEST(Cli, CommBenchRunsUnderMpirunAndChecksExactly) {
-  const CliRun r = anvil(
+  const CliRun r = run_anvil(
       "bench comm --np 2 --op allreduce,allgather,broadcast -b 8 -e 64K -f 16 -n 2 -w 1 --json",
       false);
   ASSERT_EQ(r.status, 0) << r.out;
@@ -208,9 +178,11 @@ TEST(Cli, CommBenchPassesPoolEachSizeIntoOnePoint) {
   // Three sweeps over the sizes give one checked point per (op, algo, size),
   // the same points a single sweep gives.
   auto keys = [](const std::string& passes) {
-    const CliRun r = anvil("bench comm --np 2 --op allreduce,reduce_scatter --algo shm,ring "
-                           "-b 1K -e 64K -f 4 -n 2 -w 1 --json --passes " + passes,
-                           false);
+    const CliRun r = run_anvil(
+        "bench comm --np 2 --op allreduce,reduce_scatter --algo shm,ring "
+        "-b 1K -e 64K -f 4 -n 2 -w 1 --json --passes " +
+            passes,
+        false);
     EXPECT_EQ(r.status, 0) << r.out;
     std::vector<std::string> out;
     const auto j = nlohmann::json::parse(r.out);
@@ -231,7 +203,7 @@ TEST(Cli, CommBenchPassesPoolEachSizeIntoOnePoint) {
 TEST(Cli, CommBenchAddsSizesAndRefinesOnlyInsideTheSweep) {
   // --add-sizes joins the sweep (sorted in, checked like the rest); --refine
   // may add sizes only strictly between two swept ones, whatever the timings.
-  const CliRun r = anvil(
+  const CliRun r = run_anvil(
       "bench comm --np 2 --op allreduce --algo ring -b 4K -e 64K -f 4 -n 2 -w 1 --json "
       "--add-sizes 24K,6000 --refine 1.01",
       false);
@@ -253,7 +225,7 @@ TEST(Cli, CommBenchAddsSizesAndRefinesOnlyInsideTheSweep) {
 }
 
 TEST(Cli, AttentionBenchReportsEachCaseAgainstTheSgemmPeak) {
-  const CliRun r = anvil(
+  const CliRun r = run_anvil(
       "bench attention --seqs 130,64 --head-dims 16 --heads 4 --kv-heads 2 --tokens 260 "
       "--min-time 0.001 --json",
       false);
@@ -279,9 +251,9 @@ TEST(Cli, CommBenchWritesTheAutoTuningTable) {
   const auto out = std::filesystem::temp_directory_path() /
                    ("anvil-tune-" + std::to_string(::getpid()) + ".json");
   const CliRun r =
-      anvil("bench comm --np 2 --op allreduce -b 8 -e 1K -f 8 -n 1 -w 0 --csv --tuning-out " +
-                out.string(),
-            false);
+      run_anvil("bench comm --np 2 --op allreduce -b 8 -e 1K -f 8 -n 1 -w 0 --csv --tuning-out " +
+                    out.string(),
+                false);
   ASSERT_EQ(r.status, 0) << r.out;
   const auto j = nlohmann::json::parse(std::ifstream(out));
   EXPECT_EQ(j["format"], "anvil-comm-tuning");
@@ -303,7 +275,7 @@ TEST(Cli, CommBenchRejectsBadFlags) {
 TEST(Cli, AStuckRankEndsTheJobWithinTheTimeoutNamingOpAndRanks) {
   // --stall-rank 1: rank 1 never joins; ranks 0 and 2 must each say so.
   for (const std::string algo : {"ring", "shm", "mpi"}) {
-    const CliRun r = anvil(
+    const CliRun r = run_anvil(
         "bench comm --np 3 --algo " + algo + " -b 1K -e 1K -n 2 -w 1 --timeout 2 --stall-rank 1",
         true);
     // The stalled rank sleeps 3 x timeout + 10 s; a job that instead ended
@@ -321,7 +293,7 @@ TEST(Cli, AStuckRankEndsTheJobWithinTheTimeoutNamingOpAndRanks) {
 }
 
 TEST(Cli, MembwCsvHasOneRowPerMeasurement) {
-  const CliRun r = anvil(
+  const CliRun r = run_anvil(
       "bench membw --kernels triad,read --sizes 16K,64K --threads 1 --min-time 0.001 --csv", false);
   ASSERT_EQ(r.status, 0);
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1 + 4) << r.out;
@@ -330,7 +302,7 @@ TEST(Cli, MembwCsvHasOneRowPerMeasurement) {
 TEST(Cli, HwProfileWritesALoadableProfile) {
   const auto out = std::filesystem::temp_directory_path() /
                    ("anvil-prof-" + std::to_string(::getpid()) + ".json");
-  const CliRun r = anvil("hw --profile " + out.string() + " --min-time 0.001", false);
+  const CliRun r = run_anvil("hw --profile " + out.string() + " --min-time 0.001", false);
   ASSERT_EQ(r.status, 0);
   const auto j = nlohmann::json::parse(std::ifstream(out));
   EXPECT_EQ(j["format"], "anvil-hw-profile");
@@ -340,17 +312,17 @@ TEST(Cli, HwProfileWritesALoadableProfile) {
   EXPECT_FALSE(j["attention"].empty());
   // The model's GEMM shapes measured into it; the planner then prices them as measured.
   const std::string cfg = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/gpt2-tiny.json";
-  ASSERT_EQ(anvil("bench gemm --preset model --config " + cfg +
-                      " --tokens 64 --backward --min-time 0.001 --baselines none --profile " +
-                      out.string(),
-                  false)
+  ASSERT_EQ(run_anvil("bench gemm --preset model --config " + cfg +
+                          " --tokens 64 --backward --min-time 0.001 --baselines none --profile " +
+                          out.string(),
+                      false)
                 .status,
             0);
   const auto k = nlohmann::json::parse(std::ifstream(out));
   EXPECT_FALSE(k["gemm_shapes"].empty());
-  const CliRun p = anvil("plan --config " + cfg + " --hw " + out.string() +
-                             " --micro-batch 1 --seq 64 --dtype f32",
-                         false);
+  const CliRun p = run_anvil(
+      "plan --config " + cfg + " --hw " + out.string() + " --micro-batch 1 --seq 64 --dtype f32",
+      false);
   ASSERT_EQ(p.status, 0) << p.out;
   EXPECT_NE(p.out.find("(measured shape)"), std::string::npos) << p.out;
   std::filesystem::remove(out);
@@ -382,10 +354,10 @@ TEST(Cli, PlanAndSizeRejectBadInputWithOneLine) {
 
 TEST(Cli, PlanPredictsAStepAndSizeChecksTheRules) {
   const std::string zaya = std::string(ANVIL_SOURCE_DIR) + "/configs/zaya1-base.json";
-  const CliRun p = anvil("plan --config " + zaya +
-                             " --hw mi300x --nodes 2 --zero --global-batch 32 --seq 4096 "
-                             "--mttf-hours 20000 --json",
-                         false);
+  const CliRun p = run_anvil("plan --config " + zaya +
+                                 " --hw mi300x --nodes 2 --zero --global-batch 32 --seq 4096 "
+                                 "--mttf-hours 20000 --json",
+                             false);
   ASSERT_EQ(p.status, 0) << p.out;
   const auto j = nlohmann::json::parse(p.out);
   EXPECT_GT(j["step_s"].get<double>(), 0);
@@ -395,7 +367,7 @@ TEST(Cli, PlanPredictsAStepAndSizeChecksTheRules) {
   EXPECT_EQ(j["comm"].size(), 2u);  // reduce-scatter + all-gather (ZeRO-1)
 
   const CliRun s =
-      anvil("size --config " + zaya + " --hw mi300x --recommend --top 3 --json", false);
+      run_anvil("size --config " + zaya + " --hw mi300x --recommend --top 3 --json", false);
   ASSERT_EQ(s.status, 0) << s.out;
   const auto k = nlohmann::json::parse(s.out);
   EXPECT_EQ(k["parameters"]["non_embedding_total"], 8303355728);
@@ -416,7 +388,7 @@ TEST(Cli, PlanPredictsAStepAndSizeChecksTheRules) {
   }
   EXPECT_TRUE(front);
   EXPECT_TRUE(given);
-  const CliRun st = anvil("size --config " + zaya + " --hw mi300x --recommend --top 3", false);
+  const CliRun st = run_anvil("size --config " + zaya + " --hw mi300x --recommend --top 3", false);
   ASSERT_EQ(st.status, 0) << st.out;
   EXPECT_NE(st.out.find("# Pareto front"), std::string::npos) << st.out;
   EXPECT_NE(st.out.find("as given: training rank"), std::string::npos) << st.out;
@@ -426,7 +398,7 @@ TEST(Cli, PlanPredictsAStepAndSizeChecksTheRules) {
   const std::string layout = "plan --config " + llama +
                              " --hw h100-sxm --dtype fp8 --seq 8192 --global-batch 128 --dp 2 "
                              "--tp 4 --pp 4 --vp 5 --cp 2 --zero --json";
-  const CliRun tp = anvil(layout, false);
+  const CliRun tp = run_anvil(layout, false);
   ASSERT_EQ(tp.status, 0) << tp.out;
   const auto t = nlohmann::json::parse(tp.out);
   EXPECT_EQ(t["layout"]["world"], 64);
@@ -434,11 +406,11 @@ TEST(Cli, PlanPredictsAStepAndSizeChecksTheRules) {
   bool bubble = false;
   for (const auto& part : t["compute"]) bubble = bubble || part["name"] == "pipeline bubble";
   EXPECT_TRUE(bubble);
-  const CliRun slow = anvil(layout + " --assume gemm.fp8=0.3 --assume memory=0.5", false);
+  const CliRun slow = run_anvil(layout + " --assume gemm.fp8=0.3 --assume memory=0.5", false);
   ASSERT_EQ(slow.status, 0) << slow.out;
   EXPECT_GT(nlohmann::json::parse(slow.out)["step_s"].get<double>(), t["step_s"].get<double>());
 
-  const CliRun c = anvil("plan comm --hw h100-sxm --ranks 16 --sizes 1M,1G --json", false);
+  const CliRun c = run_anvil("plan comm --hw h100-sxm --ranks 16 --sizes 1M,1G --json", false);
   ASSERT_EQ(c.status, 0) << c.out;
   EXPECT_EQ(nlohmann::json::parse(c.out).size(), 2u);
 }
@@ -450,11 +422,12 @@ TEST(Cli, TrainsZaya1WithRouterLossesAndGeneratesFromItsCheckpoint) {
     for (int i = 0; i < 300; ++i) text << "in the beginning was the word " << i << "\n";
   }
   const std::string cfg = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/zaya-tiny.json";
-  const CliRun t = anvil("train --config " + cfg + " --set vocab_size=256 --data " + dir +
-                             "/text.txt -B 2 -T 16 --steps 3 --peak-gflops 1 --aux-loss-coef 0.01 "
-                             "--z-loss-coef 0.001 --out " +
-                             dir + "/run",
-                         false);
+  const CliRun t =
+      run_anvil("train --config " + cfg + " --set vocab_size=256 --data " + dir +
+                    "/text.txt -B 2 -T 16 --steps 3 --peak-gflops 1 --aux-loss-coef 0.01 "
+                    "--z-loss-coef 0.001 --out " +
+                    dir + "/run",
+                false);
   ASSERT_EQ(t.status, 0) << t.out;
   std::ifstream metrics(dir + "/run/metrics.jsonl");
   std::string line;
@@ -463,7 +436,8 @@ TEST(Cli, TrainsZaya1WithRouterLossesAndGeneratesFromItsCheckpoint) {
   ASSERT_FALSE(router.empty());
   EXPECT_GT(router[0]["aux_loss"].get<double>(), 0);
   EXPECT_GT(router[0]["z_loss"].get<double>(), 0);
-  const CliRun g = anvil("generate --checkpoint " + dir + "/run --prompt in --max-new 8", false);
+  const CliRun g =
+      run_anvil("generate --checkpoint " + dir + "/run --prompt in --max-new 8", false);
   ASSERT_EQ(g.status, 0);
   EXPECT_EQ(g.out.size(), std::string("in").size() + 8 + 1);  // prompt, 8 bytes, newline
 }
@@ -471,16 +445,16 @@ TEST(Cli, TrainsZaya1WithRouterLossesAndGeneratesFromItsCheckpoint) {
 TEST(Cli, ExportsAndImportsCheckpointsInTheHuggingFaceLayouts) {
   const std::string dir = fresh_dir("cli_export");
   const std::string cfg = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/zaya-tiny.json";
-  ASSERT_EQ(
-      anvil("train --config " + cfg + " -B 1 -T 16 --steps 1 --peak-gflops 1 --out " + dir + "/run",
-            false)
-          .status,
-      0);
+  ASSERT_EQ(run_anvil("train --config " + cfg + " -B 1 -T 16 --steps 1 --peak-gflops 1 --out " +
+                          dir + "/run",
+                      false)
+                .status,
+            0);
   // The skip class outputs gate * x here: transformers' layout cannot say so.
   expect_usage_error("ckpt export --hf --checkpoint " + dir + "/run --out " + dir + "/hf",
                      "skip_output");
   EXPECT_FALSE(std::filesystem::exists(dir + "/hf"));
-  const CliRun e = anvil(
+  const CliRun e = run_anvil(
       "ckpt export --format original --checkpoint " + dir + "/run --out " + dir + "/orig", true);
   ASSERT_EQ(e.status, 0) << e.out;
   const auto config = nlohmann::json::parse(std::ifstream(dir + "/orig/config.json"));
@@ -500,19 +474,18 @@ TEST(Cli, ExportsAndImportsCheckpointsInTheHuggingFaceLayouts) {
   EXPECT_TRUE(h.contains("model.layers.0.self_attn.qkv.conv_qk.1.weight"));
   for (const auto& [name, v] : h.items()) EXPECT_EQ(name.find("exp_avg"), std::string::npos);
   // Again into the same place: refused, nothing half-written.
-  expect_usage_error("ckpt export --format original --checkpoint " + dir + "/run --out " + dir +
-                         "/orig",
-                     "--out");
+  expect_usage_error(
+      "ckpt export --format original --checkpoint " + dir + "/run --out " + dir + "/orig", "--out");
   // The original layout imports back to the same weights.
-  ASSERT_EQ(anvil("ckpt import --hf " + dir + "/orig --out " + dir + "/back", true).status, 0);
-  EXPECT_EQ(anvil("ckpt verify " + dir + "/back", true).status, 0);
+  ASSERT_EQ(run_anvil("ckpt import --hf " + dir + "/orig --out " + dir + "/back", true).status, 0);
+  EXPECT_EQ(run_anvil("ckpt verify " + dir + "/back", true).status, 0);
   const auto a = nlohmann::json::parse(std::ifstream(dir + "/back/model-config.json"));
   EXPECT_EQ(a["n_experts"], 3);
   // Llama with partial RoPE has no transformers architecture.
   const std::string llama = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/llama-tiny.json";
-  ASSERT_EQ(anvil("train --config " + llama + " -B 1 -T 16 --steps 1 --peak-gflops 1 --out " +
-                      dir + "/dense",
-                  false)
+  ASSERT_EQ(run_anvil("train --config " + llama + " -B 1 -T 16 --steps 1 --peak-gflops 1 --out " +
+                          dir + "/dense",
+                      false)
                 .status,
             0);
   expect_usage_error("ckpt export --checkpoint " + dir + "/dense --out " + dir + "/x",
@@ -602,7 +575,7 @@ TEST(Cli, BadTokenFilesCheckpointsAndStateJsonAreOneLineStatus2AndWriteNothing) 
   EXPECT_FALSE(std::filesystem::exists(dir + "/never"));
 
   // A checkpoint, then copies of it with one file corrupted each.
-  ASSERT_EQ(anvil(train + dir + "/text.txt --steps 2 --out " + dir + "/run", false).status, 0);
+  ASSERT_EQ(run_anvil(train + dir + "/text.txt --steps 2 --out " + dir + "/run", false).status, 0);
   const std::string emb = "model.embed_tokens.weight";
   auto entry = [&](const std::string& shape, int begin, int end) {
     return "\"" + emb + "\":{\"dtype\":\"F32\",\"shape\":" + shape + ",\"data_offsets\":[" +
@@ -641,7 +614,8 @@ TEST(Cli, BadTokenFilesCheckpointsAndStateJsonAreOneLineStatus2AndWriteNothing) 
   // Damage the first tensor's data (model weights come first; generation
   // reads only those).
   size_t data_start = 8;
-  for (int i = 0; i < 8; ++i) data_start += static_cast<size_t>(static_cast<unsigned char>(shard[i])) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    data_start += static_cast<size_t>(static_cast<unsigned char>(shard[i])) << (8 * i);
   std::string flipped = shard;
   flipped[data_start + 3] ^= 0x40;
   const std::vector<Case> sharded_cases = {
@@ -678,37 +652,38 @@ TEST(Cli, BadTokenFilesCheckpointsAndStateJsonAreOneLineStatus2AndWriteNothing) 
 TEST(Cli, TrainsATokenizerAndARunThatSpeaksThroughIt) {
   const std::string dir = fresh_dir("cli_tokenizer");
   const std::string text = std::string(ANVIL_SOURCE_DIR) + "/README.md";
-  ASSERT_EQ(anvil("data tokenizer train --text " + text + " --vocab 600 --out " + dir + "/tk", true)
-                .status,
-            0);
-  const CliRun t = anvil("data tokenize --text " + text + " --tokenizer " + dir +
-                             "/tk.model --out " + dir + "/readme.tok --verify",
-                         true);
+  ASSERT_EQ(
+      run_anvil("data tokenizer train --text " + text + " --vocab 600 --out " + dir + "/tk", true)
+          .status,
+      0);
+  const CliRun t = run_anvil("data tokenize --text " + text + " --tokenizer " + dir +
+                                 "/tk.model --out " + dir + "/readme.tok --verify",
+                             true);
   ASSERT_EQ(t.status, 0) << t.out;
   EXPECT_NE(t.out.find("decoded back exactly"), std::string::npos) << t.out;
   const auto meta = nlohmann::json::parse(std::ifstream(dir + "/readme.tok.json"));
   EXPECT_EQ(meta["tokenizer"]["kind"], "sentencepiece");
   const std::string cfg = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/gpt2-tiny.json";
-  ASSERT_EQ(anvil("train --config " + cfg + " --set vocab_size=600 -B 2 -T 32 --steps 2 " +
-                      "--peak-gflops 1 --data " + dir + "/readme.tok --out " + dir + "/run",
-                  false)
+  ASSERT_EQ(run_anvil("train --config " + cfg + " --set vocab_size=600 -B 2 -T 32 --steps 2 " +
+                          "--peak-gflops 1 --data " + dir + "/readme.tok --out " + dir + "/run",
+                      false)
                 .status,
             0);
   EXPECT_TRUE(std::filesystem::exists(dir + "/run/tokenizer.model"));
   // The prompt is encoded and the sample decoded with the run's tokenizer.
-  const CliRun g = anvil("generate --checkpoint " + dir +
-                             "/run --prompt 'The anvil' --max-new 5 --temperature 0",
-                         false);
+  const CliRun g = run_anvil(
+      "generate --checkpoint " + dir + "/run --prompt 'The anvil' --max-new 5 --temperature 0",
+      false);
   ASSERT_EQ(g.status, 0);
   EXPECT_EQ(g.out.rfind("The anvil", 0), 0u) << g.out;
   EXPECT_GT(g.out.size(), std::string("The anvil\n").size());
   // A vocabulary too small for the token file is refused by name.
-  expect_usage_error("train --config " + cfg + " -B 2 -T 32 --steps 1 --data " + dir +
-                         "/readme.tok",
-                     "readme.tok");
-  expect_usage_error("data tokenize --text " + text + " --tokenizer " + text + " --out " + dir +
-                         "/x.tok",
-                     "not a SentencePiece model");
+  expect_usage_error(
+      "train --config " + cfg + " -B 2 -T 32 --steps 1 --data " + dir + "/readme.tok",
+      "readme.tok");
+  expect_usage_error(
+      "data tokenize --text " + text + " --tokenizer " + text + " --out " + dir + "/x.tok",
+      "not a SentencePiece model");
   EXPECT_FALSE(std::filesystem::exists(dir + "/x.tok"));
   expect_usage_error("data tokenizer train --text " + text + " --vocab 10 --out " + dir + "/y",
                      "--vocab");
@@ -732,12 +707,13 @@ std::map<int64_t, double> losses_of(const std::string& run) {
 TEST(Cli, RecipeRunsItsPhasesAndResumesMidPhaseOnTheSameLosses) {
   const std::string dir = fresh_dir("cli_recipe");
   const std::string src = ANVIL_SOURCE_DIR;
-  ASSERT_EQ(anvil("data tokenize --text " + src + "/README.md --out " + dir + "/prose.tok", true)
-                .status,
-            0);
-  ASSERT_EQ(anvil("data tokenize --text " + src + "/src/anvil/train/trainer.cpp --out " + dir +
-                      "/code.tok",
-                  true)
+  ASSERT_EQ(
+      run_anvil("data tokenize --text " + src + "/README.md --out " + dir + "/prose.tok", true)
+          .status,
+      0);
+  ASSERT_EQ(run_anvil("data tokenize --text " + src + "/src/anvil/train/trainer.cpp --out " + dir +
+                          "/code.tok",
+                      true)
                 .status,
             0);
   // Three phases: a mixture, an anneal with a doubled batch (accum 2), and a
@@ -751,36 +727,46 @@ TEST(Cli, RecipeRunsItsPhasesAndResumesMidPhaseOnTheSameLosses) {
       {"batch", 2},
       {"ckpt_every", 3},
       {"phases",
-       {{{"name", "pretrain"}, {"tokens", 640}, {"seq", 32}, {"warmup", 2},
+       {{{"name", "pretrain"},
+         {"tokens", 640},
+         {"seq", 32},
+         {"warmup", 2},
          {"mixture", {{"prose", 0.7}, {"code", 0.3}}}},
-        {{"name", "anneal"}, {"tokens", 384}, {"seq", 32}, {"accum", 2},
-         {"mixture", {{"prose", 0.3}, {"code", 0.7}}}, {"decay_fraction", 1.0}},
-        {{"name", "long"}, {"tokens", 512}, {"seq", 64}, {"rope_theta", 1e5}, {"lr", 1e-3},
+        {{"name", "anneal"},
+         {"tokens", 384},
+         {"seq", 32},
+         {"accum", 2},
+         {"mixture", {{"prose", 0.3}, {"code", 0.7}}},
+         {"decay_fraction", 1.0}},
+        {{"name", "long"},
+         {"tokens", 512},
+         {"seq", 64},
+         {"rope_theta", 1e5},
+         {"lr", 1e-3},
          {"mixture", {{"prose", 1}}}}}}};
   std::ofstream(dir + "/recipe.json") << recipe.dump(2);
   const std::string run = "train --peak-gflops 1 --recipe " + dir + "/recipe.json --out " + dir;
-  ASSERT_EQ(anvil(run + "/straight", false).status, 0);
+  ASSERT_EQ(run_anvil(run + "/straight", false).status, 0);
   const auto straight = losses_of(dir + "/straight");
   ASSERT_EQ(straight.size(), 17u);  // 10 + 3 + 4 steps
-  const auto metrics = nlohmann::json::parse(
-      [&] {
-        std::ifstream f(dir + "/straight/metrics.jsonl");
-        std::string last, line;
-        while (std::getline(f, line)) last = line;
-        return last;
-      }());
+  const auto metrics = nlohmann::json::parse([&] {
+    std::ifstream f(dir + "/straight/metrics.jsonl");
+    std::string last, line;
+    while (std::getline(f, line)) last = line;
+    return last;
+  }());
   EXPECT_EQ(metrics["phase"], "long");
   EXPECT_EQ(metrics["tokens"], 640 + 384 + 512);
   // Killed mid-phase 1 (newest checkpoint step 3) and mid-phase 3 (step 15):
   // resumed, the same loss at every step.
   for (const int kill : {5, 16}) {
     const std::string k = dir + "/killed-" + std::to_string(kill);
-    EXPECT_NE(anvil(run + "/killed-" + std::to_string(kill) + " --inject kill@" +
-                        std::to_string(kill),
-                    false)
+    EXPECT_NE(run_anvil(run + "/killed-" + std::to_string(kill) + " --inject kill@" +
+                            std::to_string(kill),
+                        false)
                   .status,
               0);
-    ASSERT_EQ(anvil(run + "/killed-" + std::to_string(kill) + " --resume latest", false).status,
+    ASSERT_EQ(run_anvil(run + "/killed-" + std::to_string(kill) + " --resume latest", false).status,
               0);
     EXPECT_EQ(losses_of(k), straight) << "killed at step " << kill;
   }
@@ -818,12 +804,12 @@ std::pair<uint32_t, uint32_t> png_size(const std::string& path) {
 TEST(Cli, PlotsARunAndBenchOutputAsPngs) {
   const std::string dir = fresh_dir("cli_plot");
   const std::string cfg = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/zaya-tiny.json";
-  ASSERT_EQ(anvil("train --config " + cfg + " -B 2 -T 16 --steps 4 --peak-gflops 1 --out " + dir +
-                      "/run",
-                  false)
+  ASSERT_EQ(run_anvil("train --config " + cfg + " -B 2 -T 16 --steps 4 --peak-gflops 1 --out " +
+                          dir + "/run",
+                      false)
                 .status,
             0);
-  const CliRun p = anvil("plot --run " + dir + "/run", false);
+  const CliRun p = run_anvil("plot --run " + dir + "/run", false);
   ASSERT_EQ(p.status, 0) << p.out;
   for (const char* png : {"loss.png", "lr.png", "throughput.png", "router.png"}) {
     const auto [w, h] = png_size(dir + "/run/plots/" + png);
@@ -831,10 +817,12 @@ TEST(Cli, PlotsARunAndBenchOutputAsPngs) {
     EXPECT_EQ(h, 620u) << png;
   }
   // A GEMM bench's JSON.
-  ASSERT_EQ(anvil("bench gemm --sizes 64,128 --threads 1 --json --out " + dir + "/gemm.json", false)
-                .status,
+  ASSERT_EQ(
+      run_anvil("bench gemm --sizes 64,128 --threads 1 --json --out " + dir + "/gemm.json", false)
+          .status,
+      0);
+  ASSERT_EQ(run_anvil("plot --bench " + dir + "/gemm.json --out " + dir + "/plots", false).status,
             0);
-  ASSERT_EQ(anvil("plot --bench " + dir + "/gemm.json --out " + dir + "/plots", false).status, 0);
   EXPECT_EQ(png_size(dir + "/plots/gemm.png").first, 1100u);
   expect_usage_error("plot --run " + dir + "/nothing", "metrics.jsonl");
   std::ofstream(dir + "/other.json") << "{\"benchmark\": \"membw\"}";
@@ -845,23 +833,27 @@ TEST(Cli, PlotsARunAndBenchOutputAsPngs) {
 TEST(Cli, EvalScoresPerplexityAndMultipleChoice) {
   const std::string dir = fresh_dir("cli_eval");
   const std::string src = ANVIL_SOURCE_DIR;
-  ASSERT_EQ(anvil("data tokenize --text " + src + "/README.md --out " + dir + "/readme.tok", true)
-                .status,
-            0);
+  ASSERT_EQ(
+      run_anvil("data tokenize --text " + src + "/README.md --out " + dir + "/readme.tok", true)
+          .status,
+      0);
   const std::string cfg = src + "/tests/configs/zaya-tiny.json";
-  ASSERT_EQ(anvil("train --config " + cfg + " --set vocab_size=256 -B 2 -T 32 --steps 3 " +
-                      "--peak-gflops 1 --data " + dir + "/readme.tok --out " + dir + "/run",
-                  false)
+  ASSERT_EQ(run_anvil("train --config " + cfg + " --set vocab_size=256 -B 2 -T 32 --steps 3 " +
+                          "--peak-gflops 1 --data " + dir + "/readme.tok --out " + dir + "/run",
+                      false)
                 .status,
             0);
   {
     std::ofstream t(dir + "/task.jsonl");
-    t << R"({"context": "1 + 1 =", "choices": [" 2", " 3", " 11"], "gold": 0})" << "\n\n"
-      << R"({"context": "The King", "choices": [" James", " Arthur"], "gold": 1})" << "\n";
+    t << R"({"context": "1 + 1 =", "choices": [" 2", " 3", " 11"], "gold": 0})"
+      << "\n\n"
+      << R"({"context": "The King", "choices": [" James", " Arthur"], "gold": 1})"
+      << "\n";
   }
-  const CliRun e = anvil("eval --checkpoint " + dir + "/run --data readme=" + dir +
-                             "/readme.tok --rows 4 --seq 32 --task " + dir + "/task.jsonl --json",
-                         false);
+  const CliRun e =
+      run_anvil("eval --checkpoint " + dir + "/run --data readme=" + dir +
+                    "/readme.tok --rows 4 --seq 32 --task " + dir + "/task.jsonl --json",
+                false);
   ASSERT_EQ(e.status, 0) << e.out;
   const auto j = nlohmann::json::parse(e.out);
   ASSERT_EQ(j["perplexity"].size(), 1u);
@@ -872,7 +864,8 @@ TEST(Cli, EvalScoresPerplexityAndMultipleChoice) {
   EXPECT_EQ(j["tasks"][0]["questions"], 2);
   const double acc = j["tasks"][0]["acc"].get<double>();
   EXPECT_TRUE(acc == 0 || acc == 0.5 || acc == 1) << acc;
-  std::ofstream(dir + "/bad.jsonl") << R"({"context": "x", "choices": ["a"], "gold": 0})" << "\n";
+  std::ofstream(dir + "/bad.jsonl") << R"({"context": "x", "choices": ["a"], "gold": 0})"
+                                    << "\n";
   expect_usage_error("eval --checkpoint " + dir + "/run --task " + dir + "/bad.jsonl",
                      "bad.jsonl: line 1");
   std::ofstream(dir + "/bad.jsonl") << "{not json\n";

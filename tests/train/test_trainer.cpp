@@ -37,20 +37,20 @@ TrainOptions tiny(const std::string& run_dir) {
     return p;
   }();
   TrainOptions o;
-  o.config = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/llama-tiny.json";
-  o.overrides = {"vocab_size=256"};
-  o.data = text_path;
-  o.batch = 2;
-  o.seq = 32;
-  o.accum = 2;
-  o.steps = 8;
-  o.schedule.lr = 3e-3;
-  o.schedule.warmup = 2;
-  o.schedule.total = 8;
-  o.out_dir = run_dir;
-  o.peak_gflops = 1;  // do not measure
-  o.quiet = true;
-  o.val_batches = 2;
+  o.model.config = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/llama-tiny.json";
+  o.model.set = {"vocab_size=256"};
+  o.train.data = text_path;
+  o.train.batch = 2;
+  o.train.seq = 32;
+  o.train.accum = 2;
+  o.train.steps = 8;
+  o.optimizer.schedule.lr = 3e-3;
+  o.optimizer.schedule.warmup = 2;
+  o.optimizer.schedule.total = 8;
+  o.checkpoint.out = run_dir;
+  o.metrics.peak_gflops = 1;  // do not measure
+  o.metrics.quiet = true;
+  o.train.val_batches = 2;
   return o;
 }
 
@@ -76,18 +76,18 @@ std::vector<int64_t> metric_steps(const std::string& path) {
   return steps;
 }
 
-// Runs `o` for `first_steps` into a fresh `dir`, then resumes it to o.steps;
+// Runs `o` for `first_steps` into a fresh `dir`, then resumes it to o.train.steps;
 // returns the losses of both halves joined.
 std::vector<double> run_in_two_halves(const TrainOptions& o, const std::string& dir,
                                       int64_t first_steps) {
   fs::remove_all(dir);
   auto first = o;
-  first.out_dir = dir;
-  first.steps = first_steps;
+  first.checkpoint.out = dir;
+  first.train.steps = first_steps;
   auto joined = run_training(first).losses;
   auto second = o;
-  second.out_dir = dir;
-  second.resume = "latest";
+  second.checkpoint.out = dir;
+  second.checkpoint.resume = "latest";
   const auto rest = run_training(second);
   EXPECT_EQ(rest.first_step, first_steps);
   joined.insert(joined.end(), rest.losses.begin(), rest.losses.end());
@@ -106,7 +106,7 @@ TEST(Trainer, SameSeedGivesIdenticalLossesAndLossGoesDown) {
 TEST(Trainer, Bf16MatmulsTrainCloseToFp32AndResumeExactly) {
   auto o = tiny("");
   const auto fp32 = run_training(o);
-  o.precision = "bf16";
+  o.model.dtype = "bf16";
   const auto bf16 = run_training(o);
   ASSERT_EQ(bf16.losses.size(), fp32.losses.size());
   for (size_t i = 0; i < fp32.losses.size(); ++i) EXPECT_NEAR(bf16.losses[i], fp32.losses[i], 0.05);
@@ -116,15 +116,15 @@ TEST(Trainer, Bf16MatmulsTrainCloseToFp32AndResumeExactly) {
   const auto joined = run_in_two_halves(o, dir, 5);
   EXPECT_EQ(joined, bf16.losses);
   auto mismatched = o;
-  mismatched.out_dir = dir;
-  mismatched.resume = "latest";
-  mismatched.precision = "fp32";
+  mismatched.checkpoint.out = dir;
+  mismatched.checkpoint.resume = "latest";
+  mismatched.model.dtype = "fp32";
   EXPECT_THROW(run_training(mismatched), InputError);
 }
 
 TEST(Trainer, MuonTrainsAndResumesExactly) {
   auto o = tiny("");
-  o.optimizer = "muon";
+  o.optimizer.name = "muon";
   const auto whole = run_training(o);
   EXPECT_LT(whole.losses.back(), whole.losses.front());
   EXPECT_NE(whole.losses, run_training(tiny("")).losses);  // not AdamW's trajectory
@@ -132,20 +132,20 @@ TEST(Trainer, MuonTrainsAndResumesExactly) {
   const auto joined = run_in_two_halves(o, dir, 3);
   EXPECT_EQ(joined, whole.losses);  // momentum buffers are in the checkpoint
   auto adamw = tiny(dir);
-  adamw.resume = "latest";
+  adamw.checkpoint.resume = "latest";
   EXPECT_THROW(run_training(adamw), InputError);
   auto bad = tiny("");
-  bad.optimizer = "sgd";
+  bad.optimizer.name = "sgd";
   EXPECT_THROW(run_training(bad), InputError);
 }
 
 // zaya-tiny, 10 steps of 4 rows.
 TrainOptions zaya_tiny() {
   auto o = tiny("");
-  o.config = std::string(ANVIL_SOURCE_DIR) + "/configs/zaya-tiny.json";
-  o.batch = 4;
-  o.accum = 1;
-  o.steps = 10;
+  o.model.config = std::string(ANVIL_SOURCE_DIR) + "/configs/zaya-tiny.json";
+  o.train.batch = 4;
+  o.train.accum = 1;
+  o.train.steps = 10;
   return o;
 }
 
@@ -171,7 +171,7 @@ TEST(Trainer, Zaya1TrainsBalancesAndResumesExactlyWithItsBiases) {
 TEST(Trainer, Zaya1InBf16TrainsCloseToFp32AndResumesExactly) {
   auto o = zaya_tiny();
   const auto fp32 = run_training(o);
-  o.precision = "bf16";
+  o.model.dtype = "bf16";
   const auto bf16 = run_training(o);
   ASSERT_EQ(bf16.losses.size(), fp32.losses.size());
   double largest = 0;
@@ -197,25 +197,26 @@ TEST(Trainer, KeepsTheNewestCheckpointsAndRefusesMismatchedResumes) {
   const std::string dir = testing::TempDir() + "/keep_run";
   fs::remove_all(dir);
   auto o = tiny(dir);
-  o.ckpt_every = 2;
-  o.keep = 2;
+  o.checkpoint.every = 2;
+  o.checkpoint.keep = 2;
   run_training(o);
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"metrics.jsonl", "step-00000006", "step-00000008"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"metrics.jsonl", "step-00000006", "step-00000008",
+                                            "train.json"}));
   EXPECT_EQ(ckpt::resolve_checkpoint(dir), dir + "/step-00000008");
 
   auto other_shape = tiny(dir);
-  other_shape.resume = "latest";
-  other_shape.overrides.push_back("ffn_hidden=96");
+  other_shape.checkpoint.resume = "latest";
+  other_shape.model.set.push_back("ffn_hidden=96");
   EXPECT_THROW(run_training(other_shape), InputError);
   auto other_batch = tiny(dir);
-  other_batch.resume = "latest";
-  other_batch.batch = 3;
+  other_batch.checkpoint.resume = "latest";
+  other_batch.train.batch = 3;
   EXPECT_THROW(run_training(other_batch), InputError);
   auto nothing = tiny(dir);
-  nothing.resume = testing::TempDir() + "/no_such_run";
+  nothing.checkpoint.resume = testing::TempDir() + "/no_such_run";
   EXPECT_THROW(run_training(nothing), InputError);
 }
 
@@ -223,14 +224,14 @@ TEST(Trainer, ResumesWithANewAccumOnlyWhenAsked) {
   const std::string dir = testing::TempDir() + "/ramp_run";
   fs::remove_all(dir);
   auto first = tiny(dir);
-  first.steps = 4;
+  first.train.steps = 4;
   run_training(first);
   auto ramp = tiny(dir);
-  ramp.resume = "latest";
-  ramp.accum = 3;
-  ramp.steps = 6;
+  ramp.checkpoint.resume = "latest";
+  ramp.train.accum = 3;
+  ramp.train.steps = 6;
   EXPECT_THROW(run_training(ramp), InputError);
-  ramp.resume_new_accum = true;
+  ramp.checkpoint.resume_new_accum = true;
   const auto r = run_training(ramp);
   EXPECT_EQ(r.first_step, 4);
   ASSERT_EQ(r.losses.size(), 2u);
@@ -239,8 +240,8 @@ TEST(Trainer, ResumesWithANewAccumOnlyWhenAsked) {
   const auto state = nlohmann::json::parse(ckpt::read_state_json(ckpt::resolve_checkpoint(dir)));
   EXPECT_EQ(state.at("accum").get<int64_t>(), 3);
   auto plain = tiny(dir);
-  plain.resume = "latest";
-  plain.accum = 3;
+  plain.checkpoint.resume = "latest";
+  plain.train.accum = 3;
   EXPECT_EQ(run_training(plain).first_step, 6);
 }
 
@@ -248,12 +249,12 @@ TEST(Trainer, PruningAfterAResumeFromAnOlderStepKeepsTheNewCheckpoint) {
   const std::string dir = testing::TempDir() + "/prune_run";
   fs::remove_all(dir);
   auto o = tiny(dir);
-  o.ckpt_every = 2;
+  o.checkpoint.every = 2;
   run_training(o);  // step-4, -6, -8 (keep 3)
   auto again = tiny(dir);
-  again.resume = dir + "/step-00000004";
-  again.steps = 5;
-  again.keep = 2;
+  again.checkpoint.resume = dir + "/step-00000004";
+  again.train.steps = 5;
+  again.checkpoint.keep = 2;
   const auto r = run_training(again);
   EXPECT_EQ(r.last_checkpoint, dir + "/step-00000005");
   // The newest 2 by step (6, 8) and the one just written; by name the new
@@ -277,18 +278,18 @@ TEST(Trainer, ResumeTruncatesMetricsToTheResumedStepAndKeepsTheOldFile) {
   const std::string dir = testing::TempDir() + "/metrics_run";
   fs::remove_all(dir);
   auto o = tiny(dir);
-  o.ckpt_every = 2;
-  o.keep = 0;  // all
+  o.checkpoint.every = 2;
+  o.checkpoint.keep = 0;  // all
   run_training(o);
   const std::string metrics = dir + "/metrics.jsonl";
   const std::string first = read_file(metrics);
   ASSERT_EQ(metric_steps(metrics), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
   // Continuing from the end appends: nothing to drop, nothing rotated.
   auto more = tiny(dir);
-  more.resume = "latest";
-  more.steps = 9;
-  more.schedule.total = 9;
-  more.keep = 0;
+  more.checkpoint.resume = "latest";
+  more.train.steps = 9;
+  more.optimizer.schedule.total = 9;
+  more.checkpoint.keep = 0;
   run_training(more);
   EXPECT_EQ(metric_steps(metrics), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}));
   EXPECT_FALSE(fs::exists(metrics + ".1"));
@@ -296,8 +297,8 @@ TEST(Trainer, ResumeTruncatesMetricsToTheResumedStepAndKeepsTheOldFile) {
   // From step 4 again: each step once, the first 4 lines as they were, and
   // the whole previous file kept as metrics.jsonl.1.
   auto back = tiny(dir);
-  back.resume = dir + "/step-00000004";
-  back.keep = 0;
+  back.checkpoint.resume = dir + "/step-00000004";
+  back.checkpoint.keep = 0;
   run_training(back);
   EXPECT_EQ(metric_steps(metrics), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
   size_t four_lines = 0;
@@ -308,9 +309,9 @@ TEST(Trainer, ResumeTruncatesMetricsToTheResumedStepAndKeepsTheOldFile) {
   write_file_atomic(metrics, read_file(metrics) + "{\"step\": 9, \"lo");
   const std::string cut = read_file(metrics);
   auto from8 = tiny(dir);
-  from8.resume = dir + "/step-00000008";
-  from8.steps = 9;
-  from8.schedule.total = 9;
+  from8.checkpoint.resume = dir + "/step-00000008";
+  from8.train.steps = 9;
+  from8.optimizer.schedule.total = 9;
   run_training(from8);
   EXPECT_EQ(metric_steps(metrics), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}));
   EXPECT_EQ(read_file(metrics + ".2"), cut);
@@ -325,14 +326,14 @@ TEST(Trainer, BadTokenFilesAndStateJsonAreOneLineErrorsThatWriteNothing) {
   ids[41] = 300;
   data::write_token_file(dir + "/bad.tok", ids, 256);
   auto o = tiny(dir + "/run_bad_tok");
-  o.data = dir + "/bad.tok";
+  o.train.data = dir + "/bad.tok";
   expect_input_error([&] { run_training(o); },
                      {dir + "/bad.tok: ", "token 300 at position 41", "[0, 256)"});
   EXPECT_FALSE(fs::exists(dir + "/run_bad_tok"));
   // Its header's vocabulary past the model's.
   ids[41] = 3;
   data::write_token_file(dir + "/wide.tok", ids, 512);
-  o.data = dir + "/wide.tok";
+  o.train.data = dir + "/wide.tok";
   expect_input_error([&] { run_training(o); },
                      {dir + "/wide.tok: vocabulary 512 exceeds the model's vocab_size 256"});
   EXPECT_FALSE(fs::exists(dir + "/run_bad_tok"));
@@ -340,7 +341,7 @@ TEST(Trainer, BadTokenFilesAndStateJsonAreOneLineErrorsThatWriteNothing) {
   // A checkpoint, then corrupt copies of its state.json.
   const std::string run = dir + "/run";
   auto first = tiny(run);
-  first.steps = 2;
+  first.train.steps = 2;
   run_training(first);
   const std::string state = run + "/step-00000002/state.json";
   const std::string good = read_file(state);
@@ -372,13 +373,13 @@ TEST(Trainer, BadTokenFilesAndStateJsonAreOneLineErrorsThatWriteNothing) {
     write_file_atomic(state, text);
     const auto before = snapshot(run);
     auto resume = tiny(run);
-    resume.resume = "latest";
+    resume.checkpoint.resume = "latest";
     expect_input_error([&] { run_training(resume); }, {state + ": ", problem});
     EXPECT_EQ(snapshot(run), before) << problem;
   }
   write_file_atomic(state, good);
   auto resume = tiny(run);
-  resume.resume = "latest";
+  resume.checkpoint.resume = "latest";
   EXPECT_EQ(run_training(resume).first_step, 2);
 }
 
@@ -393,8 +394,8 @@ namespace {
 // --max-spikes of them in a row end the run with the other roll-back status.
 TEST(Trainer, NonFiniteLossesAndRepeatedSpikesEndTheRunForARollBack) {
   auto o = tiny("");
-  o.steps = 12;
-  o.inject = ft::parse_fault("nan@5");
+  o.train.steps = 12;
+  o.faults.inject = "nan@5";
   try {
     run_training(o);
     ADD_FAILURE() << "no TrainingFault";
@@ -404,10 +405,10 @@ TEST(Trainer, NonFiniteLossesAndRepeatedSpikesEndTheRunForARollBack) {
   }
   // Every loss above the window's mean by a hair is a "spike" here.
   auto spiky = tiny("");
-  spiky.steps = 40;
-  spiky.spike_z = 1e-9;
-  spiky.spike_window = 3;
-  spiky.max_spikes = 1;
+  spiky.train.steps = 40;
+  spiky.guard.spike_z = 1e-9;
+  spiky.guard.spike_window = 3;
+  spiky.guard.max_spikes = 1;
   try {
     run_training(spiky);
     ADD_FAILURE() << "no TrainingFault";
@@ -416,7 +417,7 @@ TEST(Trainer, NonFiniteLossesAndRepeatedSpikesEndTheRunForARollBack) {
     EXPECT_NE(std::string(e.what()).find("1 loss spike(s) in a row"), std::string::npos) << e.what();
   }
   // Off: the same run trains to the end.
-  spiky.spike_z = 0;
+  spiky.guard.spike_z = 0;
   EXPECT_EQ(run_training(spiky).losses.size(), 40u);
 }
 

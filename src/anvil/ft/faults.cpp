@@ -10,10 +10,10 @@ std::string fault_kinds() {
   return "kill, hang, nan, slow, corrupt-ckpt, kill-in-save";
 }
 
-Fault parse_fault(const std::string& text) {
+Fault parse_fault(const std::string& text, const std::string& key) {
   const auto bad = [&] {
-    return InputError("--inject " + text + ": expected KIND@STEP[:RANK][=ARG] with KIND one of " +
-                      fault_kinds() + ", e.g. kill@30:1 or slow@5=200");
+    return InputError(key + ": expected KIND@STEP[:RANK][=ARG] with KIND one of " +
+                      fault_kinds() + ", e.g. kill@30:1 or slow@5=200, got '" + text + "'");
   };
   Fault f;
   const auto at = text.find('@');

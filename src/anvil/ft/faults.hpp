@@ -17,9 +17,9 @@ struct Fault {
   double arg = 0;    // slow: ms added to each step; kill-in-save: ms after the save starts
 };
 
-// "kill@30:1", "slow@5=200", "kill-in-save@20:0=3". InputError naming
-// --inject and the expected form on anything else.
-Fault parse_fault(const std::string& text);
+// "kill@30:1", "slow@5=200", "kill-in-save@20:0=3". InputError naming `key`
+// and the expected form on anything else.
+Fault parse_fault(const std::string& text, const std::string& key = "faults.inject");
 std::string fault_kinds();
 
 // Exit statuses of `anvil train` that ask a supervisor to roll back to the

@@ -58,6 +58,9 @@ class TrainableModel {
   // A short progress-line fragment ("" when none).
   virtual std::string progress_note() const { return ""; }
   virtual std::vector<ExtraTensor> extra_state() { return {}; }
+  // Seconds spent dispatching tokens to other ranks' experts since the last
+  // call (expert parallelism; 0 without).
+  virtual double take_dispatch_seconds() { return 0; }
 
   // Called during forward_backward with X as soon as every gradient at
   // offset >= X is final for this micro-batch (X decreases; the last call is

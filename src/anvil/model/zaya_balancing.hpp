@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "anvil/base/options.hpp"
+
 namespace anvil::model {
 
 // "pid" feeds the load error of each expert (its share of the routed tokens
@@ -35,6 +37,40 @@ struct Balancing {
   // controlled like the experts' with error skip_rate - target. < 0: the
   // skip bias stays at its init.
   float skip_target = -1.0f;
+
+  template <class V>
+  void describe(V& v) {
+    v({.name = "mode",
+       .help = "ZAYA1 expert-bias balancing after each step: pid (Adam on the biases with the "
+               "load error as gradient), sign (sign updates), none",
+       .flag = "balancing"},
+      mode, one_of({"pid", "sign", "none"}));
+    v({.name = "lr", .help = "Rate of the expert-bias balancing", .flag = "balance-lr"}, lr,
+      at_least(0.0f));
+    v({.name = "beta1", .help = "pid balancing: Adam beta1 on the load error (its running mean)",
+       .flag = "balance-beta1"},
+      beta1, in_range(0.0f, 0.9999f));
+    v({.name = "beta2",
+       .help = "pid balancing: Adam beta2 (memory of the squared error that normalises steps)",
+       .flag = "balance-beta2"},
+      beta2, in_range(0.0f, 0.9999f));
+    v({.name = "eps",
+       .help = "pid balancing: Adam epsilon (load errors well below it move the biases in "
+               "proportion to the error, larger ones by about --balance-lr)",
+       .flag = "balance-eps"},
+      eps, at_least(0.0f));
+    v({.name = "skip_target",
+       .help = "ZAYA1: target share of tokens routed to the skip class; its bias is then "
+               "balanced like the experts' (-1: the skip bias stays at its init)"},
+      skip_target, [](const float& x) {
+        return x == -1.0f || (x >= 0 && x <= 1) ? "" : std::string("must be in [0, 1] (or -1)");
+      });
+    v({.name = "aux_loss_coef",
+       .help = "ZAYA1 router: coefficient of the Switch load-balancing loss (0: off)"},
+      aux_loss_coef, at_least(0.0f));
+    v({.name = "z_loss_coef", .help = "ZAYA1 router: coefficient of the router z-loss (0: off)"},
+      z_loss_coef, at_least(0.0f));
+  }
 };
 
 // The biases of `layers` MoE layers over E experts + the skip class, and the

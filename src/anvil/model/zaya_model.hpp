@@ -84,7 +84,7 @@ class ZayaModel : public TrainableModel {
   void set_expert_dispatchers(
       const std::function<std::unique_ptr<ExpertDispatcher>(const ZayaMoeShape&, int64_t)>& make);
   // Seconds the dispatchers spent communicating since the last call.
-  double take_dispatch_seconds();
+  double take_dispatch_seconds() override;
 
  private:
   CcaParams cca_params(int64_t n, float* base) const;

@@ -9,8 +9,8 @@
 #include "anvil/base/files.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/ckpt/sharded.hpp"
-#include "anvil/parallel/data_parallel.hpp"
 #include "anvil/model/config.hpp"
+#include "anvil/parallel/data_parallel.hpp"
 
 namespace anvil::train {
 using json = nlohmann::json;
@@ -46,13 +46,13 @@ struct Reader {
   }
 };
 
-const char* const kTopKeys[] = {"name",       "config",    "set",        "sources", "seed",
-                                "optimizer",  "ckpt_every", "val_every", "phases",  "lr",
-                                "batch",      "accum",     "seq",        "warmup",  "schedule",
+const char* const kTopKeys[] = {"name",           "config",      "set",       "sources", "seed",
+                                "optimizer",      "ckpt_every",  "val_every", "phases",  "lr",
+                                "batch",          "accum",       "seq",       "warmup",  "schedule",
                                 "decay_fraction", "min_lr_ratio"};
-const char* const kPhaseKeys[] = {"name",   "tokens",   "seq",            "batch",
-                                  "accum",  "rope_theta", "mixture",      "lr",
-                                  "warmup", "schedule", "decay_fraction", "min_lr_ratio"};
+const char* const kPhaseKeys[] = {"name",           "tokens",      "seq", "batch",  "accum",
+                                  "rope_theta",     "mixture",     "lr",  "warmup", "schedule",
+                                  "decay_fraction", "min_lr_ratio"};
 
 template <size_t N>
 void check_keys(const json& j, const char* const (&known)[N], const Reader& r) {
@@ -107,7 +107,8 @@ Recipe load_recipe(const std::string& path, int world) {
   for (size_t i = 0; i < j["phases"].size(); ++i) {
     const json& pj = j["phases"][i];
     Reader rd{path, "phases[" + std::to_string(i) + "]."};
-    if (!pj.is_object()) throw InputError(path + ": phases[" + std::to_string(i) + "]: expected an object");
+    if (!pj.is_object())
+      throw InputError(path + ": phases[" + std::to_string(i) + "]: expected an object");
     check_keys(pj, kPhaseKeys, rd);
     // Phase keys fall back to the recipe's top-level ones.
     auto num = [&](const char* k, double dflt, double lo, double hi) {
@@ -168,48 +169,53 @@ Recipe load_recipe(const std::string& path, int world) {
 TrainOptions phase_options(const Recipe& r, size_t i, const TrainOptions& base) {
   const Phase& p = r.phases[i];
   TrainOptions o = base;
-  o.config = r.config;
-  o.overrides = r.set;
-  if (p.rope_theta > 0) o.overrides.push_back("rope_theta=" + std::to_string(p.rope_theta));
+  o.model.config = r.config;
+  o.model.set = r.set;
+  if (p.rope_theta > 0) o.model.set.push_back("rope_theta=" + std::to_string(p.rope_theta));
   if (r.model.position == "rope" && p.seq > r.model.seq_len)
-    o.overrides.push_back("seq_len=" + std::to_string(p.seq));
-  o.data.clear();
+    o.model.set.push_back("seq_len=" + std::to_string(p.seq));
+  o.train.data.clear();
   for (const auto& [name, w] : p.mixture) {
     char weight[32];
     std::snprintf(weight, sizeof weight, ":%g", w);
-    o.data += (o.data.empty() ? "" : ",") + r.sources.at(name) + weight;
+    o.train.data += (o.train.data.empty() ? "" : ",") + r.sources.at(name) + weight;
   }
-  o.batch = p.batch;
-  o.accum = p.accum;
-  o.seq = p.seq;
-  o.steps = p.first_step + p.steps;
-  o.schedule = p.schedule;
-  o.seed = r.seed;
-  o.optimizer = r.optimizer;
-  o.ckpt_every = r.ckpt_every;
-  o.val_every = r.val_every;
-  o.phase = p.name;
-  o.phase_first_step = p.first_step;
-  o.tokens_before_phase = p.tokens_before;
-  o.resume.clear();
-  o.resume_new_phase = false;
+  o.train.batch = p.batch;
+  o.train.accum = p.accum;
+  o.train.seq = p.seq;
+  o.train.steps = p.first_step + p.steps;
+  o.optimizer.schedule = p.schedule;
+  o.train.seed = r.seed;
+  o.optimizer.name = r.optimizer;
+  o.checkpoint.every = r.ckpt_every;
+  o.train.val_every = r.val_every;
+  o.phase.name = p.name;
+  o.phase.first_step = p.first_step;
+  o.phase.tokens_before = p.tokens_before;
+  o.checkpoint.resume.clear();
+  o.checkpoint.resume_new_phase = false;
   return o;
 }
 
 TrainResult run_recipe(const Recipe& r, const TrainOptions& base, parallel::DataParallelGroup* dp) {
-  if (base.out_dir.empty()) throw InputError("--recipe: expected --out RUN (the phases hand over through its checkpoints)");
-  if (!base.resume.empty() && base.resume != "latest")
-    throw InputError("--resume: with --recipe, expected 'latest' (the newest checkpoint in --out)");
+  if (base.checkpoint.out.empty())
+    throw InputError(r.path +
+                     ": a recipe needs checkpoint.out, the run directory (the phases "
+                     "hand over through its checkpoints)");
+  if (!base.checkpoint.resume.empty() && base.checkpoint.resume != "latest")
+    throw InputError(
+        "checkpoint.resume: with a recipe, expected 'latest' (the newest checkpoint "
+        "in checkpoint.out)");
   // Where the run stands: the newest intact checkpoint's step.
   std::string from;
   int64_t at = 0;
-  if (base.resume == "latest" && !ckpt::checkpoint_dirs(base.out_dir).empty()) {
-    from = ckpt::newest_intact_checkpoint(base.out_dir, [](const std::string& why) {
+  if (base.checkpoint.resume == "latest" && !ckpt::checkpoint_dirs(base.checkpoint.out).empty()) {
+    from = ckpt::newest_intact_checkpoint(base.checkpoint.out, [](const std::string& why) {
       std::fprintf(stderr, "anvil: warning: %s\n", why.c_str());
     });
     at = ckpt::read_state(from).at("step").get<int64_t>();
   }
-  const bool speak = !base.quiet && (dp == nullptr || dp->rank() == 0);
+  const bool speak = !base.metrics.quiet && (dp == nullptr || dp->rank() == 0);
   TrainResult all;
   bool first_run = true;
   for (size_t i = 0; i < r.phases.size(); ++i) {
@@ -217,19 +223,19 @@ TrainResult run_recipe(const Recipe& r, const TrainOptions& base, parallel::Data
     if (at >= p.first_step + p.steps) continue;  // done before
     TrainOptions o = phase_options(r, i, base);
     if (at > 0) {
-      o.resume = from;
-      o.resume_new_phase = at == p.first_step;  // handed over from the previous phase
+      o.checkpoint.resume = from;
+      o.checkpoint.resume_new_phase = at == p.first_step;  // handed over from the previous phase
     }
     if (speak) {
-      std::printf("recipe %s: phase %zu/%zu '%s': steps %lld..%lld, %lld tokens, seq %lld, "
-                  "batch %lld x %lld, %s lr %.2e%s\n",
-                  r.name.c_str(), i + 1, r.phases.size(), p.name.c_str(),
-                  static_cast<long long>(p.first_step + 1),
-                  static_cast<long long>(p.first_step + p.steps), static_cast<long long>(p.tokens),
-                  static_cast<long long>(p.seq), static_cast<long long>(p.batch),
-                  static_cast<long long>(p.accum), p.schedule.kind.c_str(), p.schedule.lr,
-                  p.rope_theta > 0 ? (", rope_theta " + json(p.rope_theta).dump()).c_str()
-                                   : "");
+      std::printf(
+          "recipe %s: phase %zu/%zu '%s': steps %lld..%lld, %lld tokens, seq %lld, "
+          "batch %lld x %lld, %s lr %.2e%s\n",
+          r.name.c_str(), i + 1, r.phases.size(), p.name.c_str(),
+          static_cast<long long>(p.first_step + 1), static_cast<long long>(p.first_step + p.steps),
+          static_cast<long long>(p.tokens), static_cast<long long>(p.seq),
+          static_cast<long long>(p.batch), static_cast<long long>(p.accum), p.schedule.kind.c_str(),
+          p.schedule.lr,
+          p.rope_theta > 0 ? (", rope_theta " + json(p.rope_theta).dump()).c_str() : "");
       std::fflush(stdout);
     }
     Trainer trainer(o, dp);
@@ -247,9 +253,9 @@ TrainResult run_recipe(const Recipe& r, const TrainOptions& base, parallel::Data
       double one = 1;
       dp->sum(std::span<double>(&one, 1));
     }
-    if (trainer.current_step() < o.steps) break;  // stopped by a signal
+    if (trainer.current_step() < o.train.steps) break;  // stopped by a signal
     at = trainer.current_step();
-    from = (std::filesystem::path(base.out_dir) / ckpt::checkpoint_name(at)).string();
+    from = (std::filesystem::path(base.checkpoint.out) / ckpt::checkpoint_name(at)).string();
   }
   return all;
 }

@@ -21,11 +21,11 @@ namespace anvil::train {
 
 struct Phase {
   std::string name;
-  int64_t tokens = 0;  // budget; steps = ceil(tokens / tokens per step)
-  int64_t seq = 0;     // T (0: the config's seq_len)
-  int64_t batch = 0;   // rows per micro-batch per rank
-  int64_t accum = 1;   // micro-batches per step
-  double rope_theta = 0;  // 0: the config's
+  int64_t tokens = 0;                     // budget; steps = ceil(tokens / tokens per step)
+  int64_t seq = 0;                        // T (0: the config's seq_len)
+  int64_t batch = 0;                      // rows per micro-batch per rank
+  int64_t accum = 1;                      // micro-batches per step
+  double rope_theta = 0;                  // 0: the config's
   std::map<std::string, double> mixture;  // source name -> weight
   optim::Schedule schedule;               // start / total are filled in by the plan
   // The plan: global steps [first_step, first_step + steps).
@@ -34,9 +34,9 @@ struct Phase {
 
 struct Recipe {
   std::string path, name;
-  std::string config;                     // model config JSON
-  std::vector<std::string> set;           // config overrides
-  model::ModelConfig model;               // the config with them
+  std::string config;                          // model config JSON
+  std::vector<std::string> set;                // config overrides
+  model::ModelConfig model;                    // the config with them
   std::map<std::string, std::string> sources;  // name -> token file
   uint64_t seed = 1234;
   std::string optimizer = "adamw";

@@ -13,8 +13,7 @@ namespace anvil::train {
 namespace {
 
 double unix_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 void varint(std::string& out, uint64_t v) {

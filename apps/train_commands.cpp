@@ -1,0 +1,210 @@
+// `anvil train` (a config or a recipe; data parallel under mpirun) and
+// `anvil launch` (the same under a restarting supervisor). The train flags
+// are the trainer's declared options (train/options.hpp); a run file
+// (--train FILE, e.g. a run's own RUN/train.json) sets them first and flags
+// given after override it.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <optional>
+
+#include "anvil/base/cpu.hpp"
+#include "anvil/base/threads.hpp"
+#include "anvil/comm/communicator.hpp"
+#include "anvil/ft/supervisor.hpp"
+#include "anvil/parallel/data_parallel.hpp"
+#include "anvil/train/recipe.hpp"
+#include "anvil/train/trainer.hpp"
+#include "cli.hpp"
+
+namespace anvil::cli {
+namespace {
+
+// The run file named by `anvil train ... --train FILE`, read before the
+// flags are parsed so that the flags override it.
+std::string run_file_argument(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "train") != 0) return "";
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") break;
+    if (a == "--train" && i + 1 < argc) return argv[i + 1];
+    if (a.rfind("--train=", 0) == 0) return a.substr(8);
+  }
+  return "";
+}
+
+nlohmann::json summary_json(const train::TrainResult& r) {
+  return {{"losses", r.losses},
+          {"step_seconds", r.step_seconds},
+          {"first_step", r.first_step},
+          {"val_loss", r.val_loss},
+          {"tokens_per_second", r.tokens_per_second},
+          {"mfu", r.mfu},
+          {"flops_per_token", r.flops_per_token},
+          {"peak_gflops", r.peak_gflops},
+          {"peak_source", r.peak_source},
+          {"planned_bytes", r.planned_bytes},
+          {"optimizer_bytes", r.optimizer_bytes},
+          {"parameter_bytes", r.parameter_bytes},
+          {"peak_rss_bytes", r.peak_rss_bytes},
+          {"rank_peak_rss_bytes", r.rank_peak_rss_bytes},
+          {"checkpoint", r.last_checkpoint},
+          {"ranks", r.world},
+          {"comm_seconds", r.comm_seconds},
+          {"comm_exposed_seconds", r.exposed_seconds},
+          {"alltoall_seconds", r.alltoall_seconds}};
+}
+
+class TrainCommands : public CommandFamily {
+ public:
+  void add_to(CLI::App& app, Context& ctx) override {
+    train_ = app.add_subcommand(
+        "train",
+        "Train a model from a config (or a phased recipe) on a token file, a mixture or text; "
+        "data parallel under mpirun -np N");
+    run_file_ = run_file_argument(ctx.argc, ctx.argv);
+    try {
+      if (!run_file_.empty()) options_ = train::load_train_options(run_file_);
+    } catch (...) {  // reported by run(), where errors become exit statuses
+      run_file_error_ = std::current_exception();
+    }
+    train_->add_option("--train", run_file_,
+                       "Run file (JSON, as a run writes to RUN/train.json): its options first, "
+                       "flags given here override them");
+    auto* recipe = train_->add_option(
+        "--recipe", recipe_,
+        "Run a recipe file (docs/recipe.md): phases with token budgets, data mixtures, WSD "
+        "schedules, batch ramp and context extension; needs --out, resumes with --resume latest");
+    recipe->check(CLI::ExistingFile);
+    options_.walk([&](const OptionInfo& info, auto&, const auto&) {
+      if (info.cli) ctx.flag_of_key[info.key()] = flag_words(info);
+    });
+    add_options(train_, options_.model, "model", ctx, "Model");
+    add_options(train_, options_.train, "train", ctx, "Data and loop");
+    add_options(train_, options_.optimizer, "optimizer", ctx, "Optimizer");
+    add_options(train_, options_.balancing, "balancing", ctx, "ZAYA1 routing");
+    add_options(train_, options_.parallel, "parallel", ctx, "Parallelism (under mpirun)");
+    add_options(train_, options_.checkpoint, "checkpoint", ctx, "Checkpoints");
+    add_options(train_, options_.metrics, "metrics", ctx, "Metrics");
+    add_options(train_, options_.guard, "guard", ctx, "Fault checks");
+    add_options(train_, options_.faults, "faults", ctx, "Fault checks");
+    add_launch(app);
+  }
+
+  std::optional<int> run(Context& ctx) override {
+    if (*launch_) return launch();
+    if (!*train_) return std::nullopt;
+    if (run_file_error_) std::rethrow_exception(run_file_error_);
+    // Checked before MPI starts or anything is printed or written.
+    if (recipe_.empty()) {
+      options_.finish();
+      if (options_.model.config.empty())
+        throw InputError("model.config: expected a model config file (or --recipe FILE)");
+    } else if (!options_.model.config.empty()) {
+      throw InputError("--recipe: a recipe names its model config; drop model.config");
+    }
+    std::optional<comm::MpiRuntime> mpi;
+    std::unique_ptr<parallel::DataParallelGroup> dp;
+    if (under_mpirun()) {
+      mpi.emplace(&ctx.argc, &ctx.argv, /*thread_multiple=*/true);
+      MPI_Comm_rank(MPI_COMM_WORLD, &ctx.rank);
+    }
+    try {
+      if (mpi) dp = std::make_unique<parallel::DataParallelGroup>(options_.parallel.ranks_per_node);
+      set_threads(dp.get());
+      const train::TrainResult r =
+          recipe_.empty() ? train::run_training(options_, dp.get())
+                          : train::run_recipe(train::load_recipe(recipe_, dp ? dp->size() : 1),
+                                              options_, dp.get());
+      if (!options_.metrics.json_out.empty() && ctx.rank == 0)
+        write_file_atomic(options_.metrics.json_out, summary_json(r).dump(2) + "\n");
+    } catch (const comm::CommTimeout& e) {
+      abort_on_timeout(e);
+    }
+    return 0;
+  }
+
+ private:
+  // The cores are shared by the ranks of a machine: each gets its share of
+  // compute threads unless train.threads or OMP_NUM_THREADS says otherwise.
+  void set_threads(parallel::DataParallelGroup* dp) const {
+    if (options_.train.threads > 0) {
+      set_num_threads(options_.train.threads);
+    } else if (dp && std::getenv("OMP_NUM_THREADS") == nullptr) {
+      set_num_threads(std::max(1, cpu_info().logical_cpus / std::max(1, dp->local_size())));
+    }
+  }
+
+  void add_launch(CLI::App& app) {
+    launch_ = app.add_subcommand(
+        "launch",
+        "Run anvil train under a supervisor that restarts it from the newest intact checkpoint "
+        "after a dead rank, a hang, a NaN loss or repeated spikes, with a journal and goodput: "
+        "anvil launch --np 2 -- --config C --out RUN ...");
+    ft::LaunchOptions& l = launch_options_;
+    launch_->add_option("--np", l.np, "Ranks (mpirun -np; 1: no mpirun)")
+        ->check(at_least(1))
+        ->capture_default_str();
+    launch_
+        ->add_option("--min-np", l.min_np,
+                     "After a crash restart on --shrink-by fewer ranks, not below this (0: "
+                     "never); the global batch is kept (-B scaled)")
+        ->check(at_least(0))
+        ->capture_default_str();
+    launch_->add_option("--shrink-by", l.shrink_by, "Ranks a lost node takes with it")
+        ->check(at_least(1))
+        ->capture_default_str();
+    launch_->add_option("--max-restarts", l.max_restarts, "Restart budget")
+        ->check(at_least(0))
+        ->capture_default_str();
+    launch_
+        ->add_option("--hang-timeout", l.hang_timeout_s,
+                     "Seconds without a rank's heartbeat moving before the job counts as hung")
+        ->check(at_least(0.001))
+        ->capture_default_str();
+    launch_
+        ->add_option("--startup-timeout", l.startup_timeout_s,
+                     "Seconds to the first heartbeat of an attempt")
+        ->check(at_least(0.001))
+        ->capture_default_str();
+    launch_
+        ->add_option("--backoff", l.backoff_s,
+                     "Seconds before the first restart, doubled for each next one (at most 60)")
+        ->check(at_least(0))
+        ->capture_default_str();
+    launch_->add_option("--journal", l.journal, "Event journal (JSONL; default RUN/journal.jsonl)");
+    launch_->add_option("--inject", l.inject,
+                        "A fault for the first attempt (anvil train --inject's forms)");
+    launch_->add_option("train_args", l.train_args, "anvil train's arguments, after --")
+        ->required();
+  }
+
+  int launch() {
+    ft::LaunchOptions& l = launch_options_;
+    if (!l.inject.empty()) ft::parse_fault(l.inject, "--inject");  // checked before starting
+    const auto r = ft::launch(l);
+    std::fprintf(stderr,
+                 "anvil launch: %s after %d attempt(s); wall %.1f s, useful %.1f s, goodput "
+                 "%.1f%%; journal %s\n",
+                 r.exit_code == 0 ? "finished" : "stopped", r.attempts, r.wall_s, r.useful_s,
+                 100 * r.goodput, r.journal.c_str());
+    for (const auto& [cause, s] : r.lost_s)
+      std::fprintf(stderr, "  lost to %s: %.1f s\n", cause.c_str(), s);
+    return r.exit_code;
+  }
+
+  CLI::App* train_ = nullptr;
+  CLI::App* launch_ = nullptr;
+  train::TrainOptions options_;
+  std::string run_file_, recipe_;
+  std::exception_ptr run_file_error_;
+  ft::LaunchOptions launch_options_;
+};
+
+}  // namespace
+
+std::unique_ptr<CommandFamily> make_train_commands() {
+  return std::make_unique<TrainCommands>();
+}
+
+}  // namespace anvil::cli

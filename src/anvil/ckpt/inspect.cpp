@@ -1,0 +1,128 @@
+#include "anvil/ckpt/inspect.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "anvil/ckpt/checkpoint.hpp"
+
+namespace anvil::ckpt {
+
+std::vector<VerifyReport> verify_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> dirs;
+  if (fs::exists(fs::path(path) / "state.json") || fs::exists(fs::path(path) / "index.json")) {
+    dirs.push_back(path);
+  } else {
+    resolve_checkpoint(path);  // names the path when it holds none
+    dirs = checkpoint_dirs(path);
+  }
+  std::vector<VerifyReport> reports;
+  for (const auto& d : dirs) {
+    reports.push_back(verify_checkpoint(d));
+    reports.back().dir = d;
+  }
+  return reports;
+}
+
+Table verify_table(const std::vector<VerifyReport>& reports) {
+  Table t({"checkpoint", "format", "tensors", "shards", "bytes", "status"});
+  for (const auto& r : reports)
+    t.add_row({r.dir, "v" + std::to_string(r.version), std::to_string(r.tensors),
+               std::to_string(r.shards), human_bytes(static_cast<double>(r.bytes)),
+               r.problems.empty() ? "intact" : r.problems.front()});
+  return t;
+}
+
+nlohmann::json verify_json(const std::vector<VerifyReport>& reports) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& r : reports)
+    j.push_back({{"checkpoint", r.dir},
+                 {"version", r.version},
+                 {"tensors", r.tensors},
+                 {"shards", r.shards},
+                 {"bytes", r.bytes},
+                 {"layout", r.layout},
+                 {"problems", r.problems}});
+  return j;
+}
+
+namespace {
+
+std::string number_3g(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+double max_abs_difference(const LoadedTensor& x, const LoadedTensor& y) {
+  double d = 0;
+  for (size_t i = 0; i < x.data.size(); ++i)
+    d = std::max(d, std::abs(static_cast<double>(x.data[i]) - y.data[i]));
+  return d;
+}
+
+}  // namespace
+
+DiffReport diff_checkpoints(const std::string& a_path, const std::string& b_path) {
+  DiffReport r;
+  r.a = resolve_checkpoint(a_path);
+  r.b = resolve_checkpoint(b_path);
+  for (const char* kind : {"model", "optimizer"}) {
+    const bool optimizer = std::strcmp(kind, "optimizer") == 0;
+    const auto ta = read_tensors(r.a, kind), tb = read_tensors(r.b, kind);
+    for (const auto& [name, t] : ta) {
+      const auto it = tb.find(name);
+      if (it == tb.end() && optimizer) {
+        ++r.optimizer_only_a;
+      } else if (it == tb.end() || it->second.shape != t.shape) {
+        r.only_a.push_back(name);
+      } else {
+        ++r.compared;
+        if (std::memcmp(t.data.data(), it->second.data.data(), t.data.size() * sizeof(float)) == 0)
+          ++r.identical;
+        else
+          r.different.push_back({name, max_abs_difference(t, it->second)});
+      }
+    }
+    for (const auto& [name, t] : tb) {
+      if (ta.count(name)) continue;
+      if (optimizer)
+        ++r.optimizer_only_b;
+      else
+        r.only_b.push_back(name);
+    }
+  }
+  return r;
+}
+
+std::string DiffReport::text() const {
+  std::string s;
+  for (const auto& n : only_a) s += n + ": only in " + a + " (or another shape)\n";
+  for (const auto& n : only_b) s += n + ": only in " + b + "\n";
+  auto worst = std::max_element(different.begin(), different.end(),
+                                [](const auto& x, const auto& y) { return x.max_abs < y.max_abs; });
+  if (same()) {
+    s += "identical: " + std::to_string(compared) + " tensors, the same bytes (" + a + ", " + b +
+         ")\n";
+  } else if (!different.empty()) {
+    s += std::to_string(different.size()) + " of " + std::to_string(compared) +
+         " tensors in both differ; the largest difference is " + number_3g(worst->max_abs) +
+         " in " + worst->name + "\n";
+  } else {
+    s += std::to_string(only_a.size() + only_b.size()) +
+         " weight tensors are on one side only; the " + std::to_string(compared) +
+         " tensors in both have the same bytes\n";
+  }
+  if (optimizer_only_a > 0)
+    s += "optimizer state only in " + a + " (" + std::to_string(optimizer_only_a) +
+         " tensors): not compared\n";
+  if (optimizer_only_b > 0)
+    s += "optimizer state only in " + b + " (" + std::to_string(optimizer_only_b) +
+         " tensors): not compared\n";
+  return s;
+}
+
+}  // namespace anvil::ckpt

@@ -1,0 +1,46 @@
+#include "anvil/data/tokenize.hpp"
+
+#include "anvil/base/clock.hpp"
+#include "anvil/base/files.hpp"
+#include "anvil/data/tokenizer.hpp"
+#include "anvil/data/tokens.hpp"
+
+namespace anvil::data {
+
+TokenizeResult tokenize_files(const TokenizeOptions& o) {
+  std::string text;
+  for (const auto& f : o.texts) text += read_file(f);
+  TokenizeResult r;
+  r.bytes = static_cast<int64_t>(text.size());
+  if (o.tokenizer.empty()) {
+    const auto tokens = encode_bytes(text);
+    write_token_file(o.out, tokens, 256);
+    write_token_meta(o.out, "", o.texts, static_cast<int64_t>(tokens.size()), r.bytes);
+    r.tokens = static_cast<int64_t>(tokens.size());
+    r.vocab = 256;
+    return r;
+  }
+  const Tokenizer tk(o.tokenizer);
+  const double t0 = now_seconds();
+  const auto tokens = tk.encode(text, o.threads);
+  r.seconds = now_seconds() - t0;
+  r.tokens = static_cast<int64_t>(tokens.size());
+  r.vocab = tk.vocab_size();
+  if (o.verify) {
+    const std::string back = tk.decode(tokens);
+    if (back != text) {
+      size_t at = 0;
+      while (at < back.size() && at < text.size() && back[at] == text[at]) ++at;
+      r.differs = true;
+      r.first_difference = static_cast<int64_t>(at);
+      r.decoded_bytes = static_cast<int64_t>(back.size());
+      return r;
+    }
+    r.verified = true;
+  }
+  write_token_file(o.out, tokens, tk.vocab_size());
+  write_token_meta(o.out, o.tokenizer, o.texts, r.tokens, r.bytes);
+  return r;
+}
+
+}  // namespace anvil::data

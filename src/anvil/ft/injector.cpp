@@ -1,0 +1,68 @@
+#include "anvil/ft/injector.hpp"
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <thread>
+
+namespace anvil::ft {
+
+Injector::Injector(const InjectOptions& options, int rank) : rank_(rank) {
+  if (!options.inject.empty()) fault_ = parse_fault(options.inject);
+}
+
+bool Injector::strikes(const char* kind, int64_t step) const {
+  return fault_ && fault_->kind == kind && fault_->rank == rank_ && fault_->step == step;
+}
+
+void Injector::step_begin(int64_t done) const {
+  if (fault_ && fault_->kind == "slow" && fault_->rank == rank_ && done + 1 >= fault_->step)
+    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(fault_->arg * 1e3)));
+}
+
+double Injector::step_loss(int64_t done, double loss_sum) const {
+  return strikes("nan", done + 1) ? std::numeric_limits<double>::quiet_NaN() : loss_sum;
+}
+
+void Injector::step_end(int64_t done) const {
+  if (strikes("kill", done + 1)) std::raise(SIGKILL);
+  if (strikes("hang", done + 1))
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+void Injector::save_begin(int64_t step) const {
+  if (!strikes("kill-in-save", step)) return;
+  // Dies while its part is being written (the job never commits this step).
+  const auto ms = static_cast<int64_t>(fault_->arg);
+  std::thread([ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    std::raise(SIGKILL);
+  }).detach();
+}
+
+void Injector::save_end(int64_t step, const std::function<void()>& wait,
+                        const std::string& index_file, const std::string& shard_file) const {
+  if (!strikes("corrupt-ckpt", step)) return;
+  // Once the step is committed, one byte of this rank's first shard flips
+  // and the job dies: a restart must find the damage and go back further.
+  wait();
+  while (!std::filesystem::exists(index_file))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (FILE* f = std::fopen(shard_file.c_str(), "r+b")) {
+    unsigned char len[8] = {};
+    if (std::fread(len, 1, 8, f) == 8) {
+      uint64_t header = 0;
+      for (int i = 7; i >= 0; --i) header = header << 8 | len[i];
+      std::fseek(f, static_cast<long>(8 + header + 2), SEEK_SET);
+      const int c = std::fgetc(f);
+      std::fseek(f, static_cast<long>(8 + header + 2), SEEK_SET);
+      std::fputc(c ^ 0x5a, f);
+    }
+    std::fclose(f);
+  }
+  std::raise(SIGKILL);
+}
+
+}  // namespace anvil::ft

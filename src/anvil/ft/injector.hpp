@@ -1,0 +1,55 @@
+// Fault injection at named hooks of a training run (tests and demos): the
+// trainer calls each hook at its place in a step or a save, and the one
+// fault of `--inject KIND@STEP[:RANK][=ARG]` (faults.hpp) fires there on its
+// rank and step. No fault code sits in the training step itself.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "anvil/base/options.hpp"
+#include "anvil/ft/faults.hpp"
+
+namespace anvil::ft {
+
+struct InjectOptions {
+  std::string inject;
+  template <class V>
+  void describe(V& v) {
+    v({.name = "inject",
+       .help = "Inject a fault (tests, demos): KIND@STEP[:RANK][=ARG], KIND one of " +
+               fault_kinds() +
+               "; e.g. kill@30:1, nan@12, slow@5=200 (ms per step), kill-in-save@20=5 (ms into "
+               "the save), corrupt-ckpt@20 (then dies)"},
+      inject);
+  }
+};
+
+class Injector {
+ public:
+  Injector() = default;
+  Injector(const InjectOptions& options, int rank);
+  // The hooks. `done` is the number of steps completed when the hook runs.
+  // slow: from step STEP on, each step starts ARG ms late.
+  void step_begin(int64_t done) const;
+  // nan: step STEP's loss (the sum over its tokens) becomes NaN.
+  double step_loss(int64_t done, double loss_sum) const;
+  // kill / hang: the process dies or hangs once STEP - 1 steps are done.
+  void step_end(int64_t done) const;
+  // kill-in-save: dies ARG ms into writing the checkpoint of step STEP.
+  void save_begin(int64_t step) const;
+  // corrupt-ckpt: once the checkpoint of step STEP is committed (`wait`
+  // returns), flips one byte of this rank's shard `shard_file` (waiting for
+  // the commit's `index_file`) and dies.
+  void save_end(int64_t step, const std::function<void()>& wait, const std::string& index_file,
+                const std::string& shard_file) const;
+
+ private:
+  bool strikes(const char* kind, int64_t step) const;
+  std::optional<Fault> fault_;
+  int rank_ = 0;
+};
+
+}  // namespace anvil::ft

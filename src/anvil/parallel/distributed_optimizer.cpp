@@ -1,0 +1,134 @@
+#include "anvil/parallel/distributed_optimizer.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "anvil/parallel/data_parallel.hpp"
+
+namespace anvil::parallel {
+namespace {
+
+// Under expert parallelism the experts' gradients (one range per MoE layer)
+// are summed over the ranks holding the same experts only.
+std::vector<ReduceRange> expert_ranges(const model::ParamRegistry& registry,
+                                       DataParallelGroup& dp) {
+  std::vector<ReduceRange> ranges;
+  for (const auto& spec : registry.specs()) {
+    if (spec.sharding != model::Sharding::expert) continue;
+    if (!ranges.empty() && ranges.back().end == spec.offset) {
+      ranges.back().end += spec.numel;
+    } else {
+      ranges.push_back({spec.offset, spec.offset + spec.numel, &dp.expert_data_async()});
+    }
+  }
+  return ranges;
+}
+
+}  // namespace
+
+DistributedOptimizer::DistributedOptimizer(model::TrainableModel& model,
+                                           const optim::OptimizerOptions& options,
+                                           const ParallelOptions& parallel, DataParallelGroup* dp)
+    : model_(model), dp_(dp && dp->size() > 1 ? dp : nullptr), ep_(parallel.ep) {
+  const bool use_muon = options.name == "muon";
+  const auto& registry = model.registry();
+  if (dp_) {
+    reducer_ = std::make_unique<GradReducer>(
+        dp_->async(), model.grads(), registry.total(),
+        std::max<int64_t>(1, static_cast<int64_t>(parallel.bucket_mib * (1 << 20) / sizeof(float))),
+        // With Muon a matrix is updated whole by its owner, so every rank
+        // needs every summed gradient: the buckets are all-gathered too.
+        parallel.zero && !use_muon, comm::Algo::automatic,
+        ep_ > 1 ? expert_ranges(registry, *dp_) : std::vector<ReduceRange>{});
+  }
+  adamw_ = std::make_unique<optim::AdamW>(
+      registry, options.adamw, /*skip_muon_group=*/use_muon,
+      reducer_ && parallel.zero ? reducer_->owned() : std::vector<optim::AdamW::Range>{});
+  if (use_muon) {
+    muon_ = std::make_unique<optim::Muon>(registry, options.muon, dp_ ? dp_->rank() : 0,
+                                          dp_ ? dp_->size() : 1, std::max(1, ep_));
+  }
+}
+
+DistributedOptimizer::~DistributedOptimizer() = default;
+
+void DistributedOptimizer::start_reduction() {
+  if (!reducer_) return;
+  reducer_->begin();
+  model_.set_grads_ready_hook([this](int64_t offset) { reducer_->ready_from(offset); });
+}
+
+void DistributedOptimizer::stop_handing_over() {
+  if (reducer_) model_.set_grads_ready_hook({});
+}
+
+ReduceTimes DistributedOptimizer::finish_reduction() {
+  return reducer_ ? reducer_->finish() : ReduceTimes{};
+}
+
+double DistributedOptimizer::grad_norm() {
+  if (!reducer_) return optim::global_norm(model_.grads(), model_.registry().total());
+  // Each rank's share over its owned blocks, summed in rank order: the same
+  // bits with ZeRO-1 (where only those blocks are reduced here) and without.
+  double mine = 0;
+  for (const auto& [begin, end] : reducer_->owned())
+    mine += optim::sum_of_squares(model_.grads() + begin, end - begin);
+  double total = 0;
+  for (double x : dp_->gather(mine)) total += x;
+  return std::sqrt(total);
+}
+
+void DistributedOptimizer::update(float lr, float coef, int64_t step) {
+  adamw_->update(model_.params(), model_.grads(), lr, step, coef);
+  if (adamw_->sharded()) reducer_->gather(model_.params());
+  if (muon_) {
+    muon_->update(model_.params(), model_.grads(), lr, coef);
+    if (dp_) broadcast_muon_matrices(model_.params());
+  }
+}
+
+void DistributedOptimizer::broadcast_muon_matrices(float* data) {
+  // Each matrix was orthogonalised and updated by its owner, which alone
+  // keeps its momentum; its weights go from there to every rank. Under
+  // expert parallelism an expert's matrix lives on the ranks holding that
+  // expert only, and goes out over their group (world rank r is r / ep there).
+  const auto& specs = model_.registry().specs();
+  const auto& owners = muon_->owners();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (owners[i] < 0) continue;
+    const auto n = static_cast<size_t>(specs[i].numel);
+    if (ep_ > 1 && specs[i].sharding == model::Sharding::expert) {
+      comm::Communicator& group = dp_->expert_data_group();
+      if (group.size() > 1)
+        group.broadcast(data + specs[i].offset, n, comm::DType::f32, owners[i] / ep_,
+                        comm::Algo::automatic);
+    } else {
+      dp_->comm().broadcast(data + specs[i].offset, n, comm::DType::f32, owners[i],
+                            comm::Algo::automatic);
+    }
+  }
+}
+
+std::vector<DistributedOptimizer::Range> DistributedOptimizer::owned() const {
+  return reducer_ ? reducer_->owned() : std::vector<Range>{{0, model_.registry().total()}};
+}
+
+std::vector<model::TensorShard> DistributedOptimizer::state_to_save() {
+  std::vector<model::TensorShard> pieces = adamw_->state(owned());
+  if (muon_)
+    for (auto& piece : muon_->state()) pieces.push_back(piece);
+  return pieces;
+}
+
+std::vector<model::TensorShard> DistributedOptimizer::state_to_load() {
+  std::vector<model::TensorShard> pieces = adamw_->state();
+  if (muon_)
+    for (auto& piece : muon_->state()) pieces.push_back(piece);
+  return pieces;
+}
+
+size_t DistributedOptimizer::state_bytes() const {
+  return adamw_->state_bytes() + (muon_ ? muon_->state_bytes() : 0);
+}
+
+}  // namespace anvil::parallel

@@ -1,0 +1,64 @@
+// The optimizer step of a data-parallel run: the gradients reduced over the
+// ranks in buckets while the step's last backward runs, the global gradient
+// norm, AdamW (ZeRO-1: each rank updates its blocks, then the weights are
+// all-gathered) and Muon (each matrix orthogonalised and updated by its
+// owner, then broadcast from there). On one process it is AdamW and Muon
+// over the whole arena, with the same arithmetic.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "anvil/model/trainable.hpp"
+#include "anvil/optim/adamw.hpp"
+#include "anvil/optim/muon.hpp"
+#include "anvil/optim/options.hpp"
+#include "anvil/parallel/grad_reducer.hpp"
+#include "anvil/parallel/options.hpp"
+
+namespace anvil::parallel {
+
+class DataParallelGroup;
+
+class DistributedOptimizer {
+ public:
+  using Range = std::pair<int64_t, int64_t>;
+  // `dp` null or of one rank: a single process.
+  DistributedOptimizer(model::TrainableModel& model, const optim::OptimizerOptions& options,
+                       const ParallelOptions& parallel, DataParallelGroup* dp);
+  ~DistributedOptimizer();
+
+  // Around the step's last backward: its gradients go to the reduction as
+  // backward finishes them.
+  void start_reduction();
+  void stop_handing_over();
+  // Waits for the whole reduction (zero times on one process).
+  ReduceTimes finish_reduction();
+  // The norm of the summed gradients, the same bits on every rank.
+  double grad_norm();
+  // Step `step` (from 1) at learning rate `lr`, gradients scaled by `coef`.
+  void update(float lr, float coef, int64_t step);
+
+  // The arena ranges this rank writes to a checkpoint (its reducer blocks;
+  // the whole arena on one process).
+  std::vector<Range> owned() const;
+  // The optimizer state this rank writes (within `owned()`) or reads (all it keeps).
+  std::vector<model::TensorShard> state_to_save();
+  std::vector<model::TensorShard> state_to_load();
+  size_t state_bytes() const;
+  int64_t bucket_count() const { return reducer_ ? reducer_->bucket_count() : 0; }
+
+ private:
+  void broadcast_muon_matrices(float* data);
+
+  model::TrainableModel& model_;
+  DataParallelGroup* dp_;
+  int ep_;
+  std::unique_ptr<GradReducer> reducer_;
+  std::unique_ptr<optim::AdamW> adamw_;
+  std::unique_ptr<optim::Muon> muon_;
+};
+
+}  // namespace anvil::parallel

@@ -1,0 +1,138 @@
+#include "anvil/train/checkpoint_manager.hpp"
+
+#include <cstdio>
+
+#include "anvil/base/clock.hpp"
+#include "anvil/base/error.hpp"
+#include "anvil/ckpt/checkpoint.hpp"
+
+namespace anvil::train {
+
+using json = nlohmann::json;
+
+std::string state_json(const RunRecord& run, int64_t step, const json& extra_state) {
+  json s = {{"format", "anvil-train-state"},
+            {"version", 1},
+            {"step", step},
+            {"config", run.config},
+            {"seed", run.seed},
+            {"batch", run.batch},
+            {"world", run.world},
+            {"seq", run.seq},
+            {"accum", run.accum},
+            {"precision", run.precision},
+            {"optimizer", run.optimizer},
+            {"data", run.data},
+            {"tokenizer", run.tokenizer},
+            {"phase", run.phase},
+            {"schedule",
+             {{"kind", run.schedule.kind},
+              {"lr", run.schedule.lr},
+              {"warmup", run.schedule.warmup},
+              {"total", run.schedule.total}}}};
+  s.update(extra_state);
+  return s.dump(2) + "\n";
+}
+
+CheckpointManager::CheckpointManager(const CheckpointOptions& options, int rank, int world,
+                                     std::string nonce, const ft::Injector& injector, bool report)
+    : o_(options),
+      rank_(rank),
+      world_(world),
+      nonce_(std::move(nonce)),
+      injector_(injector),
+      report_(report) {}
+
+CheckpointManager::~CheckpointManager() {
+  if (saver_.joinable()) saver_.join();
+}
+
+std::optional<ResumePoint> CheckpointManager::resume_point(const RunRecord& run) const {
+  if (o_.resume.empty()) return std::nullopt;
+  const std::string dir = ckpt::newest_intact_checkpoint(
+      o_.resume == "latest" ? o_.out : o_.resume, [this](const std::string& why) {
+        if (rank_ == 0) std::fprintf(stderr, "anvil: warning: %s\n", why.c_str());
+      });
+  if (dir.empty()) return std::nullopt;
+  ResumePoint p;
+  p.dir = dir;
+  p.state = ckpt::read_state(dir);
+  p.weights_only = p.state.value("weights_only", false);
+  p.step = p.weights_only ? 0 : p.state.at("step").get<int64_t>();
+  check_continues(p, run);
+  return p;
+}
+
+void CheckpointManager::check_continues(const ResumePoint& p, const RunRecord& run) const {
+  const std::string what = "checkpoint.resume: " + p.dir;
+  json saved = p.state.at("config"), mine = run.config;
+  if (o_.resume_new_phase) {  // a new phase may extend the context
+    for (const char* k : {"rope_theta", "seq_len"}) saved.erase(k), mine.erase(k);
+  }
+  if (mine.dump() != saved.dump())
+    throw InputError(what +
+                     ": the checkpoint's model config differs from model.config with "
+                     "the given model.set overrides");
+  if (p.weights_only) return;
+  // The weights are replicated, so any rank count continues the trajectory
+  // whose micro-batch holds the same global rows (batch x ranks).
+  const auto saved_accum = p.state.at("accum").get<int64_t>();
+  const auto saved_rows = p.state.at("batch").get<int64_t>() * p.state.value("world", int64_t{1});
+  if (p.state.value("precision", "fp32") != run.precision ||
+      p.state.value("optimizer", "adamw") != run.optimizer)
+    throw InputError(what + ": model.dtype and optimizer.name must match the checkpoint's");
+  if (!o_.resume_new_phase &&
+      (p.state.at("seed").get<uint64_t>() != run.seed || saved_rows != run.batch * run.world ||
+       p.state.at("seq").get<int64_t>() != run.seq ||
+       (saved_accum != run.accum && !o_.resume_new_accum))) {
+    throw InputError(what +
+                     ": train.seed, train.batch x ranks, train.seq, train.accum, model.dtype and "
+                     "optimizer.name must match the checkpoint's to continue its trajectory (a "
+                     "different train.accum: add checkpoint.resume_new_accum)");
+  }
+  if (saved_accum != run.accum && !o_.resume_new_phase && report_)
+    std::printf("global batch ramp: accum %lld -> %lld\n", static_cast<long long>(saved_accum),
+                static_cast<long long>(run.accum));
+}
+
+void CheckpointManager::save(int64_t step, ckpt::ShardedSave save, const RunRecord& run,
+                             const json& extra_state) {
+  if (o_.out.empty()) return;
+  wait();  // one save at a time
+  save.state_json = state_json(run, step, extra_state);
+  save.layout = run.layout;
+  ckpt::SaveGroup group;
+  group.rank = rank_;
+  group.world = world_;
+  group.nonce = nonce_;
+  const std::string dir = o_.out;
+  const int keep = o_.keep;
+  if (rank_ == 0) last_ = dir + "/" + ckpt::checkpoint_name(step);
+  auto write = [this, dir, step, keep, group, save = std::move(save)] {
+    try {
+      ckpt::save_sharded(dir, step, save, group, keep);
+    } catch (...) {
+      save_error_ = std::current_exception();
+    }
+  };
+  injector_.save_begin(step);
+  if (o_.sync_save) {
+    write();
+    wait();
+  } else {
+    saver_ = std::thread(std::move(write));
+  }
+  const std::string final_dir = dir + "/" + ckpt::checkpoint_name(step);
+  injector_.save_end(
+      step, [this] { wait(); }, final_dir + "/index.json",
+      final_dir + "/" + ckpt::shard_file(rank_));
+}
+
+double CheckpointManager::wait() {
+  const double t0 = now_seconds();
+  if (saver_.joinable()) saver_.join();
+  if (save_error_) std::rethrow_exception(std::exchange(save_error_, nullptr));
+  return now_seconds() - t0;
+}
+
+}  // namespace anvil::train

@@ -1,0 +1,84 @@
+// The trainer's checkpoints: the state.json schema (what identifies a run's
+// trajectory), the rules for resuming (which checkpoint, and whether it
+// continues this run), and saving — every rank its share, written by a
+// background thread while the next step computes. The tensors themselves
+// are the sharded format's (ckpt/sharded.hpp).
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "anvil/ckpt/sharded.hpp"
+#include "anvil/ft/injector.hpp"
+#include "anvil/optim/adamw.hpp"
+#include "anvil/train/options.hpp"
+
+namespace anvil::train {
+
+// What a checkpoint records about the run that wrote it (state.json), and
+// what a resumed run must share with it to continue its trajectory.
+struct RunRecord {
+  nlohmann::json config;  // the model config with its overrides
+  uint64_t seed = 0;
+  int64_t batch = 0, seq = 0, accum = 1;
+  int world = 1;
+  std::string precision, optimizer, data, tokenizer, phase;
+  optim::Schedule schedule;
+  nlohmann::json layout;  // index.json's: world, zero, ep, optimizer, batch, accum
+};
+
+// A checkpoint's state.json read for resuming.
+struct ResumePoint {
+  std::string dir;
+  int64_t step = 0;
+  bool weights_only = false;  // anvil ckpt import: weights, no trajectory
+  nlohmann::json state;
+};
+
+class CheckpointManager {
+ public:
+  // `report`: print what happens (rank 0 of a run that is not quiet).
+  CheckpointManager(const CheckpointOptions& options, int rank, int world, std::string nonce,
+                    const ft::Injector& injector, bool report);
+  ~CheckpointManager();
+
+  // Where to resume from: the newest intact checkpoint of --resume (latest:
+  // of --out; damaged newer ones are named on stderr and skipped), or none.
+  // Its state.json must describe `run`: the same model config (a new phase
+  // may change rope_theta and seq_len), precision and optimizer, and unless
+  // a new phase or a weights-only import, the same seed, batch x ranks,
+  // sequence length and accumulation (another accum with resume_new_accum).
+  std::optional<ResumePoint> resume_point(const RunRecord& run) const;
+
+  // Starts writing the checkpoint of `step`: this rank's pieces (`save`'s
+  // model and optimizer lists) and, with the state.json of `run` plus
+  // `extra_state`, the commit. Returns once the write has started (or, with
+  // sync_save, finished).
+  void save(int64_t step, ckpt::ShardedSave save, const RunRecord& run,
+            const nlohmann::json& extra_state);
+  // Waits for a background save (rethrowing its error); the seconds waited.
+  double wait();
+  bool enabled() const { return !o_.out.empty(); }
+  const std::string& last() const { return last_; }
+
+ private:
+  void check_continues(const ResumePoint& p, const RunRecord& run) const;
+
+  CheckpointOptions o_;
+  int rank_, world_;
+  std::string nonce_;
+  const ft::Injector& injector_;
+  bool report_;
+  std::string last_;
+  std::thread saver_;
+  std::exception_ptr save_error_;
+};
+
+// state.json of `run` at `step`, with the components' `extra_state` keys.
+std::string state_json(const RunRecord& run, int64_t step, const nlohmann::json& extra_state);
+
+}  // namespace anvil::train
