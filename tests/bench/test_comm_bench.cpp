@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <tuple>
 
 #include "anvil/bench/comm_bench.hpp"
 
@@ -13,17 +14,8 @@ namespace {
 
 CommPoint point(const std::string& op, const std::string& algo, int64_t bytes, int64_t count,
                 double p50_us, double busbw, int64_t wrong) {
-  CommPoint p;
-  p.op = op;
-  p.algo = algo;
-  p.bytes = bytes;
-  p.count = count;
-  p.p50_us = p50_us;
-  p.p99_us = p50_us * 1.5;
-  p.algbw = p50_us > 0 ? static_cast<double>(bytes) / (p50_us * 1e-6) / 1e9 : 0;
-  p.busbw = busbw;
-  p.wrong = wrong;
-  return p;
+  const double algbw = p50_us > 0 ? static_cast<double>(bytes) / (p50_us * 1e-6) / 1e9 : 0;
+  return {op, algo, bytes, count, p50_us, p50_us * 1.5, algbw, busbw, wrong};
 }
 
 // Two ranks, bf16 sum, root 1, in place: a point or two of every op.
@@ -131,14 +123,16 @@ TEST(CommBenchOutput, TuningTableTakesTheFastestCheckedAlgorithmPerSize) {
   // auto and wrong points never win; equal winners merge; the last row is open.
   CommBenchResult r;
   r.ranks = 2;
-  r.points = {point("allreduce", "mpi", 8, 2, 5.0, 0, 0),
-              point("allreduce", "shm", 8, 2, 2.0, 0, 0),
-              point("allreduce", "auto", 8, 2, 1.0, 0, 0),
-              point("allreduce", "mpi", 64, 16, 6.0, 0, 0),
-              point("allreduce", "shm", 64, 16, 3.0, 0, 0),
-              point("allreduce", "mpi", 512, 128, 7.0, 0, 0),
-              point("allreduce", "shm", 512, 128, 1.0, 0, 3),
-              point("broadcast", "tree", 8, 2, 1.0, 0, -1)};
+  // Per size: mpi's time, shm's time and shm's wrong count. shm is fastest
+  // at 8 and 64 bytes; at 512 it is faster still but wrong.
+  const std::tuple<int64_t, double, double, int64_t> sizes[] = {
+      {8, 5.0, 2.0, 0}, {64, 6.0, 3.0, 0}, {512, 7.0, 1.0, 3}};
+  for (const auto& [bytes, mpi_us, shm_us, shm_wrong] : sizes) {
+    r.points.push_back(point("allreduce", "mpi", bytes, bytes / 4, mpi_us, 0, 0));
+    r.points.push_back(point("allreduce", "shm", bytes, bytes / 4, shm_us, 0, shm_wrong));
+  }
+  r.points.push_back(point("allreduce", "auto", 8, 2, 1.0, 0, 0));
+  r.points.push_back(point("broadcast", "tree", 8, 2, 1.0, 0, -1));
   const comm::TuningTable t = tuning_from(r);
   ASSERT_EQ(t.rows.size(), 3u);
   EXPECT_EQ(t.rows[0].op, comm::Op::allreduce);
