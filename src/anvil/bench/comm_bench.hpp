@@ -9,6 +9,8 @@
 // exact check, and busbw relative to `mpi`. Bytes are nccl-tests' sizes:
 // the whole vector (all-to-all: everything one rank sends).
 // Then an alpha-beta fit per algorithm: time = alpha + bytes / bandwidth.
+// What differs per collective (sizing, factor, check, call) is its spec in
+// comm_specs.hpp; the sweep, timing, checking and output here serve all.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +72,7 @@ struct CommBenchResult {
   std::string csv() const;
 };
 
+// The spec's busbw / algbw for n ranks.
 double bus_factor(comm::Op op, int n);
 
 // The `auto` table from a run: per op and size the algorithm with the best
