@@ -62,6 +62,13 @@ std::string one_of(const std::vector<std::string>& names) {
   return s;
 }
 
+// The registration of `algo` for `op`, or null.
+const Algorithm* lookup(Op op, Algo algo) {
+  const Index& ix = index();
+  const size_t i = static_cast<size_t>(op) * ix.algos + static_cast<size_t>(algo);
+  return static_cast<size_t>(algo) < ix.algos && i < ix.slots.size() ? ix.slots[i] : nullptr;
+}
+
 }  // namespace
 
 std::span<const Algorithm> registered_algorithms() {
@@ -69,12 +76,12 @@ std::span<const Algorithm> registered_algorithms() {
 }
 
 const Algorithm& find_algorithm(Op op, Algo algo) {
-  const Index& ix = index();
-  const size_t i = static_cast<size_t>(op) * ix.algos + static_cast<size_t>(algo);
-  if (static_cast<size_t>(algo) < ix.algos && i < ix.slots.size() && ix.slots[i]) {
-    return *ix.slots[i];
-  }
+  if (const Algorithm* a = lookup(op, algo)) return *a;
   throw InputError("--algo: " + to_string(algo) + " does not implement " + to_string(op));
+}
+
+bool implements(Op op, Algo algo) {
+  return lookup(op, algo) != nullptr;
 }
 
 std::vector<Algo> algorithms_for(Op op) {

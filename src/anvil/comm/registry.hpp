@@ -25,5 +25,7 @@ std::vector<Algo> algorithms_for(Op op);
 std::span<const Algorithm> registered_algorithms();
 // The registration of `algo` for `op`; InputError when it does not implement it.
 const Algorithm& find_algorithm(Op op, Algo algo);
+// True when `algo` is registered for `op`.
+bool implements(Op op, Algo algo);
 
 }  // namespace anvil::comm

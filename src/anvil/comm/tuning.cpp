@@ -15,8 +15,8 @@ Algo TuningTable::pick(Op op, int ranks, size_t bytes, bool single_node) const {
       if (!needs_one_node || single_node) return r.algo;
     }
   }
-  if (single_node) return op == Op::alltoall ? Algo::mpi : Algo::shm;
-  return op == Op::allreduce ? Algo::hier : Algo::mpi;
+  const Algo preferred = single_node ? Algo::shm : Algo::hier;
+  return implements(op, preferred) ? preferred : Algo::mpi;
 }
 
 TuningTable TuningTable::load(const std::string& path) {

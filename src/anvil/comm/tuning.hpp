@@ -25,8 +25,8 @@ class TuningTable {
  public:
   std::vector<TuningRow> rows;
   // The row's algorithm, or the built-in rule when no row covers the call:
-  // shm on one node (mpi for all-to-all), hier for all-reduce and mpi
-  // otherwise across nodes.
+  // shm on one node, hier across nodes, mpi for the ops they do not
+  // implement (one node: all-to-all; across nodes: all but all-reduce).
   Algo pick(Op op, int ranks, size_t bytes, bool single_node) const;
   static TuningTable load(const std::string& path);  // throws InputError naming the path
   void save(const std::string& path) const;          // atomic
