@@ -34,7 +34,7 @@ struct CommBenchOptions {
   std::vector<std::string> algos;  // empty: every algorithm of each op
   int iters = 20;
   int warmup = 5;
-  int passes = 1;  // sweeps over the sizes; each size's samples pool all of them
+  int passes = 1;                  // sweeps over the sizes; each size's samples pool all of them
   std::vector<int64_t> add_sizes;  // measured besides the -b/-e/-f sweep
   // > 1: where an algorithm's time per byte rises by more than this between
   // two neighbouring sizes (a cache step), measure sizes inside (refine_sizes).

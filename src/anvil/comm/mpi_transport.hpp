@@ -67,8 +67,8 @@ class MpiTransport final : public PointToPoint {
 
   // Runs one blocking MPI call under the watchdog: past the deadline the
   // process ends with a line naming `what` (MPI cannot say who is missing).
-  template <typename Call>
-  void blocking(const char* what, Call call) {
+  template <typename Body>
+  void blocking(const char* what, Body call) {
     if (!watchdog_) watchdog_ = std::make_unique<MpiWatchdog>(rank(), timeout_s_);
     watchdog_->arm(what);
     try {

@@ -21,10 +21,11 @@
 // cores with compute threads (data-parallel training: a progress thread per
 // rank beside the compute threads) do not take those cores from them.
 //
-// Hygiene: rank 0 creates the segment with O_CREAT|O_EXCL, mode 0600, under a
-// name unique to the job (pid, time, counter); the others open it; then it is
-// unlinked at once, so it lives exactly as long as the processes that map it
-// — normal exit, abort or kill -9 — and a stale name can never collide.
+// Hygiene: rank 0 creates the segment with O_CREAT|O_EXCL, mode 0600, under
+// a name unique to the job (pid and a random number); the others open it;
+// then it is unlinked at once, so it lives exactly as long as the processes
+// that map it — normal exit, abort or kill -9 — and a stale name can never
+// collide.
 #pragma once
 
 #include <atomic>
