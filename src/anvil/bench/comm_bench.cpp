@@ -21,7 +21,7 @@ using comm::DType;
 using comm::Op;
 using json = nlohmann::json;
 
-// The options checked and parsed, in the order the flags are reported.
+// The options, checked (errors in the order of the flags) and parsed.
 struct Plan {
   DType dtype;
   comm::ReduceOp redop;
@@ -99,8 +99,8 @@ class OpBench {
   // tenant, the other core busy) lands on every size alike instead of on
   // the few it happened to cover.
   void measure(const std::vector<int64_t>& sweep, std::vector<CommPoint>& out) const;
-  // This iteration's seconds on this rank, for each of warmup + iters calls.
-  std::vector<double> time_calls(const CommCase& k, Algo a) const;
+  // This rank's seconds for each of the o.iters timed calls, after o.warmup untimed ones.
+  std::vector<double> time_iterations(const CommCase& k, Algo a) const;
   // Clears recv, fills the inputs with the pattern, runs once, counts wrong
   // elements (all ranks summed).
   int64_t check(const CommCase& k, Algo a, std::vector<unsigned char>& recv) const;
@@ -113,7 +113,7 @@ class OpBench {
   std::vector<Algo> algos_;
 };
 
-std::vector<double> OpBench::time_calls(const CommCase& k, Algo a) const {
+std::vector<double> OpBench::time_iterations(const CommCase& k, Algo a) const {
   std::vector<double> block;
   for (int it = 0; it < o_.warmup + o_.iters; ++it) {
     c_.barrier();
@@ -152,7 +152,7 @@ void OpBench::measure(const std::vector<int64_t>& sweep, std::vector<CommPoint>&
       const CommCase k{c_,          send.data(), recv.data(), count,
                        plan_.dtype, plan_.redop, o_.root,     o_.in_place};
       for (size_t ai = 0; ai < algos_.size(); ++ai) {
-        std::vector<double> block = time_calls(k, algos_[ai]);
+        std::vector<double> block = time_iterations(k, algos_[ai]);
         // Each iteration's time is its slowest rank's.
         MPI_Allreduce(MPI_IN_PLACE, block.data(), static_cast<int>(block.size()), MPI_DOUBLE,
                       MPI_MAX, c_.mpi_comm());
