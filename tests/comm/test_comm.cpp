@@ -23,7 +23,7 @@
 #include "anvil/comm/async.hpp"
 #include "anvil/comm/check.hpp"
 #include "anvil/comm/communicator.hpp"
-#include "anvil/comm/shm.hpp"
+#include "anvil/comm/shm_transport.hpp"
 
 namespace anvil::comm {
 namespace {

@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "anvil/base/error.hpp"
+#include "anvil/bench/comm_specs.hpp"
 #include "anvil/bench/measure.hpp"
-#include "anvil/comm/check.hpp"
 
 namespace anvil::bench {
 namespace {
@@ -21,133 +21,201 @@ using comm::DType;
 using comm::Op;
 using json = nlohmann::json;
 
-// Buffers for one (op, size): inputs filled with the check pattern.
-struct Buffers {
-  std::vector<unsigned char> send, recv;
+// The options, checked (errors in the order of the flags) and parsed.
+struct Plan {
+  DType dtype;
+  comm::ReduceOp redop;
+  std::vector<const CollectiveSpec*> specs;
+  std::vector<Algo> asked;  // empty: every algorithm of each op
+  std::vector<int64_t> sizes;
 };
 
-// The elements a rank sends for `bytes` of an op (nccl-tests sizing).
-size_t count_for(Op op, int64_t bytes, DType t, int n) {
-  const size_t es = comm::size_of(t);
-  if (op == Op::alltoall) return static_cast<size_t>(bytes) / es / static_cast<size_t>(n);
-  return static_cast<size_t>(bytes) / es;
+Plan plan_from(const CommBenchOptions& o, int ranks) {
+  if (o.min_bytes < 0 || o.max_bytes < o.min_bytes) {
+    throw InputError("-b/-e: expected 0 <= minbytes <= maxbytes, got " +
+                     std::to_string(o.min_bytes) + " and " + std::to_string(o.max_bytes));
+  }
+  if (!(o.factor > 1.0))
+    throw InputError("-f: expected a step factor > 1, got " + std::to_string(o.factor));
+  if (o.refine != 0 && !(o.refine > 1.0))
+    throw InputError("--refine: expected a ratio > 1 (or 0: off), got " + std::to_string(o.refine));
+  for (int64_t b : o.add_sizes) {
+    if (b <= 0) throw InputError("--add-sizes: expected sizes > 0, got " + std::to_string(b));
+  }
+  if (o.iters < 1) throw InputError("-n: expected >= 1 iterations, got " + std::to_string(o.iters));
+  if (o.root < 0 || o.root >= ranks) {
+    throw InputError("--root: expected 0.." + std::to_string(ranks - 1) + ", got " +
+                     std::to_string(o.root));
+  }
+  Plan plan{
+      comm::parse_dtype(o.dtype, "--dtype"), comm::parse_reduce_op(o.redop, "--redop"), {}, {}, {}};
+  if (plan.redop == comm::ReduceOp::avg && !comm::is_floating(plan.dtype)) {
+    throw InputError("--redop avg: needs a floating --dtype, got " + o.dtype);
+  }
+  for (const auto& name : o.ops) {
+    if (name == "all") {
+      plan.specs.clear();
+      for (const CollectiveSpec& spec : collective_specs()) plan.specs.push_back(&spec);
+      break;
+    }
+    plan.specs.push_back(&spec_for(comm::parse_op(name, "--op")));
+  }
+  for (const auto& name : o.algos) plan.asked.push_back(comm::parse_algo(name, "--algo"));
+  for (double b = static_cast<double>(o.min_bytes);
+       b <= static_cast<double>(o.max_bytes) * (1 + 1e-9); b = std::max(b * o.factor, b + 1)) {
+    plan.sizes.push_back(static_cast<int64_t>(b));
+  }
+  plan.sizes.insert(plan.sizes.end(), o.add_sizes.begin(), o.add_sizes.end());
+  std::sort(plan.sizes.begin(), plan.sizes.end());
+  plan.sizes.erase(std::unique(plan.sizes.begin(), plan.sizes.end()), plan.sizes.end());
+  return plan;
 }
 
-void fill(std::vector<unsigned char>& buf, size_t count, DType t, int rank) {
-  for (size_t i = 0; i < count; ++i)
-    comm::check::put(buf.data(), i, t, comm::check::value(rank, i));
+// One op's measurement: its spec, the algorithms measured, the options.
+class OpBench {
+ public:
+  OpBench(Communicator& c, const CommBenchOptions& o, const Plan& plan, const CollectiveSpec& spec)
+      : c_(c), o_(o), plan_(plan), spec_(spec) {
+    // mpi first (the baseline), then the others registered for the op.
+    algos_ = {Algo::mpi};
+    for (Algo a : comm::algorithms_for(spec.op)) {
+      if (a == Algo::mpi) continue;
+      if (!plan.asked.empty() &&
+          std::find(plan.asked.begin(), plan.asked.end(), a) == plan.asked.end())
+        continue;
+      if (a == Algo::shm && !c.single_node()) continue;  // hier handles several nodes
+      algos_.push_back(a);
+    }
+    // Shared-memory setup is collective and slow-ish: not part of any timing.
+    if (std::find(algos_.begin(), algos_.end(), Algo::shm) != algos_.end()) c.shm();
+  }
+
+  // The sweep, refined where time per byte steps up, then the fits.
+  void run(CommBenchResult& result) const;
+
+ private:
+  // Appends a point per size of `sweep` and algorithm, each size's samples
+  // pooled over o.passes sweeps: a slow spell of the machine (another
+  // tenant, the other core busy) lands on every size alike instead of on
+  // the few it happened to cover.
+  void measure(const std::vector<int64_t>& sweep, std::vector<CommPoint>& out) const;
+  // This rank's seconds for each of the o.iters timed calls, after o.warmup untimed ones.
+  std::vector<double> time_iterations(const CommCase& k, Algo a) const;
+  // Clears recv, fills the inputs with the pattern, runs once, counts wrong
+  // elements (all ranks summed).
+  int64_t check(const CommCase& k, Algo a, std::vector<unsigned char>& recv) const;
+  size_t peers() const { return spec_.per_peer ? static_cast<size_t>(c_.size()) : 1; }
+
+  Communicator& c_;
+  const CommBenchOptions& o_;
+  const Plan& plan_;
+  const CollectiveSpec& spec_;
+  std::vector<Algo> algos_;
+};
+
+std::vector<double> OpBench::time_iterations(const CommCase& k, Algo a) const {
+  std::vector<double> block;
+  for (int it = 0; it < o_.warmup + o_.iters; ++it) {
+    c_.barrier();
+    if (c_.rank() == o_.stall_rank && a == algos_.back()) {
+      // A hung rank in the last algorithm measured (the one --algo names):
+      // the others must end within --timeout, naming the op.
+      std::this_thread::sleep_for(std::chrono::duration<double>(3 * o_.timeout_s + 10));
+    }
+    const double t0 = now_seconds();
+    spec_.run(k, a);
+    const double dt = now_seconds() - t0;
+    if (it >= o_.warmup) block.push_back(dt);
+  }
+  return block;
 }
 
-// Runs one op once. `count`: total elements (alltoall: per peer).
-void run_op(Communicator& c, Op op, Algo a, Buffers& b, size_t count, DType t, comm::ReduceOp rop,
-            int root, bool in_place) {
-  const size_t es = comm::size_of(t);
-  const int n = c.size(), r = c.rank();
-  void* send = b.send.data();
-  switch (op) {
-    case Op::allreduce:
-      return c.allreduce(send, in_place ? send : b.recv.data(), count, t, rop, a);
-    case Op::reduce_scatter: {
-      void* recv = in_place ? b.send.data() + comm::block_offset(count, n, r) * es : b.recv.data();
-      return c.reduce_scatter(send, recv, count, t, rop, a);
-    }
-    case Op::allgather: {
-      const void* in =
-          in_place ? b.recv.data() + comm::block_offset(count, n, r) * es : b.send.data();
-      return c.allgather(in, b.recv.data(), count, t, a);
-    }
-    case Op::broadcast:
-      return c.broadcast(send, count, t, root, a);
-    case Op::reduce:
-      return c.reduce(send, in_place ? send : b.recv.data(), count, t, rop, root, a);
-    case Op::alltoall:
-      return c.alltoall(send, in_place ? send : b.recv.data(), count, t, a);
-  }
-}
-
-// Fills inputs with the pattern, runs once, counts wrong elements (all ranks summed).
-int64_t check_op(Communicator& c, Op op, Algo a, Buffers& b, size_t count, DType t,
-                 comm::ReduceOp rop, int root, bool in_place) {
-  const size_t es = comm::size_of(t);
-  const int n = c.size(), r = c.rank();
-  std::fill(b.recv.begin(), b.recv.end(), 0);
-  if (op == Op::allgather) {
-    // Rank r contributes block r of the pattern vector of rank r.
-    const size_t off = comm::block_offset(count, n, r), mine = comm::block_count(count, n, r);
-    unsigned char* dst = in_place ? b.recv.data() + off * es : b.send.data();
-    for (size_t i = 0; i < mine; ++i) comm::check::put(dst, i, t, comm::check::value(r, off + i));
-  } else if (op == Op::broadcast) {
-    fill(b.send, count, t, r == root ? root : root + 1);
-  } else if (op == Op::alltoall) {
-    for (int q = 0; q < n; ++q)
-      for (size_t j = 0; j < count; ++j)
-        comm::check::put(b.send.data(), static_cast<size_t>(q) * count + j, t,
-                         comm::check::alltoall_value(r, q, j));
-  } else {
-    fill(b.send, count, t, r);
-  }
-  run_op(c, op, a, b, count, t, rop, root, in_place);
-  int64_t wrong = 0;
-  switch (op) {
-    case Op::allreduce: {
-      const void* res = in_place ? b.send.data() : b.recv.data();
-      for (size_t i = 0; i < count; ++i)
-        wrong += comm::check::get(res, i, t) != comm::check::expected(i, n, t, rop);
-      break;
-    }
-    case Op::reduce: {
-      if (r != root) break;
-      const void* res = in_place ? b.send.data() : b.recv.data();
-      for (size_t i = 0; i < count; ++i)
-        wrong += comm::check::get(res, i, t) != comm::check::expected(i, n, t, rop);
-      break;
-    }
-    case Op::reduce_scatter: {
-      const size_t off = comm::block_offset(count, n, r), mine = comm::block_count(count, n, r);
-      const unsigned char* res = in_place ? b.send.data() + off * es : b.recv.data();
-      for (size_t i = 0; i < mine; ++i)
-        wrong += comm::check::get(res, i, t) != comm::check::expected(off + i, n, t, rop);
-      break;
-    }
-    case Op::allgather:
-      for (int q = 0; q < n; ++q)
-        for (size_t i = comm::block_offset(count, n, q);
-             i < comm::block_offset(count, n, q) + comm::block_count(count, n, q); ++i)
-          wrong += comm::check::get(b.recv.data(), i, t) != comm::check::value(q, i);
-      break;
-    case Op::broadcast:
-      for (size_t i = 0; i < count; ++i)
-        wrong += comm::check::get(b.send.data(), i, t) != comm::check::value(root, i);
-      break;
-    case Op::alltoall: {
-      const void* res = in_place ? b.send.data() : b.recv.data();
-      for (int q = 0; q < n; ++q)
-        for (size_t j = 0; j < count; ++j)
-          wrong += comm::check::get(res, static_cast<size_t>(q) * count + j, t) !=
-                   comm::check::alltoall_value(q, r, j);
-      break;
-    }
-  }
-  int64_t total = 0;
-  MPI_Allreduce(&wrong, &total, 1, MPI_INT64_T, MPI_SUM, c.mpi_comm());
+int64_t OpBench::check(const CommCase& k, Algo a, std::vector<unsigned char>& recv) const {
+  std::fill(recv.begin(), recv.end(), 0);
+  spec_.fill(k);
+  spec_.run(k, a);
+  int64_t wrong = spec_.wrong(k), total = 0;
+  MPI_Allreduce(&wrong, &total, 1, MPI_INT64_T, MPI_SUM, c_.mpi_comm());
   return total;
+}
+
+void OpBench::measure(const std::vector<int64_t>& sweep, std::vector<CommPoint>& out) const {
+  const size_t es = comm::size_of(plan_.dtype);
+  std::vector<std::vector<double>> times(sweep.size() * algos_.size());
+  for (int pass = 0; pass < o_.passes; ++pass) {
+    const bool last = pass + 1 == o_.passes;
+    for (size_t si = 0; si < sweep.size(); ++si) {
+      // nccl-tests sizing: bytes is the whole message (all-to-all: all one rank sends).
+      const size_t count = static_cast<size_t>(sweep[si]) / es / peers();
+      const size_t total = count * peers();
+      std::vector<unsigned char> send(total * es + 64, 0), recv(total * es + 64, 0);
+      const CommCase k{c_,          send.data(), recv.data(), count,
+                       plan_.dtype, plan_.redop, o_.root,     o_.in_place};
+      for (size_t ai = 0; ai < algos_.size(); ++ai) {
+        std::vector<double> block = time_iterations(k, algos_[ai]);
+        // Each iteration's time is its slowest rank's.
+        MPI_Allreduce(MPI_IN_PLACE, block.data(), static_cast<int>(block.size()), MPI_DOUBLE,
+                      MPI_MAX, c_.mpi_comm());
+        auto& all = times[si * algos_.size() + ai];
+        all.insert(all.end(), block.begin(), block.end());
+        if (!last) continue;
+        Samples s{all};
+        CommPoint p;
+        p.op = comm::to_string(spec_.op);
+        p.algo = comm::to_string(algos_[ai]);
+        p.bytes = static_cast<int64_t>(total * es);
+        p.count = static_cast<int64_t>(count);
+        p.p50_us = s.median() * 1e6;
+        p.p99_us = s.percentile(99) * 1e6;
+        p.algbw = p.p50_us > 0 ? static_cast<double>(p.bytes) / (p.p50_us * 1e-6) / 1e9 : 0;
+        p.busbw = p.algbw * spec_.bus_factor(c_.size());
+        p.wrong = o_.check ? check(k, algos_[ai], recv) : -1;
+        out.push_back(p);
+      }
+    }
+  }
+}
+
+void OpBench::run(CommBenchResult& result) const {
+  const size_t first = result.points.size();
+  measure(plan_.sizes, result.points);
+  if (o_.refine > 1.0) {
+    // Every rank holds the same (slowest-rank) times, so every rank picks
+    // the same sizes. Two rounds: a step still sharp inside a third is cut
+    // again; an interval narrower than kMinRefineStep is left alone.
+    std::vector<CommPoint> seen(result.points.begin() + static_cast<long>(first),
+                                result.points.end());
+    const int64_t granule = static_cast<int64_t>(comm::size_of(plan_.dtype) * peers());
+    for (int round = 0; round < 2; ++round) {
+      const auto extra = refine_sizes(seen, comm::to_string(spec_.op), o_.refine, granule);
+      if (extra.empty()) break;
+      const size_t before = result.points.size();
+      measure(extra, result.points);
+      seen.insert(seen.end(), result.points.begin() + static_cast<long>(before),
+                  result.points.end());
+    }
+    // Sizes in order again, each size's algorithms in their measured order.
+    std::stable_sort(result.points.begin() + static_cast<long>(first), result.points.end(),
+                     [](const CommPoint& x, const CommPoint& y) { return x.bytes < y.bytes; });
+  }
+  for (Algo a : algos_) {
+    std::vector<std::pair<double, double>> pts;
+    for (const auto& p : result.points) {
+      if (p.op == comm::to_string(spec_.op) && p.algo == comm::to_string(a) && p.bytes > 0) {
+        pts.push_back({static_cast<double>(p.bytes), p.p50_us * 1e-6});
+      }
+    }
+    AlphaBeta ab = fit_alpha_beta(pts);
+    ab.op = comm::to_string(spec_.op);
+    ab.algo = comm::to_string(a);
+    result.fits.push_back(ab);
+  }
 }
 
 }  // namespace
 
 double bus_factor(Op op, int n) {
-  switch (op) {
-    case Op::allreduce:
-      return 2.0 * (n - 1) / n;
-    case Op::reduce_scatter:
-    case Op::allgather:
-    case Op::alltoall:
-      return static_cast<double>(n - 1) / n;
-    case Op::broadcast:
-    case Op::reduce:
-      return 1.0;
-  }
-  return 1.0;
+  return spec_for(op).bus_factor(n);
 }
 
 comm::TuningTable tuning_from(const CommBenchResult& result) {
@@ -263,156 +331,19 @@ void add_to_profile(const CommBenchResult& result, plan::HwProfile& profile) {
 }
 
 CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
-  if (o.min_bytes < 0 || o.max_bytes < o.min_bytes) {
-    throw InputError("-b/-e: expected 0 <= minbytes <= maxbytes, got " +
-                     std::to_string(o.min_bytes) + " and " + std::to_string(o.max_bytes));
-  }
-  if (!(o.factor > 1.0))
-    throw InputError("-f: expected a step factor > 1, got " + std::to_string(o.factor));
-  if (o.refine != 0 && !(o.refine > 1.0))
-    throw InputError("--refine: expected a ratio > 1 (or 0: off), got " + std::to_string(o.refine));
-  for (int64_t b : o.add_sizes) {
-    if (b <= 0) throw InputError("--add-sizes: expected sizes > 0, got " + std::to_string(b));
-  }
-  if (o.iters < 1) throw InputError("-n: expected >= 1 iterations, got " + std::to_string(o.iters));
-  if (o.root < 0 || o.root >= c.size()) {
-    throw InputError("--root: expected 0.." + std::to_string(c.size() - 1) + ", got " +
-                     std::to_string(o.root));
-  }
-  const DType t = comm::parse_dtype(o.dtype, "--dtype");
-  const comm::ReduceOp rop = comm::parse_reduce_op(o.redop, "--redop");
-  if (rop == comm::ReduceOp::avg && !comm::is_floating(t)) {
-    throw InputError("--redop avg: needs a floating --dtype, got " + o.dtype);
-  }
-  std::vector<Op> ops;
-  for (const auto& name : o.ops) {
-    if (name == "all") {
-      ops = {Op::allreduce, Op::reduce_scatter, Op::allgather,
-             Op::broadcast, Op::reduce,         Op::alltoall};
-      break;
-    }
-    ops.push_back(comm::parse_op(name, "--op"));
-  }
-  std::vector<Algo> asked;
-  for (const auto& name : o.algos) asked.push_back(comm::parse_algo(name, "--algo"));
+  const Plan plan = plan_from(o, c.size());
   c.set_timeout(o.timeout_s);
   if (o.stall_rank >= c.size()) {
     throw InputError("--stall-rank: expected 0.." + std::to_string(c.size() - 1) + ", got " +
                      std::to_string(o.stall_rank));
   }
-
   CommBenchResult result;
   result.ranks = c.size();
   result.dtype = o.dtype;
   result.redop = o.redop;
   result.root = o.root;
   result.in_place = o.in_place;
-  const int n = c.size();
-  const size_t es = comm::size_of(t);
-  std::vector<int64_t> sizes;
-  for (double b = static_cast<double>(o.min_bytes);
-       b <= static_cast<double>(o.max_bytes) * (1 + 1e-9); b = std::max(b * o.factor, b + 1)) {
-    sizes.push_back(static_cast<int64_t>(b));
-  }
-  sizes.insert(sizes.end(), o.add_sizes.begin(), o.add_sizes.end());
-  std::sort(sizes.begin(), sizes.end());
-  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  for (Op op : ops) {
-    // mpi first (the baseline), then the others that implement the op.
-    std::vector<Algo> algos = {Algo::mpi};
-    for (Algo a : comm::algorithms_for(op)) {
-      if (a == Algo::mpi) continue;
-      if (!asked.empty() && std::find(asked.begin(), asked.end(), a) == asked.end()) continue;
-      if (a == Algo::shm && !c.single_node()) continue;  // hier handles several nodes
-      algos.push_back(a);
-    }
-    // Shared-memory setup is collective and slow-ish: not part of any timing.
-    if (std::find(algos.begin(), algos.end(), Algo::shm) != algos.end()) c.shm();
-    // Each pass sweeps every size once; a size's samples pool all passes, so
-    // a slow spell of the machine (another tenant, the other core busy)
-    // lands on every size alike instead of on the few it happened to cover.
-    auto measure = [&](const std::vector<int64_t>& sweep) {
-      std::vector<std::vector<double>> times(sweep.size() * algos.size());
-      for (int pass = 0; pass < o.passes; ++pass) {
-        const bool last = pass + 1 == o.passes;
-        for (size_t si = 0; si < sweep.size(); ++si) {
-          const size_t count = count_for(op, sweep[si], t, n);
-          const size_t total = op == Op::alltoall ? count * static_cast<size_t>(n) : count;
-          Buffers b;
-          b.send.assign(total * es + 64, 0);
-          b.recv.assign(total * es + 64, 0);
-          for (size_t ai = 0; ai < algos.size(); ++ai) {
-            const Algo a = algos[ai];
-            std::vector<double> block;
-            for (int it = 0; it < o.warmup + o.iters; ++it) {
-              c.barrier();
-              if (c.rank() == o.stall_rank && a == algos.back()) {
-                // A hung rank in the last algorithm measured (the one --algo names):
-                // the others must end within --timeout, naming the op.
-                std::this_thread::sleep_for(std::chrono::duration<double>(3 * o.timeout_s + 10));
-              }
-              const double t0 = now_seconds();
-              run_op(c, op, a, b, count, t, rop, o.root, o.in_place);
-              const double dt = now_seconds() - t0;
-              if (it >= o.warmup) block.push_back(dt);
-            }
-            // Each iteration's time is its slowest rank's.
-            MPI_Allreduce(MPI_IN_PLACE, block.data(), static_cast<int>(block.size()), MPI_DOUBLE,
-                          MPI_MAX, c.mpi_comm());
-            auto& all = times[si * algos.size() + ai];
-            all.insert(all.end(), block.begin(), block.end());
-            if (!last) continue;
-            Samples s{all};
-            CommPoint p;
-            p.op = comm::to_string(op);
-            p.algo = comm::to_string(a);
-            p.bytes = static_cast<int64_t>(total * es);
-            p.count = static_cast<int64_t>(count);
-            p.p50_us = s.median() * 1e6;
-            p.p99_us = s.percentile(99) * 1e6;
-            p.algbw = p.p50_us > 0 ? static_cast<double>(p.bytes) / (p.p50_us * 1e-6) / 1e9 : 0;
-            p.busbw = p.algbw * bus_factor(op, n);
-            p.wrong = o.check ? check_op(c, op, a, b, count, t, rop, o.root, o.in_place) : -1;
-            result.points.push_back(p);
-          }
-        }
-      }
-    };
-    const size_t first = result.points.size();
-    measure(sizes);
-    if (o.refine > 1.0) {
-      // Every rank holds the same (slowest-rank) times, so every rank picks
-      // the same sizes. Two rounds: a step still sharp inside a third is cut
-      // again; an interval narrower than kMinRefineStep is left alone.
-      const std::vector<CommPoint> mine(result.points.begin() + static_cast<long>(first),
-                                        result.points.end());
-      std::vector<CommPoint> seen = mine;
-      const int64_t granule = static_cast<int64_t>(es) * (op == Op::alltoall ? n : 1);
-      for (int round = 0; round < 2; ++round) {
-        const auto extra = refine_sizes(seen, comm::to_string(op), o.refine, granule);
-        if (extra.empty()) break;
-        const size_t before = result.points.size();
-        measure(extra);
-        seen.insert(seen.end(), result.points.begin() + static_cast<long>(before),
-                    result.points.end());
-      }
-      // Sizes in order again, each size's algorithms in their measured order.
-      std::stable_sort(result.points.begin() + static_cast<long>(first), result.points.end(),
-                       [](const CommPoint& x, const CommPoint& y) { return x.bytes < y.bytes; });
-    }
-    for (Algo a : algos) {
-      std::vector<std::pair<double, double>> pts;
-      for (const auto& p : result.points) {
-        if (p.op == comm::to_string(op) && p.algo == comm::to_string(a) && p.bytes > 0) {
-          pts.push_back({static_cast<double>(p.bytes), p.p50_us * 1e-6});
-        }
-      }
-      AlphaBeta ab = fit_alpha_beta(pts);
-      ab.op = comm::to_string(op);
-      ab.algo = comm::to_string(a);
-      result.fits.push_back(ab);
-    }
-  }
+  for (const CollectiveSpec* spec : plan.specs) OpBench(c, o, plan, *spec).run(result);
   return result;
 }
 
@@ -464,8 +395,7 @@ std::vector<std::pair<std::string, Table>> CommBenchResult::tables() const {
       if (p.op == op && std::find(sizes.begin(), sizes.end(), p.bytes) == sizes.end())
         sizes.push_back(p.bytes);
     }
-    const bool reduces = op == "allreduce" || op == "reduce_scatter" || op == "reduce";
-    const bool rooted = op == "broadcast" || op == "reduce";
+    const CollectiveSpec& spec = spec_for(comm::parse_op(op, "op"));
     for (int64_t bytes : sizes) {
       std::vector<std::string> row;
       double mpi_busbw = 0;
@@ -474,7 +404,7 @@ std::vector<std::pair<std::string, Table>> CommBenchResult::tables() const {
           if (p.op != op || p.bytes != bytes || p.algo != a) continue;
           if (row.empty()) {
             row = {std::to_string(p.bytes), std::to_string(p.count), dtype,
-                   reduces ? redop : "none", rooted ? std::to_string(root) : "-1"};
+                   spec.reduces ? redop : "none", spec.rooted ? std::to_string(root) : "-1"};
           }
           if (a == "mpi") mpi_busbw = p.busbw;
           row.push_back(fmt(p.p50_us, 1));

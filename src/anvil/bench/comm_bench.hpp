@@ -9,6 +9,8 @@
 // exact check, and busbw relative to `mpi`. Bytes are nccl-tests' sizes:
 // the whole vector (all-to-all: everything one rank sends).
 // Then an alpha-beta fit per algorithm: time = alpha + bytes / bandwidth.
+// What differs per collective (sizing, factor, check, call) is its spec in
+// comm_specs.hpp; the sweep, timing, checking and output here serve all.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +34,7 @@ struct CommBenchOptions {
   std::vector<std::string> algos;  // empty: every algorithm of each op
   int iters = 20;
   int warmup = 5;
-  int passes = 1;  // sweeps over the sizes; each size's samples pool all of them
+  int passes = 1;                  // sweeps over the sizes; each size's samples pool all of them
   std::vector<int64_t> add_sizes;  // measured besides the -b/-e/-f sweep
   // > 1: where an algorithm's time per byte rises by more than this between
   // two neighbouring sizes (a cache step), measure sizes inside (refine_sizes).
@@ -70,6 +72,7 @@ struct CommBenchResult {
   std::string csv() const;
 };
 
+// The spec's busbw / algbw for n ranks.
 double bus_factor(comm::Op op, int n);
 
 // The `auto` table from a run: per op and size the algorithm with the best

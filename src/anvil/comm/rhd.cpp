@@ -7,12 +7,15 @@
 #include <utility>
 #include <vector>
 
-#include "anvil/comm/algorithms.hpp"
+#include "anvil/comm/context.hpp"
+#include "anvil/comm/families.hpp"
 #include "anvil/comm/reduce.hpp"
 
 namespace anvil::comm::algo {
+namespace {
 
-void rhd_allreduce(Communicator& c, void* data, size_t count, DType t, ReduceOp op) {
+// In place over `data` (count elements): afterwards every rank holds the reduction.
+void rhd_allreduce(PointToPoint& c, void* data, size_t count, DType t, ReduceOp op) {
   const int n = c.size(), r = c.rank();
   if (n == 1) return;
   const size_t es = size_of(t);
@@ -83,6 +86,21 @@ void rhd_allreduce(Communicator& c, void* data, size_t count, DType t, ReduceOp 
       c.recv(d, count * es, r + 1, "allreduce(rhd) unfold", step);
     }
   }
+}
+
+void allreduce(Context& ctx, const Call& c) {
+  rhd_allreduce(ctx.p2p(), c.recv, c.count, c.dtype, c.op);
+}
+
+constexpr Algorithm kRhd[] = {
+    {Op::allreduce, Algo::rhd, "rhd", "2 log2 p (+2 to fold non-powers of two)", Buffers::in_place,
+     false, allreduce},
+};
+
+}  // namespace
+
+std::span<const Algorithm> rhd_algorithms() {
+  return kRhd;
 }
 
 }  // namespace anvil::comm::algo

@@ -4,13 +4,17 @@
 // 2(n-1)/n of the message for an all-reduce.
 #include <vector>
 
-#include "anvil/comm/algorithms.hpp"
+#include "anvil/comm/context.hpp"
+#include "anvil/comm/families.hpp"
 #include "anvil/comm/reduce.hpp"
 
 namespace anvil::comm::algo {
+namespace {
 
-void ring_reduce_scatter_inplace(Communicator& c, void* data, size_t count, DType t, ReduceOp op,
-                                 const char* what) {
+// In place over `data`: afterwards block `rank` of data is reduced. `what`
+// names the op in timeout errors.
+void reduce_scatter_in_place(PointToPoint& c, void* data, size_t count, DType t, ReduceOp op,
+                             const char* what) {
   const int n = c.size(), r = c.rank();
   if (n == 1) return;
   const size_t es = size_of(t);
@@ -27,7 +31,8 @@ void ring_reduce_scatter_inplace(Communicator& c, void* data, size_t count, DTyp
   }
 }
 
-void ring_allgather_inplace(Communicator& c, void* data, size_t count, DType t, const char* what) {
+// In place over `data` (block `rank` filled): afterwards all blocks are filled.
+void allgather_in_place(PointToPoint& c, void* data, size_t count, DType t, const char* what) {
   const int n = c.size(), r = c.rank();
   const size_t es = size_of(t);
   auto* d = static_cast<unsigned char*>(data);
@@ -40,9 +45,36 @@ void ring_allgather_inplace(Communicator& c, void* data, size_t count, DType t, 
   }
 }
 
-void ring_allreduce(Communicator& c, void* data, size_t count, DType t, ReduceOp op) {
-  ring_reduce_scatter_inplace(c, data, count, t, op, "allreduce(ring)");
-  ring_allgather_inplace(c, data, count, t, "allreduce(ring)");
+void reduce_scatter(Context& ctx, const Call& c) {
+  reduce_scatter_in_place(ctx.p2p(), c.recv, c.count, c.dtype, c.op, "reduce_scatter(ring)");
+}
+
+void allgather(Context& ctx, const Call& c) {
+  allgather_in_place(ctx.p2p(), c.recv, c.count, c.dtype, "allgather(ring)");
+}
+
+void allreduce(Context& ctx, const Call& c) {
+  ring_allreduce(ctx.p2p(), c.recv, c.count, c.dtype, c.op);
+}
+
+constexpr Algorithm kRing[] = {
+    {Op::allreduce, Algo::ring, "ring", "2(n-1), count/n elements each", Buffers::in_place, false,
+     allreduce},
+    {Op::reduce_scatter, Algo::ring, "ring", "n-1, count/n elements each", Buffers::in_place, false,
+     reduce_scatter},
+    {Op::allgather, Algo::ring, "ring", "n-1, count/n elements each", Buffers::in_place, false,
+     allgather},
+};
+
+}  // namespace
+
+void ring_allreduce(PointToPoint& p2p, void* data, size_t count, DType t, ReduceOp op) {
+  reduce_scatter_in_place(p2p, data, count, t, op, "allreduce(ring)");
+  allgather_in_place(p2p, data, count, t, "allreduce(ring)");
+}
+
+std::span<const Algorithm> ring_algorithms() {
+  return kRing;
 }
 
 }  // namespace anvil::comm::algo

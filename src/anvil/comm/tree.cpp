@@ -2,12 +2,14 @@
 // whole message down; reduce combines partial results up.
 #include <vector>
 
-#include "anvil/comm/algorithms.hpp"
+#include "anvil/comm/context.hpp"
+#include "anvil/comm/families.hpp"
 #include "anvil/comm/reduce.hpp"
 
 namespace anvil::comm::algo {
+namespace {
 
-void tree_broadcast(Communicator& c, void* data, size_t count, DType t, int root) {
+void tree_broadcast(PointToPoint& c, void* data, size_t count, DType t, int root) {
   const int n = c.size();
   const int vr = (c.rank() - root + n) % n;
   const size_t bytes = count * size_of(t);
@@ -28,7 +30,8 @@ void tree_broadcast(Communicator& c, void* data, size_t count, DType t, int root
   }
 }
 
-void tree_reduce(Communicator& c, void* acc, size_t count, DType t, ReduceOp op, int root) {
+// `acc` holds this rank's input and is clobbered; at root it ends as the result.
+void tree_reduce(PointToPoint& c, void* acc, size_t count, DType t, ReduceOp op, int root) {
   const int n = c.size();
   const int vr = (c.rank() - root + n) % n;
   const size_t bytes = count * size_of(t);
@@ -43,6 +46,26 @@ void tree_reduce(Communicator& c, void* acc, size_t count, DType t, ReduceOp op,
       reduce_into(acc, tmp.data(), count, t, op);
     }
   }
+}
+
+void broadcast(Context& ctx, const Call& c) {
+  tree_broadcast(ctx.p2p(), c.recv, c.count, c.dtype, c.root);
+}
+
+void reduce(Context& ctx, const Call& c) {
+  tree_reduce(ctx.p2p(), c.recv, c.count, c.dtype, c.op, c.root);
+}
+
+constexpr Algorithm kTree[] = {
+    {Op::broadcast, Algo::tree, "tree", "ceil(log2 n), binomial", Buffers::in_place, false,
+     broadcast},
+    {Op::reduce, Algo::tree, "tree", "ceil(log2 n), binomial", Buffers::in_place, false, reduce},
+};
+
+}  // namespace
+
+std::span<const Algorithm> tree_algorithms() {
+  return kTree;
 }
 
 }  // namespace anvil::comm::algo

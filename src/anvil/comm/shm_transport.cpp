@@ -1,0 +1,218 @@
+#include "anvil/comm/shm_transport.hpp"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <new>
+#include <random>
+#include <vector>
+
+#include "anvil/base/clock.hpp"
+#include "anvil/base/error.hpp"
+
+namespace anvil::comm {
+namespace {
+
+constexpr size_t kDefaultChunk = 1024 * 1024;  // measured best of 64K..1M on 2 ranks
+
+size_t chunk_from_env(size_t asked) {
+  if (asked) return asked;
+  if (const char* e = std::getenv("ANVIL_SHM_CHUNK")) {
+    const long long v = std::atoll(e);
+    if (v >= 4096) return static_cast<size_t>(v) / 64 * 64;
+  }
+  return kDefaultChunk;
+}
+
+// A job killed after rank 0 created its segment but before every rank had
+// opened it leaves the name behind; names carry the creator's pid, so remove
+// those whose creator is gone. (Our own names never collide: O_EXCL.)
+void remove_stale_segments() {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("anvil-", 0) != 0) continue;
+    const long pid = std::atol(name.c_str() + 6);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      ::shm_unlink(("/" + name).c_str());
+    }
+  }
+}
+
+// Barrier waits: ~kSpins pause instructions (tens of microseconds), then
+// kYields sched_yield calls, then futex sleeps.
+constexpr unsigned kSpins = 2048;
+constexpr unsigned kYields = 16;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Shared (not FUTEX_PRIVATE): the word lives in memory mapped by several processes.
+void futex_wait(std::atomic<uint32_t>* word, uint32_t seen) {
+  const timespec timeout{0, 1000000};  // 1 ms
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &timeout, nullptr, 0);
+}
+
+void futex_wake(std::atomic<uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+}  // namespace
+
+ShmTransport::ShmTransport(MpiTransport& group, size_t chunk_bytes)
+    : Transport(group.rank(), group.size()), group_(group), chunk_(chunk_from_env(chunk_bytes)) {
+  const size_t header = static_cast<size_t>(size()) * (sizeof(Counter) + sizeof(Peer));
+  const size_t small = static_cast<size_t>(size()) * 2 * kSmallBytes;
+  bytes_ = header + small + static_cast<size_t>(size() + 1) * chunk_;
+  oversubscribed_ = size() > static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+
+  char name[64] = {};
+  int fd = -1;
+  if (rank() == 0) {
+    remove_stale_segments();
+    std::random_device rd;
+    for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
+      std::snprintf(name, sizeof name, "/anvil-%d-%08x", static_cast<int>(::getpid()), rd());
+      fd = ::shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    }
+    if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(bytes_)) != 0) {
+      ::close(fd);
+      ::shm_unlink(name);
+      fd = -1;
+    }
+    if (fd < 0) name[0] = '\0';
+  }
+  MPI_Bcast(name, sizeof name, MPI_CHAR, 0, group.mpi_comm());
+  if (name[0] == '\0') throw SystemError("shm: rank 0 could not create a segment in /dev/shm");
+  name_ = name;
+  if (rank() != 0) fd = ::shm_open(name, O_RDWR, 0600);
+  int ok = fd >= 0;
+  if (ok) {
+    base_ = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    ok = base_ != MAP_FAILED;
+    if (!ok) base_ = nullptr;
+  }
+  int all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, group.mpi_comm());
+  // Everyone has it mapped (or failed): the name is no longer needed.
+  if (rank() == 0) ::shm_unlink(name);
+  if (!all_ok) {
+    if (base_) ::munmap(base_, bytes_);
+    throw SystemError("shm: a rank could not map segment " + name_ + " (" + std::strerror(errno) +
+                      ")");
+  }
+  arrive_ = static_cast<Counter*>(base_);
+  peers_ = reinterpret_cast<Peer*>(static_cast<unsigned char*>(base_) +
+                                   static_cast<size_t>(size()) * sizeof(Counter));
+  small_ = static_cast<unsigned char*>(base_) + header;
+  slots_ = small_ + small;
+  result_ = slots_ + static_cast<size_t>(size()) * chunk_;
+  if (rank() == 0) {
+    for (int r = 0; r < size(); ++r) new (&arrive_[r]) Counter{{0}, {0}, {0}};
+  }
+  MPI_Barrier(group.mpi_comm());
+  probe_cma();
+}
+
+void ShmTransport::probe_cma() {
+  // Read a word the next rank published.
+  static thread_local uint64_t probe_word;
+  probe_word = 0x5eed0000u + static_cast<uint64_t>(rank());
+  peers_[rank()] = Peer{static_cast<int64_t>(::getpid()), reinterpret_cast<uint64_t>(&probe_word)};
+  MPI_Barrier(group_.mpi_comm());
+  const int next = (rank() + 1) % size();
+  uint64_t got = 0;
+  iovec local{&got, sizeof got}, remote{reinterpret_cast<void*>(peers_[next].address), sizeof got};
+  // ANVIL_SHM_CMA=0 turns it off (the staged copies then run at every size).
+  const char* cma_env = std::getenv("ANVIL_SHM_CMA");
+  const bool cma_allowed = !(cma_env && std::string(cma_env) == "0");
+  int ok_cma = cma_allowed &&
+               ::process_vm_readv(static_cast<pid_t>(peers_[next].pid), &local, 1, &remote, 1, 0) ==
+                   static_cast<ssize_t>(sizeof got) &&
+               got == 0x5eed0000u + static_cast<uint64_t>(next);
+  int all_cma = 0;
+  MPI_Allreduce(&ok_cma, &all_cma, 1, MPI_INT, MPI_MIN, group_.mpi_comm());
+  cma_ = all_cma != 0;
+}
+
+void ShmTransport::publish(const void* buf) {
+  peers_[rank()] = Peer{static_cast<int64_t>(::getpid()), reinterpret_cast<uint64_t>(buf)};
+}
+
+void ShmTransport::read_published(int r, void* dst, size_t bytes) {
+  uint64_t address = peers_[r].address;
+  auto* d = static_cast<unsigned char*>(dst);
+  while (bytes > 0) {
+    iovec local{d, bytes}, remote{reinterpret_cast<void*>(address), bytes};
+    const ssize_t n =
+        ::process_vm_readv(static_cast<pid_t>(peers_[r].pid), &local, 1, &remote, 1, 0);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      throw SystemError("shm: process_vm_readv from rank " + std::to_string(r) +
+                        " failed: " + std::strerror(errno));
+    }
+    d += n;
+    address += static_cast<uint64_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+ShmTransport::~ShmTransport() {
+  if (base_) ::munmap(base_, bytes_);
+}
+
+void ShmTransport::barrier(const char* what) {
+  ++step_;
+  Counter& mine = arrive_[rank()];
+  mine.value.store(step_, std::memory_order_seq_cst);
+  mine.word.store(static_cast<uint32_t>(step_), std::memory_order_seq_cst);
+  if (mine.sleepers.load(std::memory_order_seq_cst) > 0) futex_wake(&mine.word);
+  // Spin (not when ranks outnumber cores: the one we wait for may need
+  // ours), then yield, then sleep until woken (or 1 ms, a bound on any race).
+  const unsigned spin_limit = oversubscribed_ ? 0 : kSpins;
+  const double deadline = now_seconds() + timeout();
+  for (int q = 0; q < size(); ++q) {
+    Counter& peer = arrive_[q];
+    unsigned waits = 0;
+    while (peer.value.load(std::memory_order_acquire) < step_) {
+      ++waits;
+      if (waits < spin_limit) {
+        cpu_relax();
+        continue;
+      }
+      if (waits < spin_limit + kYields) {
+        ::sched_yield();
+      } else {
+        const uint32_t seen = peer.word.load(std::memory_order_seq_cst);
+        peer.sleepers.fetch_add(1, std::memory_order_seq_cst);
+        if (peer.value.load(std::memory_order_seq_cst) < step_) futex_wait(&peer.word, seen);
+        peer.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      }
+      if (waits % 64 == 0 && now_seconds() > deadline) {
+        std::vector<int> missing;
+        for (int m = 0; m < size(); ++m) {
+          if (arrive_[m].value.load(std::memory_order_acquire) < step_) missing.push_back(m);
+        }
+        fail_timeout(std::string(what) + "(shm)", static_cast<int>(step_), missing);
+      }
+    }
+  }
+}
+
+}  // namespace anvil::comm

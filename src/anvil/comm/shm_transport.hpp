@@ -1,0 +1,101 @@
+// Shared memory inside one node as a transport: one POSIX segment per
+// communicator, with a barrier, per-rank staging slots, and single-copy reads
+// of a buffer a peer publishes. The collectives over it are in shm.cpp.
+//
+// Layout: a cache line of arrival counter per rank, a published buffer per
+// rank, two small slots per rank (kSmallBytes each: alternate slots let
+// consecutive small collectives skip a second barrier), one staging slot of
+// `chunk` bytes per rank and one result slot.
+//
+// Single-copy reads use cross-memory attach (process_vm_readv; probed once
+// per segment), as Open MPI's vader does.
+//
+// Environment: ANVIL_SHM_CHUNK=BYTES sets the staging chunk (>= 4096; the
+// tests use 4096 so every multi-round path runs on small messages) and
+// ANVIL_SHM_CMA=0 turns cross-memory attach off (the staged copies then run
+// at every size).
+//
+// Waiting: a rank that arrives early spins briefly (a peer with a core of
+// its own arrives within microseconds), then yields, then sleeps on a futex
+// in the segment that the last arriving rank wakes — so ranks that share
+// cores with compute threads (data-parallel training: a progress thread per
+// rank beside the compute threads) do not take those cores from them.
+//
+// Hygiene: rank 0 creates the segment with O_CREAT|O_EXCL, mode 0600, under
+// a name unique to the job (pid and a random number); the others open it;
+// then it is unlinked at once, so it lives exactly as long as the processes
+// that map it — normal exit, abort or kill -9 — and a stale name can never
+// collide.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "anvil/comm/mpi_transport.hpp"
+
+namespace anvil::comm {
+
+class ShmTransport final : public Transport {
+ public:
+  // Collective over `group` (the segment is set up over it, and its deadline
+  // is this transport's), whose ranks must share a node.
+  explicit ShmTransport(MpiTransport& group, size_t chunk_bytes = 0);
+  ~ShmTransport() override;
+
+  double timeout() const override { return group_.timeout(); }
+  void barrier(const char* what) override;
+
+  const std::string& name() const { return name_; }
+  size_t chunk_bytes() const { return chunk_; }
+  // Rank r's staging slot (chunk_bytes()) and the shared result slot.
+  unsigned char* slot(int r) const { return slots_ + static_cast<size_t>(r) * chunk_; }
+  unsigned char* result() const { return result_; }
+  // Rank r's small slot of a parity; each small collective takes the next parity.
+  unsigned char* small_slot(int r, uint64_t parity) const {
+    return small_ + (static_cast<size_t>(r) * 2 + parity) * kSmallBytes;
+  }
+  uint64_t next_small_parity() { return small_ops_++ % 2; }
+
+  // True when every rank can read every other rank's memory (cross-memory attach).
+  bool cma() const { return cma_; }
+  // Offers `buf` to the other ranks' read_published (valid after the next barrier).
+  void publish(const void* buf);
+  // Copies `bytes` from the buffer rank r published.
+  void read_published(int r, void* dst, size_t bytes);
+
+  static constexpr size_t kSmallBytes = 16 * 1024;
+
+ private:
+  // A rank's arrival count, and the futex word waiters sleep on (its low 32
+  // bits, bumped after `value`) with the number of ranks asleep on it.
+  struct alignas(64) Counter {
+    std::atomic<uint64_t> value;
+    std::atomic<uint32_t> word;
+    std::atomic<uint32_t> sleepers;
+  };
+  // What a rank offers for single-copy reads (all-gather, broadcast).
+  struct alignas(64) Peer {
+    int64_t pid;
+    uint64_t address;
+  };
+  void probe_cma();
+
+  MpiTransport& group_;
+  size_t chunk_ = 0;
+  size_t bytes_ = 0;
+  std::string name_;
+  void* base_ = nullptr;
+  Counter* arrive_ = nullptr;
+  Peer* peers_ = nullptr;
+  bool cma_ = false;  // process_vm_readv works between all ranks
+  unsigned char* slots_ = nullptr;
+  unsigned char* result_ = nullptr;
+  unsigned char* small_ = nullptr;
+  uint64_t step_ = 0;
+  uint64_t small_ops_ = 0;
+  bool oversubscribed_ = false;
+};
+
+}  // namespace anvil::comm
