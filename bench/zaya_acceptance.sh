@@ -9,8 +9,8 @@
 #     (--muon-bf16), interleaved, medians of RUNS;
 #  3. training on KJV for STEPS steps at B=8 (2048 tokens per step): AdamW vs
 #     Muon (bf16 Newton-Schulz) with pid balancing (same tokens), and AdamW
-#     without balancing;
-#     (session 4's table: pid pinned to the Adam 0.9 / 0.999 / eps 1e-8 it ran);
+#     without balancing (pid pinned to Adam 0.9 / 0.999 / eps 1e-8, the
+#     settings docs/zaya1.md's 2048-token table was measured with);
 #  4. balance at a global batch of 8192 tokens per step (B=8, --accum 4),
 #     BIG_STEPS steps, pid at its defaults: Muon with the router at 1, 0.3 and
 #     0.1 times the learning rate (router_lr_scale), AdamW at 1 and 0.1;
@@ -76,9 +76,9 @@ json.dump({"moe_tokens_per_s": moe, "one_expert_tokens_per_s": dense, "ratio": m
 PY
 data="--data data/kjv.txt"
 train="$anvil train $common --lr 2e-3 --warmup 20 --val-every 40 --seed 1"
-# The 2048-token rows of docs/zaya1.md (session 4) were measured with pid's
-# Adam at 0.9 / 0.999 / eps 1e-8: these runs pin them. The 8192-token runs
-# use today's defaults (0.9 / 0.95 / 1e-8, lr 1e-2).
+# The 2048-token rows of docs/zaya1.md were measured with pid's Adam at
+# 0.9 / 0.999 / eps 1e-8: these runs pin them. The 8192-token runs use the
+# defaults (0.9 / 0.95 / 1e-8, lr 1e-2).
 pid="--balancing pid --balance-beta1 0.9 --balance-beta2 0.999 --balance-eps 1e-8"
 run() {  # name, flags...
   local name=$1; shift
