@@ -1,21 +1,35 @@
 // `anvil hw` and `anvil bench gemm | membw | attention | comm`: the machine
 // described and measured, every figure next to the baseline measured in the
 // same run. Tables by default, --json / --csv / --out for machines.
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 
 #include "anvil/bench/attention_bench.hpp"
 #include "anvil/bench/comm_bench.hpp"
+#include "anvil/bench/comm_specs.hpp"
 #include "anvil/bench/gemm_bench.hpp"
 #include "anvil/bench/hw_report.hpp"
 #include "anvil/bench/membw_bench.hpp"
 #include "anvil/comm/communicator.hpp"
+#include "anvil/comm/registry.hpp"
 #include "anvil/device/blas.hpp"
 #include "anvil/plan/hw_profile.hpp"
 #include "cli.hpp"
 
 namespace anvil::cli {
 namespace {
+
+std::string join(const std::vector<std::string>& words) {
+  std::string s;
+  for (const auto& w : words) s += (s.empty() ? "" : ", ") + w;
+  return s;
+}
+
+std::vector<std::string> with(std::vector<std::string> words, const std::string& more) {
+  words.push_back(more);
+  return words;
+}
 
 std::string blas_line() {
   const auto& b = device::blas_info();
@@ -213,12 +227,15 @@ void BenchCommands::add_comm(CLI::App* bench) {
       "and algorithm, against MPI's own; run under mpirun or with --np");
   bench::CommBenchOptions& c = comm_options_;
   add_comm_sizes(comm_);
-  comm_
-      ->add_option("--op", c.ops,
-                   "Ops: allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, or all")
+  // The collectives and algorithms are the registered ones (bench/comm_specs.hpp,
+  // comm/registry.hpp): a new one needs no change here.
+  std::vector<std::string> ops, algos;
+  for (const auto& spec : bench::collective_specs()) ops.push_back(comm::to_string(spec.op));
+  for (const auto& a : comm::registered_algorithms())
+    if (std::find(algos.begin(), algos.end(), a.name) == algos.end()) algos.push_back(a.name);
+  comm_->add_option("--op", c.ops, "Ops: " + join(ops) + ", or all")
       ->delimiter(',')
-      ->check(one_of(
-          {"allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "alltoall", "all"}))
+      ->check(one_of(with(ops, "all")))
       ->capture_default_str();
   add_dtype_option(comm_, "--dtype", c.dtype,
                    {Dtype::fp32, Dtype::bf16, Dtype::fp64, Dtype::int32, Dtype::int64},
@@ -228,10 +245,10 @@ void BenchCommands::add_comm(CLI::App* bench) {
       ->capture_default_str();
   comm_
       ->add_option("--algo", c.algos,
-                   "Algorithms to time next to mpi: ring, rhd, tree, pairwise, shm, hier, auto "
-                   "(default: all that implement the op)")
+                   "Algorithms to time next to mpi: " + join(algos) +
+                       ", auto (default: all that implement the op)")
       ->delimiter(',')
-      ->check(one_of({"mpi", "ring", "rhd", "tree", "pairwise", "shm", "hier", "auto"}));
+      ->check(one_of(with(algos, "auto")));
   comm_->add_option("-n,--iters", c.iters, "Timed iterations per size")
       ->check(at_least(1))
       ->capture_default_str();
