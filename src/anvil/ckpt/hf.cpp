@@ -18,9 +18,8 @@
 #include "anvil/ckpt/safetensors.hpp"
 #include "anvil/ckpt/sharded.hpp"
 #include "anvil/model/config.hpp"
-#include "anvil/model/decoder.hpp"
+#include "anvil/model/family.hpp"
 #include "anvil/model/params.hpp"
-#include "anvil/model/zaya_model.hpp"
 
 namespace anvil::ckpt {
 namespace fs = std::filesystem;
@@ -42,8 +41,8 @@ const char* architecture_name(Arch a) {
 // The transformers architecture that computes exactly what `c` computes;
 // InputError (naming `what`) when there is none.
 Arch architecture_of(const model::ModelConfig& c, const std::string& what) {
-  if (c.attention == "cca") {
-    if (c.skip_output != "zero") {
+  if (c.family == model::Family::zaya1) {
+    if (c.skip_output != model::SkipOutput::zero) {
       throw InputError(what + ": this ZAYA1 model's skip class outputs gate * x (skip_output "
                        "\"input\", the original model); transformers' ZayaForCausalLM outputs 0 "
                        "there, so its logits would differ. Train with --set skip_output=zero, or "
@@ -52,16 +51,18 @@ Arch architecture_of(const model::ModelConfig& c, const std::string& what) {
     return Arch::zaya;
   }
   if (c.n_experts > 0) throw InputError(what + ": a MoE model without CCA has no export");
-  const bool gpt2 = c.mlp == "gelu" && c.norm == "layernorm" && c.position == "learned" &&
-                    c.bias && c.n_kv_heads == c.n_heads && c.n_heads * c.head_dim == c.d_model &&
-                    c.tied_embeddings;
+  const bool gpt2 = c.mlp == model::Mlp::gelu && c.norm == model::Norm::layernorm &&
+                    c.position == model::Position::learned && c.bias && c.n_kv_heads == c.n_heads &&
+                    c.n_heads * c.head_dim == c.d_model && c.tied_embeddings;
   if (gpt2) return Arch::gpt2;
   const bool full_rope = c.rotary_dim == 0 || c.rotary_dim == c.head_dim;
-  if (c.mlp == "swiglu" && c.norm == "rmsnorm" && c.position == "rope" && full_rope)
+  if (c.mlp == model::Mlp::swiglu && c.norm == model::Norm::rmsnorm &&
+      c.position == model::Position::rope && full_rope)
     return Arch::llama;
   throw InputError(
-      what + ": config " + c.name + " (mlp " + c.mlp + ", norm " + c.norm + ", position " +
-      c.position + ", rotary_dim " + std::to_string(c.rotary_dim) +
+      what + ": config " + c.name + " (mlp " + model::to_string(c.mlp) + ", norm " +
+      model::to_string(c.norm) + ", position " + model::to_string(c.position) + ", rotary_dim " +
+      std::to_string(c.rotary_dim) +
       ") is neither GPT-2 shaped (gelu, layernorm, learned positions, biases, MHA, tied) nor "
       "Llama shaped (swiglu, rmsnorm, RoPE on the whole head)");
 }
@@ -163,7 +164,7 @@ std::vector<Mapped> tensor_map(const model::ModelConfig& c, Arch arch) {
     return m;
   }
   // Llama: anvil's dense names are Llama's.
-  const auto registry = model::decoder_registry(c);
+  const auto registry = model::model_family(c).registry(c);
   for (const auto& spec : registry.specs()) add(spec.name, spec.name);
   return m;
 }
@@ -179,12 +180,10 @@ std::vector<Mapped> identity_map(const std::map<std::string, std::vector<int64_t
 // balancing biases (model state outside the registry).
 std::map<std::string, std::vector<int64_t>> anvil_shapes(const model::ModelConfig& c) {
   std::map<std::string, std::vector<int64_t>> s;
-  const auto registry = c.attention == "cca" ? model::zaya_registry(c) : model::decoder_registry(c);
+  const model::ModelFamily& family = model::model_family(c);
+  const auto registry = family.registry(c);
   for (const auto& spec : registry.specs()) s[spec.name] = spec.shape;
-  if (c.attention == "cca") {
-    for (int64_t i = 0; i < c.n_layers; ++i)
-      s[L(2 * i + 1, "zaya_block.router.balancing_biases")] = {c.n_experts + 1};
-  }
+  for (const auto& [name, shape] : family.extra_state_shapes(c)) s[name] = shape;
   return s;
 }
 
@@ -502,7 +501,7 @@ ExportResult export_checkpoint(const ExportOptions& o) {
   const auto state = read_state(dir);
   const model::ModelConfig config =
       model::parse_model_config(state.at("config").dump(), dir + "/state.json");
-  if (o.format == "original" && config.attention != "cca")
+  if (o.format == "original" && config.family != model::Family::zaya1)
     throw InputError("--format original: " + dir + " is a dense model; that layout is ZAYA1's");
   const Arch arch = o.format == "original" ? Arch::zaya : architecture_of(config, dir);
   std::error_code ec;
@@ -679,10 +678,11 @@ model::ModelConfig config_from_hf(const json& j, const std::string& path, bool o
       throw bad("activation_function " + act + " (anvil's GELU is the tanh approximation, "
                 "gelu_new)");
     c.norm_eps = opt("layer_norm_epsilon", 1e-5);
-    c.mlp = "gelu";
-    c.norm = "layernorm";
-    c.position = "learned";
-    c.attention = "mha";
+    c.family = model::Family::dense;
+    c.mlp = model::Mlp::gelu;
+    c.norm = model::Norm::layernorm;
+    c.position = model::Position::learned;
+    c.attention = model::Attention::mha;
     c.bias = true;
     c.tied_embeddings = true;
     return c;
@@ -695,9 +695,9 @@ model::ModelConfig config_from_hf(const json& j, const std::string& path, bool o
                                                                     : c.d_model / c.n_heads;
   c.seq_len = num("max_position_embeddings").get<int64_t>();
   c.norm_eps = opt("rms_norm_eps", 1e-6);
-  c.mlp = "swiglu";
-  c.norm = "rmsnorm";
-  c.position = "rope";
+  c.mlp = model::Mlp::swiglu;
+  c.norm = model::Norm::rmsnorm;
+  c.position = model::Position::rope;
   c.bias = false;
   if (j.value("hidden_act", std::string("silu")) != "silu")
     throw bad("hidden_act " + j["hidden_act"].dump() + " (expected silu)");
@@ -714,14 +714,15 @@ model::ModelConfig config_from_hf(const json& j, const std::string& path, bool o
     const double f = p.contains("partial_rotary_factor") ? p["partial_rotary_factor"].get<double>()
                                                          : 1.0;
     c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * f);
-    c.attention = "cca";
+    c.family = model::Family::zaya1;
+    c.attention = model::Attention::cca;
     c.n_experts = num("num_experts").get<int64_t>();
     c.expert_ffn_hidden = num("moe_intermediate_size").get<int64_t>();
     c.ffn_hidden = c.expert_ffn_hidden;
     c.top_k = static_cast<int64_t>(opt("num_experts_per_tok", 1));
     c.router_dim = static_cast<int64_t>(opt("router_hidden_size", 256));
     c.tied_embeddings = opt_bool("tie_word_embeddings", true);
-    c.skip_output = "zero";
+    c.skip_output = model::SkipOutput::zero;
     if (opt("cca_time0", 2) != 2 || opt("cca_time1", 2) != 2)
       throw bad("cca_time0/cca_time1 other than 2 (anvil's CCA convolutions have kernel 2)");
     if (j.value("sliding_window", json()).is_number())
@@ -732,7 +733,8 @@ model::ModelConfig config_from_hf(const json& j, const std::string& path, bool o
   }
   const json p = rope(nullptr);
   c.rope_theta = p.contains("rope_theta") ? p["rope_theta"].get<double>() : 1e4;
-  c.attention = c.n_kv_heads == c.n_heads ? "mha" : "gqa";
+  c.family = model::Family::dense;
+  c.attention = c.n_kv_heads == c.n_heads ? model::Attention::mha : model::Attention::gqa;
   c.ffn_hidden = num("intermediate_size").get<int64_t>();
   c.tied_embeddings = opt_bool("tie_word_embeddings", false);
   const bool ab = opt_bool("attention_bias", false), mb = opt_bool("mlp_bias", false);
@@ -860,7 +862,7 @@ ImportResult import_hf(const std::string& hf_dir, const std::string& run_dir) {
   }
 
   // One rank writes everything: the registry's arena plus the extras.
-  const auto registry = c.attention == "cca" ? model::zaya_registry(c) : model::decoder_registry(c);
+  const auto registry = model::model_family(c).registry(c);
   std::vector<float> params(static_cast<size_t>(registry.total()));
   for (const auto& spec : registry.specs())
     std::copy(anvil.at(spec.name).begin(), anvil.at(spec.name).end(),

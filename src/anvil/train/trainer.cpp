@@ -32,8 +32,7 @@
 #include "anvil/parallel/grad_reducer.hpp"
 #include "anvil/device/gemm.hpp"
 #include "anvil/model/config.hpp"
-#include "anvil/model/decoder.hpp"
-#include "anvil/model/zaya_model.hpp"
+#include "anvil/model/family.hpp"
 
 namespace anvil::train {
 namespace {
@@ -174,37 +173,31 @@ Trainer::Trainer(const TrainOptions& o, parallel::DataParallelGroup* dp)
   result_.peak_gflops = o.peak_gflops > 0 ? o.peak_gflops : measure_peak_gflops(precision_);
   result_.flops_per_token = model::training_flops_per_token(config_, T_);
 
-  if (config_.attention == "cca") {
+  const model::ModelFamily& family = model::model_family(config_);
+  model::ModelOptions build{B_, T_, /*training=*/true, precision_, o.balancing, {}};
+  if (o.ep > 1 && family.has_experts()) {
     // Under --ep K each rank holds the weights of its E/K experts only.
-    model::ExpertRange experts;
-    if (o.ep > 1) {
-      if (!dp_) throw InputError("--ep: expected a run under mpirun with a multiple of --ep ranks");
-      if (config_.n_experts % o.ep != 0) {
-        throw InputError("--ep: " + std::to_string(o.ep) + " does not divide the " +
-                         std::to_string(config_.n_experts) +
-                         " experts (expected a divisor of n_experts)");
-      }
-      dp_->expert_group(o.ep);  // checks that --ep divides the ranks
-      experts.count = config_.n_experts / o.ep;
-      experts.first = rank_ % o.ep * experts.count;
+    if (!dp_) throw InputError("--ep: expected a run under mpirun with a multiple of --ep ranks");
+    if (config_.n_experts % o.ep != 0) {
+      throw InputError("--ep: " + std::to_string(o.ep) + " does not divide the " +
+                       std::to_string(config_.n_experts) +
+                       " experts (expected a divisor of n_experts)");
     }
-    auto zaya =
-        std::make_unique<model::ZayaModel>(config_, B_, T_, o.balancing, experts, precision_);
-    zaya_ = zaya.get();
-    model_ = std::move(zaya);
-  } else {
-    model_ = std::make_unique<model::Decoder>(config_, B_, T_, /*training=*/true, precision_);
+    dp_->expert_group(o.ep);  // checks that --ep divides the ranks
+    build.experts.count = config_.n_experts / o.ep;
+    build.experts.first = rank_ % o.ep * build.experts.count;
   }
+  model_ = family.make_model(config_, build);
   if (o.ep > 1) {
-    if (zaya_ == nullptr) throw InputError("--ep: expert parallelism needs a MoE (ZAYA1) config");
+    if (!model_->has_experts())
+      throw InputError("--ep: expert parallelism needs a MoE (ZAYA1) config");
     comm::Communicator& group = dp_->expert_group(o.ep);
     std::shared_ptr<parallel::AllToAllExperts::Scratch> scratch;  // the first layer's, for all
-    zaya_->set_expert_dispatchers(
-        [&group, &scratch](const model::ZayaMoeShape& shape, int64_t rows) {
-          auto experts = std::make_unique<parallel::AllToAllExperts>(group, shape, rows, scratch);
-          scratch = experts->scratch();
-          return experts;
-        });
+    model_->set_expert_dispatchers([&group, &scratch](const auto& shape, int64_t rows) {
+      auto experts = std::make_unique<parallel::AllToAllExperts>(group, shape, rows, scratch);
+      scratch = experts->scratch();
+      return std::unique_ptr<model::ExpertDispatcher>(std::move(experts));
+    });
   }
   const bool use_muon = o.optimizer == "muon";
   if (dp_ && world_ > 1) {
@@ -533,7 +526,7 @@ StepStats Trainer::step() {
   }
   if (strikes("nan")) sums[0] = std::numeric_limits<double>::quiet_NaN();
   StepStats s;
-  if (zaya_) s.alltoall_seconds = zaya_->take_dispatch_seconds();
+  s.alltoall_seconds = model_->take_dispatch_seconds();
   if (reducer_) {
     const parallel::ReduceTimes t = reducer_->finish();
     s.comm_seconds = t.comm_seconds;

@@ -22,8 +22,7 @@
 #include "anvil/data/batches.hpp"
 #include "anvil/ft/faults.hpp"
 
-#include "anvil/model/decoder.hpp"
-#include "anvil/model/zaya_model.hpp"
+#include "anvil/model/family.hpp"
 #include "anvil/optim/adamw.hpp"
 #include "anvil/optim/muon.hpp"
 #include "anvil/train/tensorboard.hpp"
@@ -173,7 +172,6 @@ class Trainer {
   model::Precision precision_ = model::Precision::fp32;
   data::Batches batches_;
   std::unique_ptr<model::TrainableModel> model_;
-  model::ZayaModel* zaya_ = nullptr;  // model_ when it is ZAYA1
   std::unique_ptr<optim::AdamW> adamw_;
   std::unique_ptr<optim::Muon> muon_;
   std::unique_ptr<parallel::GradReducer> reducer_;
