@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
     std::vector<int32_t> targets(tokens.size(), -1);
     std::vector<float> logits(static_cast<size_t>(T * config.vocab_size));
     int64_t scored = 0;
-    if (config.attention == "cca") {
+    if (config.family == model::Family::zaya1) {
       model::ZayaModel m(config, 1, T);
       ckpt::load_weights(dir, m.registry(), m.params(), m.extra_state());
       m.forward(tokens.data(), targets.data(), &scored);

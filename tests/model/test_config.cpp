@@ -28,7 +28,7 @@ TEST(ModelConfig, LoadsShippedPresets) {
   EXPECT_EQ(gpt2.d_model, 768);
   EXPECT_EQ(gpt2.vocab_size, 50304);
   const ModelConfig zaya = load_model_config(kConfigs + "zaya1-base.json");
-  EXPECT_EQ(zaya.attention, "cca");
+  EXPECT_EQ(zaya.attention, Attention::cca);
   EXPECT_EQ(zaya.n_experts, 16);
 }
 
@@ -36,7 +36,7 @@ TEST(ModelConfig, OverridesApplyAfterTheFile) {
   const ModelConfig c =
       load_model_config(kConfigs + "gpt2-124m.json", {"d_model=1024", "mlp=swiglu"});
   EXPECT_EQ(c.d_model, 1024);
-  EXPECT_EQ(c.mlp, "swiglu");
+  EXPECT_EQ(c.mlp, Mlp::swiglu);
 }
 
 TEST(ModelConfig, UnknownKeyNamesFileAndKey) {

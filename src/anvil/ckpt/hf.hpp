@@ -3,13 +3,13 @@
 // `anvil ckpt import --hf` reads such a directory back into an anvil
 // checkpoint that `anvil train --resume` and `anvil generate` use.
 //
-// Architectures: ZAYA1 -> ZayaForCausalLM (transformers' native layout: one
-// decoder layer per block, experts stacked), GPT-2-style dense configs ->
-// GPT2LMHeadModel (Conv1D weights transposed, q/k/v fused), Llama-style ->
-// LlamaForCausalLM (anvil's own names). `--format original` writes ZAYA1's
-// alternating-layer layout (ZAYA1.md section 7), which Zyphra's converter
-// takes. Every mapping is one table (hf.cpp: tensor_map) read both ways, so
-// export and import cannot drift apart.
+// What goes where is the config family's adapter's (hf_adapter.hpp):
+// ZAYA1 -> ZayaForCausalLM (transformers' native layout: one decoder layer
+// per block, experts stacked), GPT-2-style dense configs ->
+// GPT2LMHeadModel, Llama-style -> LlamaForCausalLM; `--format original`
+// writes ZAYA1's alternating-layer layout (ZAYA1.md section 7), which
+// Zyphra's converter takes. Each architecture's config keys and tensor map
+// are one table read both ways, so export and import cannot drift apart.
 #pragma once
 
 #include <cstdint>
@@ -18,10 +18,10 @@
 namespace anvil::ckpt {
 
 struct ExportOptions {
-  std::string checkpoint;          // a step-* directory or a run directory
-  std::string out_dir;             // new directory
-  std::string format = "hf";       // hf (transformers' native) | original (ZAYA1 alternating)
-  std::string dtype = "float32";   // float32 | bfloat16 (round to nearest even)
+  std::string checkpoint;         // a step-* directory or a run directory
+  std::string out_dir;            // new directory
+  std::string format = "hf";      // hf (transformers' native) | original (ZAYA1 alternating)
+  std::string dtype = "float32";  // float32 | bfloat16 (round to nearest even)
   int64_t max_shard_bytes = 5'000'000'000;  // above: model-0000k-of-0000n + index.json
 };
 

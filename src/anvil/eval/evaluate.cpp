@@ -15,8 +15,7 @@
 #include "anvil/data/tokenizer.hpp"
 #include "anvil/data/tokens.hpp"
 #include "anvil/model/config.hpp"
-#include "anvil/model/decoder.hpp"
-#include "anvil/model/zaya_model.hpp"
+#include "anvil/model/family.hpp"
 
 namespace anvil::eval {
 using json = nlohmann::json;
@@ -41,41 +40,20 @@ int64_t utf8_chars(const std::string& s) {
 // A model for rows of up to T tokens, with its weights.
 std::unique_ptr<model::TrainableModel> load_model(const std::string& dir,
                                                   const model::ModelConfig& c, int64_t T) {
-  if (c.attention == "cca") {
-    auto m = std::make_unique<model::ZayaModel>(c, 1, T);
-    ckpt::load_weights(dir, m->registry(), m->params(), m->extra_state());
-    return m;
-  }
-  auto m = std::make_unique<model::Decoder>(c, 1, T, /*training=*/false);
-  ckpt::load_weights(dir, m->registry(), m->params());
+  model::ModelOptions options;
+  options.seq = T;
+  options.training = false;
+  auto m = model::model_family(c).make_model(c, options);
+  ckpt::load_weights(dir, m->registry(), m->params(), m->extra_state());
   return m;
 }
 
-double stderr_of(double p, int64_t n) {  // of a mean of n Bernoulli outcomes (sample std)
-  return n > 1 ? std::sqrt(p * (1 - p) / static_cast<double>(n - 1)) : 0.0;
-}
-
-}  // namespace
-
-EvalResult evaluate(const EvalOptions& o) {
-  if (o.data.empty() && o.tasks.empty())
-    throw InputError("eval: expected --data NAME=FILE.tok and/or --task FILE.jsonl");
-  EvalResult r;
-  const std::string dir = ckpt::resolve_checkpoint(o.checkpoint);
-  r.checkpoint = dir;
-  const auto state = ckpt::read_state(dir);
-  const model::ModelConfig config =
-      model::parse_model_config(state.at("config").dump(), dir + "/state.json");
-  r.tokenizer = state.value("tokenizer", "random");
-  const int64_t T = o.seq > 0 ? o.seq : config.seq_len;
-  if (T > config.seq_len || T < 2)
-    throw InputError("--seq: expected 2.." + std::to_string(config.seq_len) + " (the config's seq_len)");
-
-  // Multiple-choice questions first: their longest row sizes the model.
-  const data::TextCodec text(r.tokenizer, ckpt::tokenizer_model(dir), dir);
+// Each task file's questions, tokenized through `text`; `longest` grows to
+// the longest context + choice row (what sizes the model).
+std::vector<std::vector<Question>> read_tasks(const EvalOptions& o, const data::TextCodec& text,
+                                              const model::ModelConfig& config, int64_t& longest) {
   auto encode = [&](const std::string& s) { return text.encode(s, "--task"); };
   std::vector<std::vector<Question>> tasks;
-  int64_t longest = 2;
   for (const auto& path : o.tasks) {
     std::ifstream f(path);
     if (!f) throw InputError("--task: " + path + ": no such file");
@@ -120,12 +98,41 @@ EvalResult evaluate(const EvalOptions& o) {
       }
       for (const auto& ch : q.choices)
         for (const int32_t t : ch)
-          if (t >= config.vocab_size) throw InputError(where + ": a token past the model's vocabulary");
+          if (t >= config.vocab_size)
+            throw InputError(where + ": a token past the model's vocabulary");
       qs.push_back(std::move(q));
     }
     if (qs.empty()) throw InputError("--task: " + path + ": no questions");
     tasks.push_back(std::move(qs));
   }
+  return tasks;
+}
+
+double stderr_of(double p, int64_t n) {  // of a mean of n Bernoulli outcomes (sample std)
+  return n > 1 ? std::sqrt(p * (1 - p) / static_cast<double>(n - 1)) : 0.0;
+}
+
+}  // namespace
+
+EvalResult evaluate(const EvalOptions& o) {
+  if (o.data.empty() && o.tasks.empty())
+    throw InputError("eval: expected --data NAME=FILE.tok and/or --task FILE.jsonl");
+  EvalResult r;
+  const std::string dir = ckpt::resolve_checkpoint(o.checkpoint);
+  r.checkpoint = dir;
+  const auto state = ckpt::read_state(dir);
+  const model::ModelConfig config =
+      model::parse_model_config(state.at("config").dump(), dir + "/state.json");
+  r.tokenizer = state.value("tokenizer", "random");
+  const int64_t T = o.seq > 0 ? o.seq : config.seq_len;
+  if (T > config.seq_len || T < 2)
+    throw InputError("--seq: expected 2.." + std::to_string(config.seq_len) +
+                     " (the config's seq_len)");
+
+  // Multiple-choice questions first: their longest row sizes the model.
+  const data::TextCodec text(r.tokenizer, ckpt::tokenizer_model(dir), dir);
+  int64_t longest = 2;
+  const auto tasks = read_tasks(o, text, config, longest);
   const int64_t rows_T = o.data.empty() ? 0 : T;
   const int64_t model_T = std::max(rows_T, std::min(longest, config.seq_len));
   const auto model = load_model(dir, config, model_T);
@@ -191,7 +198,9 @@ EvalResult evaluate(const EvalOptions& o) {
 }
 
 json EvalResult::to_json() const {
-  json j = {{"checkpoint", checkpoint}, {"tokenizer", tokenizer}, {"perplexity", json::array()},
+  json j = {{"checkpoint", checkpoint},
+            {"tokenizer", tokenizer},
+            {"perplexity", json::array()},
             {"tasks", json::array()}};
   for (const auto& s : sources)
     j["perplexity"].push_back({{"source", s.name},

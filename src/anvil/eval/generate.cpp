@@ -13,8 +13,7 @@
 #include "anvil/data/tokenizer.hpp"
 #include "anvil/data/tokens.hpp"
 #include "anvil/model/config.hpp"
-#include "anvil/model/decoder.hpp"
-#include "anvil/model/zaya_model.hpp"
+#include "anvil/model/family.hpp"
 
 namespace anvil::eval {
 
@@ -45,10 +44,8 @@ int32_t sample_token(float* logits, int64_t V, double temperature, int64_t top_k
 
 namespace {
 
-// Feeds the prompt one token at a time, then samples until `total` tokens:
-// the same decode path for every model with start_decode / decode_step.
-template <typename Model>
-void decode_all(Model& model, const std::vector<int32_t>& prompt, int64_t total,
+// Feeds the prompt one token at a time, then samples until `total` tokens.
+void decode_all(model::DecodingModel& model, const std::vector<int32_t>& prompt, int64_t total,
                 const GenerateOptions& o, const std::function<void(int32_t)>& on_token, int64_t V,
                 GenerateResult& r) {
   model.start_decode(total);
@@ -111,15 +108,10 @@ GenerateResult generate(const GenerateOptions& o,
     r.text += piece;
     if (on_new) on_new(t, piece);
   };
-  if (config.attention == "cca") {  // ZAYA1: CCA caches, router biases from the checkpoint
-    model::ZayaModel model(config, 1, 1);
-    ckpt::load_weights(dir, model.registry(), model.params(), model.extra_state());
-    decode_all(model, prompt, total, o, on_token, config.vocab_size, r);
-  } else {
-    model::Decoder model(config, 1, 1, /*training=*/false);
-    ckpt::load_weights(dir, model.registry(), model.params());
-    decode_all(model, prompt, total, o, on_token, config.vocab_size, r);
-  }
+  const auto model = model::model_family(config).make_decoding_model(config);
+  model::TrainableModel& weights = model->weights();
+  ckpt::load_weights(dir, weights.registry(), weights.params(), weights.extra_state());
+  decode_all(*model, prompt, total, o, on_token, config.vocab_size, r);
   return r;
 }
 

@@ -30,15 +30,25 @@ double positive_real(const json& v, const std::string& where) {
   return v.get<double>();
 }
 
-std::string one_of(const json& v, const std::string& where, std::vector<std::string> allowed) {
+// The enum value `v` spells (names_of); InputError listing them otherwise.
+template <typename E>
+E one_of(const json& v, const std::string& where) {
+  constexpr auto names = names_of(E{});
   if (v.is_string()) {
-    for (const auto& a : allowed) {
-      if (v.get<std::string>() == a) return a;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (v.get<std::string>() == names[i]) return static_cast<E>(i);
     }
   }
   std::string list;
-  for (const auto& a : allowed) list += (list.empty() ? "" : " | ") + a;
+  for (const auto& a : names) list.append(list.empty() ? "" : " | ").append(a);
   throw InputError(where + ": expected one of " + list + ", got " + v.dump());
+}
+
+// The setter of a key whose value is one of E's names.
+template <typename E>
+Setter enum_key(E ModelConfig::*field) {
+  return
+      [field](ModelConfig& c, const json& v, const std::string& w) { c.*field = one_of<E>(v, w); };
 }
 
 const std::map<std::string, Setter>& schema() {
@@ -64,22 +74,10 @@ const std::map<std::string, Setter>& schema() {
        [](ModelConfig& c, const json& v, const std::string& w) { c.seq_len = positive(v, w); }},
       {"ffn_hidden",
        [](ModelConfig& c, const json& v, const std::string& w) { c.ffn_hidden = positive(v, w); }},
-      {"mlp",
-       [](ModelConfig& c, const json& v, const std::string& w) {
-         c.mlp = one_of(v, w, {"gelu", "swiglu"});
-       }},
-      {"norm",
-       [](ModelConfig& c, const json& v, const std::string& w) {
-         c.norm = one_of(v, w, {"layernorm", "rmsnorm"});
-       }},
-      {"position",
-       [](ModelConfig& c, const json& v, const std::string& w) {
-         c.position = one_of(v, w, {"learned", "rope"});
-       }},
-      {"attention",
-       [](ModelConfig& c, const json& v, const std::string& w) {
-         c.attention = one_of(v, w, {"mha", "gqa", "cca"});
-       }},
+      {"mlp", enum_key(&ModelConfig::mlp)},
+      {"norm", enum_key(&ModelConfig::norm)},
+      {"position", enum_key(&ModelConfig::position)},
+      {"attention", enum_key(&ModelConfig::attention)},
       {"tied_embeddings",
        [](ModelConfig& c, const json& v, const std::string& w) {
          if (!v.is_boolean()) throw InputError(w + ": expected true or false, got " + v.dump());
@@ -108,10 +106,8 @@ const std::map<std::string, Setter>& schema() {
                              const std::string& w) { c.router_init_std = positive_real(v, w); }},
       {"router_lr_scale", [](ModelConfig& c, const json& v,
                              const std::string& w) { c.router_lr_scale = positive_real(v, w); }},
-      {"skip_output",
-       [](ModelConfig& c, const json& v, const std::string& w) {
-         c.skip_output = one_of(v, w, {"input", "zero"});
-       }},
+      {"skip_output", enum_key(&ModelConfig::skip_output)},
+      {"family", enum_key(&ModelConfig::family)},
   };
   return table;
 }
@@ -131,14 +127,14 @@ void validate(const ModelConfig& c, const std::string& origin) {
     throw InputError(origin + ": n_heads (" + std::to_string(c.n_heads) +
                      ") must be a multiple of n_kv_heads (" + std::to_string(c.n_kv_heads) + ")");
   }
-  if (c.attention == "mha" && c.n_kv_heads != c.n_heads) {
+  if (c.attention == Attention::mha && c.n_kv_heads != c.n_heads) {
     throw InputError(origin + ": attention \"mha\" needs n_kv_heads == n_heads; use \"gqa\"");
   }
   if (c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0) {
     throw InputError(origin + ": rotary_dim (" + std::to_string(c.rotary_dim) +
                      ") must be even and <= head_dim (" + std::to_string(c.head_dim) + ")");
   }
-  if (c.norm == "layernorm" && !c.bias) {
+  if (c.norm == Norm::layernorm && !c.bias) {
     throw InputError(origin + ": norm \"layernorm\" has a bias; use \"rmsnorm\" with bias false");
   }
   if (c.n_experts > 0 && c.expert_ffn_hidden == 0) {
@@ -152,6 +148,10 @@ void validate(const ModelConfig& c, const std::string& origin) {
 
 }  // namespace
 
+Family default_family(Attention attention) {
+  return attention == Attention::cca ? Family::zaya1 : Family::dense;
+}
+
 ModelConfig parse_model_config(const std::string& json_text, const std::string& origin,
                                const std::vector<std::string>& overrides) {
   json doc;
@@ -163,6 +163,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   if (!doc.is_object()) throw InputError(origin + ": expected a JSON object at the top level");
   ModelConfig c;
   for (const auto& [key, value] : doc.items()) set_key(c, key, value, origin + ": " + key);
+  bool family_given = doc.contains("family");
   for (const auto& kv : overrides) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -177,7 +178,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
       value = text;  // a bare word is a string
     }
     set_key(c, key, value, "--set " + key);
+    family_given = family_given || key == "family";
   }
+  if (!family_given) c.family = default_family(c.attention);
   validate(c, origin);
   return c;
 }
@@ -200,10 +203,10 @@ std::string model_config_to_json(const ModelConfig& c) {
                       {"vocab_size", c.vocab_size},
                       {"seq_len", c.seq_len},
                       {"ffn_hidden", c.ffn_hidden},
-                      {"mlp", c.mlp},
-                      {"norm", c.norm},
-                      {"position", c.position},
-                      {"attention", c.attention},
+                      {"mlp", to_string(c.mlp)},
+                      {"norm", to_string(c.norm)},
+                      {"position", to_string(c.position)},
+                      {"attention", to_string(c.attention)},
                       {"tied_embeddings", c.tied_embeddings},
                       {"bias", c.bias},
                       {"norm_eps", c.norm_eps},
@@ -216,7 +219,8 @@ std::string model_config_to_json(const ModelConfig& c) {
                       {"router_init_std", c.router_init_std}};
   // Written only when set, so the configs of earlier checkpoints still match.
   if (c.router_lr_scale != 1.0) j["router_lr_scale"] = c.router_lr_scale;
-  if (c.skip_output != "input") j["skip_output"] = c.skip_output;
+  if (c.skip_output != SkipOutput::input) j["skip_output"] = to_string(c.skip_output);
+  if (c.family != default_family(c.attention)) j["family"] = to_string(c.family);
   return j.dump(2);
 }
 

@@ -1,8 +1,6 @@
 // The dense decoder's forward and backward passes; layer math is in kernels/.
 #include "anvil/model/decoder.hpp"
 
-#include "anvil/model/param_count.hpp"
-
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -20,11 +18,10 @@ constexpr int64_t kLossChunk = kernels::kClassifierChunk;
 }  // namespace
 
 ParamRegistry decoder_registry(const ModelConfig& c) {
-  if (c.attention == "cca" || c.n_experts > 0) {
+  if (c.attention == Attention::cca || c.n_experts > 0) {
     throw InputError("config " + c.name +
-                     ": a CCA / MoE config is the ZAYA1 model, which trains (anvil train) but has "
-                     "no decode path yet; the dense decoder (configs/gpt2-124m.json, "
-                     "llama-style.json) does both");
+                     ": family dense: expected attention mha or gqa and n_experts 0 (CCA and "
+                     "experts are the zaya1 family's)");
   }
   ParamRegistry r;
   const float std = 0.02f;
@@ -32,12 +29,12 @@ ParamRegistry decoder_registry(const ModelConfig& c) {
   const float resid_std = std / std::sqrt(2.0f * static_cast<float>(c.n_layers));
   const int64_t C = c.d_model, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
   r.add("model.embed_tokens.weight", {c.vocab_size, C}, Init::normal, std, true);
-  if (c.position == "learned") {
+  if (c.position == Position::learned) {
     r.add("model.embed_positions.weight", {c.seq_len, C}, Init::normal, std, true);
   }
   auto norm = [&](const std::string& name) {
     r.add(name + ".weight", {C}, Init::ones);
-    if (c.norm == "layernorm") r.add(name + ".bias", {C}, Init::zeros);
+    if (c.norm == Norm::layernorm) r.add(name + ".bias", {C}, Init::zeros);
   };
   for (int64_t l = 0; l < c.n_layers; ++l) {
     norm(layer_param_name(l, "input_layernorm"));
@@ -58,7 +55,7 @@ ParamRegistry decoder_registry(const ModelConfig& c) {
     if (c.bias) r.add(layer_param_name(l, "self_attn.o_proj.bias"), {C}, Init::zeros);
     norm(layer_param_name(l, "post_attention_layernorm"));
     const int64_t F = c.ffn_hidden;
-    if (c.mlp == "swiglu") {
+    if (c.mlp == Mlp::swiglu) {
       r.add(layer_param_name(l, "mlp.gate_proj.weight"), {F, C}, Init::normal, std, true,
             OptimizerGroup::muon);
       r.add(layer_param_name(l, "mlp.up_proj.weight"), {F, C}, Init::normal, std, true,
@@ -79,32 +76,6 @@ ParamRegistry decoder_registry(const ModelConfig& c) {
   norm("model.norm");
   if (!c.tied_embeddings) r.add("lm_head.weight", {c.vocab_size, C}, Init::normal, std, true);
   return r;
-}
-
-double training_flops_per_token(const ModelConfig& c, int64_t T) {
-  if (c.attention == "cca") {
-    // ZAYA1: the active weights (router and top-k experts included; the
-    // norms, scales and conv taps are a rounding error) plus the classifier.
-    const ParamCount n = count_parameters(c);
-    const double matmul = static_cast<double>(n.non_embedding_active) +
-                          static_cast<double>(c.vocab_size) * static_cast<double>(c.d_model);
-    const double attention = static_cast<double>(c.n_layers) * 4.0 *
-                             static_cast<double>(c.n_heads * c.head_dim) *
-                             (static_cast<double>(T) + 1) / 2;
-    return 6.0 * matmul + 3.0 * attention;
-  }
-  const double C = static_cast<double>(c.d_model);
-  const double qd = static_cast<double>(c.n_heads * c.head_dim);
-  const double kvd = static_cast<double>(c.n_kv_heads * c.head_dim);
-  const double mlp_mats = c.mlp == "swiglu" ? 3.0 : 2.0;
-  const double per_layer =
-      C * (qd + 2 * kvd) + qd * C + mlp_mats * C * static_cast<double>(c.ffn_hidden);
-  const double matmul =
-      static_cast<double>(c.n_layers) * per_layer + static_cast<double>(c.vocab_size) * C;
-  // Causal: query t sees t+1 keys, (T+1)/2 on average; 2 FLOPs x (QK + PV) per key.
-  const double attention =
-      static_cast<double>(c.n_layers) * 4.0 * qd * (static_cast<double>(T) + 1) / 2;
-  return 6.0 * matmul + 3.0 * attention;
 }
 
 namespace {
@@ -160,7 +131,7 @@ namespace {
 // input or output over N rows, or a classifier chunk.
 int64_t bf16_scratch_elements(const ModelConfig& c, int64_t N, int64_t chunk) {
   const int64_t Q = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim;
-  const int64_t F2 = c.mlp == "swiglu" ? 2 * c.ffn_hidden : c.ffn_hidden;
+  const int64_t F2 = c.mlp == Mlp::swiglu ? 2 * c.ffn_hidden : c.ffn_hidden;
   const int64_t width = std::max({c.d_model, Q, c.n_heads * c.head_dim, F2});
   return std::max(N * width, std::min(N, chunk) * std::max(c.d_model, c.vocab_size));
 }
@@ -174,7 +145,7 @@ MemoryPlan Decoder::plan_for(const ModelConfig& c, int64_t B, int64_t T, bool tr
   p.parameters = tensor::Arena::rounded(static_cast<size_t>(r.total()) * sizeof(float));
   p.gradients = training ? p.parameters : 0;
   const int64_t N = B * T, Q = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim;
-  const int64_t F2 = c.mlp == "swiglu" ? 2 * c.ffn_hidden : c.ffn_hidden;
+  const int64_t F2 = c.mlp == Mlp::swiglu ? 2 * c.ffn_hidden : c.ffn_hidden;
   size_t bytes = 0;
   std::vector<float*> x;
   std::vector<std::array<float*, 12>> layers;
@@ -215,7 +186,7 @@ Decoder::Decoder(const ModelConfig& config, int64_t B, int64_t T, bool training,
   D_ = config.head_dim;
   Q_ = (Hq_ + 2 * Hkv_) * D_;
   F_ = config.ffn_hidden;
-  F2_ = config.mlp == "swiglu" ? 2 * F_ : F_;
+  F2_ = config.mlp == Mlp::swiglu ? 2 * F_ : F_;
   V_ = config.vocab_size;
   L_ = config.n_layers;
   for (int64_t l = 0; l < L_; ++l) layer_begin_.push_back(registry_.layer_begin(l));
@@ -282,7 +253,7 @@ Decoder::Layer Decoder::layer(int64_t l, const float* base) const {
   p.o_b = param(layer_param_name(l, "self_attn.o_proj.bias"), base);
   p.ln2_w = param(layer_param_name(l, "post_attention_layernorm.weight"), base);
   p.ln2_b = param(layer_param_name(l, "post_attention_layernorm.bias"), base);
-  const bool swiglu = config_.mlp == "swiglu";
+  const bool swiglu = config_.mlp == Mlp::swiglu;
   p.up_w = param(layer_param_name(l, swiglu ? "mlp.gate_proj.weight" : "mlp.up_proj.weight"), base);
   p.up_b = param(layer_param_name(l, swiglu ? "mlp.gate_proj.bias" : "mlp.up_proj.bias"), base);
   p.down_w = param(layer_param_name(l, "mlp.down_proj.weight"), base);
@@ -297,7 +268,7 @@ const float* Decoder::classifier_weight(const float* base) const {
 void Decoder::norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                            const float* b, int64_t N) const {
   const auto eps = static_cast<float>(config_.norm_eps);
-  if (config_.norm == "layernorm") {
+  if (config_.norm == Norm::layernorm) {
     kernels::layernorm_forward(out, mean, rstd, inp, w, b, N, C_, eps);
   } else {
     kernels::rmsnorm_forward(out, rstd, inp, w, N, C_, eps);
@@ -306,7 +277,7 @@ void Decoder::norm_forward(float* out, float* mean, float* rstd, const float* in
 
 void Decoder::norm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                             const float* w, const float* mean, const float* rstd, int64_t N) const {
-  if (config_.norm == "layernorm") {
+  if (config_.norm == Norm::layernorm) {
     kernels::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C_);
   } else {
     kernels::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C_);
@@ -339,7 +310,7 @@ void Decoder::run_forward(const int32_t* tokens, int64_t B, int64_t T) {
     const LayerActs& a = acts_by_layer_[l];
     norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_[l], p.ln1_w, p.ln1_b, N);
     kernels::linear_forward(a.qkv, a.ln1, matmul_weight(p.qkv_w), p.qkv_b, N, C_, Q_, &scratch_);
-    if (config_.position == "rope") {
+    if (config_.position == Position::rope) {
       kernels::rope_forward(a.qkv, N, T, 0, Hq_, D_, rotary_, Q_, theta);
       kernels::rope_forward(a.qkv + Hq_ * D_, N, T, 0, Hkv_, D_, rotary_, Q_, theta);
     }
@@ -348,7 +319,7 @@ void Decoder::run_forward(const int32_t* tokens, int64_t B, int64_t T) {
     kernels::residual_forward(a.mid, a.mid, x_[l], N * C_);
     norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, p.ln2_w, p.ln2_b, N);
     kernels::linear_forward(a.fch, a.ln2, matmul_weight(p.up_w), p.up_b, N, C_, F2_, &scratch_);
-    if (config_.mlp == "swiglu") {
+    if (config_.mlp == Mlp::swiglu) {
       kernels::swiglu_forward(a.fca, a.fch, N, F_);
     } else {
       kernels::gelu_forward(a.fca, a.fch, N * F_);
@@ -404,7 +375,7 @@ void Decoder::run_backward(const int32_t* tokens, int64_t B, int64_t T) {
     kernels::linear_backward(d_fca_, mut(g.down_w), mut(g.down_b), d_res_, a.fca,
                              matmul_weight(p.down_w), N, F_, C_, &scratch_);
     zero(d_fch_, N * F2_);
-    if (config_.mlp == "swiglu") {
+    if (config_.mlp == Mlp::swiglu) {
       kernels::swiglu_backward(d_fch_, d_fca_, a.fch, N, F_);
     } else {
       kernels::gelu_backward(d_fch_, a.fch, d_fca_, N * F_);
@@ -419,7 +390,7 @@ void Decoder::run_backward(const int32_t* tokens, int64_t B, int64_t T) {
     kernels::linear_backward(d_att_, mut(g.o_w), mut(g.o_b), d_res_, a.att, matmul_weight(p.o_w), N,
                              Hq_ * D_, C_, &scratch_);
     kernels::attention_backward(d_qkv_, d_att_, a.qkv, a.att, a.lse, B, T, Hq_, Hkv_, D_);
-    if (config_.position == "rope") {
+    if (config_.position == Position::rope) {
       kernels::rope_backward(d_qkv_, N, T, 0, Hq_, D_, rotary_, Q_, theta);
       kernels::rope_backward(d_qkv_ + Hq_ * D_, N, T, 0, Hkv_, D_, rotary_, Q_, theta);
     }
@@ -437,8 +408,8 @@ void Decoder::run_backward(const int32_t* tokens, int64_t B, int64_t T) {
 }
 
 void Decoder::logits(float* out, int64_t B, int64_t T) {
-  device::gemm(false, true, B * T, V_, C_, 1.0f, lnf_, C_, classifier_weight(params_.f()), C_,
-                0.0f, out, V_);
+  device::gemm(false, true, B * T, V_, C_, 1.0f, lnf_, C_, classifier_weight(params_.f()), C_, 0.0f,
+               out, V_);
 }
 
 void Decoder::start_decode(int64_t max_len) {
@@ -478,7 +449,7 @@ void Decoder::decode_step(int32_t token, int64_t pos, float* logits) {
     const Layer& p = layer_params(l);
     norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1_w, p.ln1_b, 1);
     kernels::linear_forward(a.qkv, a.ln1, p.qkv_w, p.qkv_b, 1, C_, Q_);
-    if (config_.position == "rope") {
+    if (config_.position == Position::rope) {
       kernels::rope_forward(a.qkv, 1, 1, pos, Hq_, D_, rotary_, Q_, theta);
       kernels::rope_forward(a.qkv + Hq_ * D_, 1, 1, pos, Hkv_, D_, rotary_, Q_, theta);
     }
@@ -489,7 +460,7 @@ void Decoder::decode_step(int32_t token, int64_t pos, float* logits) {
     kernels::residual_forward(a.mid, a.mid, x, C_);
     norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, p.ln2_w, p.ln2_b, 1);
     kernels::linear_forward(a.fch, a.ln2, p.up_w, p.up_b, 1, C_, F2_);
-    if (config_.mlp == "swiglu") {
+    if (config_.mlp == Mlp::swiglu) {
       kernels::swiglu_forward(a.fca, a.fch, 1, F_);
     } else {
       kernels::gelu_forward(a.fca, a.fch, F_);

@@ -19,13 +19,8 @@
 namespace anvil::model {
 
 // Builds the registry of a dense decoder: names, shapes, init, decay flags.
+// InputError for a config of CCA attention or with experts.
 ParamRegistry decoder_registry(const ModelConfig& config);
-
-// Model FLOPs of one training token (forward + backward = 3x forward) at
-// sequence length T: 6 per weight of every matrix multiply (the classifier
-// included, embedding lookups not) plus causal attention's QK^T and PV. For
-// ZAYA1 (cca) configs the weights are the active ones (model/param_count).
-double training_flops_per_token(const ModelConfig& config, int64_t T);
 
 class Decoder : public TrainableModel {
  public:

@@ -1,9 +1,8 @@
 // Parameter counts of a config, by component, total and active per token,
 // with the vocabulary-sized matrices (token and position embeddings, an
-// untied LM head) counted apart. Dense decoders are counted from the
-// registry the trainer builds; ZAYA1 (CCA attention + MoE with the router's
-// skip class, ../shared/ZAYA1.md) from its published layer shapes until its
-// layers are built. Behind `anvil size`.
+// untied LM head) counted apart. Each model family counts its own
+// (family.hpp): the dense decoder from the registry the trainer builds,
+// ZAYA1 from its published layer shapes. Behind `anvil size`.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "anvil/model/config.hpp"
+#include "anvil/model/params.hpp"
 
 namespace anvil::model {
 
@@ -32,8 +32,15 @@ struct ParamCount {
   int64_t active() const { return embedding + non_embedding_active; }
   std::string to_json() const;
   std::string text() const;
+  // Fills embedding and the non-embedding sums from the components.
+  void sum_components();
 };
 
+// The count of `config`'s family.
 ParamCount count_parameters(const ModelConfig& config);
+
+// A count from a registry's tensors, each in the component its name says
+// (embeddings, attention, mlp, norms); `method` "registry".
+ParamCount count_registry(const std::string& model, const ParamRegistry& registry);
 
 }  // namespace anvil::model

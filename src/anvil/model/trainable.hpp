@@ -1,9 +1,9 @@
 // What the trainer needs from a model: the registry and flat parameter and
 // gradient arrays, the memory plan, forward (loss) and forward+backward over
-// a micro-batch, and hooks for state beyond the parameters (ZAYA1's
-// balancing biases: updated after each step, logged, checkpointed).
-// Decoder (dense GPT-2 / Llama) and ZayaModel implement it; make_model picks
-// by config.
+// a micro-batch, hooks for state beyond the parameters (ZAYA1's balancing
+// biases: updated after each step, logged, checkpointed) and expert
+// parallelism for a model with experts. Each model family (family.hpp)
+// builds one; the trainer and evaluation hold only this interface.
 #pragma once
 
 #include <cstdint>
@@ -14,10 +14,27 @@
 #include <string>
 #include <vector>
 
+#include "anvil/base/error.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/params.hpp"
 
 namespace anvil::model {
+
+class ExpertDispatcher;  // zaya_moe_layer.hpp
+struct ZayaMoeShape;
+
+// Makes the dispatcher of one MoE layer from its shape and its expert rows
+// per step (parallel/expert_parallel.hpp's all-to-all under --ep).
+using ExpertDispatcherFactory =
+    std::function<std::unique_ptr<ExpertDispatcher>(const ZayaMoeShape&, int64_t rows)>;
+
+// The experts a process holds: [first, first + count) of every MoE layer
+// (count -1: all). Expert parallelism gives each rank of a group its share;
+// their parameters keep their global names, so checkpoints stay global.
+struct ExpertRange {
+  int64_t first = 0;
+  int64_t count = -1;
+};
 
 struct MemoryPlan {
   size_t parameters = 0;
@@ -58,8 +75,15 @@ class TrainableModel {
   // A short progress-line fragment ("" when none).
   virtual std::string progress_note() const { return ""; }
   virtual std::vector<ExtraTensor> extra_state() { return {}; }
-  // Seconds spent dispatching tokens to other ranks' experts since the last
-  // call (expert parallelism; 0 without).
+
+  // Expert parallelism. has_experts: whether there are experts to place on
+  // other ranks; set_expert_dispatchers puts every MoE layer's experts
+  // behind a dispatcher `make` builds; take_dispatch_seconds: the seconds
+  // the dispatchers spent communicating since the last call.
+  virtual bool has_experts() const { return false; }
+  virtual void set_expert_dispatchers(const ExpertDispatcherFactory& /*make*/) {
+    throw InputError("expert parallelism: this model has no experts");
+  }
   virtual double take_dispatch_seconds() { return 0; }
 
   // Called during forward_backward with X as soon as every gradient at

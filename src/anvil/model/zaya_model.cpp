@@ -19,7 +19,7 @@ constexpr int64_t kLossChunk = kernels::kClassifierChunk;
 }  // namespace
 
 ParamRegistry zaya_registry(const ModelConfig& c, ExpertRange experts) {
-  if (c.attention != "cca" || c.n_experts < 1 || c.n_kv_heads != 2 || c.router_dim < 1 ||
+  if (c.attention != Attention::cca || c.n_experts < 1 || c.n_kv_heads != 2 || c.router_dim < 1 ||
       c.expert_ffn_hidden < 1 || !c.tied_embeddings) {
     throw InputError("config " + c.name +
                      ": ZAYA1 needs attention cca, n_kv_heads 2, n_experts >= 1, router_dim >= 1, "
@@ -120,7 +120,7 @@ ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing 
   ms.expert_ffn = c_.expert_ffn_hidden;
   ms.top_k = c_.top_k;
   ms.norm_eps = static_cast<float>(c_.norm_eps);
-  ms.skip_identity = c_.skip_output == "input";
+  ms.skip_identity = c_.skip_output == SkipOutput::input;
   for (int64_t n = 0; n < layers_; ++n) {
     if (n % 2 == 0) {
       // One backward scratch for all CCA layers, one for all MoE layers: the
@@ -218,8 +218,7 @@ double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets
   return loss;
 }
 
-void ZayaModel::set_expert_dispatchers(
-    const std::function<std::unique_ptr<ExpertDispatcher>(const ZayaMoeShape&, int64_t)>& make) {
+void ZayaModel::set_expert_dispatchers(const ExpertDispatcherFactory& make) {
   for (auto& layer : moe_) {
     plan_.activations -= layer->dispatcher().bytes();
     layer->set_dispatcher(make(layer->shape(), layer->assignments()));

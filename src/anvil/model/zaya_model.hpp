@@ -23,14 +23,6 @@
 
 namespace anvil::model {
 
-// The experts a process holds: [first, first + count) of every MoE layer
-// (count -1: all). Expert parallelism gives each rank of a group its share;
-// their parameters keep their global names, so checkpoints stay global.
-struct ExpertRange {
-  int64_t first = 0;
-  int64_t count = -1;
-};
-
 // The registry of a ZAYA1 config (attention "cca", n_experts > 0, n_kv_heads
 // 2), holding the experts of `experts` only.
 ParamRegistry zaya_registry(const ModelConfig& config, ExpertRange experts = {});
@@ -81,8 +73,8 @@ class ZayaModel : public TrainableModel {
   // by `make(shape, rows)` (parallel/expert_parallel.hpp; rows: the layer's
   // assignments per step) instead of the local experts; the memory plan
   // then counts the dispatchers' buffers instead of the local experts'.
-  void set_expert_dispatchers(
-      const std::function<std::unique_ptr<ExpertDispatcher>(const ZayaMoeShape&, int64_t)>& make);
+  bool has_experts() const override { return true; }
+  void set_expert_dispatchers(const ExpertDispatcherFactory& make) override;
   // Seconds the dispatchers spent communicating since the last call.
   double take_dispatch_seconds() override;
 

@@ -8,6 +8,7 @@
 
 #include "anvil/base/error.hpp"
 #include "anvil/kernels/layers.hpp"
+#include "anvil/model/family.hpp"
 
 namespace anvil::plan {
 namespace {
@@ -199,32 +200,11 @@ AttentionWork step_attention(const model::ModelConfig& c, const Layout& l, bool 
   w.T = l.seq;
   w.head_dim = c.head_dim;
   w.problems = l.micro_batch * (c.n_heads / l.tp) * c.n_layers;
-  // Causal: query t sees t+1 keys; 2 FLOPs x (QK^T + PV) x head_dim per key.
   // Context parallel: each rank does 1/cp of it (load-balanced chunks).
-  const double per_problem = 4.0 * static_cast<double>(c.head_dim) * static_cast<double>(l.seq) *
-                             (static_cast<double>(l.seq) + 1) / 2;
+  const double per_problem = model::causal_attention_flops(c.head_dim, l.seq);
   w.flops = per_problem * static_cast<double>(w.problems) * (backward ? 3.0 : 1.0) /
             static_cast<double>(l.cp);
   return w;
-}
-
-FlopsPerToken flops_per_token(const model::ModelConfig& c, int64_t seq) {
-  Layout l;
-  l.seq = seq;
-  l.micro_batch = 1;
-  FlopsPerToken f;
-  // Expert GEMMs priced at balanced routing: E experts x tokens*top_k/E = top_k per token.
-  const double tokens = static_cast<double>(seq);
-  for (const auto& g : step_gemms(c, l, false)) {
-    double flops = g.shape.flops() * static_cast<double>(g.count);
-    if (g.expert) {
-      flops = 2.0 * static_cast<double>(g.shape.n) * static_cast<double>(g.shape.k) * tokens *
-              static_cast<double>(c.top_k) * static_cast<double>(c.n_layers);
-    }
-    f.gemm += flops / tokens;
-  }
-  f.attention = step_attention(c, l, false).flops / tokens;
-  return f;
 }
 
 LocalParams local_params(const model::ModelConfig& c, const Layout& l) {
@@ -265,34 +245,9 @@ MemoryPerRank memory_per_rank(const model::ModelConfig& c, const Layout& l) {
 
   // Activations saved for backward, elements per token per layer.
   const double C = static_cast<double>(c.d_model);
-  const double q = static_cast<double>(c.n_heads * c.head_dim);
-  const double kv = static_cast<double>(c.n_kv_heads * c.head_dim);
-  const double heads = static_cast<double>(c.n_heads);
-  double attention = 2 * C + q + 2 * kv + q + heads;    // x, norm out, q k v, attention out, lse
-  if (c.attention == "cca") attention += 2 * (q + kv);  // both convolutions' outputs
-  double mlp;
-  if (c.n_experts == 0) {
-    const double F = static_cast<double>(c.ffn_hidden);
-    mlp = 2 * C + (c.mlp == "swiglu" ? 3 * F : 2 * F);  // x, norm out, up (gate|up), activation
-  } else {
-    const double R = static_cast<double>(c.router_dim);
-    const double Fe = static_cast<double>(c.expert_ffn_hidden);
-    const double k = static_cast<double>(c.top_k);
-    const double router = 6 * R + static_cast<double>(c.n_experts + 1);
-    mlp = 2 * C + router + k * (2 * C + 3 * Fe);  // gathered input, gate|up, act, output
-    // Under EP the rows an expert runs on arrive from the group and are kept
-    // for backward beside the rank's own gathered rows (balanced: as many).
-    if (l.ep > 1) mlp += k * C;
-  }
-  if (c.attention == "cca") {
-    // ZAYA1's residual scaling merges (h + hb) * hs + (r + rb) * rs: its
-    // backward needs each block's output h besides the residual r (a plain
-    // residual add keeps neither), one more C per block.
-    attention += C;
-    mlp += C;
-  }
+  const model::BlockActivations saved = model::model_family(c).saved_activations(c, l.ep > 1);
   // Tensor parallel with sequence parallelism splits every saved activation.
-  const double per_token_layer = (attention + mlp) / as_double(l.tp);
+  const double per_token_layer = (saved.attention + saved.mlp) / as_double(l.tp);
   const double tokens = static_cast<double>(l.micro_batch * l.seq / l.cp);
   // A pipeline stage holds its L / pp layers' activations of up to pp
   // micro-batches in flight (1F1B, the first stage).

@@ -1,6 +1,7 @@
 // The model calculator: what one training step of a config costs, before any
 // hardware is involved. Parameters (via model/param_count), the GEMMs and
-// attention work per step with their FLOPs, memory per rank under data,
+// attention work per step with their FLOPs (the model family's GEMM list and
+// FLOP count, model/family.hpp), memory per rank under data,
 // ZeRO-1 and expert parallelism (with and without activation recompute), and
 // the bytes each collective moves per step. The perf model (perf_model.hpp)
 // prices these on a hardware profile.
@@ -89,15 +90,6 @@ struct AttentionWork {
   int64_t T = 0, head_dim = 0;
 };
 AttentionWork step_attention(const model::ModelConfig& config, const Layout& layout, bool backward);
-
-// FLOPs per token of the model (forward); training = 3x (backward = 2x forward).
-struct FlopsPerToken {
-  double gemm = 0;       // weight GEMMs incl. the classifier and the router
-  double attention = 0;  // QK^T + PV, causal
-  double forward() const { return gemm + attention; }
-  double training() const { return 3 * forward(); }
-};
-FlopsPerToken flops_per_token(const model::ModelConfig& config, int64_t seq);
 
 // Bytes per rank.
 struct MemoryPerRank {

@@ -588,7 +588,7 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
   p.step_s = p.compute_s + p.comm_exposed_s + p.optimizer_s;
   p.tokens_per_step = static_cast<double>(l.global_batch * l.seq);
   p.tokens_per_s = p.tokens_per_step / p.step_s;
-  p.model_flops_per_token = flops_per_token(c, l.seq).training();
+  p.model_flops_per_token = model::flops_per_token(c, l.seq).training();
   p.mfu = p.model_flops_per_token * p.tokens_per_s / (peak * 1e9 * static_cast<double>(l.world()));
   p.memory = memory_per_rank(c, l);
   p.memory_capacity = static_cast<double>(hw.memory_bytes);

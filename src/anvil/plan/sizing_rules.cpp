@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "anvil/base/table.hpp"
+#include "anvil/model/family.hpp"
 #include "anvil/model/param_count.hpp"
 
 namespace anvil::plan {
@@ -256,6 +257,7 @@ std::vector<Candidate> recommend(const model::ModelConfig& c, const HwProfile& h
   const int64_t q = c.n_heads * c.head_dim;
   const int64_t group = std::max<int64_t>(1, c.n_heads / c.n_kv_heads);
   const bool moe = c.n_experts > 0;
+  const int64_t fixed_kv = model::model_family(c).fixed_kv_heads();
   const int64_t width = moe ? c.expert_ffn_hidden : c.ffn_hidden;
   std::vector<int64_t> expert_counts = {c.n_experts};
   if (moe) expert_counts = {std::max<int64_t>(1, c.n_experts / 2), c.n_experts, c.n_experts * 2};
@@ -271,8 +273,8 @@ std::vector<Candidate> recommend(const model::ModelConfig& c, const HwProfile& h
           m.d_model = d;
           m.head_dim = hd;
           m.n_heads = q_new / hd;
-          // CCA has exactly two KV heads (current- and previous-token values).
-          m.n_kv_heads = c.attention == "cca" ? 2 : std::max<int64_t>(1, m.n_heads / group);
+          // Some architectures fix the KV heads (CCA: current- and previous-token values).
+          m.n_kv_heads = fixed_kv > 0 ? fixed_kv : std::max<int64_t>(1, m.n_heads / group);
           if (m.n_heads % m.n_kv_heads != 0) continue;
           if (c.rotary_dim > 0) m.rotary_dim = std::min(hd, c.rotary_dim * hd / c.head_dim);
           // Scale the width so the budget holds when the expert count changes.

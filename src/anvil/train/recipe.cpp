@@ -125,10 +125,11 @@ Recipe load_recipe(const std::string& path, int world) {
     p.batch = integer("batch", 4, 1);
     p.accum = integer("accum", 1, 1);
     p.rope_theta = num("rope_theta", 0, 0, 1e12);
-    if ((p.seq > config.seq_len || p.rope_theta > 0) && config.position != "rope")
+    if ((p.seq > config.seq_len || p.rope_theta > 0) && config.position != model::Position::rope)
       throw rd.bad(p.rope_theta > 0 ? "rope_theta" : "seq",
-                   "context extension needs RoPE; " + r.config + " has " + config.position +
-                       " positions (seq_len " + std::to_string(config.seq_len) + ")");
+                   "context extension needs RoPE; " + r.config + " has " +
+                       model::to_string(config.position) + " positions (seq_len " +
+                       std::to_string(config.seq_len) + ")");
     p.schedule.kind = rd.text(pj, "schedule", top.text(j, "schedule", "wsd"));
     p.schedule.lr = num("lr", 3e-4, 1e-12, 10);
     p.schedule.warmup = integer("warmup", 0, 0);
@@ -172,7 +173,7 @@ TrainOptions phase_options(const Recipe& r, size_t i, const TrainOptions& base) 
   o.model.config = r.config;
   o.model.set = r.set;
   if (p.rope_theta > 0) o.model.set.push_back("rope_theta=" + std::to_string(p.rope_theta));
-  if (r.model.position == "rope" && p.seq > r.model.seq_len)
+  if (r.model.position == model::Position::rope && p.seq > r.model.seq_len)
     o.model.set.push_back("seq_len=" + std::to_string(p.seq));
   o.train.data.clear();
   for (const auto& [name, w] : p.mixture) {

@@ -19,8 +19,8 @@
 #include "anvil/base/threads.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/device/gemm.hpp"
-#include "anvil/model/decoder.hpp"
-#include "anvil/model/zaya_model.hpp"
+#include "anvil/model/family.hpp"
+#include "anvil/model/gemm_shapes.hpp"
 #include "anvil/parallel/data_parallel.hpp"
 #include "anvil/parallel/expert_parallel.hpp"
 
@@ -132,38 +132,32 @@ Trainer::~Trainer() = default;
 
 void Trainer::build_model() {
   const int ep = o_.parallel.ep;
-  if (config_.attention != "cca") {
-    if (ep > 1) throw InputError("parallel.ep: expert parallelism needs a MoE (ZAYA1) config");
-    model_ = std::make_unique<model::Decoder>(config_, B_, T_, /*training=*/true, precision_);
-    return;
-  }
-  // Under expert parallelism each rank holds the weights of its E/ep experts only.
-  model::ExpertRange experts;
-  if (ep > 1) {
-    if (!dp_)
-      throw InputError("parallel.ep: expected a run under mpirun with a multiple of ep ranks");
+  const model::ModelFamily& family = model::model_family(config_);
+  model::ModelOptions build{B_, T_, /*training=*/true, precision_, o_.balancing, {}};
+  if (ep > 1 && family.has_experts()) {
+    // Under expert parallelism each rank holds the weights of its E/ep experts only.
+    if (!dp_) throw InputError("parallel.ep: expected a run under mpirun with a multiple of ep ranks");
     if (config_.n_experts % ep != 0) {
       throw InputError("parallel.ep: " + std::to_string(ep) + " does not divide the " +
                        std::to_string(config_.n_experts) +
                        " experts (expected a divisor of n_experts)");
     }
     dp_->expert_group(ep);  // checks that ep divides the ranks
-    experts.count = config_.n_experts / ep;
-    experts.first = rank_ % ep * experts.count;
+    build.experts.count = config_.n_experts / ep;
+    build.experts.first = rank_ % ep * build.experts.count;
   }
-  auto zaya =
-      std::make_unique<model::ZayaModel>(config_, B_, T_, o_.balancing, experts, precision_);
-  if (ep > 1) {
-    comm::Communicator& group = dp_->expert_group(ep);
-    std::shared_ptr<parallel::AllToAllExperts::Scratch> scratch;  // the first layer's, for all
-    zaya->set_expert_dispatchers(
-        [&group, &scratch](const model::ZayaMoeShape& shape, int64_t rows) {
-          auto experts = std::make_unique<parallel::AllToAllExperts>(group, shape, rows, scratch);
-          scratch = experts->scratch();
-          return experts;
-        });
-  }
-  model_ = std::move(zaya);
+  model_ = family.make_model(config_, build);
+  if (ep == 1) return;
+  if (!model_->has_experts())
+    throw InputError("parallel.ep: expert parallelism needs a model with experts (" +
+                     family.name() + " has none)");
+  comm::Communicator& group = dp_->expert_group(ep);
+  std::shared_ptr<parallel::AllToAllExperts::Scratch> scratch;  // the first layer's, for all
+  model_->set_expert_dispatchers([&group, &scratch](const auto& shape, int64_t rows) {
+    auto experts = std::make_unique<parallel::AllToAllExperts>(group, shape, rows, scratch);
+    scratch = experts->scratch();
+    return std::unique_ptr<model::ExpertDispatcher>(std::move(experts));
+  });
 }
 
 RunRecord Trainer::record() const {

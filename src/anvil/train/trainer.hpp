@@ -21,6 +21,7 @@
 #include "anvil/ft/guard.hpp"
 #include "anvil/ft/injector.hpp"
 #include "anvil/model/config.hpp"
+#include "anvil/model/family.hpp"
 #include "anvil/model/precision.hpp"
 #include "anvil/model/trainable.hpp"
 #include "anvil/parallel/distributed_optimizer.hpp"

@@ -1,0 +1,106 @@
+// Reading and writing transformers' single-file and sharded safetensors
+// checkpoints, and the atomic export directory.
+#include "anvil/ckpt/hf_files.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "anvil/base/error.hpp"
+#include "anvil/base/files.hpp"
+
+namespace anvil::ckpt {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+int64_t HfOutTensor::bytes() const {
+  int64_t n = 1;
+  for (const int64_t d : shape) n *= d;
+  return n * (b16.empty() ? 4 : 2);
+}
+
+int64_t write_hf_weights(const fs::path& dir, const std::vector<HfOutTensor>& out,
+                         int64_t max_bytes, bool bf16) {
+  std::vector<std::vector<const HfOutTensor*>> files(1);
+  int64_t in_file = 0, total = 0;
+  for (const auto& x : out) {
+    if (in_file > 0 && in_file + x.bytes() > max_bytes) {
+      files.emplace_back();
+      in_file = 0;
+    }
+    files.back().push_back(&x);
+    in_file += x.bytes();
+    total += x.bytes();
+  }
+  json weight_map = json::object();
+  for (size_t f = 0; f < files.size(); ++f) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", f + 1, files.size());
+    const std::string file = files.size() == 1 ? "model.safetensors" : name;
+    std::vector<TensorRef> refs;
+    for (const HfOutTensor* x : files[f]) {
+      refs.push_back({x->name, x->shape, x->f32.data(), bf16 ? x->b16.data() : nullptr});
+      weight_map[x->name] = file;
+    }
+    write_safetensors((dir / file).string(), refs, {{"format", "pt"}});
+  }
+  if (files.size() > 1) {
+    const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    write_file_atomic((dir / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+  }
+  return static_cast<int64_t>(files.size());
+}
+
+std::map<std::string, LoadedTensor> read_hf_weights(const fs::path& dir) {
+  std::map<std::string, LoadedTensor> all;
+  std::vector<std::string> files;
+  const fs::path index = dir / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    json j;
+    try {
+      j = json::parse(read_file(index.string()));
+    } catch (const json::exception& e) {
+      throw InputError(index.string() + ": not valid JSON (" + e.what() + ")");
+    }
+    if (!j.contains("weight_map") || !j["weight_map"].is_object())
+      throw InputError(index.string() + ": no weight_map object");
+    std::set<std::string> names;
+    for (const auto& [k, v] : j["weight_map"].items()) {
+      if (!v.is_string() || v.get<std::string>().find('/') != std::string::npos)
+        throw InputError(index.string() + ": weight_map." + k + " is not a file name");
+      names.insert(v.get<std::string>());
+    }
+    files.assign(names.begin(), names.end());
+  } else {
+    files = {"model.safetensors"};
+  }
+  for (const auto& f : files) {
+    auto file = read_safetensors((dir / f).string());
+    for (auto& [name, t] : file.tensors) all[name] = std::move(t);
+  }
+  return all;
+}
+
+void write_directory(const fs::path& target, const std::function<void(const fs::path&)>& fill) {
+  std::string tmp_name = ".";  // (append: GCC 12 warns falsely on "." + std::string)
+  tmp_name.append(target.filename().string()).append(".tmp-").append(std::to_string(::getpid()));
+  const fs::path tmp = target.parent_path() / tmp_name;
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  if (ec) throw SystemError(tmp.string() + ": cannot create directory: " + ec.message());
+  try {
+    fill(tmp);
+    fsync_directory(tmp.string());
+    fs::rename(tmp, target, ec);
+    if (ec) throw SystemError(target.string() + ": cannot rename into place: " + ec.message());
+    fsync_directory(target.parent_path().string());
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+}  // namespace anvil::ckpt

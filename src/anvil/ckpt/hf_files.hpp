@@ -1,0 +1,43 @@
+// transformers' checkpoint files: the weights as model.safetensors, or as
+// model-0000k-of-0000n.safetensors shards with model.safetensors.index.json
+// naming each tensor's file, as from_pretrained and save_pretrained use them;
+// and the export directory written whole or not at all.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "anvil/ckpt/safetensors.hpp"
+
+namespace anvil::ckpt {
+
+// One tensor to write: fp32 values, or (bfloat16 exports) only its bits.
+struct HfOutTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> f32;
+  std::vector<uint16_t> b16;
+  int64_t bytes() const;
+};
+
+// Writes `tensors` in order into files of at most `max_bytes` (a larger
+// tensor gets a file alone), with an index when there is more than one;
+// `bf16`: their b16 bits as dtype BF16. Returns the file count.
+int64_t write_hf_weights(const std::filesystem::path& dir, const std::vector<HfOutTensor>& tensors,
+                         int64_t max_bytes, bool bf16);
+
+// Every tensor of a transformers checkpoint directory (one file or an
+// index); InputError naming the index when it is malformed.
+std::map<std::string, LoadedTensor> read_hf_weights(const std::filesystem::path& dir);
+
+// Creates `target`'s temporary sibling, `fill` writes into it, then fsync
+// and rename: `target` appears whole or not at all (nothing is left on an
+// exception).
+void write_directory(const std::filesystem::path& target,
+                     const std::function<void(const std::filesystem::path&)>& fill);
+
+}  // namespace anvil::ckpt

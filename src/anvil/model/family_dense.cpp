@@ -1,0 +1,57 @@
+// The "dense" family: the pre-norm decoder of the GPT-2 and Llama shapes
+// (decoder.hpp), its parameters counted from the registry it trains with.
+#include <memory>
+
+#include "anvil/model/decoder.hpp"
+#include "anvil/model/family.hpp"
+
+namespace anvil::model {
+namespace {
+
+class DenseFamily final : public ModelFamily {
+ public:
+  Family id() const override { return Family::dense; }
+
+  ParamRegistry registry(const ModelConfig& config, ExpertRange /*experts*/) const override {
+    return decoder_registry(config);
+  }
+
+  MemoryPlan memory_plan(const ModelConfig& config, const ModelOptions& o) const override {
+    return Decoder::plan_for(config, o.batch, o.seq, o.training, o.precision);
+  }
+
+  std::unique_ptr<TrainableModel> make_model(const ModelConfig& config,
+                                             const ModelOptions& o) const override {
+    return std::make_unique<Decoder>(config, o.batch, o.seq, o.training, o.precision);
+  }
+
+  std::unique_ptr<DecodingModel> make_decoding_model(const ModelConfig& config) const override {
+    return std::make_unique<DecodingAdapter<Decoder>>(
+        std::make_unique<Decoder>(config, 1, 1, /*training=*/false));
+  }
+
+  ParamCount count_parameters(const ModelConfig& config) const override {
+    return count_registry(config.name, decoder_registry(config));
+  }
+
+  std::vector<GemmShape> layer_gemms(const ModelConfig& c, int64_t tokens,
+                                     int64_t tokens_per_expert, bool backward) const override {
+    const int64_t q = c.n_heads * c.head_dim;
+    const int64_t kv = c.n_kv_heads * c.head_dim;
+    GemmList list(backward);
+    list.linear("attn.qkv", tokens, c.d_model, q + 2 * kv);
+    list.linear("attn.out", tokens, q, c.d_model);
+    ffn_gemms(list, c, tokens, tokens_per_expert);
+    list.linear("lm_head", tokens, c.d_model, c.vocab_size);
+    return list.take();
+  }
+};
+
+}  // namespace
+
+const ModelFamily& dense_family() {
+  static const DenseFamily family;
+  return family;
+}
+
+}  // namespace anvil::model
