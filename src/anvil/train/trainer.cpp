@@ -188,23 +188,26 @@ Trainer::Trainer(const TrainOptions& o, parallel::DataParallelGroup* dp)
       experts.count = config_.n_experts / o.ep;
       experts.first = rank_ % o.ep * experts.count;
     }
-    auto zaya =
-        std::make_unique<model::ZayaModel>(config_, B_, T_, o.balancing, experts, precision_);
+    // Under --ep every MoE layer's dispatcher is an all-to-all over the group.
+    model::MakeDispatcher dispatcher;
+    std::shared_ptr<parallel::AllToAllDispatcher::Scratch> scratch;  // the first layer's, for all
+    if (o.ep > 1) {
+      comm::Communicator& group = dp_->expert_group(o.ep);
+      dispatcher = [&group, &scratch](const model::ZayaMoeShape& shape, int64_t tokens) {
+        auto d = std::make_unique<parallel::AllToAllDispatcher>(group, shape, tokens, scratch);
+        scratch = d->scratch();
+        return d;
+      };
+    }
+    auto zaya = std::make_unique<model::ZayaModel>(config_, B_, T_, o.balancing, experts,
+                                                   precision_, dispatcher);
     zaya_ = zaya.get();
     model_ = std::move(zaya);
   } else {
     model_ = std::make_unique<model::Decoder>(config_, B_, T_, /*training=*/true, precision_);
   }
-  if (o.ep > 1) {
-    if (zaya_ == nullptr) throw InputError("--ep: expert parallelism needs a MoE (ZAYA1) config");
-    comm::Communicator& group = dp_->expert_group(o.ep);
-    std::shared_ptr<parallel::AllToAllExperts::Scratch> scratch;  // the first layer's, for all
-    zaya_->set_expert_dispatchers(
-        [&group, &scratch](const model::ZayaMoeShape& shape, int64_t rows) {
-          auto experts = std::make_unique<parallel::AllToAllExperts>(group, shape, rows, scratch);
-          scratch = experts->scratch();
-          return experts;
-        });
+  if (o.ep > 1 && zaya_ == nullptr) {
+    throw InputError("--ep: expert parallelism needs a MoE (ZAYA1) config");
   }
   const bool use_muon = o.optimizer == "muon";
   if (dp_ && world_ > 1) {
