@@ -48,10 +48,10 @@ int main(int argc, char** argv) {
   std::vector<std::vector<float>> gw;
   for (const auto& v : w) gw.emplace_back(v.size(), 0.0f);
   auto params = [](std::vector<std::vector<float>>& v) {
-    return anvil::model::ZayaMoeParams{{v[0].data(), v[1].data(), v[2].data(), v[3].data(),
-                                        v[4].data(), v[5].data(), v[6].data(), v[7].data(),
-                                        v[8].data()},
-                                       {v[9].data(), v[10].data()}};
+    return anvil::model::ZayaMoeParams{
+        {v[0].data(), v[1].data(), v[2].data(), v[3].data(), v[4].data(), v[5].data(), v[6].data(),
+         v[7].data(), v[8].data()},
+        {v[9].data(), v[10].data()}};
   };
   const std::vector<float> bias = {0.25f, 0.2f, 0.12f, -0.3f,
                                    0.02f};  // the last is skip; every class gets tokens

@@ -58,8 +58,15 @@ class TokenDispatcher {
   virtual double take_comm_seconds() { return 0; }
 
  protected:
-  // The exchange with the experts' rows: sorted rows xs_ (offsets_ over all
-  // E experts) to rows_; rows_.y back into ys_; and the same for gradients.
+  // The exchange between the sorted rows and the experts' rows, which is
+  // all a dispatcher defines:
+  //   carve_own      its own buffers (the model's activation arena);
+  //   send           xs_ (sorted, offsets_ over all E experts) to rows_, the
+  //                  rows this process's experts run on, with room for what
+  //                  they write;
+  //   receive        rows_.y back into ys_, in sorted order;
+  //   send_grads     dys (sorted) to grads_, grads_.dx zeroed;
+  //   receive_grads  grads_.dx back into dxs, in sorted order.
   virtual void carve_own(Carver& c) = 0;
   virtual void send() = 0;
   virtual void receive() = 0;

@@ -58,6 +58,9 @@ class ZayaModel : public TrainableModel {
   ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing balancing = {},
             ExpertRange experts = {}, Precision precision = Precision::fp32,
             const MakeDispatcher& dispatcher = {});
+  // The layers hold pointers to the model's bf16 views: it stays where it is built.
+  ZayaModel(const ZayaModel&) = delete;
+  ZayaModel& operator=(const ZayaModel&) = delete;
   const ParamRegistry& registry() const override { return registry_; }
   // Mutable access marks the bf16 weight copy stale (refreshed on the next forward).
   float* params() override {
