@@ -1,10 +1,13 @@
+// The ZAYA1 model: its registry, its memory laid out over the arenas, the
+// forward and backward passes over the alternating CCA and MoE layers,
+// decode, and the router statistics and balancing the trainer reads after
+// each step. The layers' math is in cca_layer and zaya_moe_layer.
 #include "anvil/model/zaya_model.hpp"
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 
 #include "anvil/base/error.hpp"
 #include "anvil/device/gemm.hpp"
