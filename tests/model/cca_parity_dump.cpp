@@ -1,6 +1,6 @@
 // Writes a CCA layer's weights (ZAYA1 checkpoint names, layer 0), an input,
 // anvil's output and every gradient for tests/python/cca_parity.py, which
-// rebuilds the layer in PyTorch from ../shared/ZAYA1.md section 3.
+// rebuilds the layer in PyTorch from the ZAYA1 spec, section 3.
 // Usage: cca_parity_dump OUT_DIR
 #include <cstdio>
 #include <filesystem>
@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
                                   g_c0w.data(), g_c0b.data(),  g_c1w.data(),
                                   g_c1b.data(), g_temp.data(), g_wo.data()};
   anvil::model::CcaLayer layer(s, B, S);
+  layer.allocate();
   std::vector<float> y(N * H);
   layer.forward(y.data(), x.data(), p);
   layer.backward(dx.data(), g, r.data(), x.data(), p);

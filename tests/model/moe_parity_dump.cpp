@@ -1,7 +1,7 @@
 // Writes a ZAYA1 MoE layer's weights (ZAYA1 checkpoint names, layer 3: a MoE
 // layer with an EDA scale), inputs, anvil's outputs, expert choices and every
 // gradient for tests/python/moe_parity.py (a PyTorch reference from
-// ../shared/ZAYA1.md section 4). Balancing biases favour the skip class so
+// the ZAYA1 spec, section 4). Balancing biases favour the skip class so
 // some tokens skip. With AUX and Z, the router's load-balancing loss and
 // z-loss are on (those coefficients) and their gradients are part of every
 // gradient dumped. Usage: moe_parity_dump [TOP_K (default 1) [AUX Z]] OUT_DIR
@@ -48,9 +48,10 @@ int main(int argc, char** argv) {
   std::vector<std::vector<float>> gw;
   for (const auto& v : w) gw.emplace_back(v.size(), 0.0f);
   auto params = [](std::vector<std::vector<float>>& v) {
-    return anvil::model::ZayaMoeParams{v[0].data(), v[1].data(), v[2].data(), v[3].data(),
-                                       v[4].data(), v[5].data(), v[6].data(), v[7].data(),
-                                       v[8].data(), v[9].data(), v[10].data()};
+    return anvil::model::ZayaMoeParams{
+        {v[0].data(), v[1].data(), v[2].data(), v[3].data(), v[4].data(), v[5].data(), v[6].data(),
+         v[7].data(), v[8].data()},
+        {v[9].data(), v[10].data()}};
   };
   const std::vector<float> bias = {0.25f, 0.2f, 0.12f, -0.3f,
                                    0.02f};  // the last is skip; every class gets tokens

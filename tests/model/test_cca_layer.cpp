@@ -40,6 +40,7 @@ TEST(CcaLayer, BackwardMatchesFiniteDifferencesForInputAndEveryParameter) {
   auto x = random(N * H);
   const auto r = random(N * H);
   CcaLayer layer(s, B, S);
+  layer.allocate();
   std::vector<float> out(N * H);
   auto objective = [&] {
     layer.forward(out.data(), x.data(), params(w));

@@ -83,10 +83,13 @@ TEST(ModelFamily, BuiltModelsHoldTheFamilysRegistryAndPlan) {
   }
 }
 
-TEST(ModelFamily, OnlyAModelWithExpertsTakesExpertDispatchers) {
+TEST(ModelFamily, OnlyTheZaya1FamilyHasExpertsToDispatch) {
   const auto dense = dense_family().make_model(tiny("gpt2-tiny"), {});
-  test_support::expect_input_error([&] { dense->set_expert_dispatchers({}); }, {"no experts"});
+  EXPECT_FALSE(dense->has_experts());
   EXPECT_EQ(dense->take_dispatch_seconds(), 0.0);
+  ModelOptions o;
+  o.seq = 8;
+  EXPECT_TRUE(zaya1_family().make_model(tiny("zaya-tiny"), o)->has_experts());
 }
 
 TEST(ModelFamily, ExpertRangeReachesTheZaya1Registry) {

@@ -1,14 +1,15 @@
 // A ZAYA1 model set up so that a comparison exercises everything: weights
 // moved away from their init (every parameter matters, routing is not
 // uniform) and the balancing biases nudged by sign updates until the tokens
-// reach every expert and the skip class. Shared by the decode test and the
-// PyTorch parity dump.
+// reach every expert and the skip class; and random batches. Shared by the
+// ZAYA1 model tests and the PyTorch parity dump.
 #pragma once
 
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include "anvil/base/rng.hpp"
 #include "anvil/model/zaya_model.hpp"
 
 namespace test_support {
@@ -23,6 +24,19 @@ inline void move_away_from_init(anvil::model::ZayaModel& model, uint32_t seed) {
     for (int64_t i = 0; i < s.numel; ++i)
       model.params()[s.offset + i] = model.params()[s.offset + i] * k + noise(gen);
   }
+}
+
+// N random tokens and targets over the vocabulary (stream `seed`).
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+};
+inline Batch random_batch(int64_t vocab, int64_t N, uint64_t seed) {
+  Batch b{std::vector<int32_t>(N), std::vector<int32_t>(N)};
+  for (int64_t i = 0; i < N; ++i) {
+    b.tokens[i] = static_cast<int32_t>(anvil::random_u64(seed, 1, i) % vocab);
+    b.targets[i] = static_cast<int32_t>(anvil::random_u64(seed, 2, i) % vocab);
+  }
+  return b;
 }
 
 // Sign-update balancing of the biases (they steer selection only) over

@@ -1,11 +1,11 @@
-// Dropless mixture-of-experts plumbing (ZAYA1.md section 4, Megatron's
+// Dropless mixture-of-experts plumbing (ZAYA1 spec section 4, Megatron's
 // "token dispatcher"): assignments (token n, choice j of its top-k) are
 // sorted stably by expert into contiguous segments, the expert MLPs run on
 // the segments (grouped GEMM over the segments), and outputs are combined
 // back per token, gate-weighted. No token is dropped and nothing is padded to
 // a capacity. Choice E (= the router's skip class) is not dispatched: its
-// output is gate * x (or 0). Routing, dispatch and expert compute stay
-// separate pieces with narrow interfaces (STYLE.md, Megatron-Core).
+// output is gate * x (or 0). The MoE layer (model/zaya_moe_layer.hpp) uses
+// these as its dispatcher's sort and gather and as its combine.
 #pragma once
 
 #include <cstdint>

@@ -1,11 +1,12 @@
-// ZAYA1's CCA attention layer (../shared/ZAYA1.md section 3, CCGQA form),
+// ZAYA1's CCA attention layer (ZAYA1 paper section 3, CCGQA form),
 // forward and backward over a batch [B, S] of rows of width H:
 //   u = x [Wq; Wk]^T (qp | kp), v_cur = x_t Wv1^T, v_prev = x_{t-1} Wv2^T,
 //   two causal convolutions on u, the q/k mean skip path, L2 norm per head
 //   (keys times a learned temperature), partial NeoX RoPE, causal GQA
 //   attention with kv head 0 = v_cur and 1 = v_prev, out = o Wo^T.
-// The kernels are in kernels/cca.hpp and kernels/layers.hpp; this class owns
-// the layer's activations for one batch shape and strings them together.
+// The kernels are in kernels/cca.hpp and kernels/layers.hpp; this class lays
+// out the layer's activations for one batch shape (carved from the model's
+// arena) and strings the kernels together.
 // Decode runs one token at a time against a state: the previous token's u
 // and D (the two convolutions' older taps), its value projection x Wv2^T,
 // and the KV cache (keys after norm, temperature and RoPE; both value heads).
@@ -14,10 +15,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
-#include <vector>
 
 #include "anvil/kernels/layers.hpp"
+#include "anvil/model/carver.hpp"
+#include "anvil/tensor/arena.hpp"
 
 namespace anvil::model {
 
@@ -49,12 +50,18 @@ struct CcaParams {
 class CcaLayer {
  public:
   // Backward scratch: layers of one model run their backward passes one at
-  // a time, so they can share one set (`scratch`; null: the layer's own).
+  // a time, so they share one set, carved once (carve(Carver&)).
   struct Scratch {
-    std::vector<float> d_att, d_qkv, d_qk_pre, d_u, d_conv, d_v;
-    size_t bytes() const;
+    float *d_att, *d_qkv, *d_qk_pre, *d_u, *d_conv, *d_v;
+    void carve(Carver& c, const CcaShape& s, int64_t rows);
   };
-  CcaLayer(CcaShape shape, int64_t B, int64_t S, std::shared_ptr<Scratch> scratch = nullptr);
+  // Holds no memory until carve() (a model's arena) or allocate() (its own).
+  CcaLayer(CcaShape shape, int64_t B, int64_t S);
+  // Takes the layer's activations from `c`; backward uses `shared`.
+  void carve(Carver& c, const Scratch& shared);
+  // An arena of the layer's own with its activations and a backward scratch
+  // (a layer outside a model: tests, parity dumps).
+  void allocate();
   // out [B*S, H] = CCA(x); keeps what backward needs.
   void forward(float* out, const float* x, const CcaParams& p);
   // Adds the gradients of sum(out * dout) to dx and to the gradient arena `g`.
@@ -64,7 +71,9 @@ class CcaLayer {
   // Decode: start_decode clears the state for a new sequence of at most
   // max_len tokens; decode_step(out [H], x [H], p, pos) processes the token
   // at position pos (0, 1, 2, ... in order). Needs a layer built for B = S = 1.
-  void start_decode(int64_t max_len);
+  // The state is carved from `c` (counting, then the model's zeroed decode
+  // arena).
+  void start_decode(int64_t max_len, Carver& c);
   void decode_step(float* out, const float* x, const CcaParams& p, int64_t pos);
 
   // bf16 projections (--precision bf16) in forward and backward: the weight
@@ -79,21 +88,20 @@ class CcaLayer {
     return rows * std::max(s.hidden, s.channels());
   }
 
-  // Bytes of the activations this layer holds (its scratch: scratch()).
-  size_t bytes() const;
-  const std::shared_ptr<Scratch>& scratch() const { return sc_; }
-
  private:
   CcaShape s_;
   int64_t B_, S_, N_;
-  std::vector<float> u_, D_, conv_, qk_pre_, norms_, qkv_, xv2_, att_, lse_;
-  std::shared_ptr<Scratch> sc_;  // backward scratch (d_v also the forward's value temp)
+  float *u_ = nullptr, *D_ = nullptr, *conv_ = nullptr, *qk_pre_ = nullptr, *norms_ = nullptr,
+        *qkv_ = nullptr, *xv2_ = nullptr, *att_ = nullptr, *lse_ = nullptr;
+  Scratch sc_{};  // backward scratch (d_v also the forward's value temp)
   const kernels::Bf16Weights* low_ = nullptr;
   kernels::Bf16Scratch* low_scratch_ = nullptr;
   kernels::MatmulWeight w(const float* p) const { return kernels::matmul_weight(low_, p); }
+  tensor::Arena own_;  // allocate()'s
   // Decode state.
   int64_t max_len_ = 0;
-  std::vector<float> u_prev_, D_prev_, xv2_prev_, kcache_, vcache_;
+  float *u_prev_ = nullptr, *D_prev_ = nullptr, *xv2_prev_ = nullptr, *kcache_ = nullptr,
+        *vcache_ = nullptr;
 };
 
 }  // namespace anvil::model

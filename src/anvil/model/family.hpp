@@ -37,6 +37,7 @@ struct ModelOptions {
   Precision precision = Precision::fp32;
   Balancing balancing;
   ExpertRange experts;
+  MakeDispatcher dispatcher;  // families with experts; empty: every expert local
 };
 
 // A model that decodes one token at a time with a cache (`anvil generate`).

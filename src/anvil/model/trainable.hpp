@@ -20,13 +20,14 @@
 
 namespace anvil::model {
 
-class ExpertDispatcher;  // zaya_moe_layer.hpp
+class TokenDispatcher;  // zaya_dispatcher.hpp
 struct ZayaMoeShape;
 
-// Makes the dispatcher of one MoE layer from its shape and its expert rows
-// per step (parallel/expert_parallel.hpp's all-to-all under --ep).
-using ExpertDispatcherFactory =
-    std::function<std::unique_ptr<ExpertDispatcher>(const ZayaMoeShape&, int64_t rows)>;
+// Makes the token dispatcher of one MoE layer for N tokens per forward, at
+// construction (expert parallelism: parallel/expert_parallel.hpp's
+// all-to-all); empty: every expert runs locally.
+using MakeDispatcher =
+    std::function<std::unique_ptr<TokenDispatcher>(const ZayaMoeShape& shape, int64_t tokens)>;
 
 // The experts a process holds: [first, first + count) of every MoE layer
 // (count -1: all). Expert parallelism gives each rank of a group its share;
@@ -76,14 +77,11 @@ class TrainableModel {
   virtual std::string progress_note() const { return ""; }
   virtual std::vector<ExtraTensor> extra_state() { return {}; }
 
-  // Expert parallelism. has_experts: whether there are experts to place on
-  // other ranks; set_expert_dispatchers puts every MoE layer's experts
-  // behind a dispatcher `make` builds; take_dispatch_seconds: the seconds
-  // the dispatchers spent communicating since the last call.
+  // Expert parallelism (the dispatchers come with the model's construction,
+  // model/family.hpp's ModelOptions). has_experts: whether there are experts
+  // to place on other ranks; take_dispatch_seconds: the seconds the
+  // dispatchers spent communicating since the last call.
   virtual bool has_experts() const { return false; }
-  virtual void set_expert_dispatchers(const ExpertDispatcherFactory& /*make*/) {
-    throw InputError("expert parallelism: this model has no experts");
-  }
   virtual double take_dispatch_seconds() { return 0; }
 
   // Called during forward_backward with X as soon as every gradient at

@@ -1,10 +1,13 @@
+// The ZAYA1 model: its registry, its memory laid out over the arenas, the
+// forward and backward passes over the alternating CCA and MoE layers,
+// decode, and the router statistics and balancing the trainer reads after
+// each step. The layers' math is in cca_layer and zaya_moe_layer.
 #include "anvil/model/zaya_model.hpp"
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 
 #include "anvil/base/error.hpp"
 #include "anvil/device/gemm.hpp"
@@ -91,8 +94,35 @@ ParamRegistry zaya_registry(const ModelConfig& c, ExpertRange experts) {
   return r;
 }
 
+namespace {
+
+CcaShape cca_shape(const ModelConfig& c) {
+  CcaShape s;
+  s.hidden = c.d_model;
+  s.q_heads = c.n_heads;
+  s.kv_heads = 2;
+  s.head_dim = c.head_dim;
+  s.rotary_dim = c.rotary_dim == 0 ? c.head_dim : c.rotary_dim;
+  s.rope_theta = static_cast<float>(c.rope_theta);
+  return s;
+}
+
+ZayaMoeShape moe_shape(const ModelConfig& c) {
+  ZayaMoeShape s;
+  s.hidden = c.d_model;
+  s.router_dim = c.router_dim;
+  s.experts = c.n_experts;
+  s.expert_ffn = c.expert_ffn_hidden;
+  s.top_k = c.top_k;
+  s.norm_eps = static_cast<float>(c.norm_eps);
+  s.skip_identity = c.skip_output == SkipOutput::input;
+  return s;
+}
+
+}  // namespace
+
 ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing balancing,
-                     ExpertRange experts, Precision precision)
+                     ExpertRange experts, Precision precision, const MakeDispatcher& dispatcher)
     : c_(config),
       registry_(zaya_registry(config, experts)),
       first_expert_(experts.first),
@@ -102,96 +132,93 @@ ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing 
       N_(B * T),
       H_(config.d_model),
       R_(config.router_dim),
-      layers_(2 * config.n_layers) {
+      layers_(2 * config.n_layers),
+      cca_shape_(cca_shape(config)),
+      moe_shape_(moe_shape(config)),
+      local_experts_(!dispatcher) {
   if (T > config.seq_len) throw InputError("sequence length exceeds the config's seq_len");
-  params_.assign(static_cast<size_t>(registry_.total()), 0.0f);
-  grads_.assign(static_cast<size_t>(registry_.total()), 0.0f);
-  CcaShape cs;
-  cs.hidden = H_;
-  cs.q_heads = c_.n_heads;
-  cs.kv_heads = 2;
-  cs.head_dim = c_.head_dim;
-  cs.rotary_dim = c_.rotary_dim == 0 ? c_.head_dim : c_.rotary_dim;
-  cs.rope_theta = static_cast<float>(c_.rope_theta);
-  ZayaMoeShape ms;
-  ms.hidden = H_;
-  ms.router_dim = R_;
-  ms.experts = c_.n_experts;
-  ms.expert_ffn = c_.expert_ffn_hidden;
-  ms.top_k = c_.top_k;
-  ms.norm_eps = static_cast<float>(c_.norm_eps);
-  ms.skip_identity = c_.skip_output == SkipOutput::input;
+  const RouterLossCoefs losses{balancer_.settings().aux_loss_coef,
+                               balancer_.settings().z_loss_coef};
   for (int64_t n = 0; n < layers_; ++n) {
     if (n % 2 == 0) {
-      // One backward scratch for all CCA layers, one for all MoE layers: the
-      // backward pass runs them one at a time.
-      cca_.push_back(
-          std::make_unique<CcaLayer>(cs, B, T, cca_.empty() ? nullptr : cca_.front()->scratch()));
+      cca_.push_back(std::make_unique<CcaLayer>(cca_shape_, B, T));
     } else {
       moe_.push_back(std::make_unique<ZayaMoeLayer>(
-          ms, N_,
-          RouterLossCoefs{balancer_.settings().aux_loss_coef, balancer_.settings().z_loss_coef},
-          moe_.empty() ? nullptr : moe_.front()->scratch()));
-      rstate_.emplace_back(static_cast<size_t>(N_ * R_), 0.0f);
+          moe_shape_, N_, losses,
+          dispatcher ? dispatcher(moe_shape_, N_)
+                     : std::make_unique<LocalDispatcher>(moe_shape_, N_, &local_scratch_)));
     }
-    r_.emplace_back(static_cast<size_t>(N_ * H_), 0.0f);
-    x_.emplace_back(static_cast<size_t>(N_ * H_), 0.0f);
-    rstd_.emplace_back(static_cast<size_t>(N_), 0.0f);
-    h_.emplace_back(static_cast<size_t>(N_ * H_), 0.0f);
   }
-  emb_.assign(static_cast<size_t>(N_ * H_), 0.0f);
-  rf_.assign(static_cast<size_t>(N_ * H_), 0.0f);
-  lnf_.assign(static_cast<size_t>(N_ * H_), 0.0f);
-  lnf_rstd_.assign(static_cast<size_t>(N_), 0.0f);
-  scratch_.assign(static_cast<size_t>(std::min(N_, kLossChunk) * c_.vocab_size), 0.0f);
+  for (auto* v : {&r_, &x_, &rstd_, &h_}) v->resize(static_cast<size_t>(layers_));
+  rstate_.resize(moe_.size());
+  back_.drstate.resize(moe_.size());
+  const size_t param_bytes = static_cast<size_t>(registry_.total()) * sizeof(float);
+  params_ = tensor::Arena("parameters", param_bytes);
+  grads_ = tensor::Arena("gradients", param_bytes);
+  acts_ = carve_arena("activations", [&](Carver& c) { carve_activations(c); });
+  // The tensors' bytes (the arena adds under 64 bytes of alignment): what
+  // the trainer reports as parameter bytes and compares across --ep layouts.
+  plan_.parameters = param_bytes;
+  plan_.gradients = param_bytes;
+  plan_.activations = acts_.capacity();
+  for (const auto& l : moe_) plan_.activations += l->dispatcher().heap_bytes();
   for (int64_t n = 0; n < layers_; ++n) {
     if (n % 2 == 0) {
-      cca_p_.push_back(cca_params(n, params_.data()));
-      cca_g_.push_back(cca_params(n, grads_.data()));
+      cca_p_.push_back(cca_params(n, params_f()));
+      cca_g_.push_back(cca_params(n, grads_f()));
     } else {
-      moe_p_.push_back(moe_params(n, params_.data()));
-      moe_g_.push_back(moe_params(n, grads_.data()));
+      moe_p_.push_back(moe_params(n, params_f()));
+      moe_g_.push_back(moe_params(n, grads_f()));
     }
   }
   const size_t K = static_cast<size_t>(c_.n_experts + 1);
   step_load_.assign(moe_.size() * K, 0);
   last_load_.assign(moe_.size(), std::vector<int64_t>(K, 0));
-  size_t back_bytes = 0;
-  for (auto* v : {&back_.d_lnf, &back_.d_rf, &back_.dr, &back_.dh, &back_.dx, &back_.dr_prev,
-                  &back_.dh_prev}) {
-    v->assign(static_cast<size_t>(N_ * H_), 0.0f);
-    back_bytes += v->size() * sizeof(float);
-  }
-  back_.drstate.assign(moe_.size(), std::vector<float>(static_cast<size_t>(N_ * R_), 0.0f));
-  back_bytes += moe_.size() * static_cast<size_t>(N_ * R_) * sizeof(float);
-  // What this model holds: its layers' buffers and the shared backward scratch.
-  plan_.parameters = params_.size() * sizeof(float);
-  plan_.gradients = grads_.size() * sizeof(float);
-  size_t acts = 0;
-  for (const auto* group : {&r_, &x_, &rstd_, &h_, &rstate_}) {
-    for (const auto& v : *group) acts += v.size() * sizeof(float);
-  }
-  acts +=
-      (emb_.size() + rf_.size() + lnf_.size() + lnf_rstd_.size() + scratch_.size()) * sizeof(float);
-  for (const auto& l : cca_) acts += l->bytes();
-  for (const auto& l : moe_) acts += l->bytes();
-  if (!cca_.empty()) acts += cca_.front()->scratch()->bytes();
-  if (!moe_.empty()) acts += moe_.front()->scratch()->bytes();
-  acts += back_bytes;
-  plan_.activations = acts;
   if (precision == Precision::bf16) {
-    // One conversion scratch for every layer (they run one at a time).
-    const int64_t capacity =
-        std::max(CcaLayer::bf16_scratch(cs, N_), experts_bf16_scratch(ms, N_ * c_.top_k));
-    low_.resize(params_.size());
-    low_a_.resize(static_cast<size_t>(capacity));
-    low_b_.resize(static_cast<size_t>(capacity));
-    low_weights_ = {params_.data(), low_.data()};
-    low_scratch_ = {low_a_.data(), low_b_.data(), capacity};
+    low_ = carve_arena("bf16 weights and scratch", [&](Carver& c) { carve_low_precision(c); });
+    plan_.low_precision = low_.capacity();
+    low_weights_ = {params_f(), weights_bf16_};
     for (auto& l : cca_) l->set_bf16(&low_weights_, &low_scratch_);
     for (auto& l : moe_) l->set_bf16(&low_weights_, &low_scratch_);
-    plan_.low_precision = (low_.size() + low_a_.size() + low_b_.size()) * sizeof(bf16);
   }
+}
+
+void ZayaModel::carve_activations(Carver& c) {
+  const int64_t NH = N_ * H_;
+  // The shared backward scratch first: the layers copy its pointers.
+  cca_scratch_.carve(c, cca_shape_, N_);
+  moe_scratch_.carve(c, moe_shape_, N_);
+  if (local_experts_) local_scratch_.carve(c, moe_shape_, N_);
+  for (int64_t n = 0; n < layers_; ++n) {
+    r_[n] = c.take<float>(NH);
+    x_[n] = c.take<float>(NH);
+    rstd_[n] = c.take<float>(N_);
+    h_[n] = c.take<float>(NH);
+    if (n % 2 == 0) {
+      cca_[n / 2]->carve(c, cca_scratch_);
+    } else {
+      rstate_[n / 2] = c.take<float>(N_ * R_);
+      moe_[n / 2]->carve(c, moe_scratch_);
+    }
+  }
+  emb_ = c.take<float>(NH);
+  rf_ = c.take<float>(NH);
+  lnf_ = c.take<float>(NH);
+  lnf_rstd_ = c.take<float>(N_);
+  scratch_ = c.take<float>(std::min(N_, kLossChunk) * c_.vocab_size);
+  for (float** v : {&back_.d_lnf, &back_.d_rf, &back_.dr, &back_.dh, &back_.dx, &back_.dr_prev,
+                    &back_.dh_prev}) {
+    *v = c.take<float>(NH);
+  }
+  for (auto& d : back_.drstate) d = c.take<float>(N_ * R_);
+}
+
+void ZayaModel::carve_low_precision(Carver& c) {
+  // One conversion scratch for every layer (they run one at a time).
+  const int64_t capacity = std::max(CcaLayer::bf16_scratch(cca_shape_, N_),
+                                    experts_bf16_scratch(moe_shape_, N_ * c_.top_k));
+  weights_bf16_ = c.take<bf16>(registry_.total());
+  low_scratch_ = {c.take<bf16>(capacity), c.take<bf16>(capacity), capacity};
 }
 
 void ZayaModel::check_shape(int64_t B, int64_t T) const {
@@ -216,14 +243,6 @@ double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets
     for (size_t e = 0; e < load.size(); ++e) step_load_[m * load.size() + e] += load[e];
   }
   return loss;
-}
-
-void ZayaModel::set_expert_dispatchers(const ExpertDispatcherFactory& make) {
-  for (auto& layer : moe_) {
-    plan_.activations -= layer->dispatcher().bytes();
-    layer->set_dispatcher(make(layer->shape(), layer->assignments()));
-    plan_.activations += layer->dispatcher().bytes();
-  }
 }
 
 double ZayaModel::take_dispatch_seconds() {
@@ -321,16 +340,16 @@ ZayaMoeParams ZayaModel::moe_params(int64_t n, float* base) const {
   const std::string a = layer_param_name(n, "zaya_block.router.");
   const std::string ex = layer_param_name(
       n, "zaya_block.experts.local_experts." + std::to_string(first_expert_) + ".");
-  return {at(a + "down_proj.weight", base),    at(a + "down_proj.bias", base),
-          at(a + "router_states_scale", base), at(a + "rmsnorm_eda.weight", base),
-          at(a + "router_mlp.0.weight", base), at(a + "router_mlp.0.bias", base),
-          at(a + "router_mlp.2.weight", base), at(a + "router_mlp.2.bias", base),
-          at(a + "router_mlp.4.weight", base), at(ex + "linear_fc1.weight", base),
-          at(ex + "linear_fc2.weight", base)};
+  return {{at(a + "down_proj.weight", base), at(a + "down_proj.bias", base),
+           at(a + "router_states_scale", base), at(a + "rmsnorm_eda.weight", base),
+           at(a + "router_mlp.0.weight", base), at(a + "router_mlp.0.bias", base),
+           at(a + "router_mlp.2.weight", base), at(a + "router_mlp.2.bias", base),
+           at(a + "router_mlp.4.weight", base)},
+          {at(ex + "linear_fc1.weight", base), at(ex + "linear_fc2.weight", base)}};
 }
 
 void ZayaModel::zero_grads() {
-  std::fill(grads_.begin(), grads_.end(), 0.0f);
+  std::fill(grads_f(), grads_f() + registry_.total(), 0.0f);
 }
 
 void ZayaModel::run_forward(const int32_t* tokens) {
@@ -338,49 +357,48 @@ void ZayaModel::run_forward(const int32_t* tokens) {
     if (tokens[i] < 0 || tokens[i] >= c_.vocab_size)
       throw InputError("token outside the vocabulary");
   }
-  if (!low_.empty() && low_stale_) {
-    kernels::convert_to_bf16(low_.data(), params_.data(), registry_.total());
+  if (weights_bf16_ != nullptr && low_stale_) {
+    kernels::convert_to_bf16(weights_bf16_, params_f(), registry_.total());
     low_stale_ = false;
   }
-  float* P = params_.data();
+  float* P = params_f();
   const auto eps = static_cast<float>(c_.norm_eps);
-  kernels::embedding_forward(emb_.data(), tokens, at("model.embed_tokens.weight", P), nullptr, B_,
-                             T_, H_);
-  const float* h = emb_.data();
+  kernels::embedding_forward(emb_, tokens, at("model.embed_tokens.weight", P), nullptr, B_, T_, H_);
+  const float* h = emb_;
   const float* r = nullptr;
   for (int64_t n = 0; n < layers_; ++n) {
     const std::string p = layer_param_name(n, "res_scale.");
-    kernels::residual_merge_forward(r_[n].data(), r, h, at(p + "hidden_states_scale", P),
+    kernels::residual_merge_forward(r_[n], r, h, at(p + "hidden_states_scale", P),
                                     at(p + "hidden_states_bias", P), at(p + "residual_scale", P),
                                     at(p + "residual_bias", P), N_, H_);
-    kernels::rmsnorm_forward(x_[n].data(), rstd_[n].data(), r_[n].data(),
+    kernels::rmsnorm_forward(x_[n], rstd_[n], r_[n],
                              at(layer_param_name(n, "input_norm.weight"), P), N_, H_, eps);
     if (n % 2 == 0 && decode_pos_ >= 0) {
-      cca_[n / 2]->decode_step(h_[n].data(), x_[n].data(), cca_p_[n / 2], decode_pos_);
+      cca_[n / 2]->decode_step(h_[n], x_[n], cca_p_[n / 2], decode_pos_);
     } else if (n % 2 == 0) {
-      cca_[n / 2]->forward(h_[n].data(), x_[n].data(), cca_p_[n / 2]);
+      cca_[n / 2]->forward(h_[n], x_[n], cca_p_[n / 2]);
     } else {
       const int64_t m = n / 2;
-      moe_[m]->forward(h_[n].data(), rstate_[m].data(), x_[n].data(),
-                       m > 0 ? rstate_[m - 1].data() : nullptr, moe_p_[m],
+      moe_[m]->forward(h_[n], rstate_[m], x_[n], m > 0 ? rstate_[m - 1] : nullptr, moe_p_[m],
                        balancer_.biases(static_cast<int64_t>(m)));
     }
-    h = h_[n].data();
-    r = r_[n].data();
+    h = h_[n];
+    r = r_[n];
   }
-  kernels::residual_merge_forward(rf_.data(), r, h, at("model.res_scale.hidden_states_scale", P),
+  kernels::residual_merge_forward(rf_, r, h, at("model.res_scale.hidden_states_scale", P),
                                   at("model.res_scale.hidden_states_bias", P),
                                   at("model.res_scale.residual_scale", P),
                                   at("model.res_scale.residual_bias", P), N_, H_);
-  kernels::rmsnorm_forward(lnf_.data(), lnf_rstd_.data(), rf_.data(),
-                           at("model.final_norm.weight", P), N_, H_, eps);
+  kernels::rmsnorm_forward(lnf_, lnf_rstd_, rf_, at("model.final_norm.weight", P), N_, H_, eps);
 }
 
 void ZayaModel::start_decode(int64_t max_len) {
   if (N_ != 1) throw InputError("ZAYA1 decode: the model must be built for B = 1, T = 1");
   if (max_len < 1 || max_len > c_.seq_len)
     throw InputError("ZAYA1 decode: max_len must be in 1.." + std::to_string(c_.seq_len));
-  for (auto& layer : cca_) layer->start_decode(max_len);
+  cache_ = carve_arena("decode cache", [&](Carver& c) {
+    for (auto& layer : cca_) layer->start_decode(max_len, c);
+  });
 }
 
 void ZayaModel::decode_step(int32_t token, int64_t pos, float* out) {
@@ -397,83 +415,74 @@ void ZayaModel::decode_step(int32_t token, int64_t pos, float* out) {
 
 double ZayaModel::forward(const int32_t* tokens, const int32_t* targets, int64_t* scored) {
   run_forward(tokens);
-  return kernels::classifier_loss(nullptr, nullptr, lnf_.data(),
-                                  at("model.embed_tokens.weight", params_.data()), targets, N_, H_,
-                                  c_.vocab_size, scratch_.data(), kLossChunk, scored, 0.0f);
+  return kernels::classifier_loss(nullptr, nullptr, lnf_,
+                                  at("model.embed_tokens.weight", params_f()), targets, N_, H_,
+                                  c_.vocab_size, scratch_, kLossChunk, scored, 0.0f);
 }
 
 void ZayaModel::logits(float* out) {
-  device::gemm(false, true, N_, c_.vocab_size, H_, 1.0f, lnf_.data(), H_,
-                at("model.embed_tokens.weight", params_.data()), H_, 0.0f, out, c_.vocab_size);
+  device::gemm(false, true, N_, c_.vocab_size, H_, 1.0f, lnf_, H_,
+               at("model.embed_tokens.weight", params_f()), H_, 0.0f, out, c_.vocab_size);
 }
 
 double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets, float grad_scale,
                                    int64_t* scored) {
   run_forward(tokens);
-  float* P = params_.data();
-  float* G = grads_.data();
-  // Backward's buffers live as long as the model: no allocation (and no page
-  // faults) per step. zeroed(v, n) sizes once, then clears.
-  const auto zeroed = [](std::vector<float>& v, int64_t n) -> std::vector<float>& {
-    if (v.size() != static_cast<size_t>(n)) {
-      v.assign(static_cast<size_t>(n), 0.0f);
-    } else {
-      std::fill(v.begin(), v.end(), 0.0f);
-    }
+  float* P = params_f();
+  float* G = grads_f();
+  const int64_t NH = N_ * H_;
+  // Backward's buffers are carved with the activations: no allocation (and
+  // no page faults) per step; the accumulating ones are cleared here.
+  const auto zeroed = [](float* v, int64_t n) {
+    std::fill(v, v + n, 0.0f);
     return v;
   };
-  std::vector<float>& d_lnf = zeroed(back_.d_lnf, N_ * H_);
-  std::vector<float>& d_rf = zeroed(back_.d_rf, N_ * H_);
-  const double loss =
-      kernels::classifier_loss(d_lnf.data(), at("model.embed_tokens.weight", G), lnf_.data(),
-                               at("model.embed_tokens.weight", P), targets, N_, H_, c_.vocab_size,
-                               scratch_.data(), kLossChunk, scored, grad_scale);
-  kernels::rmsnorm_backward(d_rf.data(), at("model.final_norm.weight", G), d_lnf.data(), rf_.data(),
-                            at("model.final_norm.weight", P), lnf_rstd_.data(), N_, H_);
+  float* d_lnf = zeroed(back_.d_lnf, NH);
+  float* d_rf = zeroed(back_.d_rf, NH);
+  const double loss = kernels::classifier_loss(
+      d_lnf, at("model.embed_tokens.weight", G), lnf_, at("model.embed_tokens.weight", P), targets,
+      N_, H_, c_.vocab_size, scratch_, kLossChunk, scored, grad_scale);
+  kernels::rmsnorm_backward(d_rf, at("model.final_norm.weight", G), d_lnf, rf_,
+                            at("model.final_norm.weight", P), lnf_rstd_, N_, H_);
   // dr: gradient of the current merged residual; dh: of the current layer output.
-  std::vector<float>& dr = zeroed(back_.dr, N_ * H_);
-  std::vector<float>& dh = zeroed(back_.dh, N_ * H_);
-  std::vector<float>& dx = back_.dx;
-  dx.resize(static_cast<size_t>(N_ * H_));
+  float*& dr = back_.dr;
+  float*& dh = back_.dh;
+  zeroed(dr, NH);
+  zeroed(dh, NH);
+  float* dx = back_.dx;
   kernels::residual_merge_backward(
-      dr.data(), dh.data(), at("model.res_scale.hidden_states_scale", G),
+      dr, dh, at("model.res_scale.hidden_states_scale", G),
       at("model.res_scale.hidden_states_bias", G), at("model.res_scale.residual_scale", G),
-      at("model.res_scale.residual_bias", G), d_rf.data(), r_[layers_ - 1].data(),
-      h_[layers_ - 1].data(), at("model.res_scale.hidden_states_scale", P),
-      at("model.res_scale.hidden_states_bias", P), at("model.res_scale.residual_scale", P),
-      at("model.res_scale.residual_bias", P), N_, H_);
-  std::vector<std::vector<float>>& drstate = back_.drstate;
-  drstate.resize(moe_.size());
-  for (auto& d : drstate) zeroed(d, N_ * R_);
+      at("model.res_scale.residual_bias", G), d_rf, r_[layers_ - 1], h_[layers_ - 1],
+      at("model.res_scale.hidden_states_scale", P), at("model.res_scale.hidden_states_bias", P),
+      at("model.res_scale.residual_scale", P), at("model.res_scale.residual_bias", P), N_, H_);
+  const std::vector<float*>& drstate = back_.drstate;
+  for (float* d : drstate) zeroed(d, N_ * R_);
   for (int64_t n = layers_ - 1; n >= 0; --n) {
-    std::fill(dx.begin(), dx.end(), 0.0f);
+    zeroed(dx, NH);
     if (n % 2 == 0) {
-      cca_[n / 2]->backward(dx.data(), cca_g_[n / 2], dh.data(), x_[n].data(), cca_p_[n / 2]);
+      cca_[n / 2]->backward(dx, cca_g_[n / 2], dh, x_[n], cca_p_[n / 2]);
     } else {
       const int64_t m = n / 2;
-      moe_[m]->backward(dx.data(), m > 0 ? drstate[m - 1].data() : nullptr, moe_g_[m], dh.data(),
-                        drstate[m].data(), x_[n].data(), m > 0 ? rstate_[m - 1].data() : nullptr,
-                        moe_p_[m], grad_scale);
+      moe_[m]->backward(dx, m > 0 ? drstate[m - 1] : nullptr, moe_g_[m], dh, drstate[m], x_[n],
+                        m > 0 ? rstate_[m - 1] : nullptr, moe_p_[m], grad_scale);
     }
-    kernels::rmsnorm_backward(dr.data(), at(layer_param_name(n, "input_norm.weight"), G), dx.data(),
-                              r_[n].data(), at(layer_param_name(n, "input_norm.weight"), P),
-                              rstd_[n].data(), N_, H_);
+    kernels::rmsnorm_backward(dr, at(layer_param_name(n, "input_norm.weight"), G), dx, r_[n],
+                              at(layer_param_name(n, "input_norm.weight"), P), rstd_[n], N_, H_);
     // r_n = merge(r_{n-1}, h_{n-1}) (n = 0: merge(none, embedding)).
     const std::string p = layer_param_name(n, "res_scale.");
-    std::vector<float>& dr_prev = zeroed(back_.dr_prev, N_ * H_);
-    std::vector<float>& dh_prev = zeroed(back_.dh_prev, N_ * H_);
+    float* dr_prev = zeroed(back_.dr_prev, NH);
+    float* dh_prev = zeroed(back_.dh_prev, NH);
     kernels::residual_merge_backward(
-        dr_prev.data(), dh_prev.data(), at(p + "hidden_states_scale", G),
-        at(p + "hidden_states_bias", G), at(p + "residual_scale", G), at(p + "residual_bias", G),
-        dr.data(), n > 0 ? r_[n - 1].data() : nullptr, n > 0 ? h_[n - 1].data() : emb_.data(),
-        at(p + "hidden_states_scale", P), at(p + "hidden_states_bias", P),
+        dr_prev, dh_prev, at(p + "hidden_states_scale", G), at(p + "hidden_states_bias", G),
+        at(p + "residual_scale", G), at(p + "residual_bias", G), dr, n > 0 ? r_[n - 1] : nullptr,
+        n > 0 ? h_[n - 1] : emb_, at(p + "hidden_states_scale", P), at(p + "hidden_states_bias", P),
         at(p + "residual_scale", P), at(p + "residual_bias", P), N_, H_);
-    dr.swap(dr_prev);
-    dh.swap(dh_prev);
+    std::swap(dr, back_.dr_prev);
+    std::swap(dh, back_.dh_prev);
     grads_ready_from(registry_.layer_begin(n));
   }
-  kernels::embedding_backward(at("model.embed_tokens.weight", G), nullptr, dh.data(), tokens, B_,
-                              T_, H_);
+  kernels::embedding_backward(at("model.embed_tokens.weight", G), nullptr, dh, tokens, B_, T_, H_);
   grads_ready_from(0);
   return loss;
 }

@@ -1,11 +1,16 @@
-// The ZAYA1 model (../shared/ZAYA1.md section 2): a tied token embedding,
+// The ZAYA1 model (ZAYA1 spec section 2): a tied token embedding,
 // 2L layers alternating CCA attention (even) and MoE (odd), each entered
 // through a residual-scaling merge and an RMSNorm, a final merge and norm,
 // and the fused classifier + cross-entropy. Parameters are registered under
 // the ZAYA1 checkpoint names (section 7), so weights move to and from the
 // public code. Training form (forward/backward over [B, T]) with expert-bias
 // balancing after each step (zaya_balancing.hpp), and token-by-token decode
-// through the CCA caches (docs/zaya1.md).
+// through the CCA caches (docs/zaya1.md). Its memory is planned once from
+// (config, B, T, precision, experts) and carved out of one arena per kind —
+// parameters, gradients, activations (backward's buffers included), the
+// bf16 copies — as the Decoder's is; the plan it reports is those arenas
+// (under expert parallelism plus the exchange buffers of the dispatchers,
+// which follow the routing).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +25,7 @@
 #include "anvil/model/trainable.hpp"
 #include "anvil/model/zaya_balancing.hpp"
 #include "anvil/model/zaya_moe_layer.hpp"
+#include "anvil/tensor/arena.hpp"
 
 namespace anvil::model {
 
@@ -30,20 +36,25 @@ ParamRegistry zaya_registry(const ModelConfig& config, ExpertRange experts = {})
 class ZayaModel : public TrainableModel {
  public:
   // `experts`: the experts whose weights this process holds (all by default;
-  // under expert parallelism its share, with set_expert_dispatchers sending
-  // every other expert's rows to the rank holding it).
+  // under expert parallelism its share, with `dispatcher` making each MoE
+  // layer's expert-parallel dispatcher, which sends every other expert's
+  // rows to the rank holding it; empty: every expert here).
   // `precision` bf16: the CCA projections and the experts multiply bf16
   // copies of their weights and inputs (fp32 accumulation, fp32 gradients);
   // the router, attention, norms and the classifier stay fp32.
   ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing balancing = {},
-            ExpertRange experts = {}, Precision precision = Precision::fp32);
+            ExpertRange experts = {}, Precision precision = Precision::fp32,
+            const MakeDispatcher& dispatcher = {});
+  // The layers hold pointers to the model's bf16 views: it stays where it is built.
+  ZayaModel(const ZayaModel&) = delete;
+  ZayaModel& operator=(const ZayaModel&) = delete;
   const ParamRegistry& registry() const override { return registry_; }
   // Mutable access marks the bf16 weight copy stale (refreshed on the next forward).
   float* params() override {
     low_stale_ = true;
-    return params_.data();
+    return params_f();
   }
-  float* grads() override { return grads_.data(); }
+  float* grads() override { return grads_f(); }
   const MemoryPlan& plan() const override { return plan_; }
   double forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
                  int64_t* scored) override;
@@ -69,12 +80,7 @@ class ZayaModel : public TrainableModel {
   void start_decode(int64_t max_len);
   void decode_step(int32_t token, int64_t pos, float* logits);
   const ZayaMoeLayer& moe_layer(int64_t m) const { return *moe_[m]; }
-  // Expert parallelism: every MoE layer's experts behind a dispatcher made
-  // by `make(shape, rows)` (parallel/expert_parallel.hpp; rows: the layer's
-  // assignments per step) instead of the local experts; the memory plan
-  // then counts the dispatchers' buffers instead of the local experts'.
   bool has_experts() const override { return true; }
-  void set_expert_dispatchers(const ExpertDispatcherFactory& make) override;
   // Seconds the dispatchers spent communicating since the last call.
   double take_dispatch_seconds() override;
 
@@ -82,6 +88,12 @@ class ZayaModel : public TrainableModel {
   CcaParams cca_params(int64_t n, float* base) const;
   ZayaMoeParams moe_params(int64_t n, float* base) const;
   float* at(const std::string& name, float* base) const;
+  float* params_f() const { return reinterpret_cast<float*>(params_.base()); }
+  float* grads_f() const { return reinterpret_cast<float*>(grads_.base()); }
+  // Lays out every activation, layer buffer and backward buffer: one
+  // function for the plan (counting) and the arena (carving).
+  void carve_activations(Carver& c);
+  void carve_low_precision(Carver& c);
   void run_forward(const int32_t* tokens);
   int64_t decode_pos_ = -1;  // >= 0 while decode_step runs
 
@@ -92,32 +104,38 @@ class ZayaModel : public TrainableModel {
   int64_t first_expert_;
   MemoryPlan plan_;
   BiasBalancer balancer_;
-  // Per MoE layer: tokens per class over the current step; the last step's
-  // loads (for metrics).
   // Tokens per class of each MoE layer over the step ([layer][E + 1], flat:
   // the data-parallel trainer sums it over ranks), and of the last step.
   std::vector<int64_t> step_load_;
   std::vector<std::vector<int64_t>> last_load_;
   int64_t B_, T_, N_, H_, R_, layers_;
-  std::vector<float> params_, grads_;
-  // Parameter and gradient pointers per layer, resolved once (the arrays never move).
+  CcaShape cca_shape_;
+  ZayaMoeShape moe_shape_;
+  tensor::Arena params_, grads_, acts_, low_, cache_;  // cache_: decode state
+  // Parameter and gradient pointers per layer, resolved once (the arenas never move).
   std::vector<CcaParams> cca_p_, cca_g_;
   std::vector<ZayaMoeParams> moe_p_, moe_g_;
   std::vector<std::unique_ptr<CcaLayer>> cca_;
   std::vector<std::unique_ptr<ZayaMoeLayer>> moe_;
+  // Backward scratch shared by the CCA layers, the MoE layers and (without
+  // expert parallelism) their local dispatchers: one runs at a time.
+  CcaLayer::Scratch cca_scratch_{};
+  ZayaMoeLayer::Scratch moe_scratch_{};
+  LocalDispatcher::Scratch local_scratch_{};
+  bool local_experts_ = true;
   // Per layer: merged residual r, normed input x, its rstd, layer output h;
   // router states per MoE layer.
-  std::vector<std::vector<float>> r_, x_, rstd_, h_, rstate_;
-  std::vector<float> emb_, rf_, lnf_, lnf_rstd_, scratch_;
+  std::vector<float*> r_, x_, rstd_, h_, rstate_;
+  float *emb_ = nullptr, *rf_ = nullptr, *lnf_ = nullptr, *lnf_rstd_ = nullptr, *scratch_ = nullptr;
   // bf16 mode: the weights' copy and the layers' shared conversion scratch.
-  std::vector<bf16> low_, low_a_, low_b_;
+  bf16* weights_bf16_ = nullptr;
   kernels::Bf16Weights low_weights_;
   kernels::Bf16Scratch low_scratch_;
   bool low_stale_ = true;
-  struct BackwardBuffers {  // sized at construction
-    std::vector<float> d_lnf, d_rf, dr, dh, dx, dr_prev, dh_prev;
-    std::vector<std::vector<float>> drstate;
-  } back_;
+  struct BackwardBuffers {
+    float *d_lnf, *d_rf, *dr, *dh, *dx, *dr_prev, *dh_prev;
+    std::vector<float*> drstate;  // per MoE layer
+  } back_{};
 };
 
 }  // namespace anvil::model

@@ -1,3 +1,6 @@
+// The all-to-all token dispatcher: the exchange's layout from the
+// all-gathered per-expert row counts, the two alltoallv legs and the
+// regrouping of received rows by local expert, forward and backward.
 #include "anvil/parallel/expert_parallel.hpp"
 
 #include <algorithm>
@@ -15,10 +18,16 @@ void at_least(std::vector<float>& v, int64_t n) {
 
 }  // namespace
 
-AllToAllExperts::AllToAllExperts(comm::Communicator& group, const model::ZayaMoeShape& shape,
-                                 int64_t rows, std::shared_ptr<Scratch> scratch)
-    : group_(group),
-      s_(shape),
+size_t AllToAllDispatcher::Scratch::bytes() const {
+  size_t n = 0;
+  for (const auto* v : {&recv, &in, &out, &dfc1, &dact}) n += v->size();
+  return n * sizeof(float);
+}
+
+AllToAllDispatcher::AllToAllDispatcher(comm::Communicator& group, const model::ZayaMoeShape& shape,
+                                       int64_t tokens, std::shared_ptr<Scratch> scratch)
+    : TokenDispatcher(shape, tokens),
+      group_(group),
       K_(group.size()),
       rank_(group.rank()),
       owns_scratch_(scratch == nullptr),
@@ -33,14 +42,16 @@ AllToAllExperts::AllToAllExperts(comm::Communicator& group, const model::ZayaMoe
     v->assign(static_cast<size_t>(K_), 0);
   }
   seg_.assign(static_cast<size_t>(per_ + 1), 0);
-  const int64_t H = s_.hidden, F = s_.expert_ffn;
+  const int64_t H = s_.hidden, F = s_.expert_ffn, rows = tokens * s_.top_k;
   for (auto* v : {&scratch_->recv, &scratch_->in, &scratch_->out, &xr_}) at_least(*v, rows * H);
   at_least(y_, rows * 2 * F);
   at_least(act_, rows * F);
+  at_least(scratch_->dfc1, rows * 2 * F);
+  at_least(scratch_->dact, rows * F);
 }
 
 template <typename Copy>
-void AllToAllExperts::each_block(Copy copy) const {
+void AllToAllDispatcher::each_block(Copy copy) const {
   const int64_t H = s_.hidden, E = s_.experts;
   for (int64_t j = 0; j < per_; ++j) {
     int64_t grouped = seg_[j];
@@ -54,7 +65,7 @@ void AllToAllExperts::each_block(Copy copy) const {
   }
 }
 
-void AllToAllExperts::to_owners(const float* in, std::vector<float>& out) {
+void AllToAllDispatcher::to_owners(const float* in, std::vector<float>& out) {
   const double t0 = now_seconds();
   float* recv = scratch_->recv.data();
   group_.alltoallv(in, send_counts_.data(), send_offsets_.data(), recv, recv_counts_.data(),
@@ -66,7 +77,7 @@ void AllToAllExperts::to_owners(const float* in, std::vector<float>& out) {
   });
 }
 
-void AllToAllExperts::from_owners(const float* in, float* out) {
+void AllToAllDispatcher::from_owners(const float* in, float* out) {
   float* recv = scratch_->recv.data();
   each_block([&](int64_t grouped, int64_t received, size_t bytes) {
     std::memcpy(recv + received, in + grouped, bytes);
@@ -78,18 +89,16 @@ void AllToAllExperts::from_owners(const float* in, float* out) {
   comm_seconds_ += now_seconds() - t0;
 }
 
-void AllToAllExperts::forward(float* ys, const float* xs, const int64_t* offsets,
-                              const model::ZayaMoeParams& p) {
-  const int64_t H = s_.hidden, E = s_.experts, F = s_.expert_ffn;
-  // Everyone's rows per expert: the layout of both exchanges.
+void AllToAllDispatcher::plan_exchange() {
+  const int64_t H = s_.hidden, E = s_.experts;
   int64_t* mine = counts_.data() + rank_ * E;
-  for (int64_t e = 0; e < E; ++e) mine[e] = offsets[e + 1] - offsets[e];
+  for (int64_t e = 0; e < E; ++e) mine[e] = offsets_[e + 1] - offsets_[e];
   const double t0 = now_seconds();
   group_.allgather(mine, counts_.data(), counts_.size(), comm::DType::i64, comm::Algo::automatic);
   comm_seconds_ += now_seconds() - t0;
   int64_t received = 0;
   for (int k = 0; k < K_; ++k) {
-    const int64_t first = offsets[k * per_], last = offsets[(k + 1) * per_];
+    const int64_t first = offsets_[k * per_], last = offsets_[(k + 1) * per_];
     send_offsets_[k] = static_cast<size_t>(first * H);
     send_counts_[k] = static_cast<size_t>((last - first) * H);
     int64_t rows = 0;
@@ -104,41 +113,58 @@ void AllToAllExperts::forward(float* ys, const float* xs, const int64_t* offsets
     for (int k = 0; k < K_; ++k) rows += counts_[k * E + rank_ * per_ + j];
     seg_[j + 1] = seg_[j] + rows;
   }
-  at_least(scratch_->recv, received * H);
-  to_owners(xs, xr_);
-  at_least(y_, received * 2 * F);
-  at_least(act_, received * F);
-  std::vector<float>& yr = scratch_->out;
-  at_least(yr, received * H);
-  model::experts_forward(yr.data(), y_.data(), act_.data(), xr_.data(), seg_.data(), per_, s_, p,
-                         low_, bf16_scratch(received));
-  from_owners(yr.data(), ys);
 }
 
-void AllToAllExperts::backward(float* dxs, const model::ZayaMoeParams& g, const float* dys,
-                               const model::ZayaMoeParams& p, std::vector<float>& dy,
-                               std::vector<float>& dact) {
+void AllToAllDispatcher::send() {
+  const int64_t H = s_.hidden, F = s_.expert_ffn;
+  plan_exchange();
+  const int64_t received = seg_[per_];
+  at_least(scratch_->recv, received * H);
+  to_owners(xs_, xr_);
+  at_least(y_, received * 2 * F);
+  at_least(act_, received * F);
+  at_least(scratch_->out, received * H);
+  rows_.experts = per_;
+  rows_.offsets = seg_.data();
+  rows_.x = xr_.data();
+  rows_.y = scratch_->out.data();
+  rows_.fc1 = y_.data();
+  rows_.act = act_.data();
+  rows_.bf16 = bf16_scratch(received);
+}
+
+void AllToAllDispatcher::receive() {
+  from_owners(scratch_->out.data(), ys_);
+}
+
+void AllToAllDispatcher::send_grads(const float* dys, float* /*dxs*/) {
   const int64_t H = s_.hidden, F = s_.expert_ffn, rows = seg_[per_];
   std::vector<float>&dyr = scratch_->in, &dxr = scratch_->out;
   to_owners(dys, dyr);
-  at_least(dy, rows * 2 * F);
-  at_least(dact, rows * F);
+  at_least(scratch_->dfc1, rows * 2 * F);
+  at_least(scratch_->dact, rows * F);
   at_least(dxr, rows * H);
   std::fill(dxr.begin(), dxr.begin() + rows * H, 0.0f);
-  model::experts_backward(dxr.data(), dy.data(), dact.data(), g, dyr.data(), xr_.data(), y_.data(),
-                          act_.data(), seg_.data(), per_, s_, p, low_, bf16_scratch(rows));
-  from_owners(dxr.data(), dxs);
+  grads_.dy = dyr.data();
+  grads_.dx = dxr.data();
+  grads_.dfc1 = scratch_->dfc1.data();
+  grads_.dact = scratch_->dact.data();
+  rows_.bf16 = bf16_scratch(rows);
 }
 
-size_t AllToAllExperts::bytes() const {
+void AllToAllDispatcher::receive_grads(float* dxs) {
+  from_owners(scratch_->out.data(), dxs);
+}
+
+size_t AllToAllDispatcher::heap_bytes() const {
   size_t n = 0;
   for (const auto* v : {&xr_, &y_, &act_}) n += v->size();
   return n * sizeof(float) + (owns_scratch_ ? scratch_->bytes() : 0) +
          (low_a_.size() + low_b_.size()) * sizeof(bf16);
 }
 
-kernels::Bf16Scratch* AllToAllExperts::bf16_scratch(int64_t rows) {
-  if (low_ == nullptr || low_->copy == nullptr) return nullptr;
+kernels::Bf16Scratch* AllToAllDispatcher::bf16_scratch(int64_t rows) {
+  if (bf16_scratch_ == nullptr) return nullptr;
   // Its own: the rows received vary with the routing (the model's scratch is
   // sized for the rank's own assignments).
   const auto need = static_cast<size_t>(model::experts_bf16_scratch(s_, rows));
@@ -150,7 +176,7 @@ kernels::Bf16Scratch* AllToAllExperts::bf16_scratch(int64_t rows) {
   return &low_scratch_own_;
 }
 
-double AllToAllExperts::take_comm_seconds() {
+double AllToAllDispatcher::take_comm_seconds() {
   const double s = comm_seconds_;
   comm_seconds_ = 0;
   return s;

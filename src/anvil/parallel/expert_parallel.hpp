@@ -1,13 +1,15 @@
 // Expert parallelism for ZAYA1's MoE layers (--ep K): the K ranks of an
 // expert-parallel group each hold E/K of the experts — rank r experts
-// [r E/K, (r + 1) E/K). After routing, every rank sends each expert's rows
-// to the rank holding it (all-to-all(v): the rows are already sorted by
-// expert, so each destination's rows are one contiguous run), the owner runs
-// its experts on the rows of all K ranks (grouped by expert, then by source
-// rank), and the outputs go back the same way; backward mirrors it with the
-// output gradients. The router, the combine and the balancing (whose loads
-// the trainer sums over every rank) are untouched, so choices and biases are
-// the ones without EP.
+// [r E/K, (r + 1) E/K). AllToAllDispatcher is the MoE layer's token
+// dispatcher under EP (model/zaya_dispatcher.hpp): after the local sort by
+// expert, every rank sends each expert's rows to the rank holding it
+// (all-to-all(v): the rows are already sorted by expert, so each
+// destination's rows are one contiguous run); the owner's experts run on the
+// rows of all K ranks (grouped by expert, then by source rank), and the
+// outputs go back the same way; backward mirrors it with the output
+// gradients. The router, the experts, combine and the balancing (whose
+// loads the trainer sums over every rank) are the ones without EP, so
+// choices and biases are too.
 //
 // A rank holds the weights, gradients and optimizer state of its own experts
 // only (model::ExpertRange: its registry names just those, under their
@@ -21,37 +23,43 @@
 #include <vector>
 
 #include "anvil/comm/communicator.hpp"
-#include "anvil/model/zaya_moe_layer.hpp"
+#include "anvil/model/zaya_dispatcher.hpp"
 
 namespace anvil::parallel {
 
-class AllToAllExperts : public model::ExpertDispatcher {
+class AllToAllDispatcher : public model::TokenDispatcher {
  public:
-  // The exchange buffers, used only while one layer's experts run: one set
-  // shared by all the MoE layers (the rows kept for backward are per layer).
+  // The exchange buffers and the experts' backward scratch, used only while
+  // one layer's experts run: one set shared by all the MoE layers (the rows
+  // kept for backward are per layer).
   struct Scratch {
     std::vector<float> recv, in, out;  // what arrives; dy for backward; y or dx
-    size_t bytes() const { return (recv.size() + in.size() + out.size()) * sizeof(float); }
+    std::vector<float> dfc1, dact;     // the experts' backward scratch
+    size_t bytes() const;
   };
 
   // `group`: the K ranks sharing the experts; E must be a multiple of K.
-  // The buffers are made for `rows` received rows per step (a rank's own
-  // assignments: what it receives when the load is balanced) and grow when
-  // the routing sends it more.
+  // `tokens`: the layer's N. The buffers are made for N x k received rows
+  // per step (what a rank receives when the load is balanced) and grow when
+  // the routing sends it more: they live outside the model's arena.
   // `scratch`: another layer's (scratch()), or null for a set of its own,
-  // which its bytes() then counts.
-  AllToAllExperts(comm::Communicator& group, const model::ZayaMoeShape& shape, int64_t rows,
-                  std::shared_ptr<Scratch> scratch = nullptr);
-  void forward(float* ys, const float* xs, const int64_t* offsets,
-               const model::ZayaMoeParams& p) override;
-  void backward(float* dxs, const model::ZayaMoeParams& g, const float* dys,
-                const model::ZayaMoeParams& p, std::vector<float>& dy,
-                std::vector<float>& dact) override;
-  size_t bytes() const override;
+  // which its heap_bytes() then counts.
+  AllToAllDispatcher(comm::Communicator& group, const model::ZayaMoeShape& shape, int64_t tokens,
+                     std::shared_ptr<Scratch> scratch = nullptr);
+  size_t heap_bytes() const override;
   double take_comm_seconds() override;
   const std::shared_ptr<Scratch>& scratch() const { return scratch_; }
 
+ protected:
+  void carve_own(model::Carver& /*c*/) override {}
+  void send() override;
+  void receive() override;
+  void send_grads(const float* dys, float* dxs) override;
+  void receive_grads(float* dxs) override;
+
  private:
+  // Everyone's rows per expert, and from them the exchange's layout.
+  void plan_exchange();
   // Sends `in` (local sorted order) to the owners and groups what arrives by
   // local expert into `out`.
   void to_owners(const float* in, std::vector<float>& out);
@@ -66,7 +74,6 @@ class AllToAllExperts : public model::ExpertDispatcher {
   kernels::Bf16Scratch* bf16_scratch(int64_t rows);
 
   comm::Communicator& group_;
-  model::ZayaMoeShape s_;
   int K_, rank_;
   int64_t per_;                  // experts per rank
   std::vector<int64_t> counts_;  // [K][E]: rows rank k routed to expert e this step
@@ -75,7 +82,7 @@ class AllToAllExperts : public model::ExpertDispatcher {
   std::vector<float> xr_, y_, act_;  // the rows received, and SwiGLU's: kept for backward
   std::vector<bf16> low_a_, low_b_;  // bf16 mode: grown to the rows received
   kernels::Bf16Scratch low_scratch_own_;
-  bool owns_scratch_;  // counted in bytes()
+  bool owns_scratch_;  // counted in heap_bytes()
   std::shared_ptr<Scratch> scratch_;
   double comm_seconds_ = 0;
 };

@@ -133,31 +133,31 @@ Trainer::~Trainer() = default;
 void Trainer::build_model() {
   const int ep = o_.parallel.ep;
   const model::ModelFamily& family = model::model_family(config_);
-  model::ModelOptions build{B_, T_, /*training=*/true, precision_, o_.balancing, {}};
-  if (ep > 1 && family.has_experts()) {
-    // Under expert parallelism each rank holds the weights of its E/ep experts only.
+  model::ModelOptions build{B_, T_, /*training=*/true, precision_, o_.balancing, {}, {}};
+  if (ep > 1) {
+    if (!family.has_experts())
+      throw InputError("parallel.ep: expert parallelism needs a model with experts (" +
+                       family.name() + " has none)");
+    // Under expert parallelism each rank holds the weights of its E/ep
+    // experts only; the others' tokens go to them by all-to-all.
     if (!dp_) throw InputError("parallel.ep: expected a run under mpirun with a multiple of ep ranks");
     if (config_.n_experts % ep != 0) {
       throw InputError("parallel.ep: " + std::to_string(ep) + " does not divide the " +
                        std::to_string(config_.n_experts) +
                        " experts (expected a divisor of n_experts)");
     }
-    dp_->expert_group(ep);  // checks that ep divides the ranks
+    comm::Communicator& group = dp_->expert_group(ep);  // checks that ep divides the ranks
     build.experts.count = config_.n_experts / ep;
     build.experts.first = rank_ % ep * build.experts.count;
+    auto scratch = std::make_shared<std::shared_ptr<parallel::AllToAllDispatcher::Scratch>>();
+    build.dispatcher = [&group, scratch](const model::ZayaMoeShape& shape, int64_t tokens) {
+      // The first layer's exchange buffers serve every layer.
+      auto d = std::make_unique<parallel::AllToAllDispatcher>(group, shape, tokens, *scratch);
+      *scratch = d->scratch();
+      return std::unique_ptr<model::TokenDispatcher>(std::move(d));
+    };
   }
   model_ = family.make_model(config_, build);
-  if (ep == 1) return;
-  if (!model_->has_experts())
-    throw InputError("parallel.ep: expert parallelism needs a model with experts (" +
-                     family.name() + " has none)");
-  comm::Communicator& group = dp_->expert_group(ep);
-  std::shared_ptr<parallel::AllToAllExperts::Scratch> scratch;  // the first layer's, for all
-  model_->set_expert_dispatchers([&group, &scratch](const auto& shape, int64_t rows) {
-    auto experts = std::make_unique<parallel::AllToAllExperts>(group, shape, rows, scratch);
-    scratch = experts->scratch();
-    return std::unique_ptr<model::ExpertDispatcher>(std::move(experts));
-  });
 }
 
 RunRecord Trainer::record() const {
