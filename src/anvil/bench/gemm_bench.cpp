@@ -73,16 +73,16 @@ struct Operands {
   void run(const GemmCase& g, const std::string& dtype, GemmBackend backend) {
     if (dtype == "bf16") {
       device::gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a16.data(), lda, b16.data(), ldb,
-                    0.0f, c.data(), ldc, backend);
+                   0.0f, c.data(), ldc, backend);
     } else {
       device::gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
-                    c.data(), ldc, backend);
+                   c.data(), ldc, backend);
     }
   }
 
   void run_raw_blas(const GemmCase& g) {
     device::blas_sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb,
-                        0.0f, c.data(), ldc);
+                       0.0f, c.data(), ldc);
   }
 };
 
@@ -231,7 +231,11 @@ std::vector<GemmCase> gemm_cases(const GemmBenchOptions& o) {
   return cases;
 }
 
-GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
+namespace {
+
+using Children = std::vector<std::pair<std::string, std::unique_ptr<BaselineChild>>>;
+
+std::set<std::string> checked_baselines(const GemmBenchOptions& o) {
   for (const auto& d : o.dtypes) {
     if (d != "f32" && d != "bf16")
       throw InputError("--dtype: expected f32 or bf16, got '" + d + "'");
@@ -246,20 +250,15 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
           b + "'");
     }
   }
-  std::vector<int> threads = o.threads;
-  if (threads.empty()) threads = {cpu_info().logical_cpus};
-  for (int t : threads) {
-    if (t < 1) throw InputError("--threads: expected >= 1, got " + std::to_string(t));
-  }
-  const std::vector<GemmCase> cases = gemm_cases(o);
-  const bool any_bf16 = std::count(o.dtypes.begin(), o.dtypes.end(), "bf16") > 0;
-  const device::BlasInfo& blas = device::blas_info();
+  return baselines;
+}
 
-  // The raw library in child processes: with its own detection, with the
-  // inherited OPENBLAS_CORETYPE when that differs from anvil's choice, and
-  // with any core type asked for.
-  GemmBenchResult result;
-  result.preset = o.preset;
+// The raw library in child processes: with its own detection, with the
+// inherited OPENBLAS_CORETYPE when that differs from anvil's choice, and
+// with any core type asked for.
+Children start_children(const GemmBenchOptions& o, const std::set<std::string>& baselines,
+                        const std::vector<GemmCase>& cases, GemmBenchResult& result) {
+  const device::BlasInfo& blas = device::blas_info();
   std::vector<std::pair<std::string, std::map<std::string, std::string>>> child_envs;
   if (baselines.count("library")) {
     child_envs.push_back(
@@ -275,7 +274,7 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
     child_envs.push_back({b, {{"ANVIL_BLAS_CORETYPE", core}, {"OPENBLAS_CORETYPE", core}}});
   }
   const bool any_f32 = std::count(o.dtypes.begin(), o.dtypes.end(), "f32") > 0;
-  std::vector<std::pair<std::string, std::unique_ptr<BaselineChild>>> children;
+  Children children;
   for (const auto& [name, env] : any_f32 ? child_envs : decltype(child_envs){}) {
     try {
       auto child = std::make_unique<BaselineChild>(cases, o.timing, env);
@@ -289,86 +288,59 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
       result.baseline_notes[name] = std::string("not measured: ") + e.what();
     }
   }
-  if (baselines.count("openblas")) {
-    result.baseline_notes["openblas"] =
-        "OpenBLAS sgemm in this process (" + blas.corename + " kernels)";
-  }
-  if (baselines.count("onednn")) result.baseline_notes["onednn"] = "oneDNN f32 matmul";
-  // bf16: the other path beside the chosen one, where the CPU can run both.
-  std::string other_bf16;
-  GemmBackend other_bf16_backend = GemmBackend::emulated;
-  if (any_bf16) {
-    const device::Bf16Path path = device::bf16_path();
-    result.bf16_path = device::bf16_path_description(path);
-    if (device::bf16_native_available()) {
-      const bool native = path == device::Bf16Path::native;
-      other_bf16 = native ? "bf16-emulated" : "bf16-native";
-      other_bf16_backend = native ? GemmBackend::emulated : GemmBackend::onednn;
-      result.baseline_notes[other_bf16] =
-          "bf16 rows: " + device::bf16_path_description(native ? device::Bf16Path::emulated
-                                                                : device::Bf16Path::native);
-    }
-  }
-  if (baselines.count("naive")) {
-    result.baseline_notes["naive"] = "reference triple loop (double accumulation), shapes up to " +
-                                     fmt(o.naive_max_flops / 1e9, 3) + " GFLOP";
-  }
+  return children;
+}
 
-  const size_t total = cases.size() * threads.size() * o.dtypes.size();
-  size_t done = 0;
-  for (const auto& dtype : o.dtypes) {
-    for (int t : threads) {
-      set_num_threads(t);
-      for (size_t ci = 0; ci < cases.size(); ++ci) {
-        const GemmCase& g = cases[ci];
-        progress_line(o.progress, done++, total,
-                      dtype + " " + std::to_string(t) + "T " + dims_text(g));
-        GemmRow row{g, dtype, t, 0, 0, 0, {}};
-        {
-          Operands ops(g, any_bf16);
-          const Samples s =
-              time_calls([&] { ops.run(g, dtype, GemmBackend::automatic); }, o.timing);
-          row.gflops = gflops_of(g, s.median());
-          row.gflops_best = gflops_of(g, s.best());
-          if (dtype == "f32" && baselines.count("openblas")) {
-            const Samples sb =
-                time_calls([&] { ops.run(g, dtype, GemmBackend::openblas); }, o.timing);
-            row.baseline_gflops["openblas"] = gflops_of(g, sb.median());
-          }
-          if (dtype == "f32" && baselines.count("onednn")) {
-            const Samples so =
-                time_calls([&] { ops.run(g, dtype, GemmBackend::onednn); }, o.timing);
-            row.baseline_gflops["onednn"] = gflops_of(g, so.median());
-          }
-          if (dtype == "bf16" && !other_bf16.empty()) {
-            const Samples so = time_calls([&] { ops.run(g, dtype, other_bf16_backend); }, o.timing);
-            row.baseline_gflops[other_bf16] = gflops_of(g, so.median());
-          }
-          if (baselines.count("naive") && g.flops() <= o.naive_max_flops) {
-            TimingPolicy once = o.timing;
-            once.min_samples = 1;
-            once.warmup = 0;
-            const Samples sn = time_calls([&] { ops.run(g, dtype, GemmBackend::reference); }, once);
-            row.baseline_gflops["naive"] = gflops_of(g, sn.median());
-          }
-        }  // our buffers are freed before a child allocates its own
-        if (dtype == "f32") {
-          for (auto& [name, child] : children) {
-            try {
-              row.baseline_gflops[name] = child->measure(ci, t);
-            } catch (const std::exception& e) {
-              result.baseline_notes[name] = std::string("failed: ") + e.what();
-            }
-          }
-        }
-        result.rows.push_back(std::move(row));
-      }
-    }
-  }
-  progress_line(o.progress, total, total, "");
-  set_num_threads(cpu_info().logical_cpus);
+// bf16: the other path beside the chosen one, where the CPU can run both.
+struct OtherBf16 {
+  std::string name;  // "" : none
+  GemmBackend backend = GemmBackend::emulated;
+};
 
-  // Peak and efficiency per (dtype, threads).
+OtherBf16 other_bf16_path(GemmBenchResult& result) {
+  OtherBf16 other;
+  const device::Bf16Path path = device::bf16_path();
+  result.bf16_path = device::bf16_path_description(path);
+  if (!device::bf16_native_available()) return other;
+  const bool native = path == device::Bf16Path::native;
+  other.name = native ? "bf16-emulated" : "bf16-native";
+  other.backend = native ? GemmBackend::emulated : GemmBackend::onednn;
+  result.baseline_notes[other.name] =
+      "bf16 rows: " +
+      device::bf16_path_description(native ? device::Bf16Path::emulated : device::Bf16Path::native);
+  return other;
+}
+
+// One shape in this process: anvil's GEMM and the in-process baselines.
+void time_in_process(GemmRow& row, const GemmBenchOptions& o,
+                     const std::set<std::string>& baselines, const OtherBf16& other,
+                     bool any_bf16) {
+  const GemmCase& g = row.shape;
+  const std::string& dtype = row.dtype;
+  Operands ops(g, any_bf16);
+  auto rate = [&](GemmBackend backend, const TimingPolicy& timing) {
+    return gflops_of(g, time_calls([&] { ops.run(g, dtype, backend); }, timing).median());
+  };
+  const Samples s = time_calls([&] { ops.run(g, dtype, GemmBackend::automatic); }, o.timing);
+  row.gflops = gflops_of(g, s.median());
+  row.gflops_best = gflops_of(g, s.best());
+  if (dtype == "f32" && baselines.count("openblas"))
+    row.baseline_gflops["openblas"] = rate(GemmBackend::openblas, o.timing);
+  if (dtype == "f32" && baselines.count("onednn"))
+    row.baseline_gflops["onednn"] = rate(GemmBackend::onednn, o.timing);
+  if (dtype == "bf16" && !other.name.empty())
+    row.baseline_gflops[other.name] = rate(other.backend, o.timing);
+  if (baselines.count("naive") && g.flops() <= o.naive_max_flops) {
+    TimingPolicy once = o.timing;
+    once.min_samples = 1;
+    once.warmup = 0;
+    row.baseline_gflops["naive"] = rate(GemmBackend::reference, once);
+  }
+}
+
+// Peak and efficiency per (dtype, threads).
+void summarize(GemmBenchResult& result, const GemmBenchOptions& o,
+               const std::vector<int>& threads) {
   for (const auto& dtype : o.dtypes) {
     for (int t : threads) {
       GemmSummary s{dtype, t, 0, kNaN, {}};
@@ -387,6 +359,59 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
       result.summaries.push_back(std::move(s));
     }
   }
+}
+
+}  // namespace
+
+GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
+  const std::set<std::string> baselines = checked_baselines(o);
+  std::vector<int> threads = o.threads;
+  if (threads.empty()) threads = {cpu_info().logical_cpus};
+  for (int t : threads) {
+    if (t < 1) throw InputError("--threads: expected >= 1, got " + std::to_string(t));
+  }
+  const std::vector<GemmCase> cases = gemm_cases(o);
+  const bool any_bf16 = std::count(o.dtypes.begin(), o.dtypes.end(), "bf16") > 0;
+  GemmBenchResult result;
+  result.preset = o.preset;
+  Children children = start_children(o, baselines, cases, result);
+  if (baselines.count("openblas")) {
+    result.baseline_notes["openblas"] =
+        "OpenBLAS sgemm in this process (" + device::blas_info().corename + " kernels)";
+  }
+  if (baselines.count("onednn")) result.baseline_notes["onednn"] = "oneDNN f32 matmul";
+  const OtherBf16 other = any_bf16 ? other_bf16_path(result) : OtherBf16{};
+  if (baselines.count("naive")) {
+    result.baseline_notes["naive"] = "reference triple loop (double accumulation), shapes up to " +
+                                     fmt(o.naive_max_flops / 1e9, 3) + " GFLOP";
+  }
+  const size_t total = cases.size() * threads.size() * o.dtypes.size();
+  size_t done = 0;
+  for (const auto& dtype : o.dtypes) {
+    for (int t : threads) {
+      set_num_threads(t);
+      for (size_t ci = 0; ci < cases.size(); ++ci) {
+        const GemmCase& g = cases[ci];
+        progress_line(o.progress, done++, total,
+                      dtype + " " + std::to_string(t) + "T " + dims_text(g));
+        GemmRow row{g, dtype, t, 0, 0, 0, {}};
+        time_in_process(row, o, baselines, other, any_bf16);
+        // (our buffers are freed before a child allocates its own)
+        for (auto& [name, child] : children) {
+          if (dtype != "f32") break;
+          try {
+            row.baseline_gflops[name] = child->measure(ci, t);
+          } catch (const std::exception& e) {
+            result.baseline_notes[name] = std::string("failed: ") + e.what();
+          }
+        }
+        result.rows.push_back(std::move(row));
+      }
+    }
+  }
+  progress_line(o.progress, total, total, "");
+  set_num_threads(cpu_info().logical_cpus);
+  summarize(result, o, threads);
   return result;
 }
 

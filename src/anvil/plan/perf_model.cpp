@@ -457,24 +457,13 @@ HwProfile cpu_rank_view(const HwProfile& hw, double share) {
   return v;
 }
 
-Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
-                        const PlanOptions& o) {
-  const Layout& l = o.layout;
-  validate_layout(c, l);
-  // On a CPU a rank is a share of the processor: it computes and streams
-  // memory at that share of the whole-CPU rates the profile measured.
-  const double share = cpu_rank_share(whole_hw, l);
-  const HwProfile hw = cpu_rank_view(whole_hw, share);
-  Prediction p;
-  p.model = c.name;
-  p.hw = hw.name;
-  p.layout = l;
-  const double micro = static_cast<double>(l.accumulation());
-  peak_or_throw(hw, l.dtype);  // the GEMMs' peak must exist
-  // fp8 runs its GEMMs in fp8; attention, MFU and everything else in bf16.
-  const std::string wide = l.dtype == "fp8" ? "bf16" : l.dtype;
-  const double peak = peak_or_throw(hw, wide);
+namespace {
 
+// The compute of a step, part by part (GEMMs, attention, element-wise work,
+// MoE dispatch, recompute, the pipeline's stage share and bubble).
+void predict_compute(const model::ModelConfig& c, const HwProfile& hw, const Layout& l,
+                     const std::string& wide, Prediction& p) {
+  const double micro = static_cast<double>(l.accumulation());
   // Compute of one micro-batch, by GEMM name (layers and experts folded in).
   double forward_s = 0;
   for (const auto& g : step_gemms(c, l, true)) {
@@ -540,9 +529,12 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
                              std::to_string(l.accumulation()) + " micro-batches)"});
   }
   for (const auto& part : p.compute) p.compute_s += part.seconds;
+}
 
-  // Optimizer: streaming over the local parameters (a 1/dp share with ZeRO-1),
-  // plus Muon's Newton-Schulz GEMMs on its share of the matrices.
+// Streaming over the local parameters (a 1/dp share with ZeRO-1), plus
+// Muon's Newton-Schulz GEMMs on its share of the matrices.
+double predict_optimizer(const model::ModelConfig& c, const HwProfile& hw, const Layout& l) {
+  Prediction p;
   const LocalParams lp = local_params(c, l);
   const double owned = l.zero1 || l.fsdp ? 1.0 / static_cast<double>(l.dp()) : 1.0;
   const double stream = lp.total() * owned * optimizer_bytes_per_param(l.optimizer) +
@@ -560,6 +552,13 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
     }
   }
 
+  return p.optimizer_s;
+}
+
+void predict_comm(const model::ModelConfig& c, const HwProfile& hw, const PlanOptions& o,
+                  Prediction& p) {
+  const Layout& l = o.layout;
+  const double micro = static_cast<double>(l.accumulation());
   // Communication, and what of it the backward pass hides.
   // Gradients are final only in the last micro-batch's backward, so that is
   // what hides them; FSDP's per-micro-batch gathers hide under all compute.
@@ -585,14 +584,11 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
     exposed += std::max(overlappable / L, overlappable - window * (L - 1) / L);
   }
   p.comm_exposed_s = exposed;
-  p.step_s = p.compute_s + p.comm_exposed_s + p.optimizer_s;
-  p.tokens_per_step = static_cast<double>(l.global_batch * l.seq);
-  p.tokens_per_s = p.tokens_per_step / p.step_s;
-  p.model_flops_per_token = model::flops_per_token(c, l.seq).training();
-  p.mfu = p.model_flops_per_token * p.tokens_per_s / (peak * 1e9 * static_cast<double>(l.world()));
-  p.memory = memory_per_rank(c, l);
-  p.memory_capacity = static_cast<double>(hw.memory_bytes);
+}
 
+void predict_checkpoint_and_goodput(const model::ModelConfig& c, const PlanOptions& o,
+                                    Prediction& p) {
+  const Layout& l = o.layout;
   // Checkpoint: fp32 weights + optimizer state of the whole model.
   const model::ParamCount n = model::count_parameters(c);
   const double state = l.optimizer == "muon" ? 6.0 : 8.0;  // Muon: momentum on most of it
@@ -610,7 +606,11 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
         p.ckpt_save_s / p.ckpt_interval_s + (p.ckpt_interval_s / 2 + o.restart_s) / p.system_mttf_s;
     p.goodput = std::clamp(1.0 - lost, 0.0, 1.0);
   }
-  p.decode_s_per_token = decode_seconds_per_step(c, hw, l.dtype, l.seq, 1);
+}
+
+void add_assumptions(const model::ModelConfig& c, const HwProfile& hw, const HwProfile& whole_hw,
+                     double share, Prediction& p) {
+  const Layout& l = p.layout;
   if (hw.gemm_efficiency.find(l.dtype) == hw.gemm_efficiency.end() && hw.gemm_grid.empty())
     p.assumptions.push_back("no measured " + l.dtype + " GEMM curve: plateau " +
                             fmt(achievable_gemm(hw, l.dtype), 2) + " of peak");
@@ -644,6 +644,39 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
   if (l.world() > 1)
     p.assumptions.push_back("links at " + fmt(achievable_link(hw), 2) +
                             " of their per-direction bandwidth where no fit was measured");
+}
+
+}  // namespace
+
+Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
+                        const PlanOptions& o) {
+  const Layout& l = o.layout;
+  validate_layout(c, l);
+  // On a CPU a rank is a share of the processor: it computes and streams
+  // memory at that share of the whole-CPU rates the profile measured.
+  const double share = cpu_rank_share(whole_hw, l);
+  const HwProfile hw = cpu_rank_view(whole_hw, share);
+  Prediction p;
+  p.model = c.name;
+  p.hw = hw.name;
+  p.layout = l;
+  peak_or_throw(hw, l.dtype);  // the GEMMs' peak must exist
+  // fp8 runs its GEMMs in fp8; attention, MFU and everything else in bf16.
+  const std::string wide = l.dtype == "fp8" ? "bf16" : l.dtype;
+  const double peak = peak_or_throw(hw, wide);
+  predict_compute(c, hw, l, wide, p);
+  p.optimizer_s = predict_optimizer(c, hw, l);
+  predict_comm(c, hw, o, p);
+  p.step_s = p.compute_s + p.comm_exposed_s + p.optimizer_s;
+  p.tokens_per_step = static_cast<double>(l.global_batch * l.seq);
+  p.tokens_per_s = p.tokens_per_step / p.step_s;
+  p.model_flops_per_token = model::flops_per_token(c, l.seq).training();
+  p.mfu = p.model_flops_per_token * p.tokens_per_s / (peak * 1e9 * static_cast<double>(l.world()));
+  p.memory = memory_per_rank(c, l);
+  p.memory_capacity = static_cast<double>(hw.memory_bytes);
+  predict_checkpoint_and_goodput(c, o, p);
+  p.decode_s_per_token = decode_seconds_per_step(c, hw, l.dtype, l.seq, 1);
+  add_assumptions(c, hw, whole_hw, share, p);
   return p;
 }
 
