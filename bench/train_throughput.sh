@@ -4,7 +4,7 @@
 # interleaved run by run. Prints a table and writes bench/results/train_throughput.json.
 # PyTorch also runs once per shape with OPENBLAS_CORETYPE=Prescott: the kernels
 # Debian's OpenBLAS falls back to on CPUs it does not know (the Intel model 207
-# of DESIGN.md, where issue 4 measured PyTorch at ~23 tokens/s); 0 skips it.
+# of docs/architecture.md, where PyTorch ran at ~23 tokens/s); 0 skips it.
 # Usage: bench/train_throughput.sh [RUNS (default 3)] [ANVIL_STEPS (default 8)] [TORCH_STEPS (default 3)] [PRESCOTT_RUNS (default 1)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,7 +45,7 @@ out, runs, coretype = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 rows = []
 print(f"gpt2-124m, B=4, 2 threads, OpenBLAS core type {coretype}; medians of {runs} runs")
 print(f"{'T':>4} {'precision':>9} {'anvil tok/s':>12} {'MFU':>6} {'torch tok/s':>12} {'anvil/torch':>12} {'torch-Prescott tok/s':>21} {'anvil/torch-Prescott':>21} {'anvil/llm.c*':>13} {'RSS/plan':>9}")
-llmc = {64: 41.0}  # llm.c train_gpt2.c, B=4 T=64, 2 threads, as measured in issue 4 (not in this run)
+llmc = {64: 41.0}  # llm.c train_gpt2.c, B=4 T=64, 2 threads, a figure from this machine type (not in this run)
 for T in (64, 256):
     t = [json.load(open(f"{out}/torch-{T}-{r}.json")) for r in range(1, runs + 1)]
     ttps = statistics.median(x["tokens_per_second"] for x in t)
@@ -69,7 +69,7 @@ for T in (64, 256):
                      "torch_prescott_runs": [x["tokens_per_second"] for x in pres],
                      "peak_rss_over_plan": rss, "planned_bytes": a[0]["planned_bytes"]})
 print("* llm.c is not in Debian and this machine has no network: its 41 tok/s (B=4, T=64) is the")
-print("  figure measured on this machine type in issue 4, not a measurement from this run.")
+print("  figure measured on this machine type, not a measurement from this run.")
 print("MFU: model FLOPs (6 per weight + attention) per second over the 2048^3 GEMM peak anvil measured")
 print("at start in the same precision (fp32 sgemm; bf16-input GEMM for bf16). torch runs fp32.")
 json.dump({"coretype": coretype, "runs": runs, "rows": rows}, open("bench/results/train_throughput.json", "w"), indent=2)

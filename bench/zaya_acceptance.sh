@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ZAYA1 (issue 5) measurements on zaya-small (T=256):
+# ZAYA1 measurements on zaya-small (T=256):
 #  1. throughput: 16 experts + skip vs the same model with one expert (the
 #     same active parameters, CCA attention and router: the dense-width
 #     equivalent), B=8, interleaved, random tokens, medians of RUNS; 16

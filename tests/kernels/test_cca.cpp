@@ -1,5 +1,5 @@
 // CCA's convolutions, mean skip path and L2 norm against finite differences,
-// and the convolution against a direct reading of ZAYA1.md's formula.
+// and the convolution against a direct reading of docs/zaya1-spec.md's formula.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,5 +1,5 @@
 // Residual scaling, exact GELU and router selection against finite
-// differences and their definitions (ZAYA1.md sections 4 and 5).
+// differences and their definitions (docs/zaya1-spec.md sections 4 and 5).
 #include <gtest/gtest.h>
 
 #include <omp.h>

@@ -1,5 +1,5 @@
 // The whole CCA layer's backward against finite differences of its forward,
-// for the input and every parameter (ZAYA1.md section 3).
+// for the input and every parameter (docs/zaya1-spec.md section 3).
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -84,7 +84,7 @@ TEST(ModelConfig, RouterInitStdRoundTripsAndInitialisesTheRouterMlp) {
   for (const char* m : {"router_mlp.0.weight", "router_mlp.2.weight", "router_mlp.4.weight"}) {
     EXPECT_NEAR(rms(std::string("model.layers.1.zaya_block.router.") + m), 0.25, 0.05) << m;
   }
-  // Everything else keeps ZAYA1.md section 8's N(0, 0.02).
+  // Everything else keeps docs/zaya1-spec.md section 8's N(0, 0.02).
   EXPECT_NEAR(rms("model.layers.1.zaya_block.router.down_proj.weight"), 0.02, 0.004);
 }
 

@@ -70,7 +70,7 @@ TEST(Registry, Gpt2PresetHasHuggingFaceNamesAndTheGpt2ParameterCount) {
 }
 
 TEST(ParamCount, Zaya1BaseMatchesThePublishedCountsExactly) {
-  // ../shared/ZAYA1.md section 1 (published: 8.3B total, 760M active).
+  // docs/zaya1-spec.md section 1 (published: 8.3B total, 760M active).
   const auto n = count_parameters(preset("zaya1-base"));
   EXPECT_EQ(n.non_embedding_total, 8303355728);
   EXPECT_EQ(n.non_embedding_active, 753608528);

@@ -1,4 +1,4 @@
-// ZAYA1 expert-bias balancing (ZAYA1.md section 4): the controller moves the
+// ZAYA1 expert-bias balancing (docs/zaya1-spec.md section 4): the controller moves the
 // biases against the load error; the skip class's bias follows a target skip
 // rate when one is set and stays at its init otherwise.
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """PyTorch reference of ZAYA1's CCA attention layer, written from
-../shared/ZAYA1.md section 3 (the convolutions as the reference code runs
+docs/zaya1-spec.md section 3 (the convolutions as the reference code runs
 them: conv1d with 2 zeros of left padding in total). Compares anvil's
 output and every gradient (from tests/model/cca_parity_dump) within 1e-4.
 """

@@ -2,7 +2,7 @@
 """PyTorch reference of ZAYA1's MoE layer (router with EDA, skip class,
 biased top-k (k = 1 is ZAYA1's) with unbiased gates; SwiGLU experts; skip
 output gate * x),
-written from ../shared/ZAYA1.md section 4. Checks anvil's expert choices
+written from docs/zaya1-spec.md section 4. Checks anvil's expert choices
 (identical, some of them skip), outputs and every gradient within 1e-4.
 With the optional router losses on (metadata aux_coef, z_coef), the
 objective includes the Switch load-balancing loss coef * E * sum_e f_e P_e

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch reference of the whole ZAYA1 model (../shared/ZAYA1.md section 2:
+"""PyTorch reference of the whole ZAYA1 model (docs/zaya1-spec.md section 2:
 embedding, alternating CCA / MoE layers behind residual-scaling merges and
 RMSNorms, final merge and norm, tied classifier, cross-entropy), composed from
 the layer references in cca_parity.py and moe_parity.py. Checks anvil's

@@ -7,7 +7,7 @@
 // ZAYA1 -> ZayaForCausalLM (transformers' native layout: one decoder layer
 // per block, experts stacked), GPT-2-style dense configs ->
 // GPT2LMHeadModel, Llama-style -> LlamaForCausalLM; `--format original`
-// writes ZAYA1's alternating-layer layout (ZAYA1.md section 7), which
+// writes ZAYA1's alternating-layer layout (docs/zaya1-spec.md section 7), which
 // Zyphra's converter takes. Each architecture's config keys and tensor map
 // are one table read both ways, so export and import cannot drift apart.
 #pragma once

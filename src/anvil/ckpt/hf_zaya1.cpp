@@ -1,6 +1,6 @@
 // The zaya1 family's Hugging Face adapter: ZayaForCausalLM (transformers'
 // native layout: one decoder layer per block, experts stacked) and ZAYA1's
-// original alternating-layer layout (ZAYA1.md section 7), which Zyphra's
+// original alternating-layer layout (docs/zaya1-spec.md section 7), which Zyphra's
 // checkpoints use and transformers' convert_zaya_weights_to_hf.py reads.
 #include "anvil/base/error.hpp"
 #include "anvil/ckpt/hf_adapter.hpp"

@@ -1,5 +1,5 @@
 // The pieces of ZAYA1's CCA attention that ordinary attention does not have
-// (../shared/ZAYA1.md section 3), as forward/backward pairs over rows of
+// (docs/zaya1-spec.md section 3), as forward/backward pairs over rows of
 // N = B*S tokens; backward accumulates (+=) like every kernel in layers.hpp.
 // The layer that strings them together (projections, values, RoPE,
 // attention, output) is the ZAYA1 issue's next step.

@@ -1,4 +1,4 @@
-// Dropless mixture-of-experts plumbing (ZAYA1 spec section 4, Megatron's
+// Dropless mixture-of-experts plumbing (docs/zaya1-spec.md section 4, Megatron's
 // "token dispatcher"): assignments (token n, choice j of its top-k) are
 // sorted stably by expert into contiguous segments, the expert MLPs run on
 // the segments (grouped GEMM over the segments), and outputs are combined

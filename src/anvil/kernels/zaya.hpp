@@ -1,5 +1,5 @@
 // ZAYA1's residual scaling and the router's element-wise parts
-// (../shared/ZAYA1.md sections 4 and 5), as forward/backward pairs over rows;
+// (docs/zaya1-spec.md sections 4 and 5), as forward/backward pairs over rows;
 // backward accumulates (+=).
 #pragma once
 

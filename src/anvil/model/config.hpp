@@ -78,7 +78,7 @@ struct ModelConfig {
   int64_t expert_ffn_hidden = 0;  // per expert, per SwiGLU branch
   int64_t top_k = 1;
   int64_t router_dim = 0;  // ZAYA1 router down-projection width (0: linear router)
-  // ZAYA1: init std of the router MLP's three matrices (ZAYA1.md section 8's
+  // ZAYA1: init std of the router MLP's three matrices (docs/zaya1-spec.md section 8's
   // N(0, 0.02) by default; see docs/zaya1.md on balancing).
   double router_init_std = 0.02;
   // ZAYA1: multiplies the learning rate of the router's parameters (1: as

@@ -1,7 +1,7 @@
 // The "zaya1" family: ZAYA1 (zaya_model.hpp), 2L layers alternating CCA
 // attention and MoE with the router's skip class, its experts shardable
 // over expert-parallel ranks. Parameters are counted from the published
-// layer shapes (ZAYA1.md sections 1, 3, 4, 5, 7), which
+// layer shapes (docs/zaya1-spec.md sections 1, 3, 4, 5, 7), which
 // `configs/zaya1-base.json` matches to the parameter.
 #include <memory>
 

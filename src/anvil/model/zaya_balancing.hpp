@@ -1,4 +1,4 @@
-// ZAYA1 expert-bias balancing (ZAYA1 spec section 4): after each
+// ZAYA1 expert-bias balancing (docs/zaya1-spec.md section 4): after each
 // step, each MoE layer's loads over the global batch move the selection
 // biases of its experts (and, with a target, of the skip class). The biases
 // steer top-k selection only; they get no gradient. docs/zaya1.md

@@ -1,4 +1,4 @@
-// The ZAYA1 model (ZAYA1 spec section 2): a tied token embedding,
+// The ZAYA1 model (docs/zaya1-spec.md section 2): a tied token embedding,
 // 2L layers alternating CCA attention (even) and MoE (odd), each entered
 // through a residual-scaling merge and an RMSNorm, a final merge and norm,
 // and the fused classifier + cross-entropy. Parameters are registered under

@@ -1,4 +1,4 @@
-// ZAYA1's MoE layer (ZAYA1 spec section 4), training form, top-k (k = 1 is
+// ZAYA1's MoE layer (docs/zaya1-spec.md section 4), training form, top-k (k = 1 is
 // ZAYA1's), as four pieces with narrow interfaces (after Megatron-Core's
 // moe_layer.py):
 //   router      (zaya_router.hpp): x -> top-k classes of E experts + skip,

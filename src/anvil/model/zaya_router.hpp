@@ -1,4 +1,4 @@
-// ZAYA1's router (ZAYA1 spec section 4), training form: from a token's
+// ZAYA1's router (docs/zaya1-spec.md section 4), training form: from a token's
 // hidden state to its top-k classes (E experts + the skip class) and their
 // gates. Down projection, exponential depth averaging with the previous MoE
 // layer's router state (EDA), RMSNorm, a 3-layer GELU-erf MLP, softmax over
