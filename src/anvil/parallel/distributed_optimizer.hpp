@@ -14,9 +14,9 @@
 #include "anvil/model/trainable.hpp"
 #include "anvil/optim/adamw.hpp"
 #include "anvil/optim/muon.hpp"
-#include "anvil/optim/options.hpp"
+#include "anvil/optim/optimizer_options.hpp"
 #include "anvil/parallel/grad_reducer.hpp"
-#include "anvil/parallel/options.hpp"
+#include "anvil/parallel/parallel_options.hpp"
 
 namespace anvil::parallel {
 

@@ -14,8 +14,8 @@
 #include "anvil/ft/guard.hpp"
 #include "anvil/ft/injector.hpp"
 #include "anvil/model/zaya_balancing.hpp"
-#include "anvil/optim/options.hpp"
-#include "anvil/parallel/options.hpp"
+#include "anvil/optim/optimizer_options.hpp"
+#include "anvil/parallel/parallel_options.hpp"
 
 namespace anvil::train {
 
