@@ -114,7 +114,10 @@ Trainer::Trainer(const TrainOptions& options, parallel::DataParallelGroup* dp)
       std::make_unique<parallel::DistributedOptimizer>(*model_, o_.optimizer, o_.parallel, dp_);
   tokens_.resize(static_cast<size_t>(B_ * T_));
   targets_.resize(static_cast<size_t>(B_ * T_));
-  if (rank_ == 0) peak_ = gemm_peak(o_.metrics.peak_gflops, o_.metrics.hw_profile, precision_);
+  // Every rank reads a given peak or profile (a bad profile fails everywhere
+  // alike); only rank 0, which reports MFU, measures one.
+  if (rank_ == 0 || o_.metrics.peak_gflops > 0 || !o_.metrics.hw_profile.empty())
+    peak_ = gemm_peak(o_.metrics.peak_gflops, o_.metrics.hw_profile, precision_);
   result_.world = world_;
   result_.peak_gflops = peak_.gflops;
   result_.peak_source = peak_.source;
