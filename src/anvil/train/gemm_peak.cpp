@@ -11,6 +11,7 @@
 #include "anvil/base/cpu.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
+#include "anvil/base/table.hpp"
 #include "anvil/base/threads.hpp"
 #include "anvil/bench/measure.hpp"
 #include "anvil/device/blas.hpp"
@@ -33,7 +34,9 @@ std::string cache_path() {
 }
 
 // What the rate depends on: the CPU, the kernels it runs, dtype and threads.
-std::string cache_key(model::Precision precision) {
+}  // namespace
+
+std::string gemm_peak_cache_key(model::Precision precision) {
   const CpuInfo& cpu = cpu_info();
   std::string key = cpu.vendor;
   for (const std::string& part : {std::to_string(cpu.family), std::to_string(cpu.model),
@@ -44,6 +47,8 @@ std::string cache_key(model::Precision precision) {
   return key.append("-").append(std::to_string(num_threads())).append("threads");
 }
 
+namespace {
+
 std::string today() {
   char buf[16];
   const std::time_t t = std::time(nullptr);
@@ -51,9 +56,10 @@ std::string today() {
   return buf;
 }
 
-}  // namespace
-
-double measure_gemm_gflops(model::Precision precision, int64_t n, double min_seconds) {
+// n^3 GEMMs in `precision` timed for `min_seconds`: the median call's and
+// the fastest call's GFLOP/s.
+std::pair<double, double> measure_gemm_gflops(model::Precision precision, int64_t n,
+                                              double min_seconds) {
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
   std::vector<bf16> a16(precision == model::Precision::bf16 ? n * n : 0, to_bf16(0.5f));
   std::vector<bf16> b16(a16.size(), to_bf16(0.25f));
@@ -69,7 +75,43 @@ double measure_gemm_gflops(model::Precision precision, int64_t n, double min_sec
         }
       },
       policy);
-  return 2.0 * static_cast<double>(n * n * n) / s.median() / 1e9;
+  const double flops = 2.0 * static_cast<double>(n * n * n);
+  return {flops / s.median() / 1e9, flops / s.best() / 1e9};
+}
+
+// The 1-minute load average (0 where /proc/loadavg cannot be read).
+double load_average() {
+  double load = 0;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &load) != 1) load = 0;
+    std::fclose(f);
+  }
+  return load;
+}
+
+json read_cache(const std::string& path) {
+  if (path.empty() || !std::filesystem::exists(path)) return json::object();
+  json cache = json::parse(read_file(path), nullptr, /*allow_exceptions=*/false);
+  return cache.is_object() ? cache : json::object();
+}
+
+// Writes the cache; one that cannot be written only costs the next run a measurement.
+bool write_cache(const std::string& path, const json& cache) {
+  try {
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    write_file_atomic(path, cache.dump(2) + "\n");
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+void forget_cached_peak(model::Precision precision) {
+  const std::string path = cache_path();
+  json cache = read_cache(path);
+  if (cache.erase(gemm_peak_cache_key(precision)) > 0) write_cache(path, cache);
 }
 
 GemmPeak gemm_peak(double given, const std::string& hw_profile, model::Precision precision) {
@@ -85,27 +127,25 @@ GemmPeak gemm_peak(double given, const std::string& hw_profile, model::Precision
                      " threads (expected a profile from anvil hw "
                      "--profile on this machine)");
   }
-  const std::string path = cache_path(), key = cache_key(precision);
-  json cache = json::object();
-  if (!path.empty() && std::filesystem::exists(path)) {
-    cache = json::parse(read_file(path), nullptr, /*allow_exceptions=*/false);
-    if (!cache.is_object()) cache = json::object();
-    const auto hit = cache.find(key);
-    if (hit != cache.end() && hit->is_object() && hit->value("gflops", 0.0) > 0)
-      return {hit->value("gflops", 0.0), "measured " + hit->value("date", std::string("?")) +
-                                             " (1 s of 2048^3 GEMMs), cached in " + path};
-  }
-  const double gflops = measure_gemm_gflops(precision, 2048, 1.0);
-  cache[key] = {{"gflops", gflops}, {"date", today()}};
+  const std::string path = cache_path(), key = gemm_peak_cache_key(precision);
+  json cache = read_cache(path);
+  const auto hit = cache.find(key);
+  if (hit != cache.end() && hit->is_object() && hit->value("gflops", 0.0) > 0)
+    return {hit->value("gflops", 0.0),
+            "measured " + hit->value("date", std::string("?")) +
+                " (1 s of 2048^3 GEMMs), cached in " + path,
+            true};
+  const double load = load_average();
+  const auto [median, best] = measure_gemm_gflops(precision, 2048, 1.0);
   std::string where = "measured now (1 s of 2048^3 GEMMs)";
-  try {
-    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-    write_file_atomic(path, cache.dump(2) + "\n");
-    where += ", cached in " + path;
-  } catch (const std::exception&) {
-    // A cache that cannot be written only costs the next run a measurement.
+  const bool idle = load < 0.5 * cpu_info().logical_cpus && median >= 0.9 * best;
+  if (!idle) {
+    where += "; not cached: the machine was busy (load " + fmt(load, 1) + ")";
+  } else {
+    cache[key] = {{"gflops", median}, {"date", today()}};
+    if (!path.empty() && write_cache(path, cache)) where += ", cached in " + path;
   }
-  return {gflops, where};
+  return {median, where, false};
 }
 
 }  // namespace anvil::train

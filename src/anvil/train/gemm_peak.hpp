@@ -3,6 +3,10 @@
 // this rank's thread count, or a measurement of 2048^3 GEMMs timed for at
 // least one second (the median call, as `anvil bench gemm` reports it),
 // cached per machine kind, dtype and thread count so later runs reuse it.
+// A measurement is cached only when the machine looked idle (1-minute load
+// under half its CPUs, calls within 10% of the fastest), and a cached rate
+// that a run beats by more than 5% is dropped, so a busy moment does not
+// skew every later run.
 #pragma once
 
 #include <string>
@@ -13,7 +17,8 @@ namespace anvil::train {
 
 struct GemmPeak {
   double gflops = 0;
-  std::string source;  // said beside the MFU: where the rate comes from
+  std::string source;   // said beside the MFU: where the rate comes from
+  bool cached = false;  // read from the cache
 };
 
 // `given` > 0 wins; `hw_profile` a file or "" (the cache, measuring on a
@@ -22,7 +27,9 @@ struct GemmPeak {
 // only not kept.
 GemmPeak gemm_peak(double given, const std::string& hw_profile, model::Precision precision);
 
-// Median GFLOP/s of n^3 GEMMs in `precision` timed for `min_seconds`.
-double measure_gemm_gflops(model::Precision precision, int64_t n, double min_seconds);
+// Drops the cached rate of `precision` here (a run went faster than it).
+void forget_cached_peak(model::Precision precision);
+// The cache's key for `precision` on this machine and thread count.
+std::string gemm_peak_cache_key(model::Precision precision);
 
 }  // namespace anvil::train

@@ -143,7 +143,8 @@ void Trainer::build_model() {
                        family.name() + " has none)");
     // Under expert parallelism each rank holds the weights of its E/ep
     // experts only; the others' tokens go to them by all-to-all.
-    if (!dp_) throw InputError("parallel.ep: expected a run under mpirun with a multiple of ep ranks");
+    if (!dp_)
+      throw InputError("parallel.ep: expected a run under mpirun with a multiple of ep ranks");
     if (config_.n_experts % ep != 0) {
       throw InputError("parallel.ep: " + std::to_string(ep) + " does not divide the " +
                        std::to_string(config_.n_experts) +
@@ -411,6 +412,15 @@ void Trainer::finish_result(const std::vector<StepStats>& steps) {
   result_.comm_seconds = median_after_first(comm);
   result_.exposed_seconds = median_after_first(exposed);
   result_.alltoall_seconds = median_after_first(alltoall);
+  if (peak_.cached && result_.mfu > 1.05) {
+    // The cached rate was measured in a busy moment: the next run measures again.
+    forget_cached_peak(precision_);
+    if (!o_.metrics.quiet)
+      std::fprintf(stderr,
+                   "anvil: warning: MFU %.0f%% is above the cached GEMM peak (%.1f GFLOP/s); "
+                   "the cache entry is dropped and the next run measures again\n",
+                   100 * result_.mfu, result_.peak_gflops);
+  }
   result_.peak_rss_bytes = peak_rss_bytes();
   if (dp_ && world_ > 1)
     result_.rank_peak_rss_bytes = dp_->gather(static_cast<double>(result_.peak_rss_bytes));
