@@ -1,0 +1,280 @@
+// The optimizers: Muon's owners and Newton-Schulz (the same bits however
+// the matrices are batched), the learning-rate schedules, and the gradient
+// clip as torch computes it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <omp.h>
+
+#include "anvil/model/config.hpp"
+#include "anvil/model/decoder.hpp"
+#include "anvil/model/zaya_model.hpp"
+#include "anvil/optim/adamw.hpp"
+#include "anvil/optim/muon.hpp"
+#include "support/input_error.hpp"
+
+namespace anvil::optim {
+namespace {
+
+using namespace anvil::model;  // registries and configs to optimize
+
+ModelConfig preset(const std::string& name, std::vector<std::string> overrides = {}) {
+  return load_model_config(std::string(ANVIL_SOURCE_DIR) + "/configs/" + name + ".json", overrides);
+}
+
+// Distributed Muon's assignment: every muon-group matrix to exactly one rank
+// (nothing else to any), no rank above the lightest by more than the largest
+// single matrix (greedy, largest first), the same on every call.
+TEST(Muon, OwnersCoverTheGroupOnceAndBalanceTheNewtonSchulzCost) {
+  const ParamRegistry r = zaya_registry(preset("zaya-small"));
+  for (int world : {1, 2, 3, 4, 7}) {
+    const std::vector<int> owners = optim::muon_owners(r, world);
+    ASSERT_EQ(owners.size(), r.specs().size());
+    EXPECT_EQ(owners, optim::muon_owners(r, world));
+    std::vector<double> load(static_cast<size_t>(world), 0.0);
+    double largest = 0;
+    for (size_t i = 0; i < owners.size(); ++i) {
+      const auto& s = r.specs()[i];
+      if (s.group != OptimizerGroup::muon) {
+        EXPECT_EQ(owners[i], -1) << s.name;
+        continue;
+      }
+      ASSERT_GE(owners[i], 0) << s.name;
+      ASSERT_LT(owners[i], world) << s.name;
+      const double rows = static_cast<double>(s.shape[0]), cols = s.numel / rows;
+      const double cost = rows * cols * std::min(rows, cols);
+      load[static_cast<size_t>(owners[i])] += cost;
+      largest = std::max(largest, cost);
+    }
+    const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+    EXPECT_LE(*hi - *lo, largest) << world << " ranks";
+  }
+}
+
+// Under --ep K, Muon places the replicated matrices over all ranks as
+// without EP (the same on every rank) and each rank's expert matrices over
+// the ranks holding the same experts (rank % K alike): every expert matrix
+// of a group gets one owner there, and the owners' loads stay balanced.
+TEST(Muon, ExpertMatricesGoToTheRanksHoldingThem) {
+  const ModelConfig c = preset("zaya-small");
+  const int64_t E = c.n_experts;
+  const int world = 4, K = 2;
+  std::vector<ParamRegistry> regs;
+  std::vector<std::vector<int>> owners;
+  for (int r = 0; r < world; ++r) {
+    regs.push_back(zaya_registry(c, {r % K * E / K, E / K}));
+    owners.push_back(optim::muon_owners(regs.back(), world, K, r));
+  }
+  for (int r = 0; r < world; ++r) {
+    for (size_t i = 0; i < regs[r].specs().size(); ++i) {
+      const ParamSpec& s = regs[r].specs()[i];
+      if (s.group != OptimizerGroup::muon) {
+        EXPECT_EQ(owners[r][i], -1) << s.name;
+      } else if (s.sharding == Sharding::expert) {
+        ASSERT_GE(owners[r][i], 0) << s.name;
+        EXPECT_EQ(owners[r][i] % K, r % K) << s.name << " on rank " << r;
+        EXPECT_EQ(owners[r][i], owners[r % K][i]) << s.name << ": ranks of a group agree";
+      } else {
+        EXPECT_EQ(owners[r][i], owners[0][i]) << s.name << ": every rank agrees";
+      }
+    }
+  }
+  // Each rank's Newton-Schulz cost: the replicated and the expert matrices it owns.
+  std::vector<double> load(world, 0.0);
+  double largest = 0;
+  for (int r = 0; r < world; ++r) {
+    for (size_t i = 0; i < regs[r].specs().size(); ++i) {
+      const ParamSpec& s = regs[r].specs()[i];
+      if (owners[r][i] < 0) continue;
+      const bool counted_here = s.sharding == Sharding::expert ? r < K : r == 0;
+      if (!counted_here) continue;  // count each matrix once
+      const double rows = static_cast<double>(s.shape[0]), cols = s.numel / rows;
+      load[static_cast<size_t>(owners[r][i])] += rows * cols * std::min(rows, cols);
+      largest = std::max(largest, rows * cols * std::min(rows, cols));
+    }
+  }
+  const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+  EXPECT_LE(*hi - *lo, 2 * largest);
+}
+
+TEST(Muon, NewtonSchulzOrthogonalisesAndIsTransposeSymmetric) {
+  const int64_t m = 12, n = 40;
+  std::vector<float> g(m * n), gt(n * m), out(m * n), out_t(n * m);
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal;
+  for (auto& v : g) v = normal(gen);  // well conditioned (a Gaussian 12 x 40)
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) gt[j * m + i] = g[i * n + j];
+  std::vector<float> x(m * n), y(m * n), a(m * m), b(m * m);
+  optim::newton_schulz(out.data(), g.data(), m, n, 5, x.data(), y.data(), a.data(), b.data());
+  optim::newton_schulz(out_t.data(), gt.data(), n, m, 5, x.data(), y.data(), a.data(), b.data());
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) EXPECT_NEAR(out[i * n + j], out_t[j * m + i], 1e-5);
+  // Rows come out near-orthonormal: the quintic iteration puts singular values in ~[0.7, 1.2].
+  for (int64_t i = 0; i < m; ++i) {
+    double d = 0;
+    for (int64_t j = 0; j < n; ++j) d += static_cast<double>(out[i * n + j]) * out[i * n + j];
+    EXPECT_GT(d, 0.4);
+    EXPECT_LT(d, 1.6);
+  }
+}
+
+// Same-shape matrices (ZAYA1's experts) are orthogonalised one per thread
+// on single-threaded GEMMs; a matrix of its own shape alone on every thread.
+// Each matrix's result must not depend on the threads or on how the ranks
+// split the matrices: 1 rank on 1 or 2 threads and 2 ranks (their owned
+// matrices put together) give the same bits, and each batched matrix equals
+// momentum + Newton-Schulz + decay done by hand. The same holds for the bf16
+// iteration (ns_bf16), on whichever bf16 path this process runs.
+void expect_batched_muon_same_bits_on_any_layout(bool ns_bf16) {
+  ParamRegistry r;
+  for (int e = 0; e < 5; ++e)
+    r.add("model.layers.1.experts." + std::to_string(e) + ".fc1.weight", {48, 24}, Init::normal,
+          0.02f, true, OptimizerGroup::muon);
+  r.add("model.layers.0.o_proj.weight", {40, 32}, Init::normal, 0.02f, true, OptimizerGroup::muon);
+  r.add("model.final_norm.weight", {24}, Init::ones);
+  std::vector<float> p0(static_cast<size_t>(r.total())), g(p0.size());
+  r.initialize(p0.data(), 3);
+  std::mt19937 gen(11);
+  std::normal_distribution<float> normal;
+  for (auto& v : g) v = normal(gen);
+  optim::MuonConfig cfg;
+  cfg.ns_bf16 = ns_bf16;
+  auto run = [&](int world, int threads) {
+    std::vector<float> out = p0;
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    for (int rank = 0; rank < world; ++rank) {
+      std::vector<float> p = p0;
+      optim::Muon m(r, cfg, rank, world);
+      m.update(p.data(), g.data(), 0.01f, 0.5f);
+      m.update(p.data(), g.data(), 0.01f, 0.5f);  // momentum carried over
+      for (size_t i = 0; i < r.specs().size(); ++i) {
+        if (m.owners()[i] != rank) continue;
+        const auto& s = r.specs()[i];
+        std::copy(p.begin() + s.offset, p.begin() + s.offset + s.numel, out.begin() + s.offset);
+      }
+    }
+    omp_set_num_threads(saved);
+    return out;
+  };
+  const auto want = run(1, 1);
+  EXPECT_EQ(run(1, 2), want);
+  EXPECT_EQ(run(2, 1), want);
+  EXPECT_EQ(run(2, 2), want);
+  optim::Muon m(r, cfg);
+  for (size_t i = 0; i < r.specs().size(); ++i)
+    EXPECT_EQ(m.batched()[i] != 0, r.specs()[i].name.find("experts") != std::string::npos)
+        << r.specs()[i].name;
+  // By hand for expert 2: momentum buf = g/2 then mu buf + g/2, Nesterov.
+  const auto& s = r.get("model.layers.1.experts.2.fc1.weight");
+  std::vector<float> u(s.numel), x(s.numel), y(s.numel), a(24 * 24), b(24 * 24), p(s.numel);
+  std::vector<bf16> xb(s.numel), ab(24 * 24);
+  std::copy(p0.begin() + s.offset, p0.begin() + s.offset + s.numel, p.begin());
+  std::vector<float> buf(s.numel, 0.0f);
+  for (int step = 0; step < 2; ++step) {
+    for (int64_t i = 0; i < s.numel; ++i) {
+      const float gi = g[s.offset + i] * 0.5f;
+      buf[i] = cfg.momentum * buf[i] + gi;
+      u[i] = gi + cfg.momentum * buf[i];
+    }
+    if (ns_bf16) {
+      optim::newton_schulz_bf16(u.data(), u.data(), 48, 24, cfg.ns_steps, x.data(), y.data(),
+                                a.data(), b.data(), xb.data(), ab.data(),
+                                device::GemmBackend::reference);
+    } else {
+      optim::newton_schulz(u.data(), u.data(), 48, 24, cfg.ns_steps, x.data(), y.data(), a.data(),
+                           b.data(), device::GemmBackend::reference);
+    }
+    const float lr = 0.01f, scale = 0.2f * std::sqrt(48.0f), decay = 1.0f - lr * cfg.weight_decay;
+    for (int64_t i = 0; i < s.numel; ++i) p[i] = p[i] * decay - lr * scale * u[i];
+  }
+  if (!ns_bf16) {
+    for (int64_t i = 0; i < s.numel; ++i) EXPECT_NEAR(want[s.offset + i], p[i], 1e-6) << i;
+    return;
+  }
+  // bf16: a GEMM's fp32 sum one ulp off the double reference can round an
+  // iterate to the neighbouring bf16 value, and Newton-Schulz carries that
+  // on; so the two updates (p - p0) are compared in norm.
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < s.numel; ++i) {
+    const double step = static_cast<double>(p[i]) - p0[s.offset + i];
+    num += (want[s.offset + i] - static_cast<double>(p[i])) * (want[s.offset + i] - p[i]);
+    den += step * step;
+  }
+  EXPECT_LT(std::sqrt(num / den), 0.01);
+}
+
+TEST(Muon, BatchedSameShapeMatricesGiveTheSameBitsOnAnyLayout) {
+  expect_batched_muon_same_bits_on_any_layout(false);
+}
+
+TEST(Muon, BatchedBf16NewtonSchulzGivesTheSameBitsOnAnyLayout) {
+  expect_batched_muon_same_bits_on_any_layout(true);
+}
+
+TEST(Muon, NewtonSchulzInBf16StaysCloseToFp32) {
+  // A 64 x 96 Gaussian: the bf16 iteration rounds each GEMM's inputs to 8
+  // mantissa bits; the iterate stays fp32, so it ends within a few bf16 ulps.
+  const int64_t m = 64, n = 96;
+  std::vector<float> g(m * n), want(m * n), got(m * n);
+  std::mt19937 gen(7);
+  std::normal_distribution<float> normal;
+  for (auto& v : g) v = normal(gen);
+  std::vector<float> x(m * n), y(m * n), a(m * m), b(m * m);
+  std::vector<bf16> xb(m * n), ab(m * m);
+  optim::newton_schulz(want.data(), g.data(), m, n, 5, x.data(), y.data(), a.data(), b.data());
+  optim::newton_schulz_bf16(got.data(), g.data(), m, n, 5, x.data(), y.data(), a.data(), b.data(),
+                            xb.data(), ab.data());
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    num += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  EXPECT_LT(std::sqrt(num / den), 0.05);
+  EXPECT_GT(std::sqrt(num / den), 0.0);  // it did run in bf16
+}
+
+TEST(Schedule, WarmupCosineAndWsd) {
+  optim::Schedule s;
+  s.lr = 1.0;
+  s.min_lr_ratio = 0.1;
+  s.warmup = 10;
+  s.total = 110;
+  EXPECT_DOUBLE_EQ(s.at(0), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(9), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(10), 1.0);
+  EXPECT_NEAR(s.at(60), 0.55, 1e-12);
+  EXPECT_NEAR(s.at(110), 0.1, 1e-12);
+  s.kind = "wsd";
+  s.decay_fraction = 0.2;  // decay over the last 22 steps
+  EXPECT_DOUBLE_EQ(s.at(87), 1.0);
+  EXPECT_NEAR(s.at(109), 0.1, 1e-12);
+  s.kind = "linear";
+  EXPECT_THROW(optim::validate(s, "--schedule"), InputError);
+}
+
+TEST(Clipping, CoefficientIsTorchsAndAdamWAppliesIt) {
+  std::vector<float> g = {3, 4};
+  EXPECT_DOUBLE_EQ(optim::global_norm(g.data(), 2), 5.0);
+  EXPECT_NEAR(optim::clip_coefficient(5.0, 1.0), 0.2, 1e-7);
+  EXPECT_EQ(optim::clip_coefficient(0.5, 1.0), 1.0f);
+  EXPECT_EQ(optim::clip_coefficient(5.0, 0.0), 1.0f);  // off
+  // One AdamW step with scaled gradients equals one with pre-scaled ones.
+  ParamRegistry r;
+  r.add("w", {2}, Init::zeros, 0.0f, true);
+  optim::AdamW a(r, {}), b(r, {});
+  std::vector<float> pa = {1, 1}, pb = {1, 1}, scaled = {0.6f, 0.8f};
+  a.update(pa.data(), g.data(), 0.1f, 1, 0.2f);
+  b.update(pb.data(), scaled.data(), 0.1f, 1);
+  EXPECT_EQ(pa, pb);
+}
+
+}  // namespace
+}  // namespace anvil::optim
