@@ -69,7 +69,7 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
 
 // ---- linear: out[N, OC] = inp[N, IC] W^T (+ bias), W is [OC, IC] (PyTorch layout) ----
 // `scratch` is needed only when the weight has a bf16 copy.
-// `backend` picks the GEMM backend (kernels/gemm.hpp); callers whose row
+// `backend` picks the GEMM backend (device/gemm.hpp); callers whose row
 // count N changes every call (MoE expert segments) pass openblas, as oneDNN
 // builds and caches a primitive per exact shape.
 void linear_forward(float* out, const float* inp, MatmulWeight weight, const float* bias, int64_t N,
