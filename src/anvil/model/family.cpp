@@ -47,9 +47,6 @@ FlopsPerToken ModelFamily::flops_per_token(const ModelConfig& c, int64_t T) cons
   return f;
 }
 
-double ModelFamily::training_flops_per_token(const ModelConfig& config, int64_t T) const {
-  return flops_per_token(config, T).training();
-}
 
 BlockActivations ModelFamily::saved_activations(const ModelConfig& c, bool expert_parallel) const {
   const double C = static_cast<double>(c.d_model);

@@ -94,9 +94,6 @@ class ModelFamily {
   // FLOPs per token at sequence length T, from layer_gemms at balanced
   // routing (top_k experts per token) plus causal attention.
   FlopsPerToken flops_per_token(const ModelConfig& config, int64_t T) const;
-  // The training FLOPs per token the trainer's MFU divides by:
-  // flops_per_token(config, T).training() unless a family counts otherwise.
-  virtual double training_flops_per_token(const ModelConfig& config, int64_t T) const;
   // What one block keeps for backward; `expert_parallel`: the expert rows
   // received from other ranks are kept too.
   virtual BlockActivations saved_activations(const ModelConfig& config, bool expert_parallel) const;

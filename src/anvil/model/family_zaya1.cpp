@@ -116,22 +116,6 @@ class Zaya1Family final : public ModelFamily {
     return list.take();
   }
 
-  // The trainer's MFU counts 6 FLOPs per active weight (count_parameters:
-  // the router and top-k experts, and the norms, scales and conv taps the
-  // GEMM list leaves out) plus causal attention. That reads above
-  // flops_per_token(...).training(), which the planner prices: by 0.08% on
-  // zaya1-base, 0.5% on zaya-small, 7% on zaya-tiny (T = 32; the vectors
-  // weigh more the narrower the model). Each caller keeps its own figure.
-  double training_flops_per_token(const ModelConfig& c, int64_t T) const override {
-    const ParamCount n = count_zaya1(c);
-    const double matmul = static_cast<double>(n.non_embedding_active) +
-                          static_cast<double>(c.vocab_size) * static_cast<double>(c.d_model);
-    const double attention = static_cast<double>(c.n_layers) * 4.0 *
-                             static_cast<double>(c.n_heads * c.head_dim) *
-                             (static_cast<double>(T) + 1) / 2;
-    return 6.0 * matmul + 3.0 * attention;
-  }
-
   BlockActivations saved_activations(const ModelConfig& c, bool expert_parallel) const override {
     BlockActivations a = ModelFamily::saved_activations(c, expert_parallel);
     const double C = static_cast<double>(c.d_model);

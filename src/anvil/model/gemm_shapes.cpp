@@ -45,7 +45,7 @@ FlopsPerToken flops_per_token(const ModelConfig& config, int64_t T) {
 }
 
 double training_flops_per_token(const ModelConfig& config, int64_t T) {
-  return model_family(config).training_flops_per_token(config, T);
+  return flops_per_token(config, T).training();
 }
 
 }  // namespace anvil::model

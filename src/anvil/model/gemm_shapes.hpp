@@ -41,8 +41,8 @@ struct FlopsPerToken {
 // top_k experts per token) and causal attention.
 FlopsPerToken flops_per_token(const ModelConfig& config, int64_t T);
 
-// The training FLOPs per token the trainer's MFU divides by (the family's
-// count; flops_per_token(config, T).training() for the dense decoder).
+// The training FLOPs per token the trainer's MFU divides by: the same count
+// the planner prices, flops_per_token(config, T).training().
 double training_flops_per_token(const ModelConfig& config, int64_t T);
 
 // Causal attention of one (sequence, head) of T tokens: query t sees t + 1
