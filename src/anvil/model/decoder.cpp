@@ -115,12 +115,6 @@ void layout_activations(Take take, int64_t L, int64_t N, int64_t BHT, int64_t C,
 
 }  // namespace
 
-Precision parse_precision(const std::string& text, const std::string& flag) {
-  if (text == "fp32") return Precision::fp32;
-  if (text == "bf16") return Precision::bf16;
-  throw InputError(flag + ": expected fp32 or bf16, got '" + text + "'");
-}
-
 std::string to_string(Precision precision) {
   return precision == Precision::bf16 ? "bf16" : "fp32";
 }
