@@ -112,39 +112,33 @@ std::string flag_words(const OptionInfo& info) {
   return words;
 }
 
-CLI::Validator at_least(double lo) {
+namespace {
+
+// A validator of numbers: `ok(value)`, else "must be <range>, got VALUE".
+CLI::Validator number_validator(const std::string& range, std::function<bool(double)> ok) {
   return CLI::Validator(
-      [lo](std::string& s) -> std::string {
+      [range, ok](std::string& s) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(s.c_str(), &end);
         if (end == s.c_str() || *end != '\0') return "expected a number, got '" + s + "'";
-        return v >= lo ? "" : "must be >= " + number_text(lo) + ", got " + s;
+        return ok(v) ? "" : "must be " + range + ", got " + s;
       },
-      ">= " + number_text(lo));
+      range);
+}
+
+}  // namespace
+
+CLI::Validator at_least(double lo) {
+  return number_validator(">= " + number_text(lo), [lo](double v) { return v >= lo; });
 }
 
 CLI::Validator positive() {
-  return CLI::Validator(
-      [](std::string& s) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(s.c_str(), &end);
-        if (end == s.c_str() || *end != '\0') return "expected a number, got '" + s + "'";
-        return v > 0 ? "" : "must be > 0, got " + s;
-      },
-      "> 0");
+  return number_validator("> 0", [](double v) { return v > 0; });
 }
 
 CLI::Validator in_range(double lo, double hi) {
-  return CLI::Validator(
-      [lo, hi](std::string& s) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(s.c_str(), &end);
-        if (end == s.c_str() || *end != '\0') return "expected a number, got '" + s + "'";
-        return v >= lo && v <= hi
-                   ? ""
-                   : "must be in [" + number_text(lo) + ", " + number_text(hi) + "], got " + s;
-      },
-      "in [" + number_text(lo) + ", " + number_text(hi) + "]");
+  return number_validator("in [" + number_text(lo) + ", " + number_text(hi) + "]",
+                          [lo, hi](double v) { return v >= lo && v <= hi; });
 }
 
 CLI::Validator one_of(const std::vector<std::string>& choices) {

@@ -76,9 +76,6 @@ class TrainCommands : public CommandFamily {
         "Run a recipe file (docs/recipe.md): phases with token budgets, data mixtures, WSD "
         "schedules, batch ramp and context extension; needs --out, resumes with --resume latest");
     recipe->check(CLI::ExistingFile);
-    options_.walk([&](const OptionInfo& info, auto&, const auto&) {
-      if (info.cli) ctx.flag_of_key[info.key()] = flag_words(info);
-    });
     add_options(train_, options_.model, "model", ctx, "Model");
     add_options(train_, options_.train, "train", ctx, "Data and loop");
     add_options(train_, options_.optimizer, "optimizer", ctx, "Optimizer");
