@@ -15,14 +15,16 @@ struct Names {
   std::vector<const char*> aliases;
 };
 
-const std::array<Names, 6>& table() {
-  static const std::array<Names, 6> t = {{
+const std::array<Names, 8>& table() {
+  static const std::array<Names, 8> t = {{
       {Dtype::fp32, "fp32", {"f32", "float32", "float"}},
       {Dtype::bf16, "bf16", {"bfloat16"}},
       {Dtype::fp8, "fp8", {"f8", "float8", "e4m3"}},
       {Dtype::fp64, "fp64", {"f64", "float64", "double"}},
       {Dtype::int32, "int32", {"i32"}},
       {Dtype::int64, "int64", {"i64"}},
+      {Dtype::fp16, "fp16", {"f16", "float16", "half"}},
+      {Dtype::tf32, "tf32", {"tensorfloat32"}},
   }};
   return t;
 }

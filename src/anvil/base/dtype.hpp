@@ -1,5 +1,6 @@
 // The one vocabulary for number types across anvil's commands and files:
-// fp32, bf16, fp8, fp64, int32, int64. The spellings other tools use (f32,
+// fp32, bf16, fp8, fp64, int32, int64, fp16, and tf32 (fp32 storage, GEMMs
+// multiplied on tensor cores at TensorFloat-32 precision). The spellings other tools use (f32,
 // float32, bfloat16, ...) are accepted as aliases and mean the same type.
 #pragma once
 
@@ -8,7 +9,7 @@
 
 namespace anvil {
 
-enum class Dtype { fp32, bf16, fp8, fp64, int32, int64 };
+enum class Dtype { fp32, bf16, fp8, fp64, int32, int64, fp16, tf32 };
 
 // The canonical name ("fp32", "bf16", ...).
 std::string to_string(Dtype dtype);

@@ -1,0 +1,246 @@
+// The CUDA GEMM engine on cuBLASLt. Row-major C = op(A) op(B) is computed as
+// the column-major C^T = op(B)^T op(A)^T: cuBLASLt's A is our B, its B our A,
+// and m and n swap; the bias then runs along cuBLASLt's rows, which are our
+// output columns, as the layers want. Per shape (and pointer alignment) the
+// matmul descriptor, the layouts and the heuristic's ranked algorithms are
+// built once and cached; a 32 MiB workspace is allocated once.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "anvil/base/error.hpp"
+#include "anvil/device/cuda_backend.hpp"
+#include "anvil/device/cuda_check.hpp"
+#include "anvil/device/gemm_engine.hpp"
+
+namespace anvil::device::cuda {
+namespace {
+
+void check_lt(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  throw SystemError(std::string(what) + " failed: cuBLAS status " +
+                    std::to_string(static_cast<int>(s)));
+}
+
+cudaDataType_t cuda_type(Dtype t) {
+  switch (t) {
+    case Dtype::fp32:
+    case Dtype::tf32:
+      return CUDA_R_32F;
+    case Dtype::bf16:
+      return CUDA_R_16BF;
+    case Dtype::fp16:
+      return CUDA_R_16F;
+    case Dtype::fp8:
+      return CUDA_R_8F_E4M3;
+    default:
+      throw InputError("gemm: cuBLASLt has no " + anvil::to_string(t) + " path");
+  }
+}
+
+cublasLtEpilogue_t lt_epilogue(Epilogue e) {
+  switch (e) {
+    case Epilogue::none:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+    case Epilogue::bias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case Epilogue::gelu:
+      return CUBLASLT_EPILOGUE_GELU;
+    case Epilogue::bias_gelu:
+      return CUBLASLT_EPILOGUE_GELU_BIAS;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+bool has_bias(Epilogue e) { return e == Epilogue::bias || e == Epilogue::bias_gelu; }
+
+// The largest power of two (up to 256) that divides every address.
+uint32_t alignment(std::initializer_list<const void*> ptrs) {
+  uintptr_t bits = 256;
+  for (const void* p : ptrs)
+    if (p) bits |= reinterpret_cast<uintptr_t>(p);
+  return static_cast<uint32_t>(bits & (~bits + 1));
+}
+
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  std::vector<cublasLtMatmulHeuristicResult_t> algos;
+  int asked = 0;  // the most algorithms asked of the heuristic so far
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool,
+                       int, uint32_t>;
+
+class CublasLtEngine final : public GemmEngine {
+ public:
+  CublasLtEngine() {
+    check_lt(cublasLtCreate(&handle_), "cublasLtCreate");
+    int dev = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    cudaDeviceProp p{};
+    check(cudaGetDeviceProperties(&p, dev), "cudaGetDeviceProperties");
+    cc_ = p.major * 10 + p.minor;
+  }
+  ~CublasLtEngine() override {
+    plans_.clear();
+    if (workspace_) cudaFree(workspace_);
+    cublasLtDestroy(handle_);
+  }
+
+  DeviceKind kind() const override { return DeviceKind::cuda; }
+  std::string name() const override {
+    const int v = cublaslt_version();
+    return "cuBLASLt " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+           std::to_string(v % 100);
+  }
+
+  std::string unsupported(const GemmDesc& d) const override {
+    switch (d.type) {
+      case Dtype::fp32:
+      case Dtype::tf32:
+      case Dtype::bf16:
+      case Dtype::fp16:
+        return "";
+      case Dtype::fp8:
+        if (cc_ < 89) return "fp8 needs compute capability 8.9 or later, this GPU has " +
+                             std::to_string(cc_ / 10) + "." + std::to_string(cc_ % 10);
+        if (d.trans_a || !d.trans_b) return "fp8 multiplies A B^T only (trans_b, not trans_a)";
+        return "";
+      default:
+        return "cuBLASLt has no " + anvil::to_string(d.type) + " GEMM";
+    }
+  }
+
+  int candidates(const GemmDesc& d, int max) override {
+    Plan& plan = plan_for(d, 256, std::max(max, 1));
+    return std::min<int>(max, static_cast<int>(plan.algos.size()));
+  }
+
+  void run(const GemmDesc& d, const void* a, const void* b, void* c, const void* bias,
+           Stream& stream, int algo) override {
+    const std::string why = unsupported(d);
+    if (!why.empty()) throw InputError("gemm " + d.describe() + ": " + why);
+    if (has_bias(d.epilogue) && !bias)
+      throw InputError("gemm " + d.describe() + ": the bias epilogue needs a bias");
+    Plan& plan = plan_for(d, alignment({a, b, c, bias}), std::max(algo + 1, 1));
+    if (algo >= static_cast<int>(plan.algos.size()))
+      throw InputError("gemm " + d.describe() + ": algorithm " + std::to_string(algo) +
+                       " of " + std::to_string(plan.algos.size()));
+    if (has_bias(d.epilogue)) {
+      check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                              sizeof bias),
+               "cublasLtMatmulDescSetAttribute(bias)");
+    }
+    const auto& chosen = plan.algos[static_cast<size_t>(std::max(algo, 0))];
+    check_lt(cublasLtMatmul(handle_, plan.op, &d.alpha, b, plan.a, a, plan.b, &d.beta, c, plan.c,
+                            c, plan.c, &chosen.algo, workspace(), kWorkspaceBytes,
+                            static_cast<cudaStream_t>(stream.native())),
+             "cublasLtMatmul");
+  }
+
+ private:
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+  void* workspace() {
+    if (!workspace_) workspace_ = allocate(kWorkspaceBytes, "cuBLASLt workspace");
+    return workspace_;
+  }
+
+  Plan& plan_for(const GemmDesc& d, uint32_t align, int want) {
+    const Key key{d.trans_a, d.trans_b, d.m, d.n, d.k, d.a_stride(), d.b_stride(), d.c_stride(),
+                  static_cast<int>(d.type), d.out_f32, static_cast<int>(d.epilogue), align};
+    auto it = plans_.find(key);
+    if (it == plans_.end()) it = plans_.emplace(key, build(d)).first;
+    Plan& plan = *it->second;
+    if (plan.asked < want) {
+      rank_algorithms(plan, align, want);
+      plan.asked = want;
+    }
+    return plan;
+  }
+
+  std::unique_ptr<Plan> build(const GemmDesc& d) {
+    auto plan = std::make_unique<Plan>();
+    const cublasComputeType_t compute =
+        d.type == Dtype::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    check_lt(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    // cuBLASLt's A is our B, its B our A (see the top of the file).
+    const cublasOperation_t op_a = d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    check_lt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+                                            sizeof op_a),
+             "set TRANSA");
+    check_lt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+                                            sizeof op_b),
+             "set TRANSB");
+    const cublasLtEpilogue_t epi = lt_epilogue(d.epilogue);
+    check_lt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                            sizeof epi),
+             "set EPILOGUE");
+    const cudaDataType_t in = cuda_type(d.type);
+    const cudaDataType_t out = cuda_type(d.out_type());
+    const uint64_t m = static_cast<uint64_t>(d.m), n = static_cast<uint64_t>(d.n),
+                   k = static_cast<uint64_t>(d.k);
+    check_lt(cublasLtMatrixLayoutCreate(&plan->a, in, d.trans_b ? k : n, d.trans_b ? n : k,
+                                        d.b_stride()),
+             "cublasLtMatrixLayoutCreate(A)");
+    check_lt(cublasLtMatrixLayoutCreate(&plan->b, in, d.trans_a ? m : k, d.trans_a ? k : m,
+                                        d.a_stride()),
+             "cublasLtMatrixLayoutCreate(B)");
+    check_lt(cublasLtMatrixLayoutCreate(&plan->c, out, n, m, d.c_stride()),
+             "cublasLtMatrixLayoutCreate(C)");
+    return plan;
+  }
+
+  void rank_algorithms(Plan& plan, uint32_t align, int want) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    check_lt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    const uint64_t ws = kWorkspaceBytes;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof ws);
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+    std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(want));
+    int returned = 0;
+    const cublasStatus_t s =
+        cublasLtMatmulAlgoGetHeuristic(handle_, plan.op, plan.a, plan.b, plan.c, plan.c, pref, want,
+                                       results.data(), &returned);
+    cublasLtMatmulPreferenceDestroy(pref);
+    check_lt(s, "cublasLtMatmulAlgoGetHeuristic");
+    if (returned == 0) throw SystemError("cuBLASLt: no algorithm for this GEMM");
+    results.resize(static_cast<size_t>(returned));
+    plan.algos = std::move(results);
+  }
+
+  cublasLtHandle_t handle_ = nullptr;
+  int cc_ = 0;
+  void* workspace_ = nullptr;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace
+
+int cublaslt_version() { return static_cast<int>(cublasLtGetVersion()); }
+
+std::unique_ptr<GemmEngine> make_cublaslt_engine() { return std::make_unique<CublasLtEngine>(); }
+
+}  // namespace anvil::device::cuda

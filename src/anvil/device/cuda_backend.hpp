@@ -1,0 +1,53 @@
+// Internal to the device layer: the CUDA side of runtime.hpp, gemm_engine.hpp
+// and collectives.hpp. cuda_runtime.cpp implements it with cudart (and
+// cuda_stream_kernels.cu the kernels) where the build has CUDA;
+// cuda_absent.cpp implements it where it does not, every call failing with
+// the reason. Nothing outside src/anvil/device includes this header.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "anvil/base/dtype.hpp"
+#include "anvil/device/runtime.hpp"
+#include "anvil/device/stream_kernels.hpp"
+
+namespace anvil::device {
+class GemmEngine;
+}
+
+namespace anvil::device::cuda {
+
+bool built();
+std::string unavailable_reason();
+int device_count();
+GpuProperties properties(int ordinal);
+
+void* allocate(size_t bytes, const std::string& name);
+void release(void* p);
+void copy(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream);
+void zero(void* dst, size_t bytes, void* stream);
+
+void* stream_create();
+void stream_destroy(void* s);
+void stream_synchronize(void* s);
+void* event_create();
+void event_destroy(void* e);
+void event_record(void* e, void* s);
+void event_synchronize(void* e);
+double event_elapsed_ms(void* start, void* stop);
+
+// `passes` passes of a memory-bandwidth kernel over n doubles; `sink` (one
+// double on the device) receives the read kernel's sum.
+void stream_passes(stream::Kernel kernel, double* a, double* b, double* c, int64_t n, int passes,
+                   double* sink, void* stream);
+
+std::unique_ptr<GemmEngine> make_cublaslt_engine();
+
+// fp16 / fp8 e4m3 <-> float on the host (cuda_fp16.h, cuda_fp8.h).
+void encode_narrow(const float* in, size_t n, Dtype type, unsigned char* out);
+void decode_narrow(const unsigned char* in, size_t n, Dtype type, float* out);
+
+}  // namespace anvil::device::cuda

@@ -1,0 +1,206 @@
+// DeviceCollectives on NCCL, loaded with dlopen when first used: the binary
+// carries no NCCL dependency, and the GPU machine's own libnccl.so.2 is the
+// one that runs (found through LD_LIBRARY_PATH, or PyTorch's nvidia-nccl wheel
+// that scripts/gpu-check.sh adds to it).
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <nccl.h>
+
+#include <mutex>
+
+#include "anvil/base/error.hpp"
+#include "anvil/device/collectives.hpp"
+#include "anvil/device/cuda_check.hpp"
+
+namespace anvil::device {
+namespace {
+
+struct Nccl {
+  std::string error;  // why it could not be loaded; empty when loaded
+  decltype(&ncclGetVersion) get_version = nullptr;
+  decltype(&ncclGetUniqueId) get_unique_id = nullptr;
+  decltype(&ncclCommInitRank) init_rank = nullptr;
+  decltype(&ncclCommDestroy) destroy = nullptr;
+  decltype(&ncclGetErrorString) error_string = nullptr;
+  decltype(&ncclAllReduce) all_reduce = nullptr;
+  decltype(&ncclReduceScatter) reduce_scatter = nullptr;
+  decltype(&ncclAllGather) all_gather = nullptr;
+  decltype(&ncclBroadcast) broadcast = nullptr;
+  decltype(&ncclSend) send = nullptr;
+  decltype(&ncclRecv) recv = nullptr;
+  decltype(&ncclGroupStart) group_start = nullptr;
+  decltype(&ncclGroupEnd) group_end = nullptr;
+};
+
+template <class F>
+void bind(void* lib, const char* name, F& f, std::string& error) {
+  f = reinterpret_cast<F>(dlsym(lib, name));
+  if (!f && error.empty()) error = std::string("libnccl.so.2 has no ") + name;
+}
+
+const Nccl& nccl() {
+  static Nccl n;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      const char* e = dlerror();
+      n.error = std::string("cannot load libnccl.so.2: ") + (e ? e : "not found");
+      return;
+    }
+    bind(lib, "ncclGetVersion", n.get_version, n.error);
+    bind(lib, "ncclGetUniqueId", n.get_unique_id, n.error);
+    bind(lib, "ncclCommInitRank", n.init_rank, n.error);
+    bind(lib, "ncclCommDestroy", n.destroy, n.error);
+    bind(lib, "ncclGetErrorString", n.error_string, n.error);
+    bind(lib, "ncclAllReduce", n.all_reduce, n.error);
+    bind(lib, "ncclReduceScatter", n.reduce_scatter, n.error);
+    bind(lib, "ncclAllGather", n.all_gather, n.error);
+    bind(lib, "ncclBroadcast", n.broadcast, n.error);
+    bind(lib, "ncclSend", n.send, n.error);
+    bind(lib, "ncclRecv", n.recv, n.error);
+    bind(lib, "ncclGroupStart", n.group_start, n.error);
+    bind(lib, "ncclGroupEnd", n.group_end, n.error);
+  });
+  return n;
+}
+
+const Nccl& loaded() {
+  const Nccl& n = nccl();
+  if (!n.error.empty()) throw SystemError("NCCL: " + n.error);
+  return n;
+}
+
+void check_nccl(ncclResult_t r, const char* what) {
+  if (r == ncclSuccess) return;
+  throw SystemError(std::string(what) + " failed: " + loaded().error_string(r));
+}
+
+ncclDataType_t nccl_type(Dtype t) {
+  switch (t) {
+    case Dtype::fp32:
+      return ncclFloat32;
+    case Dtype::bf16:
+      return ncclBfloat16;
+    case Dtype::fp16:
+      return ncclFloat16;
+    case Dtype::fp64:
+      return ncclFloat64;
+    case Dtype::int32:
+      return ncclInt32;
+    case Dtype::int64:
+      return ncclInt64;
+    default:
+      throw InputError("NCCL collectives: no " + anvil::to_string(t) + " type");
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::max:
+      return ncclMax;
+    case ReduceOp::min:
+      return ncclMin;
+    case ReduceOp::avg:
+      return ncclAvg;
+  }
+  return ncclSum;
+}
+
+size_t type_bytes(Dtype t) {
+  switch (t) {
+    case Dtype::bf16:
+    case Dtype::fp16:
+      return 2;
+    case Dtype::fp64:
+    case Dtype::int64:
+      return 8;
+    default:
+      return 4;
+  }
+}
+
+cudaStream_t native(Stream& s) { return static_cast<cudaStream_t>(s.native()); }
+
+}  // namespace
+
+std::string nccl_version(std::string* why) {
+  const Nccl& n = nccl();
+  if (!n.error.empty()) {
+    if (why) *why = n.error;
+    return "";
+  }
+  int code = 0;
+  if (n.get_version(&code) != ncclSuccess) return "";
+  // NCCL_VERSION(X,Y,Z) = X*10000 + Y*100 + Z from 2.9 on.
+  return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." +
+         std::to_string(code % 100);
+}
+
+DeviceCollectives::DeviceCollectives(int rank, int world, int ordinal,
+                                     const BroadcastId& broadcast_id)
+    : rank_(rank), world_(world) {
+  require(DeviceKind::cuda, "--device");
+  const Nccl& n = loaded();
+  cuda::check(cudaSetDevice(ordinal), "cudaSetDevice");
+  ncclUniqueId id{};
+  if (rank == 0) check_nccl(n.get_unique_id(&id), "ncclGetUniqueId");
+  if (world > 1) broadcast_id(&id, sizeof id);
+  ncclComm_t comm = nullptr;
+  check_nccl(n.init_rank(&comm, world, id, rank), "ncclCommInitRank");
+  comm_ = comm;
+}
+
+DeviceCollectives::~DeviceCollectives() {
+  if (comm_) nccl().destroy(static_cast<ncclComm_t>(comm_));
+}
+
+void DeviceCollectives::all_reduce(const void* send, void* recv, size_t count, Dtype type,
+                                   ReduceOp op, Stream& stream) {
+  check_nccl(loaded().all_reduce(send, recv, count, nccl_type(type), nccl_op(op),
+                                 static_cast<ncclComm_t>(comm_), native(stream)),
+             "ncclAllReduce");
+}
+
+void DeviceCollectives::reduce_scatter(const void* send, void* recv, size_t recv_count,
+                                       Dtype type, ReduceOp op, Stream& stream) {
+  check_nccl(loaded().reduce_scatter(send, recv, recv_count, nccl_type(type), nccl_op(op),
+                                     static_cast<ncclComm_t>(comm_), native(stream)),
+             "ncclReduceScatter");
+}
+
+void DeviceCollectives::all_gather(const void* send, void* recv, size_t send_count, Dtype type,
+                                   Stream& stream) {
+  check_nccl(loaded().all_gather(send, recv, send_count, nccl_type(type),
+                                 static_cast<ncclComm_t>(comm_), native(stream)),
+             "ncclAllGather");
+}
+
+void DeviceCollectives::broadcast(const void* send, void* recv, size_t count, Dtype type, int root,
+                                  Stream& stream) {
+  check_nccl(loaded().broadcast(send, recv, count, nccl_type(type), root,
+                                static_cast<ncclComm_t>(comm_), native(stream)),
+             "ncclBroadcast");
+}
+
+void DeviceCollectives::all_to_all(const void* send, void* recv, size_t count, Dtype type,
+                                   Stream& stream) {
+  const Nccl& n = loaded();
+  const size_t block = count * type_bytes(type);
+  check_nccl(n.group_start(), "ncclGroupStart");
+  for (int p = 0; p < world_; ++p) {
+    const auto* s = static_cast<const char*>(send) + block * static_cast<size_t>(p);
+    auto* r = static_cast<char*>(recv) + block * static_cast<size_t>(p);
+    check_nccl(n.send(s, count, nccl_type(type), p, static_cast<ncclComm_t>(comm_),
+                      native(stream)),
+               "ncclSend");
+    check_nccl(n.recv(r, count, nccl_type(type), p, static_cast<ncclComm_t>(comm_),
+                      native(stream)),
+               "ncclRecv");
+  }
+  check_nccl(n.group_end(), "ncclGroupEnd");
+}
+
+}  // namespace anvil::device

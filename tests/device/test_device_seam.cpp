@@ -1,0 +1,180 @@
+// The device seam on the CPU: arenas, buffers, streams, events and copies of
+// the CPU kind; the CPU GEMM engine with its epilogues against device::gemm
+// and the CPU layer's GELU; the shared kernel bodies (stream_kernels.hpp,
+// epilogue.hpp) that the CUDA kernels also run, checked here on the CPU; and
+// the way a CUDA request fails where no GPU can be used.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "anvil/base/error.hpp"
+#include "anvil/device/epilogue.hpp"
+#include "anvil/device/gemm_engine.hpp"
+#include "anvil/device/runtime.hpp"
+#include "anvil/device/stream_kernels.hpp"
+#include "anvil/kernels/layers.hpp"
+
+namespace anvil::device {
+namespace {
+
+std::vector<float> random_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+TEST(DeviceSeam, ArenaPlanAlignsEveryRequestTo256Bytes) {
+  ArenaPlan plan;
+  EXPECT_EQ(plan.add(1), 0u);
+  EXPECT_EQ(plan.add(300), 256u);
+  EXPECT_EQ(plan.add(256), 768u);
+  EXPECT_EQ(plan.total(), 1024u);
+  EXPECT_EQ(plan.requests(), 3u);
+  DeviceArena arena(DeviceKind::cpu, "test arena", plan);
+  EXPECT_EQ(arena.capacity(), 1024u);
+  for (size_t bytes : {1u, 300u, 256u}) {
+    const auto p = reinterpret_cast<uintptr_t>(arena.take(bytes));
+    EXPECT_EQ(p % 256, 0u);
+  }
+  EXPECT_EQ(arena.used(), 1024u);
+  EXPECT_THROW(arena.take(1), SystemError);  // beyond the plan: one allocation, never more
+}
+
+TEST(DeviceSeam, CpuBuffersStreamsEventsAndCopies) {
+  Stream stream(DeviceKind::cpu);
+  DeviceBuffer buf(DeviceKind::cpu, 1000, "buf");
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(buf.data()) % 256, 0u);
+  const std::vector<float> host = random_values(250, 1);
+  upload(host, buf.data(), stream);
+  EXPECT_EQ(download<float>(buf.data(), 250, stream), host);
+  zero(buf.data(), 1000, stream);
+  EXPECT_EQ(download<float>(buf.data(), 250, stream), std::vector<float>(250, 0.0f));
+  Event start(DeviceKind::cpu), stop(DeviceKind::cpu);
+  start.record(stream);
+  stop.record(stream);
+  EXPECT_GE(Event::elapsed_ms(start, stop), 0.0);
+  DeviceBuffer moved = std::move(buf);
+  EXPECT_EQ(buf.data(), nullptr);
+  EXPECT_NE(moved.data(), nullptr);
+}
+
+TEST(DeviceSeam, ParsesDevicesAndSaysWhyCudaIsUnavailable) {
+  EXPECT_EQ(parse_device("cpu", "--device"), DeviceKind::cpu);
+  EXPECT_EQ(parse_device("cuda", "--device"), DeviceKind::cuda);
+  try {
+    parse_device("tpu", "--device");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "--device: expected cpu or cuda, got 'tpu'");
+  }
+  const std::string why = cuda_unavailable_reason();
+  if (why.empty()) GTEST_SKIP() << "a CUDA device is present: the unavailable path is not taken";
+  EXPECT_EQ(gpu_count(), 0);
+  try {
+    require(DeviceKind::cuda, "--device");
+    FAIL();
+  } catch (const SystemError& e) {
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(make_gemm_engine(DeviceKind::cuda), SystemError);
+}
+
+// The STREAM bodies on the CPU: exactly the arithmetic STREAM defines.
+TEST(DeviceSeam, StreamKernelBodies) {
+  const std::vector<double> a = {1.5, -2.0, 0.25, 8.0}, b = {3.0, 0.5, -1.0, 2.0};
+  double sum = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(stream::copy(a[i]), a[i]);
+    EXPECT_EQ(stream::scale(a[i], stream::kScalar), 3.0 * a[i]);
+    EXPECT_EQ(stream::add(a[i], b[i]), a[i] + b[i]);
+    EXPECT_EQ(stream::triad(b[i], a[i], stream::kScalar), b[i] + 3.0 * a[i]);
+    EXPECT_EQ(stream::write(stream::kScalar), 3.0);
+    sum = stream::read(sum, a[i]);
+  }
+  EXPECT_EQ(sum, 7.75);
+  for (auto k : {stream::Kernel::copy, stream::Kernel::scale, stream::Kernel::add,
+                 stream::Kernel::triad, stream::Kernel::read, stream::Kernel::write}) {
+    EXPECT_EQ(stream::parse_kernel(stream::to_string(k), "--kernels"), k);
+    EXPECT_EQ(stream::bytes_per_element(k), 8 * (stream::arrays_of(k)));
+  }
+  EXPECT_THROW(stream::parse_kernel("fma", "--kernels"), InputError);
+  Stream cpu(DeviceKind::cpu);
+  double x[2] = {0, 0};
+  EXPECT_THROW(stream::run_device_passes(cpu, stream::Kernel::copy, x, x, x, 2, 1, x), InputError);
+}
+
+// The GELU body the CUDA epilogue is compared with equals the CPU layer's GELU.
+TEST(DeviceSeam, GeluBodyMatchesTheCpuLayer) {
+  const std::vector<float> x = random_values(4096, 2);
+  std::vector<float> layer(x.size());
+  kernels::gelu_forward(layer.data(), x.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_NEAR(gelu_tanh(x[i]), layer[i], 2e-6f * (1.0f + std::fabs(layer[i]))) << x[i];
+  }
+  EXPECT_EQ(apply_epilogue(Epilogue::none, 1.5f, 2.0f), 1.5f);
+  EXPECT_EQ(apply_epilogue(Epilogue::bias, 1.5f, 2.0f), 3.5f);
+  EXPECT_EQ(apply_epilogue(Epilogue::gelu, 1.5f, 2.0f), gelu_tanh(1.5f));
+  EXPECT_EQ(apply_epilogue(Epilogue::bias_gelu, 1.5f, 2.0f), gelu_tanh(3.5f));
+}
+
+// The CPU engine: device::gemm, then the epilogue, for fp32 and bf16 inputs.
+TEST(DeviceSeam, CpuGemmEngineWithEpilogues) {
+  auto engine = make_gemm_engine(DeviceKind::cpu);
+  Stream stream(DeviceKind::cpu);
+  const int64_t m = 37, n = 29, k = 45;
+  for (Dtype type : {Dtype::fp32, Dtype::bf16}) {
+    for (Epilogue e : {Epilogue::none, Epilogue::bias, Epilogue::gelu, Epilogue::bias_gelu}) {
+      GemmDesc d;
+      d.trans_b = true;
+      d.m = m, d.n = n, d.k = k;
+      d.type = type;
+      d.epilogue = e;
+      ASSERT_EQ(engine->unsupported(d), "");
+      const auto a_bytes = encode(random_values(m * k, 3), type);
+      const auto b_bytes = encode(random_values(n * k, 4), type);
+      const std::vector<float> bias = random_values(n, 5);
+      std::vector<float> c(m * n, 0.0f), plain(m * n, 0.0f);
+      engine->run(d, a_bytes.data(), b_bytes.data(), c.data(), bias.data(), stream);
+      // The reference: the same (encoded) inputs through the reference loop.
+      const auto a = decode(a_bytes, type), b = decode(b_bytes, type);
+      gemm(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, plain.data(), n,
+           GemmBackend::reference);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          const float want = apply_epilogue(e, plain[i * n + j], bias[j]);
+          EXPECT_NEAR(c[i * n + j], want, 1e-4f * (1.0f + std::fabs(want)))
+              << to_string(e) << " " << anvil::to_string(type);
+        }
+      }
+    }
+  }
+  GemmDesc half;
+  half.type = Dtype::fp16;
+  EXPECT_NE(engine->unsupported(half), "");
+  EXPECT_THROW(engine->run(half, nullptr, nullptr, nullptr, nullptr, stream), InputError);
+}
+
+TEST(DeviceSeam, EncodesGemmTypes) {
+  const std::vector<float> v = {1.0f, -0.5f, 3.140625f, 1e-3f};
+  EXPECT_EQ(decode(encode(v, Dtype::fp32), Dtype::fp32), v);
+  const auto b = decode(encode(v, Dtype::bf16), Dtype::bf16);
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(b[i], v[i], std::fabs(v[i]) / 128);
+  EXPECT_EQ(dtype_bytes(Dtype::fp8), 1u);
+  EXPECT_EQ(dtype_bytes(Dtype::fp16), 2u);
+  EXPECT_EQ(dtype_bytes(Dtype::tf32), 4u);
+  if (!cuda_built()) GTEST_SKIP() << "fp16/fp8 encodings come from the CUDA headers; no CUDA here";
+  const auto h = decode(encode(v, Dtype::fp16), Dtype::fp16);
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(h[i], v[i], std::fabs(v[i]) / 1024);
+  const auto f8 = decode(encode(v, Dtype::fp8), Dtype::fp8);
+  EXPECT_EQ(f8[0], 1.0f);
+  EXPECT_EQ(f8[1], -0.5f);
+  EXPECT_EQ(f8[2], 3.25f);  // e4m3: 3 mantissa bits, round to nearest
+}
+
+}  // namespace
+}  // namespace anvil::device
