@@ -14,6 +14,8 @@
 #include "anvil/comm/communicator.hpp"
 #include "anvil/comm/registry.hpp"
 #include "anvil/device/blas.hpp"
+#include "anvil/device/runtime.hpp"
+#include "anvil/bench/gpu_bench.hpp"
 #include "anvil/plan/hw_profile.hpp"
 #include "cli.hpp"
 
@@ -39,11 +41,15 @@ std::string blas_line() {
 class BenchCommands : public CommandFamily {
  public:
   void add_to(CLI::App& app, Context&) override {
-    hw_ = app.add_subcommand("hw", "Describe this machine: CPU, ISA, caches, memory, BLAS, MPI");
+    hw_ = app.add_subcommand(
+        "hw", "Describe this machine: CPU, ISA, caches, memory, BLAS, MPI, and its CUDA GPUs");
     hw_->add_flag("--json", hw_json_, "Print JSON instead of the table");
     hw_->add_option("--profile", hw_profile_,
                     "Measure GEMM and memory bandwidth and write this machine's hardware profile "
                     "(JSON, see docs/hw-profile.md) to this file");
+    add_device_option(hw_, hw_device_,
+                      "Device --profile measures: cpu (this CPU) or cuda (GPU 0: cuBLASLt GEMM "
+                      "grid, HBM bandwidth)");
     hw_->add_option("--min-time", hw_min_time_, "Seconds timed per measurement with --profile")
         ->check(in_range(0.001, 60))
         ->capture_default_str();
@@ -61,6 +67,7 @@ class BenchCommands : public CommandFamily {
     if (*membw_) {
       membw_options_.sizes = parse_sizes(membw_sizes_, "--sizes");
       membw_options_.progress = stderr_is_terminal();
+      membw_options_.device = device::parse_device(membw_device_, "--device");
       membw_out_.emit(bench::run_membw_bench(membw_options_), "");
       return 0;
     }
@@ -87,16 +94,20 @@ class BenchCommands : public CommandFamily {
   int hw();
   int gemm();
   int comm(Context& ctx);
+  int comm_gpu(Context& ctx);
+  void emit_comm(const bench::CommBenchResult& result, std::optional<plan::HwProfile>& profile);
 
   CLI::App *hw_ = nullptr, *gemm_ = nullptr, *membw_ = nullptr, *attention_ = nullptr,
            *comm_ = nullptr;
   bool hw_json_ = false;
   std::string hw_profile_;
   double hw_min_time_ = 0.1;
+  std::string hw_device_ = "cpu";
   bench::GemmBenchOptions gemm_options_;
   std::vector<std::string> gemm_sizes_;
   std::string gemm_profile_, internal_spec_;
   OutputFlags gemm_out_;
+  std::string gemm_device_ = "cpu", membw_device_ = "cpu", comm_device_ = "cpu";
   bench::MembwOptions membw_options_;
   std::vector<std::string> membw_sizes_;
   OutputFlags membw_out_;
@@ -139,8 +150,10 @@ void BenchCommands::add_gemm(CLI::App* bench) {
       ->check(at_least(0))
       ->capture_default_str();
   gemm_->add_flag("--backward", g.backward, "Also measure each GEMM's dgrad and wgrad");
-  add_dtype_list(gemm_, "--dtype", g.dtypes, {Dtype::fp32, Dtype::bf16},
-                 "Input dtypes, fp32 accumulation", profile_word);
+  add_dtype_list(gemm_, "--dtype", g.dtypes,
+                 {Dtype::fp32, Dtype::bf16, Dtype::tf32, Dtype::fp16, Dtype::fp8},
+                 "Input dtypes, fp32 accumulation; tf32, fp16 and fp8 with --device cuda",
+                 profile_word);
   gemm_->add_option("--threads", g.threads, "Thread counts to sweep, e.g. 1,2 (default: all cores)")
       ->delimiter(',')
       ->check(at_least(1));
@@ -162,6 +175,13 @@ void BenchCommands::add_gemm(CLI::App* bench) {
                     "Record the measured shapes in this hardware profile (from anvil hw "
                     "--profile); anvil plan prices those GEMMs at the measured rate (grid: the "
                     "surface it interpolates every other shape from)");
+  add_device_option(gemm_, gemm_device_,
+                    "Where to multiply: cpu, or cuda (cuBLASLt on GPU 0; dtypes fp32, tf32, bf16, "
+                    "fp16, fp8; baseline: the best of cuBLASLt's top --algos algorithms)");
+  gemm_->add_option("--algos", g.algos,
+                    "--device cuda: heuristic algorithms timed per shape for the best-algo column")
+      ->check(in_range(1, 64))
+      ->capture_default_str();
   gemm_out_.add_to(gemm_);
   gemm_->add_option("--internal-raw-blas", internal_spec_, "(internal: baseline child)")->group("");
 }
@@ -185,6 +205,8 @@ void BenchCommands::add_membw(CLI::App* bench) {
   membw_->add_option("--min-time", m.min_seconds, "Seconds timed per (kernel, size, threads)")
       ->check(in_range(0.001, 60))
       ->capture_default_str();
+  add_device_option(membw_, membw_device_,
+                    "Where: cpu, or cuda (GPU 0's memory; default sizes 4 MiB (L2) .. 4 GiB (HBM))");
   membw_out_.add_to(membw_);
 }
 
@@ -287,6 +309,9 @@ void BenchCommands::add_comm(CLI::App* bench) {
   comm_->add_option(
       "--profile", comm_profile_,
       "Write the alpha-beta fits into this hardware profile (from anvil hw --profile)");
+  add_device_option(comm_, comm_device_,
+                    "Where: cpu (anvil's collectives and MPI), or cuda (NCCL, one GPU per rank; "
+                    "ops allreduce, reduce_scatter, allgather, broadcast, alltoall)");
   comm_out_.add_to(comm_);
 }
 
@@ -315,7 +340,10 @@ int BenchCommands::hw() {
     bench::ProfileOptions po;
     po.min_seconds = hw_min_time_;
     po.progress = stderr_is_terminal();
-    plan::save_hw_profile(bench::measure_local_profile(po), hw_profile_);
+    const bool gpu = device::parse_device(hw_device_, "--device") == device::DeviceKind::cuda;
+    if (gpu) device::require(device::DeviceKind::cuda, "--device");
+    plan::save_hw_profile(gpu ? bench::measure_gpu_profile(po) : bench::measure_local_profile(po),
+                          hw_profile_);
     std::cerr << "wrote " << hw_profile_ << "\n";
   }
   const auto report = bench::hw_report();
@@ -327,6 +355,7 @@ int BenchCommands::gemm() {
   if (!internal_spec_.empty()) return bench::run_raw_blas_child(internal_spec_);
   gemm_options_.sizes = parse_sizes(gemm_sizes_, "--sizes");
   gemm_options_.progress = stderr_is_terminal();
+  gemm_options_.device = device::parse_device(gemm_device_, "--device");
   // The profile is checked before measuring, not after.
   std::optional<plan::HwProfile> profile;
   if (!gemm_profile_.empty()) profile = plan::load_hw_profile(gemm_profile_);
@@ -346,6 +375,8 @@ int BenchCommands::comm(Context& ctx) {
   c.max_bytes = parse_size(comm_max_, "-e/--maxbytes");
   c.check = !no_check_;
   for (const auto& a : comm_add_sizes_) c.add_sizes.push_back(parse_size(a, "--add-sizes"));
+  c.device = device::parse_device(comm_device_, "--device");
+  if (c.device == device::DeviceKind::cuda) return comm_gpu(ctx);
   comm::MpiRuntime mpi(&ctx.argc, &ctx.argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &ctx.rank);
   try {
@@ -354,19 +385,50 @@ int BenchCommands::comm(Context& ctx) {
     if (!comm_profile_.empty()) profile = plan::load_hw_profile(comm_profile_);
     comm::Communicator world(MPI_COMM_WORLD, ranks_per_node_);
     const auto result = bench::run_comm_bench(world, c);
-    if (ctx.rank != 0) return 0;
-    if (profile) {
-      bench::add_to_profile(result, *profile);
-      plan::save_hw_profile(*profile, comm_profile_);
-    }
-    if (!tuning_out_.empty()) bench::tuning_from(result).save(tuning_out_);
-    const auto j = result.to_json();
-    if (!comm_out_.out.empty()) write_file_atomic(comm_out_.out, j.dump(2) + "\n");
-    std::cout << (comm_out_.json ? j.dump(2) + "\n" : comm_out_.csv ? result.csv() : result.text());
+    if (ctx.rank == 0) emit_comm(result, profile);
   } catch (const comm::CommTimeout& e) {
     abort_on_timeout(e);
   }
   return 0;
+}
+
+// NCCL, one GPU per rank. One rank needs no MPI at all (a GPU machine without
+// Open MPI); under mpirun the MPI runtime hands NCCL's id around.
+int BenchCommands::comm_gpu(Context& ctx) {
+  device::require(device::DeviceKind::cuda, "--device");
+  std::optional<plan::HwProfile> profile;
+  if (!comm_profile_.empty()) profile = plan::load_hw_profile(comm_profile_);
+  bench::GpuCommRuntime rt;
+  std::optional<comm::MpiRuntime> mpi;
+  if (under_mpirun()) {
+    mpi.emplace(&ctx.argc, &ctx.argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rt.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &rt.world);
+    ctx.rank = rt.rank;
+    rt.broadcast_id = [](void* bytes, size_t n) {
+      MPI_Bcast(bytes, static_cast<int>(n), MPI_BYTE, 0, MPI_COMM_WORLD);
+    };
+    rt.max_over_ranks = [](double t) {
+      double slowest = t;
+      MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      return slowest;
+    };
+  }
+  const auto result = bench::run_comm_bench_gpu(comm_options_, rt);
+  if (ctx.rank == 0) emit_comm(result, profile);
+  return 0;
+}
+
+void BenchCommands::emit_comm(const bench::CommBenchResult& result,
+                              std::optional<plan::HwProfile>& profile) {
+  if (profile) {
+    bench::add_to_profile(result, *profile);
+    plan::save_hw_profile(*profile, comm_profile_);
+  }
+  if (!tuning_out_.empty()) bench::tuning_from(result).save(tuning_out_);
+  const auto j = result.to_json();
+  if (!comm_out_.out.empty()) write_file_atomic(comm_out_.out, j.dump(2) + "\n");
+  std::cout << (comm_out_.json ? j.dump(2) + "\n" : comm_out_.csv ? result.csv() : result.text());
 }
 
 }  // namespace

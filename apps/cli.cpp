@@ -194,8 +194,15 @@ CLI::Option* add_dtype_list(CLI::App* cmd, const std::string& names,
       ->capture_default_str();
 }
 
+CLI::Option* add_device_option(CLI::App* cmd, std::string& target, const std::string& help) {
+  return cmd->add_option("--device", target, help)
+      ->check(one_of({"cpu", "cuda"}))
+      ->capture_default_str();
+}
+
 std::string profile_word(Dtype d) {
   return d == Dtype::fp32    ? "f32"
+         : d == Dtype::fp16  ? "f16"
          : d == Dtype::fp64  ? "f64"
          : d == Dtype::int32 ? "i32"
          : d == Dtype::int64 ? "i64"

@@ -102,6 +102,9 @@ CLI::Option* add_dtype_list(CLI::App* cmd, const std::string& names,
                             const std::string& help, std::function<std::string(Dtype)> word = {});
 // "f32" for fp32, the canonical name otherwise: the word of the hardware
 // profiles and the benchmark tables.
+// --device cpu|cuda (the device seam, device/runtime.hpp) into `target`.
+CLI::Option* add_device_option(CLI::App* cmd, std::string& target, const std::string& help);
+
 std::string profile_word(Dtype d);
 
 // "4096", "64K", "1M", "2G", "1.5M" (binary multiples) -> a count of bytes

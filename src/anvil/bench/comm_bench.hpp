@@ -20,6 +20,7 @@
 
 #include "anvil/base/table.hpp"
 #include "anvil/comm/communicator.hpp"
+#include "anvil/device/runtime.hpp"
 #include "anvil/plan/hw_profile.hpp"
 
 namespace anvil::bench {
@@ -44,6 +45,7 @@ struct CommBenchOptions {
   int root = 0;
   double timeout_s = 60;
   int stall_rank = -1;  // testing aid: this rank never joins the last algorithm's first call
+  device::DeviceKind device = device::DeviceKind::cpu;  // cuda: NCCL (gpu_bench.hpp)
 };
 
 struct CommPoint {

@@ -18,6 +18,7 @@
 #include "anvil/base/files.hpp"
 #include "anvil/base/process.hpp"
 #include "anvil/base/threads.hpp"
+#include "anvil/bench/gpu_bench.hpp"
 #include "anvil/device/blas.hpp"
 #include "anvil/device/gemm.hpp"
 #include "anvil/model/config.hpp"
@@ -338,10 +339,11 @@ void time_in_process(GemmRow& row, const GemmBenchOptions& o,
   }
 }
 
-// Peak and efficiency per (dtype, threads).
-void summarize(GemmBenchResult& result, const GemmBenchOptions& o,
-               const std::vector<int>& threads) {
-  for (const auto& dtype : o.dtypes) {
+}  // namespace
+
+void summarize_gemm(GemmBenchResult& result, const std::vector<std::string>& dtypes,
+                    const std::vector<int>& threads) {
+  for (const auto& dtype : dtypes) {
     for (int t : threads) {
       GemmSummary s{dtype, t, 0, kNaN, {}};
       for (const auto& r : result.rows) {
@@ -361,9 +363,13 @@ void summarize(GemmBenchResult& result, const GemmBenchOptions& o,
   }
 }
 
-}  // namespace
-
 GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
+  if (o.device == device::DeviceKind::cuda) return run_gemm_bench_gpu(o);
+  for (const auto& d : o.dtypes) {
+    if (d != "f32" && d != "bf16")
+      throw InputError("--dtype: the CPU GEMM bench measures f32 and bf16, got '" + d +
+                       "' (tf32, fp16 and fp8 are for --device cuda)");
+  }
   const std::set<std::string> baselines = checked_baselines(o);
   std::vector<int> threads = o.threads;
   if (threads.empty()) threads = {cpu_info().logical_cpus};
@@ -394,7 +400,7 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
         const GemmCase& g = cases[ci];
         progress_line(o.progress, done++, total,
                       dtype + " " + std::to_string(t) + "T " + dims_text(g));
-        GemmRow row{g, dtype, t, 0, 0, 0, {}};
+        GemmRow row{g, dtype, t, 0, 0, 0, {}, kNaN};
         time_in_process(row, o, baselines, other, any_bf16);
         // (our buffers are freed before a child allocates its own)
         for (auto& [name, child] : children) {
@@ -411,7 +417,7 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
   }
   progress_line(o.progress, total, total, "");
   set_num_threads(cpu_info().logical_cpus);
-  summarize(result, o, threads);
+  summarize_gemm(result, o.dtypes, threads);
   return result;
 }
 
@@ -458,6 +464,8 @@ json GemmBenchResult::to_json() const {
     row["gflops"] = r.gflops;
     row["gflops_best"] = r.gflops_best;
     row["pct_of_peak"] = r.pct_of_peak;
+    row["pct_of_datasheet"] =
+        std::isnan(r.pct_of_datasheet) ? json(nullptr) : json(r.pct_of_datasheet);
     row["baselines_gflops"] = r.baseline_gflops;
     j["rows"].push_back(row);
   }
@@ -496,6 +504,9 @@ Table GemmBenchResult::to_table() const {
                    [&](const std::string& x, const std::string& y) { return rank(x) < rank(y); });
   std::vector<std::string> cols = {"shape", "MxNxK",   "op",   "dtype",
                                    "thr",   "GFLOP/s", "best", "%peak"};
+  const bool sheet = std::any_of(rows.begin(), rows.end(),
+                                 [](const GemmRow& r) { return !std::isnan(r.pct_of_datasheet); });
+  if (sheet) cols.push_back("%sheet");
   for (const auto& b : names) {
     cols.push_back(b + " GF/s");
     cols.push_back("x " + b);
@@ -505,6 +516,7 @@ Table GemmBenchResult::to_table() const {
     std::vector<std::string> cells = {
         r.shape.label, dims_text(r.shape), op_text(r.shape),  r.dtype, std::to_string(r.threads),
         fmt(r.gflops), fmt(r.gflops_best), fmt(r.pct_of_peak)};
+    if (sheet) cells.push_back(std::isnan(r.pct_of_datasheet) ? "-" : fmt(r.pct_of_datasheet));
     for (const auto& b : names) {
       const auto it = r.baseline_gflops.find(b);
       cells.push_back(it == r.baseline_gflops.end() ? "-" : fmt(it->second));

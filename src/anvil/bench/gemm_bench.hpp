@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -22,6 +23,7 @@
 
 #include "anvil/base/table.hpp"
 #include "anvil/bench/measure.hpp"
+#include "anvil/device/runtime.hpp"
 #include "anvil/plan/hw_profile.hpp"
 
 namespace anvil::bench {
@@ -47,6 +49,8 @@ struct GemmBenchOptions {
   double naive_max_flops = 2.0 * 256 * 256 * 256;
   TimingPolicy timing;
   bool progress = false;  // a live line on stderr
+  device::DeviceKind device = device::DeviceKind::cpu;  // cuda: gpu_bench.hpp
+  int algos = 8;  // cuda: cuBLASLt's top heuristic algorithms timed for the best-algo column
 };
 
 struct GemmRow {
@@ -57,6 +61,7 @@ struct GemmRow {
   double gflops_best = 0;  // from the fastest call
   double pct_of_peak = 0;  // of the best median GFLOP/s in its (dtype, threads) group
   std::map<std::string, double> baseline_gflops;  // absent: not measured
+  double pct_of_datasheet = std::numeric_limits<double>::quiet_NaN();  // GPUs: of the published peak
 };
 
 struct GemmSummary {
@@ -90,6 +95,10 @@ struct GemmBenchResult {
 std::vector<GemmCase> gemm_cases(const GemmBenchOptions& options);
 
 GemmBenchResult run_gemm_bench(const GemmBenchOptions& options);
+
+// Fills each (dtype, threads) group's summary and the rows' pct_of_peak.
+void summarize_gemm(GemmBenchResult& result, const std::vector<std::string>& dtypes,
+                    const std::vector<int>& threads);
 
 // Records the measured shapes (at the most threads measured) in a hardware
 // profile's gemm_shapes (the grid preset: its gemm_grid), replacing earlier

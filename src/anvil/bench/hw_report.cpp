@@ -14,6 +14,7 @@
 #include "anvil/base/threads.hpp"
 #include "anvil/bench/attention_bench.hpp"
 #include "anvil/bench/gemm_bench.hpp"
+#include "anvil/bench/gpu_bench.hpp"
 #include "anvil/bench/measure.hpp"
 #include "anvil/bench/membw_bench.hpp"
 #include "anvil/device/blas.hpp"
@@ -105,6 +106,8 @@ json hw_report() {
        {{"path", kernels::attention_tiles() == kernels::AttentionTiles::kernel ? "kernel" : "blas"},
         {"description", kernels::attention_tiles_description(kernels::attention_tiles())}}},
       {"mpi", mpi_library_version()},
+      {"cuda_built", device::cuda_built()},
+      {"gpus", gpu_report()},
   };
 }
 
@@ -141,7 +144,7 @@ std::string hw_report_text(const json& r) {
   t.add_row({"bf16 GEMM", r["bf16_gemm"]["description"].get<std::string>()});
   t.add_row({"attention tiles", r["attention_tiles"]["description"].get<std::string>()});
   t.add_row({"MPI", r["mpi"].get<std::string>()});
-  return t.to_text();
+  return t.to_text() + gpu_report_text(r["gpus"]);
 }
 
 namespace {

@@ -10,9 +10,13 @@
 #include "anvil/base/cpu.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/base/threads.hpp"
+#include "anvil/bench/gpu_bench.hpp"
+#include "anvil/device/stream_kernels.hpp"
 
 namespace anvil::bench {
 namespace {
+
+namespace stream = device::stream;
 
 struct FreeDeleter {
   void operator()(double* p) const { std::free(p); }
@@ -28,22 +32,7 @@ Buffer aligned_doubles(int64_t n) {
   return Buffer(static_cast<double*>(p));
 }
 
-int64_t bytes_per_element(const std::string& kernel) {
-  if (kernel == "copy" || kernel == "scale") return 16;
-  if (kernel == "add" || kernel == "triad") return 24;
-  return 8;  // read, write
-}
-
-enum class Kernel { copy, scale, add, triad, read, write };
-
-Kernel kernel_id(const std::string& name) {
-  if (name == "copy") return Kernel::copy;
-  if (name == "scale") return Kernel::scale;
-  if (name == "add") return Kernel::add;
-  if (name == "triad") return Kernel::triad;
-  if (name == "read") return Kernel::read;
-  return Kernel::write;
-}
+using stream::Kernel;
 
 // The slice of [0, n) that libgomp's schedule(static) gives thread `tid` of
 // `nt`: the threads that first touched the pages keep using them.
@@ -57,7 +46,7 @@ std::pair<int64_t, int64_t> static_slice(int64_t n, int64_t nt, int64_t tid) {
 // no barrier between passes, so cache-resident sizes measure each core's own
 // cache and no OpenMP scheduling cost is paid per pass.
 double run_passes(Kernel kernel, double* a, double* b, double* c, int64_t n, int reps) {
-  const double s = 3.0;
+  const double s = stream::kScalar;
   double sink = 0.0;
 #pragma omp parallel reduction(+ : sink)
   {
@@ -65,16 +54,16 @@ double run_passes(Kernel kernel, double* a, double* b, double* c, int64_t n, int
     for (int r = 0; r < reps; ++r) {
       switch (kernel) {
         case Kernel::copy:
-          for (int64_t i = lo; i < hi; ++i) c[i] = a[i];
+          for (int64_t i = lo; i < hi; ++i) c[i] = stream::copy(a[i]);
           break;
         case Kernel::scale:
-          for (int64_t i = lo; i < hi; ++i) b[i] = s * c[i];
+          for (int64_t i = lo; i < hi; ++i) b[i] = stream::scale(c[i], s);
           break;
         case Kernel::add:
-          for (int64_t i = lo; i < hi; ++i) c[i] = a[i] + b[i];
+          for (int64_t i = lo; i < hi; ++i) c[i] = stream::add(a[i], b[i]);
           break;
         case Kernel::triad:
-          for (int64_t i = lo; i < hi; ++i) a[i] = b[i] + s * c[i];
+          for (int64_t i = lo; i < hi; ++i) a[i] = stream::triad(b[i], c[i], s);
           break;
         case Kernel::read: {
           // 32 independent partial sums (4 vectors): a single accumulator
@@ -82,14 +71,14 @@ double run_passes(Kernel kernel, double* a, double* b, double* c, int64_t n, int
           double acc[32] = {};
           int64_t i = lo;
           for (; i + 32 <= hi; i += 32) {
-            for (int j = 0; j < 32; ++j) acc[j] += a[i + j];
+            for (int j = 0; j < 32; ++j) acc[j] = stream::read(acc[j], a[i + j]);
           }
           for (; i < hi; ++i) acc[0] += a[i];
           for (double v : acc) sink += v;
           break;
         }
         case Kernel::write:
-          for (int64_t i = lo; i < hi; ++i) a[i] = s;
+          for (int64_t i = lo; i < hi; ++i) a[i] = stream::write(s);
           break;
       }
       __asm__ volatile("" ::: "memory");  // each pass really happens
@@ -101,14 +90,11 @@ double run_passes(Kernel kernel, double* a, double* b, double* c, int64_t n, int
 }  // namespace
 
 int arrays_of(const std::string& kernel) {
-  if (kernel == "copy" || kernel == "scale") return 2;
-  if (kernel == "add" || kernel == "triad") return 3;
-  if (kernel == "read" || kernel == "write") return 1;
-  throw InputError("--kernels: expected copy, scale, add, triad, read or write, got '" + kernel +
-                   "'");
+  return stream::arrays_of(stream::parse_kernel(kernel, "--kernels"));
 }
 
 MembwResult run_membw_bench(const MembwOptions& o) {
+  if (o.device == device::DeviceKind::cuda) return run_membw_bench_gpu(o);
   for (const auto& k : o.kernels) arrays_of(k);
   std::vector<int64_t> sizes = o.sizes;
   if (sizes.empty()) {
@@ -134,7 +120,8 @@ MembwResult run_membw_bench(const MembwOptions& o) {
     for (int64_t ws : sizes) {
       for (const auto& kernel : o.kernels) {
         // Fresh arrays, first touched by the threads (and slices) that use them.
-        const int64_t elems = std::max<int64_t>(ws / (arrays_of(kernel) * 8), 64);
+        const Kernel id = stream::parse_kernel(kernel, "--kernels");
+        const int64_t elems = std::max<int64_t>(ws / (stream::arrays_of(id) * 8), 64);
         Buffer a = aligned_doubles(elems), b = aligned_doubles(elems), c = aligned_doubles(elems);
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < elems; ++i) {
@@ -149,16 +136,16 @@ MembwResult run_membw_bench(const MembwOptions& o) {
         }
         ++done;
         // Enough passes per sample that a sample lasts ~2 ms (timer noise << 1%).
-        const double bytes_per_pass = static_cast<double>(bytes_per_element(kernel) * elems);
+        const double bytes_per_pass = static_cast<double>(stream::bytes_per_element(id) * elems);
         const int reps = static_cast<int>(std::clamp(2e-3 * 20e9 / bytes_per_pass, 1.0, 1e6));
         TimingPolicy policy;
         policy.min_seconds = o.min_seconds;
         policy.min_samples = 5;
-        const Kernel id = kernel_id(kernel);
         const Samples s =
             time_calls([&] { run_passes(id, a.get(), b.get(), c.get(), elems, reps); }, policy);
         const double bytes = bytes_per_pass * reps;
-        result.rows.push_back({kernel, ws, t, bytes / s.best() / 1e9, bytes / s.median() / 1e9, 0});
+        result.rows.push_back(
+            {kernel, ws, t, bytes / s.best() / 1e9, bytes / s.median() / 1e9, 0, std::nan("")});
       }
     }
   }

@@ -5,12 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "anvil/base/table.hpp"
 #include "anvil/bench/measure.hpp"
+#include "anvil/device/runtime.hpp"
 
 namespace anvil::bench {
 
@@ -20,6 +22,7 @@ struct MembwOptions {
   std::vector<int> threads;    // empty: 1..all cores
   double min_seconds = 0.1;    // timed per (kernel, size, threads)
   bool progress = false;
+  device::DeviceKind device = device::DeviceKind::cpu;  // cuda: gpu_bench.hpp
 };
 
 struct MembwRow {
@@ -29,6 +32,7 @@ struct MembwRow {
   double gbs = 0;          // best pass, as STREAM reports
   double gbs_median = 0;   // median pass
   double pct_of_best = 0;  // of the best GB/s of this kernel over all sizes and threads
+  double pct_of_datasheet = std::numeric_limits<double>::quiet_NaN();  // GPUs: of the published
 };
 
 struct MembwResult {
