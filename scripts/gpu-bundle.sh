@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Packs what a GPU machine needs to run scripts/gpu-check.sh when it has the
+# CUDA toolkit but none of anvil's other dependencies: the anvil and
+# anvil_gpu_tests binaries (stripped), every shared library they load that is
+# not part of CUDA or the GPU driver (from ldd, glibc and its loader included,
+# so the bundle does not depend on the GPU machine's distribution), the
+# shipped hardware profiles. xz-compressed; the limit
+# is 60 MiB (what travels to the GPU machine beside the working tree).
+#
+#   scripts/gpu-bundle.sh [OUT]     default OUT: gpu-bundle/anvil-gpu.tar.xz
+#
+# Builds build/ with CUDA on first if the binaries are missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-gpu-bundle/anvil-gpu.tar.xz}
+limit=$((60 * 1024 * 1024))
+if [[ ! -x build/anvil || ! -x build/anvil_gpu_tests ]]; then
+  scripts/build.sh -DANVIL_CUDA=on -DANVIL_BUILD_TESTS=ON
+fi
+if ! build/anvil hw --json | grep -q '"cuda_built": true'; then
+  echo "gpu-bundle: build/anvil was built without CUDA; rebuild with -DANVIL_CUDA=on" >&2
+  exit 2
+fi
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+root=$stage/anvil
+mkdir -p "$root/bin" "$root/lib"
+for exe in anvil anvil_gpu_tests; do
+  strip --strip-unneeded -o "$root/bin/$exe" "build/$exe"
+done
+# The GPU machine brings its own CUDA: runtime pieces, cuBLAS(Lt), NCCL,
+# cuDNN and the driver's libraries are never packed.
+cuda_own='libcuda\.|libcudart|libcublas|libnccl|libcudnn|libnvidia|libnvrtc|linux-vdso'
+ldd build/anvil build/anvil_gpu_tests | awk '/=> \// {print $3} /^\t\/.*ld-linux/ {print $1}' |
+  sort -u | grep -Ev "$cuda_own" | while read -r lib; do
+    cp -L "$lib" "$root/lib/"
+  done
+cp -r profiles "$root/profiles"
+mkdir -p "$(dirname "$out")"
+tar -C "$stage" -cf - anvil | xz -T2 -9 > "$out.tmp"
+size=$(stat -c %s "$out.tmp")
+if ((size > limit)); then
+  rm -f "$out.tmp"
+  echo "gpu-bundle: $((size / 1048576)) MiB is over the 60 MiB limit" >&2
+  exit 1
+fi
+mv "$out.tmp" "$out"
+echo "gpu-bundle: $out, $((size / 1048576)) MiB ($size bytes), $(ls "$root/lib" | wc -l) libraries:"
+ls "$root/lib" | tr '\n' ' '
+echo

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The GPU check, on a machine with a CUDA GPU: unpacks the bundle that
+# scripts/gpu-bundle.sh made, runs the GPU tests, `anvil hw`, `bench gemm`
+# and `bench membw` at a reduced sweep, `bench comm` (NCCL) on one rank,
+# `hw --profile`, and the PyTorch baselines (bench/gpu_vs_torch.py: torch.matmul
+# and copy_ against anvil, interleaved, medians of 3), writing every log and
+# JSON to OUT. Exits non-zero when any step fails. About 5 minutes on one H200.
+#
+#   scripts/gpu-check.sh OUT [BUNDLE]   default BUNDLE: gpu-bundle/anvil-gpu.tar.xz
+#
+# The CUDA libraries are the machine's own: CUDA_HOME (or /usr/local/cuda)
+# lib64, and PyTorch's nvidia-* wheels where it has them (NCCL, cuBLAS).
+set -uo pipefail
+out=${1:?usage: scripts/gpu-check.sh OUT [BUNDLE]}
+bundle=${2:-gpu-bundle/anvil-gpu.tar.xz}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$out"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+tar -xJf "$bundle" -C "$work" || { echo "gpu-check: cannot unpack $bundle" >&2; exit 2; }
+B=$work/anvil
+
+libs=$B/lib
+for d in "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+  [[ -d $d ]] && libs=$libs:$d
+done
+py=$(command -v python3 || true)
+if [[ -n $py ]]; then
+  for d in $("$py" - <<'PY' 2>/dev/null
+import glob, os, site
+for base in site.getsitepackages():
+    for lib in sorted(glob.glob(os.path.join(base, "nvidia", "*", "lib"))):
+        print(lib)
+PY
+  ); do libs=$libs:$d; done
+fi
+for d in /usr/lib/x86_64-linux-gnu /usr/lib64 /lib/x86_64-linux-gnu; do
+  [[ -e $d/libcuda.so.1 ]] && libs=$libs:$d
+done
+echo "library path: $libs" > "$out/environment.txt"
+
+# Every binary runs under the bundle's own loader and glibc.
+loader=$(ls "$B"/lib/ld-linux-x86-64.so.* | head -1)
+run_bin() { "$loader" --library-path "$libs" "$@"; }
+anvil() { ANVIL_PROFILES=$B/profiles run_bin "$B/bin/anvil" "$@"; }
+export -f run_bin anvil
+export loader libs B
+
+failed=()
+step() {  # step NAME LIMIT_S command...
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  if timeout "$limit" bash -c "$*" > "$out/$name.log" 2>&1; then
+    echo "ok     $name ($((SECONDS - t0)) s)"
+  else
+    echo "FAILED $name ($((SECONDS - t0)) s): see $name.log"
+    failed+=("$name")
+  fi
+}
+
+command -v nvidia-smi > /dev/null && nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+step gpu-tests 120 "run_bin $B/bin/anvil_gpu_tests --gtest_output=json:$out/gpu-tests.json"
+step hw 30 "anvil hw && anvil hw --json > $out/hw.json"
+step gemm 150 "anvil bench gemm --device cuda --dtype bf16,fp16,tf32,fp32,fp8 --sizes 1024,4096,8192 \
+  --algos 8 --min-time 0.05 --out $out/gemm.json"
+step gemm-model 90 "anvil bench gemm --device cuda --preset model --config $repo/configs/zaya-small.json \
+  --dtype bf16 --algos 4 --min-time 0.03 --out $out/gemm-model.json || \
+  anvil bench gemm --device cuda --preset aligned --sizes 4096 --dtype bf16 --min-time 0.03 \
+  --out $out/gemm-model.json"
+step membw 90 "anvil bench membw --device cuda --min-time 0.05 --out $out/membw.json"
+step comm 90 "anvil bench comm --device cuda --op all -b 1K -e 256M -f 4 -n 10 --out $out/comm.json"
+step profile 150 "anvil hw --profile $out/gpu-profile.json --device cuda --min-time 0.03"
+if [[ -n $py ]] && "$py" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  step torch-baselines 120 "$py $repo/bench/gpu_vs_torch.py --rounds 3 --out $out/torch-baselines.json"
+else
+  echo "skipped torch-baselines: no python3 with CUDA PyTorch" | tee "$out/torch-baselines.log"
+fi
+
+if ((${#failed[@]})); then
+  echo "gpu-check: ${#failed[@]} step(s) failed: ${failed[*]}"
+  exit 1
+fi
+echo "gpu-check: every step passed; logs and JSON in $out"
