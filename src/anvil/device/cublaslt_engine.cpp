@@ -4,13 +4,16 @@
 // output columns, as the layers want. Per shape (and pointer alignment) the
 // matmul descriptor, the layouts and the heuristic's ranked algorithms are
 // built once and cached; a 32 MiB workspace is allocated once.
+// The GPU machine's own cuBLASLt runs (libcublasLt.so.13, through dlopen).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <tuple>
 #include <vector>
 
@@ -21,6 +24,64 @@
 
 namespace anvil::device::cuda {
 namespace {
+
+// cuBLASLt is loaded when the first GEMM engine is made (dlopen), not at
+// start: a 500 MB library that every CPU-only run would otherwise map.
+struct Lt {
+  std::string error;  // why it could not be loaded; empty when loaded
+#define ANVIL_LT_FN(name) decltype(&::name) name = nullptr;
+  ANVIL_LT_FN(cublasLtCreate)
+  ANVIL_LT_FN(cublasLtDestroy)
+  ANVIL_LT_FN(cublasLtGetVersion)
+  ANVIL_LT_FN(cublasLtMatmul)
+  ANVIL_LT_FN(cublasLtMatmulAlgoGetHeuristic)
+  ANVIL_LT_FN(cublasLtMatmulDescCreate)
+  ANVIL_LT_FN(cublasLtMatmulDescDestroy)
+  ANVIL_LT_FN(cublasLtMatmulDescSetAttribute)
+  ANVIL_LT_FN(cublasLtMatmulPreferenceCreate)
+  ANVIL_LT_FN(cublasLtMatmulPreferenceDestroy)
+  ANVIL_LT_FN(cublasLtMatmulPreferenceSetAttribute)
+  ANVIL_LT_FN(cublasLtMatrixLayoutCreate)
+  ANVIL_LT_FN(cublasLtMatrixLayoutDestroy)
+#undef ANVIL_LT_FN
+};
+
+const Lt& loaded_lt() {
+  static Lt l;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* lib = dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      const char* e = dlerror();
+      l.error = std::string("cannot load libcublasLt.so.13: ") + (e ? e : "not found");
+      return;
+    }
+#define ANVIL_LT_BIND(name)                                           \
+  l.name = reinterpret_cast<decltype(&::name)>(dlsym(lib, #name));    \
+  if (!l.name && l.error.empty()) l.error = "libcublasLt.so.13 has no " #name;
+    ANVIL_LT_BIND(cublasLtCreate)
+    ANVIL_LT_BIND(cublasLtDestroy)
+    ANVIL_LT_BIND(cublasLtGetVersion)
+    ANVIL_LT_BIND(cublasLtMatmul)
+    ANVIL_LT_BIND(cublasLtMatmulAlgoGetHeuristic)
+    ANVIL_LT_BIND(cublasLtMatmulDescCreate)
+    ANVIL_LT_BIND(cublasLtMatmulDescDestroy)
+    ANVIL_LT_BIND(cublasLtMatmulDescSetAttribute)
+    ANVIL_LT_BIND(cublasLtMatmulPreferenceCreate)
+    ANVIL_LT_BIND(cublasLtMatmulPreferenceDestroy)
+    ANVIL_LT_BIND(cublasLtMatmulPreferenceSetAttribute)
+    ANVIL_LT_BIND(cublasLtMatrixLayoutCreate)
+    ANVIL_LT_BIND(cublasLtMatrixLayoutDestroy)
+#undef ANVIL_LT_BIND
+  });
+  return l;
+}
+
+const Lt& lt() {
+  const Lt& l = loaded_lt();
+  if (!l.error.empty()) throw SystemError("cuBLASLt: " + l.error);
+  return l;
+}
 
 void check_lt(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return;
@@ -77,10 +138,10 @@ struct Plan {
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
   ~Plan() {
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (a) lt().cublasLtMatrixLayoutDestroy(a);
+    if (b) lt().cublasLtMatrixLayoutDestroy(b);
+    if (c) lt().cublasLtMatrixLayoutDestroy(c);
+    if (op) lt().cublasLtMatmulDescDestroy(op);
   }
 };
 
@@ -90,7 +151,7 @@ using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, 
 class CublasLtEngine final : public GemmEngine {
  public:
   CublasLtEngine() {
-    check_lt(cublasLtCreate(&handle_), "cublasLtCreate");
+    check_lt(lt().cublasLtCreate(&handle_), "cublasLtCreate");
     int dev = 0;
     check(cudaGetDevice(&dev), "cudaGetDevice");
     cudaDeviceProp p{};
@@ -100,7 +161,7 @@ class CublasLtEngine final : public GemmEngine {
   ~CublasLtEngine() override {
     plans_.clear();
     if (workspace_) cudaFree(workspace_);
-    cublasLtDestroy(handle_);
+    lt().cublasLtDestroy(handle_);
   }
 
   DeviceKind kind() const override { return DeviceKind::cuda; }
@@ -143,12 +204,12 @@ class CublasLtEngine final : public GemmEngine {
       throw InputError("gemm " + d.describe() + ": algorithm " + std::to_string(algo) +
                        " of " + std::to_string(plan.algos.size()));
     if (has_bias(d.epilogue)) {
-      check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+      check_lt(lt().cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                               sizeof bias),
-               "cublasLtMatmulDescSetAttribute(bias)");
+               "lt().cublasLtMatmulDescSetAttribute(bias)");
     }
     const auto& chosen = plan.algos[static_cast<size_t>(std::max(algo, 0))];
-    check_lt(cublasLtMatmul(handle_, plan.op, &d.alpha, b, plan.a, a, plan.b, &d.beta, c, plan.c,
+    check_lt(lt().cublasLtMatmul(handle_, plan.op, &d.alpha, b, plan.a, a, plan.b, &d.beta, c, plan.c,
                             c, plan.c, &chosen.algo, workspace(), kWorkspaceBytes,
                             static_cast<cudaStream_t>(stream.native())),
              "cublasLtMatmul");
@@ -179,52 +240,52 @@ class CublasLtEngine final : public GemmEngine {
     auto plan = std::make_unique<Plan>();
     const cublasComputeType_t compute =
         d.type == Dtype::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    check_lt(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    check_lt(lt().cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
     // cuBLASLt's A is our B, its B our A (see the top of the file).
     const cublasOperation_t op_a = d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    check_lt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+    check_lt(lt().cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
                                             sizeof op_a),
              "set TRANSA");
-    check_lt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+    check_lt(lt().cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
                                             sizeof op_b),
              "set TRANSB");
     const cublasLtEpilogue_t epi = lt_epilogue(d.epilogue);
-    check_lt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+    check_lt(lt().cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                             sizeof epi),
              "set EPILOGUE");
     const cudaDataType_t in = cuda_type(d.type);
     const cudaDataType_t out = cuda_type(d.out_type());
     const uint64_t m = static_cast<uint64_t>(d.m), n = static_cast<uint64_t>(d.n),
                    k = static_cast<uint64_t>(d.k);
-    check_lt(cublasLtMatrixLayoutCreate(&plan->a, in, d.trans_b ? k : n, d.trans_b ? n : k,
+    check_lt(lt().cublasLtMatrixLayoutCreate(&plan->a, in, d.trans_b ? k : n, d.trans_b ? n : k,
                                         d.b_stride()),
-             "cublasLtMatrixLayoutCreate(A)");
-    check_lt(cublasLtMatrixLayoutCreate(&plan->b, in, d.trans_a ? m : k, d.trans_a ? k : m,
+             "lt().cublasLtMatrixLayoutCreate(A)");
+    check_lt(lt().cublasLtMatrixLayoutCreate(&plan->b, in, d.trans_a ? m : k, d.trans_a ? k : m,
                                         d.a_stride()),
-             "cublasLtMatrixLayoutCreate(B)");
-    check_lt(cublasLtMatrixLayoutCreate(&plan->c, out, n, m, d.c_stride()),
-             "cublasLtMatrixLayoutCreate(C)");
+             "lt().cublasLtMatrixLayoutCreate(B)");
+    check_lt(lt().cublasLtMatrixLayoutCreate(&plan->c, out, n, m, d.c_stride()),
+             "lt().cublasLtMatrixLayoutCreate(C)");
     return plan;
   }
 
   void rank_algorithms(Plan& plan, uint32_t align, int want) {
     cublasLtMatmulPreference_t pref = nullptr;
-    check_lt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    check_lt(lt().cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
     const uint64_t ws = kWorkspaceBytes;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+    lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                          sizeof ws);
     for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
                       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
                       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-      cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+      lt().cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
     std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(want));
     int returned = 0;
     const cublasStatus_t s =
-        cublasLtMatmulAlgoGetHeuristic(handle_, plan.op, plan.a, plan.b, plan.c, plan.c, pref, want,
+        lt().cublasLtMatmulAlgoGetHeuristic(handle_, plan.op, plan.a, plan.b, plan.c, plan.c, pref, want,
                                        results.data(), &returned);
-    cublasLtMatmulPreferenceDestroy(pref);
+    lt().cublasLtMatmulPreferenceDestroy(pref);
     check_lt(s, "cublasLtMatmulAlgoGetHeuristic");
     if (returned == 0) throw SystemError("cuBLASLt: no algorithm for this GEMM");
     results.resize(static_cast<size_t>(returned));
@@ -239,7 +300,10 @@ class CublasLtEngine final : public GemmEngine {
 
 }  // namespace
 
-int cublaslt_version() { return static_cast<int>(cublasLtGetVersion()); }
+int cublaslt_version() {
+  const Lt& l = loaded_lt();
+  return l.error.empty() ? static_cast<int>(l.cublasLtGetVersion()) : 0;
+}
 
 std::unique_ptr<GemmEngine> make_cublaslt_engine() { return std::make_unique<CublasLtEngine>(); }
 
