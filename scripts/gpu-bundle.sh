@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-gpu-bundle/anvil-gpu.tar.xz}
 limit=$((60 * 1024 * 1024))
-if [[ ! -x build/anvil || ! -x build/anvil_gpu_tests ]]; then
+if [[ ! -x build/anvil || ! -x build/tests/anvil_gpu_tests ]]; then
   scripts/build.sh -DANVIL_CUDA=on -DANVIL_BUILD_TESTS=ON
 fi
 if ! build/anvil hw --json | grep -q '"cuda_built": true'; then
@@ -25,13 +25,16 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 root=$stage/anvil
 mkdir -p "$root/bin" "$root/lib"
-for exe in anvil anvil_gpu_tests; do
-  strip --strip-unneeded -o "$root/bin/$exe" "build/$exe"
-done
+strip --strip-unneeded -o "$root/bin/anvil" build/anvil
+strip --strip-unneeded -o "$root/bin/anvil_gpu_tests" build/tests/anvil_gpu_tests
 # The GPU machine brings its own CUDA: runtime pieces, cuBLAS(Lt), NCCL,
 # cuDNN and the driver's libraries are never packed.
 cuda_own='libcuda\.|libcudart|libcublas|libnccl|libcudnn|libnvidia|libnvrtc|linux-vdso'
-ldd build/anvil build/anvil_gpu_tests | awk '/=> \// {print $3} /^\t\/.*ld-linux/ {print $1}' |
+# OpenBLAS is dlopen()ed (device/blas.cpp), so ldd of the binaries misses it:
+# the OpenMP build and what it loads go in too, found as libopenblas.so.0.
+blas=/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0
+cp -L "$blas" "$root/lib/libopenblas.so.0"
+ldd build/anvil build/tests/anvil_gpu_tests "$blas" | awk '/=> \// {print $3} /^\t\/.*ld-linux/ {print $1}' |
   sort -u | grep -Ev "$cuda_own" | while read -r lib; do
     cp -L "$lib" "$root/lib/"
   done
