@@ -35,6 +35,24 @@ bool allowed_in(Dtype d, std::initializer_list<Dtype> allowed) {
 
 }  // namespace
 
+size_t dtype_bytes(Dtype t) {
+  switch (t) {
+    case Dtype::fp8:
+      return 1;
+    case Dtype::bf16:
+    case Dtype::fp16:
+      return 2;
+    case Dtype::fp32:
+    case Dtype::tf32:
+    case Dtype::int32:
+      return 4;
+    case Dtype::fp64:
+    case Dtype::int64:
+      return 8;
+  }
+  return 4;
+}
+
 std::string to_string(Dtype dtype) {
   for (const auto& n : table())
     if (n.dtype == dtype) return n.name;

@@ -4,12 +4,16 @@
 // float32, bfloat16, ...) are accepted as aliases and mean the same type.
 #pragma once
 
+#include <cstddef>
 #include <initializer_list>
 #include <string>
 
 namespace anvil {
 
 enum class Dtype { fp32, bf16, fp8, fp64, int32, int64, fp16, tf32 };
+
+// Bytes per element: fp8 1, bf16/fp16 2, fp32/tf32/int32 4, fp64/int64 8.
+size_t dtype_bytes(Dtype dtype);
 
 // The canonical name ("fp32", "bf16", ...).
 std::string to_string(Dtype dtype);

@@ -101,7 +101,7 @@ GemmRow time_gemm(device::GemmEngine& engine, device::Stream& stream, const Gemm
   const auto a = random_on_gpu(d.type, g.m * g.k, 1, stream, "gemm A");
   const auto b = random_on_gpu(d.type, g.k * g.n, 2, stream, "gemm B");
   device::DeviceBuffer c(DeviceKind::cuda, static_cast<size_t>(g.m * g.n) *
-                                               device::dtype_bytes(d.out_type()), "gemm C");
+                                               dtype_bytes(d.out_type()), "gemm C");
   auto call = [&](int algo) {
     return [&, algo] { engine.run(d, a.data(), b.data(), c.data(), nullptr, stream, algo); };
   };

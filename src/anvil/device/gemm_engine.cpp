@@ -22,24 +22,6 @@ std::string to_string(Epilogue e) {
   return "?";
 }
 
-size_t dtype_bytes(Dtype t) {
-  switch (t) {
-    case Dtype::fp8:
-      return 1;
-    case Dtype::bf16:
-    case Dtype::fp16:
-      return 2;
-    case Dtype::fp32:
-    case Dtype::tf32:
-    case Dtype::int32:
-      return 4;
-    case Dtype::fp64:
-    case Dtype::int64:
-      return 8;
-  }
-  return 4;
-}
-
 Dtype GemmDesc::out_type() const {
   if (out_f32 || type == Dtype::fp32 || type == Dtype::tf32) return Dtype::fp32;
   return type == Dtype::fp16 ? Dtype::fp16 : Dtype::bf16;

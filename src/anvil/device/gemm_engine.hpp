@@ -47,8 +47,6 @@ struct GemmDesc {
   std::string describe() const;  // "bf16 NT 4096x4096x4096 -> bf16 +bias"
 };
 
-size_t dtype_bytes(Dtype t);  // fp8 1, bf16/fp16 2, fp32/tf32 4, ...
-
 // Host values in a GEMM type's encoding (fp32/tf32 as they are, bf16 rounded
 // to nearest even, fp16 and fp8 e4m3 by the CUDA headers' host conversions),
 // and back to float. fp16 and fp8 need a CUDA build (SystemError otherwise).

@@ -109,19 +109,6 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-size_t type_bytes(Dtype t) {
-  switch (t) {
-    case Dtype::bf16:
-    case Dtype::fp16:
-      return 2;
-    case Dtype::fp64:
-    case Dtype::int64:
-      return 8;
-    default:
-      return 4;
-  }
-}
-
 cudaStream_t native(Stream& s) { return static_cast<cudaStream_t>(s.native()); }
 
 }  // namespace
@@ -188,7 +175,7 @@ void DeviceCollectives::broadcast(const void* send, void* recv, size_t count, Dt
 void DeviceCollectives::all_to_all(const void* send, void* recv, size_t count, Dtype type,
                                    Stream& stream) {
   const Nccl& n = loaded();
-  const size_t block = count * type_bytes(type);
+  const size_t block = count * dtype_bytes(type);
   check_nccl(n.group_start(), "ncclGroupStart");
   for (int p = 0; p < world_; ++p) {
     const auto* s = static_cast<const char*>(send) + block * static_cast<size_t>(p);
