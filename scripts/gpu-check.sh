@@ -61,6 +61,10 @@ step() {  # step NAME LIMIT_S command...
 
 command -v nvidia-smi > /dev/null && nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 step gpu-tests 120 "run_bin $B/bin/anvil_gpu_tests --gtest_output=json:$out/gpu-tests.json"
+if command -v nvidia-smi > /dev/null && grep -q "SKIPPED" "$out/gpu-tests.log"; then
+  echo "FAILED gpu-tests: skipped on a machine with nvidia-smi (see gpu-tests.log)"
+  failed+=("gpu-tests-skipped")
+fi
 step hw 30 "anvil hw && anvil hw --json > $out/hw.json"
 step gemm 150 "anvil bench gemm --device cuda --dtype bf16,fp16,tf32,fp32,fp8 --sizes 1024,4096,8192 \
   --algos 8 --min-time 0.05 --out $out/gemm.json"
