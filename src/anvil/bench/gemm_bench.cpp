@@ -161,13 +161,6 @@ class BaselineChild {
   std::string corename_;
 };
 
-void progress_line(bool enabled, size_t done, size_t total, const std::string& what) {
-  if (!enabled) return;
-  std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", done, total, what.c_str());
-  if (done == total) std::fprintf(stderr, "\r\033[K");
-  std::fflush(stderr);
-}
-
 }  // namespace
 
 double work_for_fraction(std::vector<std::pair<double, double>> points, double peak,

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <random>
 
+#include "anvil/base/clock.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/device/gemm_engine.hpp"
 #include "anvil/device/stream_kernels.hpp"
@@ -44,13 +45,6 @@ Samples time_on_gpu(device::Stream& stream, const std::function<void()>& body,
   return out;
 }
 
-void progress(bool on, size_t done, size_t total, const std::string& what) {
-  if (!on) return;
-  std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", done, total, what.c_str());
-  if (done == total) std::fprintf(stderr, "\r\033[K");
-  std::fflush(stderr);
-}
-
 // Random inputs in [-1, 1) in `type`'s encoding, on the GPU.
 device::DeviceBuffer random_on_gpu(Dtype type, int64_t count, uint32_t seed,
                                    device::Stream& stream, const std::string& name) {
@@ -74,13 +68,6 @@ std::string peak_word(Dtype t) {
     default:
       return anvil::to_string(t);
   }
-}
-
-std::string today() {
-  const std::time_t t = std::time(nullptr);
-  char buf[16];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
-  return buf;
 }
 
 // One GEMM row: the default algorithm, then the best of the top candidates.
@@ -158,12 +145,12 @@ GemmBenchResult run_gemm_bench_gpu(const GemmBenchOptions& o) {
   for (const auto& dtype : o.dtypes) {
     const double peak = sheet ? sheet->peak_gflops(peak_word(parse_dtype(dtype, "--dtype"))) : 0;
     for (const auto& g : cases) {
-      progress(o.progress, done++, total, dtype + " " + std::to_string(g.m) + "x" +
+      progress_line(o.progress, done++, total, dtype + " " + std::to_string(g.m) + "x" +
                                               std::to_string(g.n) + "x" + std::to_string(g.k));
       result.rows.push_back(time_gemm(*engine, stream, g, dtype, o, peak));
     }
   }
-  progress(o.progress, total, total, "");
+  progress_line(o.progress, total, total, "");
   summarize_gemm(result, o.dtypes, {0});
   return result;
 }
@@ -185,7 +172,7 @@ MembwResult run_membw_bench_gpu(const MembwOptions& o) {
   for (int64_t ws : sizes) {
     for (const auto& name : o.kernels) {
       const auto k = device::stream::parse_kernel(name, "--kernels");
-      progress(o.progress, done++, total, name + " " + std::to_string(ws) + " B");
+      progress_line(o.progress, done++, total, name + " " + std::to_string(ws) + " B");
       const int64_t elems = std::max<int64_t>(ws / (device::stream::arrays_of(k) * 8), 64) / 2 * 2;
       std::vector<device::DeviceBuffer> arrays;
       for (int i = 0; i < 3; ++i)
@@ -207,13 +194,8 @@ MembwResult run_membw_bench_gpu(const MembwOptions& o) {
       result.rows.push_back(row);
     }
   }
-  progress(o.progress, total, total, "");
-  for (auto& r : result.rows) {
-    double best = 0;
-    for (const auto& q : result.rows)
-      if (q.kernel == r.kernel) best = std::max(best, q.gbs);
-    r.pct_of_best = best > 0 ? 100.0 * r.gbs / best : 0;
-  }
+  progress_line(o.progress, total, total, "");
+  set_pct_of_best(result.rows);
   return result;
 }
 
@@ -301,7 +283,7 @@ plan::HwProfile measure_gpu_profile(const ProfileOptions& o) {
   p.device = gpu.name;
   p.kind = "gpu";
   p.origin = "measured";
-  p.created = today();
+  p.created = today_utc();
   p.compute_units = gpu.sms;
   p.compute_unit_name = "SM";
   p.clock_ghz = gpu.clock_ghz;

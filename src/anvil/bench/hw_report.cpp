@@ -9,6 +9,7 @@
 #include <dnnl.hpp>
 #include <sstream>
 
+#include "anvil/base/clock.hpp"
 #include "anvil/base/cpu.hpp"
 #include "anvil/base/table.hpp"
 #include "anvil/base/threads.hpp"
@@ -44,13 +45,6 @@ std::string onednn_version() {
   s << v->major << "." << v->minor << "." << v->patch
     << (v->cpu_runtime == DNNL_RUNTIME_OMP ? " (OpenMP)" : "");
   return s.str();
-}
-
-std::string today() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
-  return buf;
 }
 
 std::string yes_no(bool b) {
@@ -177,7 +171,7 @@ plan::HwProfile measure_local_profile(const ProfileOptions& o) {
   p.device = cpu.model_name;
   p.kind = "cpu";
   p.origin = "measured";
-  p.created = today();
+  p.created = today_utc();
   p.compute_units = cpu.physical_cores;
   p.compute_unit_name = "core";
   p.memory_bytes = cpu.memory_bytes;

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "anvil/base/clock.hpp"
@@ -29,5 +31,8 @@ struct TimingPolicy {
 Samples time_calls(const std::function<void()>& body, const TimingPolicy& policy);
 
 using anvil::now_seconds;
+
+// A live "[done/total] what" line on stderr when `enabled`, cleared at the end.
+void progress_line(bool enabled, size_t done, size_t total, const std::string& what);
 
 }  // namespace anvil::bench

@@ -151,14 +151,18 @@ MembwResult run_membw_bench(const MembwOptions& o) {
   }
   if (o.progress) std::fprintf(stderr, "\r\033[K");
   set_num_threads(cpu_info().logical_cpus);
-  for (auto& r : result.rows) {
+  set_pct_of_best(result.rows);
+  return result;
+}
+
+void set_pct_of_best(std::vector<MembwRow>& rows) {
+  for (auto& r : rows) {
     double best = 0;
-    for (const auto& q : result.rows) {
+    for (const auto& q : rows) {
       if (q.kernel == r.kernel) best = std::max(best, q.gbs);
     }
     r.pct_of_best = best > 0 ? 100.0 * r.gbs / best : 0;
   }
-  return result;
 }
 
 nlohmann::json MembwResult::to_json() const {

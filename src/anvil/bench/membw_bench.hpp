@@ -46,4 +46,7 @@ int arrays_of(const std::string& kernel);
 
 MembwResult run_membw_bench(const MembwOptions& options);
 
+// Each row's pct_of_best: of the best GB/s of its kernel among `rows`.
+void set_pct_of_best(std::vector<MembwRow>& rows);
+
 }  // namespace anvil::bench

@@ -7,7 +7,6 @@
 // The GPU machine's own cuBLASLt runs (libcublasLt.so.13, through dlopen).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -20,6 +19,7 @@
 #include "anvil/base/error.hpp"
 #include "anvil/device/cuda_backend.hpp"
 #include "anvil/device/cuda_check.hpp"
+#include "anvil/device/dynamic_library.hpp"
 #include "anvil/device/gemm_engine.hpp"
 
 namespace anvil::device::cuda {
@@ -50,15 +50,10 @@ const Lt& loaded_lt() {
   static Lt l;
   static std::once_flag once;
   std::call_once(once, [] {
-    void* lib = dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-      const char* e = dlerror();
-      l.error = std::string("cannot load libcublasLt.so.13: ") + (e ? e : "not found");
-      return;
-    }
-#define ANVIL_LT_BIND(name)                                           \
-  l.name = reinterpret_cast<decltype(&::name)>(dlsym(lib, #name));    \
-  if (!l.name && l.error.empty()) l.error = "libcublasLt.so.13 has no " #name;
+    const char* lib_name = "libcublasLt.so.13";
+    void* lib = open_library(lib_name, l.error);
+    if (!lib) return;
+#define ANVIL_LT_BIND(name) bind_symbol(lib, lib_name, #name, l.name, l.error);
     ANVIL_LT_BIND(cublasLtCreate)
     ANVIL_LT_BIND(cublasLtDestroy)
     ANVIL_LT_BIND(cublasLtGetVersion)

@@ -4,7 +4,6 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 
 #include <cstdio>
 #include <fstream>
@@ -14,6 +13,7 @@
 #include "anvil/device/collectives.hpp"
 #include "anvil/device/cuda_backend.hpp"
 #include "anvil/device/cuda_check.hpp"
+#include "anvil/device/dynamic_library.hpp"
 
 namespace anvil::device::cuda {
 namespace {
@@ -38,14 +38,16 @@ std::string pcie_link(const std::string& bus_id) {
 
 // Active NVLinks through NVML (part of the driver), -1 where NVML is absent.
 int active_nvlinks(const std::string& bus_id) {
-  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  std::string error;
+  const char* name = "libnvidia-ml.so.1";
+  void* lib = open_library(name, error);
   if (!lib) return -1;
-  using Init = int (*)();
-  using ByBus = int (*)(const char*, void**);
-  using LinkState = int (*)(void*, unsigned, int*);
-  auto init = reinterpret_cast<Init>(dlsym(lib, "nvmlInit_v2"));
-  auto by_bus = reinterpret_cast<ByBus>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
-  auto state = reinterpret_cast<LinkState>(dlsym(lib, "nvmlDeviceGetNvLinkState"));
+  int (*init)() = nullptr;
+  int (*by_bus)(const char*, void**) = nullptr;
+  int (*state)(void*, unsigned, int*) = nullptr;
+  bind_symbol(lib, name, "nvmlInit_v2", init, error);
+  bind_symbol(lib, name, "nvmlDeviceGetHandleByPciBusId_v2", by_bus, error);
+  bind_symbol(lib, name, "nvmlDeviceGetNvLinkState", state, error);
   void* dev = nullptr;
   if (!init || !by_bus || !state || init() != 0 || by_bus(bus_id.c_str(), &dev) != 0) return -1;
   int active = 0;

@@ -3,7 +3,6 @@
 // one that runs (found through LD_LIBRARY_PATH, or PyTorch's nvidia-nccl wheel
 // that scripts/gpu-check.sh adds to it).
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 #include <nccl.h>
 
 #include <mutex>
@@ -11,6 +10,7 @@
 #include "anvil/base/error.hpp"
 #include "anvil/device/collectives.hpp"
 #include "anvil/device/cuda_check.hpp"
+#include "anvil/device/dynamic_library.hpp"
 
 namespace anvil::device {
 namespace {
@@ -32,35 +32,26 @@ struct Nccl {
   decltype(&ncclGroupEnd) group_end = nullptr;
 };
 
-template <class F>
-void bind(void* lib, const char* name, F& f, std::string& error) {
-  f = reinterpret_cast<F>(dlsym(lib, name));
-  if (!f && error.empty()) error = std::string("libnccl.so.2 has no ") + name;
-}
-
 const Nccl& nccl() {
   static Nccl n;
   static std::once_flag once;
   std::call_once(once, [] {
-    void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-      const char* e = dlerror();
-      n.error = std::string("cannot load libnccl.so.2: ") + (e ? e : "not found");
-      return;
-    }
-    bind(lib, "ncclGetVersion", n.get_version, n.error);
-    bind(lib, "ncclGetUniqueId", n.get_unique_id, n.error);
-    bind(lib, "ncclCommInitRank", n.init_rank, n.error);
-    bind(lib, "ncclCommDestroy", n.destroy, n.error);
-    bind(lib, "ncclGetErrorString", n.error_string, n.error);
-    bind(lib, "ncclAllReduce", n.all_reduce, n.error);
-    bind(lib, "ncclReduceScatter", n.reduce_scatter, n.error);
-    bind(lib, "ncclAllGather", n.all_gather, n.error);
-    bind(lib, "ncclBroadcast", n.broadcast, n.error);
-    bind(lib, "ncclSend", n.send, n.error);
-    bind(lib, "ncclRecv", n.recv, n.error);
-    bind(lib, "ncclGroupStart", n.group_start, n.error);
-    bind(lib, "ncclGroupEnd", n.group_end, n.error);
+    const char* name = "libnccl.so.2";
+    void* lib = open_library(name, n.error);
+    if (!lib) return;
+    bind_symbol(lib, name, "ncclGetVersion", n.get_version, n.error);
+    bind_symbol(lib, name, "ncclGetUniqueId", n.get_unique_id, n.error);
+    bind_symbol(lib, name, "ncclCommInitRank", n.init_rank, n.error);
+    bind_symbol(lib, name, "ncclCommDestroy", n.destroy, n.error);
+    bind_symbol(lib, name, "ncclGetErrorString", n.error_string, n.error);
+    bind_symbol(lib, name, "ncclAllReduce", n.all_reduce, n.error);
+    bind_symbol(lib, name, "ncclReduceScatter", n.reduce_scatter, n.error);
+    bind_symbol(lib, name, "ncclAllGather", n.all_gather, n.error);
+    bind_symbol(lib, name, "ncclBroadcast", n.broadcast, n.error);
+    bind_symbol(lib, name, "ncclSend", n.send, n.error);
+    bind_symbol(lib, name, "ncclRecv", n.recv, n.error);
+    bind_symbol(lib, name, "ncclGroupStart", n.group_start, n.error);
+    bind_symbol(lib, name, "ncclGroupEnd", n.group_end, n.error);
   });
   return n;
 }

@@ -1,23 +1,14 @@
 #include "anvil/device/runtime.hpp"
 
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
 
+#include "anvil/base/clock.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/device/cuda_backend.hpp"
 
 namespace anvil::device {
-namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
 std::string to_string(DeviceKind kind) { return kind == DeviceKind::cuda ? "cuda" : "cpu"; }
 
 DeviceKind parse_device(const std::string& name, const std::string& flag) {

@@ -9,6 +9,7 @@
 
 #include "anvil/base/bf16.hpp"
 #include "anvil/base/cpu.hpp"
+#include "anvil/base/clock.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
 #include "anvil/base/table.hpp"
@@ -48,13 +49,6 @@ std::string gemm_peak_cache_key(model::Precision precision) {
 }
 
 namespace {
-
-std::string today() {
-  char buf[16];
-  const std::time_t t = std::time(nullptr);
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
-  return buf;
-}
 
 // n^3 GEMMs in `precision` timed for `min_seconds`: the median call's and
 // the fastest call's GFLOP/s.
@@ -142,7 +136,7 @@ GemmPeak gemm_peak(double given, const std::string& hw_profile, model::Precision
   if (!idle) {
     where += "; not cached: the machine was busy (load " + fmt(load, 1) + ")";
   } else {
-    cache[key] = {{"gflops", median}, {"date", today()}};
+    cache[key] = {{"gflops", median}, {"date", today_utc()}};
     if (!path.empty() && write_cache(path, cache)) where += ", cached in " + path;
   }
   return {median, where, false};
