@@ -92,6 +92,10 @@ void PlanCommands::add_model_flags(CLI::App* cmd, Model& m, bool required) {
   cmd->add_option("--optimizer", m.optimizer, "adamw, or muon (2-D matrices; AdamW for the rest)")
       ->check(one_of({"adamw", "muon"}));
   cmd->add_flag("--recompute", m.recompute, "Full activation recompute per layer");
+  cmd->add_option("--recompute-layers", m.recompute_layers,
+                  "With --recompute: recompute only this many layers per pipeline stage, the "
+                  "others keep their activations (Megatron's block method; 0: all)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 void PlanCommands::add_to(CLI::App& app, Context& ctx) {
@@ -143,6 +147,10 @@ void PlanCommands::add_to(CLI::App& app, Context& ctx) {
                    "Minutes from a failure to training again (detect, restart, reload)")
       ->check(at_least(0));
   plan_->add_flag("--json", plan_json_, "Print JSON instead of the table");
+  plan_->add_flag("--explain", explain_,
+                  "Also print the step time by model term (GEMMs at the plateau, small-GEMM "
+                  "efficiency, attention, memory-bound work, optimizer, bubble, exposed "
+                  "communication), each with its formula and source (JSON: \"terms\")");
 
   comm_ = plan_->add_subcommand("comm", "Predict single collectives: time per message size");
   comm_->add_option("--hw", comm_hw_, "Hardware profile name or file")->required();
@@ -218,7 +226,8 @@ Resolved resolve(const PlanCommands::Model& m) {
   l.zero1 = m.zero1;
   l.global_batch = m.global_batch > 0 ? m.global_batch : m.micro_batch * m.accum * l.dp();
   l.optimizer = m.optimizer;
-  l.recompute = m.recompute;
+  l.recompute = m.recompute || m.recompute_layers > 0;
+  l.recompute_layers = m.recompute_layers;
   if (!m.expert_loads.empty())
     l.expert_shares = plan::expert_shares_from_metrics(m.expert_loads, r.config.n_experts);
   return r;
@@ -281,6 +290,7 @@ int PlanCommands::run_plan() {
     o.restart_s = restart_min_ * 60;
     const auto p = plan::predict_step(r.config, r.hw, o);
     std::cout << (plan_json_ ? plan::prediction_json(p) : plan::prediction_text(p));
+    if (explain_ && !plan_json_) std::cout << "\n" << plan::explain_text(p);
     return 0;
   }
 }

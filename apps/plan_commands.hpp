@@ -38,6 +38,7 @@ class PlanCommands : public CommandFamily {
     int64_t global_batch = 0;
     std::string optimizer = "adamw";
     bool recompute = false;
+    int64_t recompute_layers = 0;
     int64_t threads_per_rank = 0;
     double link_gbps = 0;
     std::vector<std::string> assume;  // --assume KEY=FRACTION
@@ -56,6 +57,7 @@ class PlanCommands : public CommandFamily {
   Model size_model_, plan_model_;
   train::TrainOptions train_flags_;  // accepted, not read
   bool size_json_ = false, recommend_ = false, plan_json_ = false, comm_json_ = false;
+  bool explain_ = false;
   size_t top_ = 10;
   double tolerance_ = 0.05;
   bool no_overlap_ = false;

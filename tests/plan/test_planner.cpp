@@ -291,6 +291,105 @@ TEST(Planner, StepPredictionAddsUpAndReliabilityFollowsYoungDaly) {
   EXPECT_LT(p.goodput, 1.0);
 }
 
+// Every second of the step lands in exactly one model term, each with a
+// formula and a source; --explain prints them.
+TEST(Planner, ModelTermsAddUpToTheStepAndNameTheirSources) {
+  const auto c = preset("zaya-small");
+  PlanOptions o;
+  o.layout.devices_per_node = 8;
+  o.layout.micro_batch = 2;
+  o.layout.seq = 2048;
+  o.layout.global_batch = 64;
+  o.layout.pp = 2;
+  o.layout.recompute = true;
+  for (const std::string dtype : {"bf16", "f32"}) {
+    o.layout.dtype = dtype;
+    const Prediction p = predict_step(c, gpu_node(), o);
+    double sum = 0;
+    std::map<std::string, double> by_name;
+    for (const auto& t : p.terms) {
+      EXPECT_GE(t.seconds, 0) << t.name;
+      EXPECT_FALSE(t.how.empty()) << t.name;
+      EXPECT_FALSE(t.source.empty()) << t.name;
+      sum += t.seconds;
+      by_name[t.name] += t.seconds;
+    }
+    EXPECT_NEAR(sum, p.step_s, 1e-9 * p.step_s) << dtype;
+    for (const char* name : {"GEMMs at the plateau", "small-GEMM efficiency", "recompute",
+                             "pipeline bubble", "memory-bound: element-wise",
+                             "memory-bound: moe dispatch + combine",
+                             "memory-bound: optimizer step", "exposed communication"})
+      EXPECT_TRUE(by_name.count(name)) << name;
+    EXPECT_GT(by_name["GEMMs at the plateau"], 0);
+    const std::string text = explain_text(p);
+    EXPECT_NE(text.find("sources:"), std::string::npos);
+    EXPECT_NE(text.find("[1]"), std::string::npos);
+  }
+}
+
+// fp8 runs the layers' GEMMs in fp8 and pays for casting their inputs and
+// output gradients (4 B per element); the classifier stays in bf16.
+TEST(Planner, Fp8CastsTheLayersGemmOperandsAndKeepsTheClassifierInBf16) {
+  const auto c = preset("llama-style");
+  HwProfile hw = gpu_node();
+  hw.peak.push_back({"fp8", 0, 2000e3});
+  PlanOptions o;
+  o.layout.devices_per_node = 1;
+  o.layout.micro_batch = 1;
+  o.layout.seq = 1024;
+  o.layout.global_batch = 1;
+  o.layout.dtype = "fp8";
+  const Prediction p = predict_step(c, hw, o);
+  double expected_bytes = 0;
+  for (const auto& g : step_gemms(c, o.layout, true)) {
+    if (g.shape.name.rfind("lm_head", 0) == 0 || g.shape.name.ends_with(".wgrad")) continue;
+    expected_bytes += 4.0 * static_cast<double>(g.shape.m * g.shape.k * g.count);
+  }
+  bool casts = false;
+  for (const auto& part : p.compute) {
+    if (part.kind == "gemm") {
+      EXPECT_EQ(part.dtype, part.name.rfind("lm_head", 0) == 0 ? "bf16" : "fp8") << part.name;
+    }
+    if (part.name == "fp8 casts") {
+      casts = true;
+      EXPECT_NEAR(part.seconds, expected_bytes / (memory_gbs(hw) * 1e9), 1e-12);
+    }
+  }
+  EXPECT_TRUE(casts);
+  o.layout.dtype = "bf16";
+  for (const auto& part : predict_step(c, hw, o).compute) EXPECT_NE(part.name, "fp8 casts");
+}
+
+// Recomputing N of a stage's layers costs N / (L / pp) of the forward again
+// and keeps that share of the layers at their inputs only.
+TEST(Planner, PartialRecomputeCostsItsShareOfTheForward) {
+  const auto c = preset("gpt2-124m");  // 12 layers
+  PlanOptions o;
+  o.layout.devices_per_node = 1;
+  o.layout.micro_batch = 2;
+  o.layout.seq = 512;
+  o.layout.global_batch = 2;
+  o.layout.recompute = true;
+  auto recompute_s = [&](int64_t layers) {
+    o.layout.recompute_layers = layers;
+    for (const auto& part : predict_step(c, gpu_node(), o).compute)
+      if (part.kind == "recompute") return part.seconds;
+    return 0.0;
+  };
+  const double all = recompute_s(0);
+  EXPECT_GT(all, 0);
+  EXPECT_NEAR(recompute_s(3), all * 3 / 12, 1e-12);
+  EXPECT_NEAR(recompute_s(12), all, 1e-12);
+  EXPECT_NEAR(recompute_s(40), all, 1e-12);
+  o.layout.recompute_layers = 3;
+  EXPECT_DOUBLE_EQ(recompute_share(c, o.layout), 0.25);
+  const MemoryPerRank m = memory_per_rank(c, o.layout);
+  EXPECT_NEAR(m.activations, 0.25 * m.activations_recompute + 0.75 * m.activations_no_recompute,
+              1e-6 * m.activations);
+  o.layout.recompute = false;
+  EXPECT_EQ(recompute_share(c, o.layout), 0);
+}
+
 TEST(Planner, TensorPipelineAndContextParallelSplitTheWork) {
   const auto c = preset("llama-style");  // 12 heads, 4 KV heads, ffn 2048, vocab 50304
   Layout l;

@@ -219,6 +219,13 @@ LocalParams local_params(const model::ModelConfig& c, const Layout& l) {
   return p;
 }
 
+double recompute_share(const model::ModelConfig& c, const Layout& l) {
+  if (!l.recompute) return 0;
+  const double stage = as_double(c.n_layers) / as_double(l.pp);
+  if (l.recompute_layers <= 0 || as_double(l.recompute_layers) >= stage) return 1;
+  return as_double(l.recompute_layers) / stage;
+}
+
 MemoryPerRank memory_per_rank(const model::ModelConfig& c, const Layout& l) {
   const LocalParams p = local_params(c, l);
   MemoryPerRank m;
@@ -262,7 +269,11 @@ MemoryPerRank memory_per_rank(const model::ModelConfig& c, const Layout& l) {
   // Recompute: keep each layer's input; re-run one layer at a time in backward.
   m.activations_recompute =
       L * C * tokens * act + per_token_layer * tokens * act + classifier + final_norm;
-  m.activations = l.recompute ? m.activations_recompute : m.activations_no_recompute;
+  // Recomputing only some layers of a stage (Megatron's "block" method): those
+  // keep their inputs, the others everything.
+  const double share = recompute_share(c, l);
+  m.activations =
+      share * m.activations_recompute + (1 - share) * m.activations_no_recompute;
   return m;
 }
 

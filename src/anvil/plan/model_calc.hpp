@@ -37,6 +37,7 @@ struct Layout {
   std::string dtype = "bf16";       // GEMM inputs: f32 | bf16 | fp8 (fp8 GEMMs, bf16 elsewhere)
   std::string optimizer = "adamw";  // adamw | muon (Muon on 2-D matrices, AdamW on the rest)
   bool recompute = false;           // full activation recompute per layer
+  int64_t recompute_layers = 0;     // with recompute: layers per stage recomputed (0: all)
   // CPU profiles: threads one rank runs. The rank gets that share of the
   // profile's whole-CPU rates (compute, memory); 0: the CPU split evenly
   // over the node's ranks (devices_per_node).
@@ -102,6 +103,10 @@ struct MemoryPerRank {
   double total() const { return weights + gradients + optimizer + activations; }
 };
 MemoryPerRank memory_per_rank(const model::ModelConfig& config, const Layout& layout);
+
+// The share of a stage's layers that recompute their forward in backward: 0
+// without recompute, 1 with all of them, recompute_layers / (L / pp) else.
+double recompute_share(const model::ModelConfig& config, const Layout& layout);
 
 // Parameters a rank holds: replicated ones and its share of the experts.
 struct LocalParams {

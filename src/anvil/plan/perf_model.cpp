@@ -82,10 +82,11 @@ StepPart price_attention(const HwProfile& hw, const std::string& dtype, const At
   const double peak = peak_or_throw(hw, dtype);
   const double T = static_cast<double>(w.T);
   if (const double measured = measured_attention_gflops(hw, w.T); measured > 0) {
-    StepPart p{name, w.flops / (measured * 1e9), w.flops, ""};
+    StepPart p{name, w.flops / (measured * 1e9), w.flops, "", "attention", dtype, 0};
     std::ostringstream d;
     d << w.problems << " x causal [" << w.T << " x " << w.T << " x " << w.head_dim << "] at "
-      << fmt(measured, 1) << " GFLOP/s (measured kernel)";
+      << fmt(measured, 1) << " GFLOP/s ("
+      << (hw.origin == "published" ? "published kernel rate" : "measured kernel") << ")";
     p.detail = d.str();
     return p;
   }
@@ -96,7 +97,7 @@ StepPart price_attention(const HwProfile& hw, const std::string& dtype, const At
     const int64_t waves = ceil_div(tiles, hw.compute_units);
     eff *= static_cast<double>(tiles) / static_cast<double>(waves * hw.compute_units);
   }
-  StepPart p{name, w.flops / (peak * 1e9 * eff), w.flops, ""};
+  StepPart p{name, w.flops / (peak * 1e9 * eff), w.flops, "", "attention", dtype, eff};
   std::ostringstream d;
   d << w.problems << " x causal [" << w.T << " x " << w.T << " x " << w.head_dim << "], eff "
     << fmt(eff * 100, 1) << "%";
@@ -466,11 +467,22 @@ void predict_compute(const model::ModelConfig& c, const HwProfile& hw, const Lay
   const double micro = static_cast<double>(l.accumulation());
   // Compute of one micro-batch, by GEMM name (layers and experts folded in).
   double forward_s = 0;
+  // fp8 training (Transformer Engine) runs the layers' linear GEMMs in fp8;
+  // the classifier is not a Transformer Engine module in Megatron-Core and
+  // stays in bf16. Each fp8 GEMM's activation input (forward) and output
+  // gradient (backward) is cast to fp8 in both layouts (row- and column-wise,
+  // the wgrad GEMM reads the transpose): read 2 B, write 2 x 1 B per element.
+  double fp8_cast_bytes = 0;
   for (const auto& g : step_gemms(c, l, true)) {
+    const bool classifier = g.shape.name.rfind("lm_head", 0) == 0;
+    const std::string dtype = l.dtype == "fp8" && classifier ? wide : l.dtype;
     const GemmPrice price =
-        price_gemm(hw, l.dtype, g.shape.m, g.shape.n, g.shape.k, g.shape.trans_a, g.shape.trans_b);
+        price_gemm(hw, dtype, g.shape.m, g.shape.n, g.shape.k, g.shape.trans_a, g.shape.trans_b);
     const double count = static_cast<double>(g.count) * micro;
-    StepPart part{g.shape.name, price.seconds * count, price.flops * count, ""};
+    if (dtype == "fp8" && !g.shape.name.ends_with(".wgrad"))
+      fp8_cast_bytes += 4.0 * static_cast<double>(g.shape.m * g.shape.k) * count;
+    StepPart part{g.shape.name, price.seconds * count, price.flops * count, "", "gemm", dtype,
+                  price.efficiency};
     std::ostringstream d;
     d << g.count << " x [" << g.shape.m << " x " << g.shape.n << " x " << g.shape.k << "], eff "
       << fmt(price.efficiency * 100, 1) << "%"
@@ -479,14 +491,15 @@ void predict_compute(const model::ModelConfig& c, const HwProfile& hw, const Lay
                           : "");
     if (hw.kind == "gpu")
       d << " (tile " << fmt(price.tile, 2) << ", wave " << fmt(price.wave, 2) << ")";
+    if (dtype != l.dtype) d << ", " << dtype;
     part.detail = d.str();
-    if (g.shape.name.size() > 4 && g.shape.name.compare(g.shape.name.size() - 4, 4, ".fwd") == 0)
-      forward_s += part.seconds;
+    if (g.shape.name.ends_with(".fwd") && !classifier) forward_s += part.seconds;
     p.compute.push_back(part);
   }
   StepPart attention = price_attention(hw, wide, step_attention(c, l, true), "attention");
   attention.seconds *= micro;
   attention.flops *= micro;
+  attention.kind = "attention";
   forward_s += attention.seconds / 3;
   p.compute.push_back(attention);
   // Element-wise work (norms, activations, residuals, softmax of the
@@ -497,9 +510,14 @@ void predict_compute(const model::ModelConfig& c, const HwProfile& hw, const Lay
   no_recompute.pp = 1;  // every layer, one micro-batch: the stage's share comes below
   const MemoryPerRank m0 = memory_per_rank(c, no_recompute);
   const double elementwise_bytes = 6.0 * m0.activations_no_recompute * micro;
-  p.compute.push_back(
-      {"element-wise", elementwise_bytes / (memory_gbs(hw) * 1e9), 0,
-       fmt(elementwise_bytes / 1e9, 2) + " GB at " + fmt(memory_gbs(hw), 1) + " GB/s"});
+  const double gbs = memory_gbs(hw);
+  p.compute.push_back({"element-wise", elementwise_bytes / (gbs * 1e9), 0,
+                       fmt(elementwise_bytes / 1e9, 2) + " GB at " + fmt(gbs, 1) + " GB/s",
+                       "memory", "", 0});
+  if (fp8_cast_bytes > 0)
+    p.compute.push_back({"fp8 casts", fp8_cast_bytes / (gbs * 1e9), 0,
+                         fmt(fp8_cast_bytes / 1e9, 2) + " GB at " + fmt(gbs, 1) + " GB/s",
+                         "memory", "", 0});
   if (c.n_experts > 0) {
     // Token dispatch and combine on the rank: gather each routed token's row
     // into expert order and scatter-add the weighted outputs back (a read and
@@ -509,10 +527,17 @@ void predict_compute(const model::ModelConfig& c, const HwProfile& hw, const Lay
     const double rows = static_cast<double>(l.micro_batch * l.seq / l.cp * c.top_k) * (1 - skip);
     const double bytes = 3.0 * 4.0 * rows * static_cast<double>(c.d_model) * bytes_of(l.dtype) *
                          static_cast<double>(c.n_layers) * micro;
-    p.compute.push_back({"moe dispatch + combine", bytes / (memory_gbs(hw) * 1e9), 0,
-                         fmt(bytes / 1e9, 2) + " GB at " + fmt(memory_gbs(hw), 1) + " GB/s"});
+    p.compute.push_back({"moe dispatch + combine", bytes / (gbs * 1e9), 0,
+                         fmt(bytes / 1e9, 2) + " GB at " + fmt(gbs, 1) + " GB/s", "memory", "",
+                         0});
   }
-  if (l.recompute) p.compute.push_back({"recompute (forward again)", forward_s, 0, ""});
+  if (l.recompute) {
+    const double share = recompute_share(c, l);
+    p.compute.push_back({"recompute (forward again)", forward_s * share, 0,
+                         share < 1 ? fmt(share * 100, 1) + "% of the layers"
+                                   : std::string("every layer"),
+                         "recompute", "", 0});
+  }
   if (l.pp > 1) {
     // A stage runs 1/pp of the layers (balanced, the classifier's share
     // included); 1F1B idles (pp - 1) / vp micro-batch slots of a step.
@@ -526,7 +551,8 @@ void predict_compute(const model::ModelConfig& c, const HwProfile& hw, const Lay
     const double bubble = static_cast<double>(l.pp - 1) / static_cast<double>(l.vp) / micro;
     p.compute.push_back({"pipeline bubble", stage_s * bubble, 0,
                          fmt(bubble * 100, 1) + "% of the stage's compute: (pp - 1) / (vp x " +
-                             std::to_string(l.accumulation()) + " micro-batches)"});
+                             std::to_string(l.accumulation()) + " micro-batches)",
+                         "bubble", "", 0});
   }
   for (const auto& part : p.compute) p.compute_s += part.seconds;
 }
@@ -570,7 +596,8 @@ void predict_comm(const model::ModelConfig& c, const HwProfile& hw, const PlanOp
     p.comm.push_back({op.op + " " + op.group, t, 0,
                       std::to_string(op.calls) + " x " + fmt(op.bytes / 1e6, 1) + " MB over " +
                           std::to_string(op.ranks) + " ranks (" + op.what + "; " + price.how +
-                          ")"});
+                          ")",
+                      "comm", "", 0});
     p.comm_s += t;
     if (op.overlappable && o.overlap) {
       overlappable += t;
@@ -648,6 +675,126 @@ void add_assumptions(const model::ModelConfig& c, const HwProfile& hw, const HwP
 
 }  // namespace
 
+namespace {
+
+std::string source_of(const HwProfile& hw, const std::string& field) {
+  for (const auto& s : hw.sources)
+    if (s.field == field) return s.source;
+  return "";
+}
+
+// Where a profile's rates come from, for the terms' sources.
+std::string profile_origin(const HwProfile& hw) {
+  return hw.origin == "published" ? "published profile " + hw.name
+                                  : "profile " + hw.name + " measured on " + hw.device + " (" +
+                                        hw.created + ")";
+}
+
+std::string memory_source(const HwProfile& hw) {
+  if (hw.origin != "published")
+    return profile_origin(hw) + ": the largest measured working set (anvil bench membw)";
+  const std::string cited = source_of(hw, "achievable.memory");
+  return "datasheet " + fmt(hw.memory_bandwidth_gbs, 0) + " GB/s x " +
+         fmt(achievable_memory(hw), 3) +
+         (cited.empty() ? " (default fraction: no public measurement)" : ": " + cited);
+}
+
+// The step time split into the model's terms: every second of step_s lands
+// in exactly one of them.
+std::vector<Term> model_terms(const model::ModelConfig& c, const HwProfile& hw, const Layout& l,
+                              const Prediction& p) {
+  std::vector<Term> terms;
+  // GEMMs: at the plateau of their dtype, and what their sizes lose against
+  // it. The plateau is the achievable fraction on a published profile and
+  // the best efficiency any GEMM of the step reaches on a measured one.
+  std::map<std::string, double> plateau;
+  for (const auto& part : p.compute)
+    if (part.kind == "gemm") plateau[part.dtype] = std::max(plateau[part.dtype], part.efficiency);
+  if (hw.origin == "published")
+    for (auto& [dtype, e] : plateau) e = std::max(e, achievable_gemm(hw, dtype));
+  double gemm_s = 0, ideal_s = 0, flops = 0;
+  for (const auto& part : p.compute) {
+    if (part.kind != "gemm") continue;
+    gemm_s += part.seconds;
+    flops += part.flops;
+    ideal_s += part.flops / (peak_or_throw(hw, part.dtype) * 1e9 * plateau[part.dtype]);
+  }
+  std::string at, cited;
+  for (const auto& [dtype, e] : plateau) {
+    at += (at.empty() ? "" : ", ") + dtype + " " + fmt(peak_or_throw(hw, dtype) / 1e3, 1) +
+          " TFLOP/s x " + fmt(e, 3);
+    const std::string src = source_of(hw, "achievable.gemm[" + dtype + "]");
+    if (hw.origin == "published")
+      cited += (cited.empty() ? "" : "; ") + dtype + ": " +
+               (src.empty() ? "default fraction " + fmt(kDefaultAchievableGemm, 2) +
+                                  " (no public measurement)"
+                            : src);
+  }
+  const std::string gemm_source =
+      hw.origin == "published" ? "datasheet peak x achievable fraction; " + cited
+                               : profile_origin(hw) + ": its best GEMM of this step";
+  terms.push_back({"GEMMs at the plateau", ideal_s,
+                   fmt(flops / 1e12, 2) + " TFLOP at peak x plateau (" + at + ")" +
+                       (l.dtype == "fp8" ? "; the classifier in bf16" : ""),
+                   gemm_source});
+  terms.push_back(
+      {"small-GEMM efficiency", gemm_s - ideal_s,
+       hw.kind == "gpu"
+           ? "each GEMM below the plateau: output tiles of 256 x 128, waves over " +
+                 std::to_string(hw.compute_units) + " " + hw.compute_unit_name +
+                 "s, memory roofline" + (hw.gemm_efficiency.empty() ? "" : ", work curve")
+           : "each GEMM at its own measured shape or the measured grid at its size",
+       hw.kind == "gpu" && hw.gemm_grid.empty() && hw.gemm_shapes.empty()
+           ? "tile and wave quantization (docs/plan.md, as in Anthony et al. 2024); roofline from " +
+                 memory_source(hw)
+           : profile_origin(hw) + " (anvil bench gemm --preset grid / model)"});
+  for (const auto& part : p.compute) {
+    if (part.kind == "attention") {
+      std::string src;
+      if (!hw.attention.empty())
+        src = hw.origin == "published" ? source_of(hw, "attention")
+                                       : profile_origin(hw) + " (anvil bench attention)";
+      else
+        src = "assumed: " + fmt(kAssumedAttentionRelative, 2) +
+              " of the GEMM efficiency at its per-head work (no kernel rate in the profile)";
+      terms.push_back({"attention (T " + std::to_string(l.seq) +
+                           (l.cp > 1 ? ", cp " + std::to_string(l.cp) : std::string()) + ")",
+                       part.seconds, part.detail, src});
+    } else if (part.kind == "memory") {
+      terms.push_back({"memory-bound: " + part.name, part.seconds, part.detail, memory_source(hw)});
+    } else if (part.kind == "recompute") {
+      terms.push_back({"recompute", part.seconds, "the forward once more: " + part.detail,
+                       "the forward GEMMs and attention above"});
+    } else if (part.kind == "bubble") {
+      terms.push_back({"pipeline bubble", part.seconds, part.detail,
+                       "1F1B with interleaved stages (Narayanan et al. 2021)"});
+    }
+  }
+  const LocalParams lp = local_params(c, l);
+  terms.push_back({"memory-bound: optimizer step", p.optimizer_s,
+                   fmt(lp.total() / 1e6, 1) + " M local parameters x " +
+                       fmt(optimizer_bytes_per_param(l.optimizer), 0) + " B" +
+                       (l.zero1 || l.fsdp ? " / dp" : "") +
+                       (l.optimizer == "muon" ? " + Newton-Schulz GEMMs" : ""),
+                   memory_source(hw)});
+  std::string link_src = "measured collective fits of " + profile_origin(hw);
+  if (!hw.comm.contains("ranks") || hw.comm["ranks"].empty()) {
+    const std::string cited = source_of(hw, "achievable.link");
+    link_src = "links at " + fmt(achievable_link(hw), 3) + " of their per-direction bandwidth" +
+               (cited.empty() ? " (default fraction)" : ": " + cited);
+  }
+  terms.push_back({"exposed communication", p.comm_exposed_s,
+                   "of " + fmt(p.comm_s, 4) + " s of collectives; gradients hidden under the " +
+                       "last micro-batch's backward, bucketed per layer" +
+                       (l.tp > 1 || l.cp > 1 || l.pp > 1 || l.ep > 1
+                            ? "; tensor/context/pipeline/expert messages exposed"
+                            : ""),
+                   link_src});
+  return terms;
+}
+
+}  // namespace
+
 Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
                         const PlanOptions& o) {
   const Layout& l = o.layout;
@@ -677,6 +824,7 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
   predict_checkpoint_and_goodput(c, o, p);
   p.decode_s_per_token = decode_seconds_per_step(c, hw, l.dtype, l.seq, 1);
   add_assumptions(c, hw, whole_hw, share, p);
+  p.terms = model_terms(c, hw, l, p);
   return p;
 }
 
@@ -732,6 +880,27 @@ std::string prediction_text(const Prediction& p) {
   return s.str();
 }
 
+std::string explain_text(const Prediction& p) {
+  std::ostringstream s;
+  s << "# the step time of " << p.model << " on " << p.hw << " by model term (" << fmt(p.step_s, 4)
+    << " s)\n";
+  Table t({"term", "seconds", "share", "how"});
+  std::vector<std::string> sources;
+  double sum = 0;
+  for (const auto& term : p.terms) {
+    auto it = std::find(sources.begin(), sources.end(), term.source);
+    if (it == sources.end()) it = sources.insert(sources.end(), term.source);
+    const std::string ref = " [" + std::to_string(it - sources.begin() + 1) + "]";
+    t.add_row({term.name, fmt(term.seconds, 4), fmt(term.seconds / p.step_s * 100, 1) + "%",
+               term.how + ref});
+    sum += term.seconds;
+  }
+  t.add_row({"= step", fmt(sum, 4), "100%", ""});
+  s << t.to_text() << "sources:\n";
+  for (size_t i = 0; i < sources.size(); ++i) s << "  [" << i + 1 << "] " << sources[i] << "\n";
+  return s.str();
+}
+
 std::string prediction_json(const Prediction& p) {
   auto parts = [](const std::vector<StepPart>& v) {
     json a = json::array();
@@ -740,6 +909,10 @@ std::string prediction_json(const Prediction& p) {
           {{"name", x.name}, {"seconds", x.seconds}, {"flops", x.flops}, {"detail", x.detail}});
     return a;
   };
+  json terms = json::array();
+  for (const auto& t : p.terms)
+    terms.push_back(
+        {{"name", t.name}, {"seconds", t.seconds}, {"how", t.how}, {"source", t.source}});
   const Layout& l = p.layout;
   json j = {{"model", p.model},
             {"hw", p.hw},
@@ -763,6 +936,7 @@ std::string prediction_json(const Prediction& p) {
               {"optimizer", l.optimizer},
               {"recompute", l.recompute}}},
             {"compute", parts(p.compute)},
+            {"terms", terms},
             {"comm", parts(p.comm)},
             {"compute_s", p.compute_s},
             {"comm_s", p.comm_s},

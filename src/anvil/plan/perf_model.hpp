@@ -89,6 +89,22 @@ struct StepPart {
   double seconds = 0;
   double flops = 0;
   std::string detail;
+  // The model term it belongs to (Term::name below): "gemm", "attention",
+  // "memory", "recompute", "bubble"; GEMMs also carry their dtype and
+  // efficiency, from which the small-GEMM term is derived.
+  std::string kind;
+  std::string dtype;
+  double efficiency = 0;
+};
+
+// One term of the step-time model, as `anvil plan --explain` prints it: its
+// time, how this plan prices it (the formula with its numbers) and where the
+// figures come from (measured on this machine, a datasheet, a paper).
+struct Term {
+  std::string name;
+  double seconds = 0;
+  std::string how;
+  std::string source;
 };
 
 struct PlanOptions {
@@ -118,6 +134,7 @@ struct Prediction {
          goodput = 0;
   double decode_s_per_token = 0;  // batch 1 at the full context: weights + KV cache read
   std::vector<std::string> assumptions;
+  std::vector<Term> terms;  // the step time by model term (`anvil plan --explain`)
 };
 
 Prediction predict_step(const model::ModelConfig& config, const HwProfile& hw,
@@ -140,6 +157,8 @@ double decode_seconds_per_step(const model::ModelConfig& config, const HwProfile
                                const std::string& dtype, int64_t context, int64_t batch);
 
 std::string prediction_text(const Prediction& p);
+// The model terms with their formulas and sources (`anvil plan --explain`).
+std::string explain_text(const Prediction& p);
 std::string prediction_json(const Prediction& p);
 
 }  // namespace anvil::plan
