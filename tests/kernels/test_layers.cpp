@@ -233,6 +233,90 @@ TEST(LayerGradients, TileKernelAttentionMatchesADoubleReferenceAcrossBlocks) {
     expect_blocked_attention_matches_reference(AttentionTiles::kernel, D);
 }
 
+// Context parallelism's view of attention: the sequence cut into 2C chunks,
+// each chunk's queries against the key prefix it may see (the chunks a rank
+// of C holds under the head-tail layout), dK/dV added into one buffer over
+// all chunks. Against the packed call over the whole sequence: exactly
+// equal where the chunks start at multiples of the 128-key blocks (the
+// same tiles in the same order; dK/dV are summed over the chunks in another
+// order), within rounding where they do not.
+void expect_chunked_attention_matches_packed(AttentionTiles tiles, int64_t T, int64_t chunks,
+                                             int64_t D) {
+  const int64_t B = 2, Hq = 4, Hkv = 2, Q = (Hq + 2 * Hkv) * D, S = T / chunks;
+  const auto qkv = random_vector(B * T * Q, 17);
+  const auto dout = random_vector(B * T * Hq * D, 18);
+  std::vector<float> out(B * T * Hq * D), lse(B * Hq * T), dqkv(B * T * Q);
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, Hq, Hkv, D, tiles);
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, Hq, Hkv, D,
+                     tiles);
+  std::vector<float> c_out(out.size(), 7.0f), c_dqkv(dqkv.size(), 0.0f), c_lse(S * B * Hq);
+  double out_err = 0, dq_err = 0, lse_err = 0, scale = 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    AttentionView a;
+    a.B = B;
+    a.Tq = S;
+    a.q0 = c * S;
+    a.Hq = Hq;
+    a.Hkv = Hkv;
+    a.D = D;
+    a.q = qkv.data() + c * S * Q;
+    a.q_row = Q;
+    a.q_batch = T * Q;
+    a.k = qkv.data() + Hq * D;
+    a.v = qkv.data() + (Hq + Hkv) * D;
+    a.kv_row = Q;
+    a.kv_batch = T * Q;
+    a.out = c_out.data() + c * S * Hq * D;
+    a.out_row = Hq * D;
+    a.out_batch = T * Hq * D;
+    a.lse = c_lse.data();
+    attention_forward(a, tiles);
+    AttentionGrads g{c_dqkv.data() + c * S * Q,        Q,  T * Q, c_dqkv.data() + Hq * D,
+                     c_dqkv.data() + (Hq + Hkv) * D, Q, T * Q, true};
+    attention_backward(a, dout.data() + c * S * Hq * D, g, tiles);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < Hq; ++h)
+        for (int64_t t = 0; t < S; ++t)
+          lse_err = std::max(lse_err, std::abs(static_cast<double>(c_lse[(b * Hq + h) * S + t]) -
+                                               lse[(b * Hq + h) * T + c * S + t]));
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    out_err = std::max(out_err, std::abs(static_cast<double>(c_out[i]) - out[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(out[i])));
+  }
+  double kv_err = 0, g_scale = 0;
+  for (int64_t n = 0; n < B * T; ++n) {
+    for (int64_t j = 0; j < Q; ++j) {
+      const double d = std::abs(static_cast<double>(c_dqkv[n * Q + j]) - dqkv[n * Q + j]);
+      g_scale = std::max(g_scale, std::abs(static_cast<double>(dqkv[n * Q + j])));
+      (j < Hq * D ? dq_err : kv_err) = std::max(j < Hq * D ? dq_err : kv_err, d);
+    }
+  }
+  const std::string what = "T " + std::to_string(T) + ", " + std::to_string(chunks) +
+                           " chunks, D " + std::to_string(D) + ", " +
+                           attention_tiles_description(tiles);
+  if (S % 128 == 0) {
+    EXPECT_EQ(out_err, 0.0) << what;
+    EXPECT_EQ(lse_err, 0.0) << what;
+    EXPECT_EQ(dq_err, 0.0) << what;
+  }
+  EXPECT_LE(out_err, 1e-6 * scale) << what;
+  EXPECT_LE(lse_err, 1e-5) << what;
+  EXPECT_LE(dq_err, 1e-6 * g_scale) << what;
+  EXPECT_LE(kv_err, 1e-6 * g_scale) << what;
+}
+
+TEST(LayerGradients, AttentionOverSequenceChunksMatchesTheWholeSequence) {
+  std::vector<AttentionTiles> paths = {AttentionTiles::blas};
+  if (tile_gemm_lanes() != 0) paths.push_back(AttentionTiles::kernel);
+  for (const AttentionTiles tiles : paths) {
+    expect_chunked_attention_matches_packed(tiles, 512, 4, 16);   // aligned chunks
+    expect_chunked_attention_matches_packed(tiles, 300, 4, 16);   // chunks of 75
+    expect_chunked_attention_matches_packed(tiles, 96, 8, 32);    // chunks of 12
+    expect_chunked_attention_matches_packed(tiles, 1024, 4, 64);  // aligned, 2 blocks each
+  }
+}
+
 TEST(LayerGradients, AttentionIsCausalAndDecodeMatchesTheFullPass) {
   const int64_t T = 70, Hq = 4, Hkv = 2, D = 8, Q = (Hq + 2 * Hkv) * D;
   auto qkv = random_vector(T * Q, 1);

@@ -87,49 +87,74 @@ constexpr int64_t kBlock = 128;
 // The BLAS tiles' GEMM library (single-threaded inside the tasks).
 constexpr device::GemmBackend kTileGemm = device::GemmBackend::openblas;
 
-// Rows of a diagonal block pair see only the keys up to their own: strips
-// of kStrip rows multiply only the key columns some row of the strip needs,
+// A query block and a key block meet in one of two ways: every query sees
+// every key (a full block, kFull), or the block holds the query's own
+// position and the keys after it are masked. `off` is then the query
+// block's first global position minus the key block's: query row i sees
+// keys 0 .. i + off (off = 0: aligned blocks, row r sees keys 0..r).
+constexpr int64_t kFull = std::numeric_limits<int64_t>::max() / 4;
+
+// Rows of a masked block pair see only the keys up to their own: strips of
+// kStrip rows multiply only the key columns some row of the strip needs,
 // so the tiles above the diagonal are skipped (at T = 256 the 128-row
 // blocks would otherwise do 1.5x the useful work).
 constexpr int64_t kStrip = 32;
 
 // Calls f(r0, r1, kend) for row strips [r0, r1) of a block pair and the keys
-// [0, kend) they need: one strip off the diagonal (aligned blocks, so every
-// key precedes every query), kStrip-row strips on it (i0 == j0, so row r
-// sees keys 0..r).
+// [0, kend) they need: one strip where every row sees every key, kStrip-row
+// strips otherwise.
 template <class F>
-void for_each_row_strip(int64_t mq, int64_t nk, bool diagonal, F&& f) {
-  if (!diagonal) {
+void for_each_row_strip(int64_t mq, int64_t nk, int64_t off, F&& f) {
+  if (off + 1 >= nk) {
     f(int64_t{0}, mq, nk);
     return;
   }
   for (int64_t r0 = 0; r0 < mq; r0 += kStrip) {
     const int64_t r1 = std::min(mq, r0 + kStrip);
-    f(r0, r1, std::min(nk, r1));
+    f(r0, r1, std::min(nk, r1 + off));
   }
 }
 
 // The transposed products (dV, dK: one row per key): calls f(c0, c1, first)
-// for key strips [c0, c1) and the first query row that sees them (on the
-// diagonal, rows [first, mq) do).
+// for key strips [c0, c1) and the first query row that sees them (rows
+// [first, mq) do).
 template <class F>
-void for_each_key_strip(int64_t nk, bool diagonal, F&& f) {
-  if (!diagonal) {
+void for_each_key_strip(int64_t nk, int64_t off, F&& f) {
+  if (off + 1 >= nk) {
     f(int64_t{0}, nk, int64_t{0});
     return;
   }
-  for (int64_t c0 = 0; c0 < nk; c0 += kStrip) f(c0, std::min(nk, c0 + kStrip), c0);
+  for (int64_t c0 = 0; c0 < nk; c0 += kStrip)
+    f(c0, std::min(nk, c0 + kStrip), std::max<int64_t>(0, c0 - off));
 }
 
-// Keys of row i a block pair scores: all nk off the diagonal, i + 1 on it.
-inline int64_t visible_keys(int64_t i, int64_t nk, bool diagonal) {
-  return diagonal ? std::min(nk, i + 1) : nk;
+// Keys of row i a block pair scores: all nk, or up to its own position.
+inline int64_t visible_keys(int64_t i, int64_t nk, int64_t off) {
+  return std::min(nk, i + off + 1);
 }
 
 // Zeroes row i's entries past its visible keys, up to nk: the strips'
 // products read them as exact zeros.
-inline void zero_invisible(float* row, int64_t i, int64_t nk, bool diagonal) {
-  if (diagonal) std::fill(row + visible_keys(i, nk, true), row + nk, 0.0f);
+inline void zero_invisible(float* row, int64_t i, int64_t nk, int64_t off) {
+  const int64_t n = visible_keys(i, nk, off);
+  if (n < nk) std::fill(row + n, row + nk, 0.0f);
+}
+
+// The query pieces of a view: its queries [q0, q0 + Tq) cut at global
+// multiples of kBlock, so that a piece and a key block are either disjoint
+// in position or the key block holds the piece (the masked pair).
+struct Piece {
+  int64_t g0;    // first global position
+  int64_t i0;    // first local row (g0 - q0)
+  int64_t mq;    // rows
+  int64_t G;     // the key block that holds it (its start)
+  int64_t next;  // g0 + mq: the keys it may see are [0, next)
+};
+
+inline Piece piece_at(int64_t g0, int64_t q0, int64_t Tk) {
+  const int64_t G = g0 / kBlock * kBlock;
+  const int64_t next = std::min(G + kBlock, Tk);
+  return {g0, g0 - q0, next - g0, G, next};
 }
 
 // The three products of a block pair, on the tile kernel or on BLAS. The
@@ -195,11 +220,12 @@ TileProducts tile_products(AttentionTiles tiles, int64_t D) {
 // Scores of one block pair: s[i][j] = scale * q_i . k_j (ld kBlock) for the
 // keys each row sees (visible_keys); entries past them are left unwritten or
 // stale, and every caller reads only the visible ones or zeroes the rest.
-// q and k rows are `stride` apart; kt is k's transposed block (tile kernel).
-void block_scores(const TileProducts& tp, float* s, const float* q, const float* k, const float* kt,
-                  int64_t stride, int64_t mq, int64_t nk, int64_t D, float scale, bool diagonal) {
-  for_each_row_strip(mq, nk, diagonal, [&](int64_t r0, int64_t r1, int64_t kend) {
-    tp.nt(r1 - r0, kend, D, scale, q + r0 * stride, stride, k, stride, kt, s + r0 * kBlock, kBlock);
+// q rows are `qs` apart, k rows `ks`; kt is k's transposed block (tile kernel).
+void block_scores(const TileProducts& tp, float* s, const float* q, int64_t qs, const float* k,
+                  int64_t ks, const float* kt, int64_t mq, int64_t nk, int64_t D, float scale,
+                  int64_t off) {
+  for_each_row_strip(mq, nk, off, [&](int64_t r0, int64_t r1, int64_t kend) {
+    tp.nt(r1 - r0, kend, D, scale, q + r0 * qs, qs, k, ks, kt, s + r0 * kBlock, kBlock);
   });
 }
 
@@ -227,43 +253,51 @@ std::string attention_tiles_description(AttentionTiles tiles) {
              : std::string("BLAS (OpenBLAS, single-threaded per tile)");
 }
 
-// Forward, flash-attention style on [kBlock x D] tiles: for each query block
-// the key blocks up to the diagonal are visited with an online softmax. One
-// task per (batch, head); on the tile kernel each key block is transposed
-// once per task, when its diagonal query block reaches it.
-void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t Hq,
-                       int64_t Hkv, int64_t D, AttentionTiles tiles) {
+// Forward, flash-attention style on [kBlock x D] tiles: for each query piece
+// the key blocks up to the one that holds it are visited with an online
+// softmax. One task per (batch, head); on the tile kernel each key block is
+// transposed once per task, when the first piece that reaches it does.
+void attention_forward(const AttentionView& a, AttentionTiles tiles) {
+  const int64_t D = a.D, Hq = a.Hq, Tq = a.Tq, q0 = a.q0, Tk = a.q0 + a.Tq;
   const TileProducts tp = tile_products(tiles, D);
-  const int64_t stride = (Hq + 2 * Hkv) * D;
-  const int64_t group = Hq / Hkv;
-  const int64_t blocks = (T + kBlock - 1) / kBlock;
+  const int64_t group = Hq / a.Hkv;
+  const int64_t key_blocks = (Tk + kBlock - 1) / kBlock;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
 #pragma omp parallel
   {
     std::vector<float> s(kBlock * kBlock), acc(kBlock * D), m(kBlock), l(kBlock),
-        kt(tp.kernel() ? blocks * D * kBlock : 0);
+        kt(tp.kernel() ? key_blocks * D * kBlock : 0);
 #pragma omp for collapse(2) schedule(dynamic, 1)
-    for (int64_t b = 0; b < B; ++b) {
+    for (int64_t b = 0; b < a.B; ++b) {
       for (int64_t h = 0; h < Hq; ++h) {
-        const float* base = qkv + b * T * stride;
-        const float* k = base + Hq * D + (h / group) * D;
-        const float* v = k + Hkv * D;
-        for (int64_t qb = 0; qb < blocks; ++qb) {
-          const int64_t i0 = qb * kBlock, mq = std::min(kBlock, T - i0);
-          const float* q = base + i0 * stride + h * D;
-          if (tp.kernel())
-            tp.transposed_block(kt.data() + qb * D * kBlock, k + i0 * stride, stride, mq, D);
+        const float* k = a.k + b * a.kv_batch + (h / group) * D;
+        const float* v = a.v + b * a.kv_batch + (h / group) * D;
+        int64_t transposed = 0;  // key blocks in kt
+        for (int64_t g0 = q0; g0 < Tk;) {
+          const Piece p = piece_at(g0, q0, Tk);
+          g0 = p.next;
+          const int64_t mq = p.mq;
+          const float* q = a.q + b * a.q_batch + p.i0 * a.q_row + h * D;
+          if (tp.kernel()) {
+            for (; transposed * kBlock <= p.G; ++transposed) {
+              const int64_t j0 = transposed * kBlock;
+              tp.transposed_block(kt.data() + transposed * D * kBlock, k + j0 * a.kv_row, a.kv_row,
+                                  j0 == p.G ? p.next - j0 : kBlock, D);
+            }
+          }
           std::fill(acc.begin(), acc.begin() + mq * D, 0.0f);
           std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
           std::fill(l.begin(), l.end(), 0.0f);
-          for (int64_t j0 = 0; j0 <= i0; j0 += kBlock) {
-            const int64_t nk = std::min(kBlock, T - j0);
-            const bool diagonal = j0 == i0;
+          for (int64_t j0 = 0; j0 <= p.G; j0 += kBlock) {
+            const bool held = j0 == p.G;
+            const int64_t nk = held ? p.next - j0 : kBlock;
+            const int64_t off = held ? p.g0 - j0 : kFull;
             const float* ktj = tp.kernel() ? kt.data() + j0 * D : nullptr;  // block j0 / kBlock
-            block_scores(tp, s.data(), q, k + j0 * stride, ktj, stride, mq, nk, D, scale, diagonal);
+            block_scores(tp, s.data(), q, a.q_row, k + j0 * a.kv_row, a.kv_row, ktj, mq, nk, D,
+                         scale, off);
             for (int64_t i = 0; i < mq; ++i) {
               float* row = s.data() + i * kBlock;
-              const int64_t n = visible_keys(i, nk, diagonal);
+              const int64_t n = visible_keys(i, nk, off);
               const float mx = max_of(row, n, m[i]);
               float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -271,25 +305,25 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
                 row[j] = fast_exp(row[j] - mx);
                 sum += row[j];
               }
-              zero_invisible(row, i, nk, diagonal);
+              zero_invisible(row, i, nk, off);
               const float c = fast_exp(m[i] - mx);
               m[i] = mx;
               l[i] = l[i] * c + sum;
-              float* a = acc.data() + i * D;
+              float* acc_row = acc.data() + i * D;
 #pragma omp simd
-              for (int64_t d = 0; d < D; ++d) a[d] *= c;
+              for (int64_t d = 0; d < D; ++d) acc_row[d] *= c;
             }
-            for_each_row_strip(mq, nk, diagonal, [&](int64_t r0, int64_t r1, int64_t kend) {
-              tp.nn(r1 - r0, D, kend, true, s.data() + r0 * kBlock, kBlock, v + j0 * stride, stride,
-                    acc.data() + r0 * D, D);
+            for_each_row_strip(mq, nk, off, [&](int64_t r0, int64_t r1, int64_t kend) {
+              tp.nn(r1 - r0, D, kend, true, s.data() + r0 * kBlock, kBlock, v + j0 * a.kv_row,
+                    a.kv_row, acc.data() + r0 * D, D);
             });
           }
-          float* o = out + (b * T + i0) * Hq * D + h * D;
+          float* o = a.out + b * a.out_batch + p.i0 * a.out_row + h * D;
           for (int64_t i = 0; i < mq; ++i) {
             const float inv = 1.0f / l[i];
 #pragma omp simd
-            for (int64_t d = 0; d < D; ++d) o[i * Hq * D + d] = acc[i * D + d] * inv;
-            lse[(b * Hq + h) * T + i0 + i] = m[i] + std::log(l[i]);
+            for (int64_t d = 0; d < D; ++d) o[i * a.out_row + d] = acc[i * D + d] * inv;
+            a.lse[(b * Hq + h) * Tq + p.i0 + i] = m[i] + std::log(l[i]);
           }
         }
       }
@@ -297,108 +331,159 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
   }
 }
 
-// Backward on [kBlock x D] tiles; it writes every entry of dqkv (no zeroing
-// needed first). One task per (batch, kv head) so that the query heads of a
-// group, which all add to the same dK/dV rows, and every query block's dQ
-// stay in one task: no atomics, a fixed summation order. For each key block
-// the probabilities are recomputed from the saved log-sum-exp and
+// Backward on [kBlock x D] tiles. One task per (batch, kv head) so that the
+// query heads of a group, which all add to the same dK/dV rows, and every
+// query piece's dQ stay in one task: no atomics, a fixed summation order.
+// For each key block the probabilities are recomputed from the saved
+// log-sum-exp and
 //   dV += P^T dO,  dP = dO V^T,  dS = P * (dP - delta) * scale,
 //   dQ += dS K,    dK += dS^T Q   (delta = rowsum(dO * O)).
 // On the tile kernel the key block and the value block are transposed once
-// per key block, for every query block and head of the group.
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D,
+// per key block, for every query piece and head of the group.
+void attention_backward(const AttentionView& a, const float* dout, const AttentionGrads& g_out,
                         AttentionTiles tiles) {
+  const int64_t D = a.D, Hq = a.Hq, Hkv = a.Hkv, Tq = a.Tq, q0 = a.q0, Tk = a.q0 + a.Tq;
   const TileProducts tp = tile_products(tiles, D);
-  const int64_t stride = (Hq + 2 * Hkv) * D;
   const int64_t group = Hq / Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
 #pragma omp parallel
   {
     std::vector<float> p(kBlock * kBlock), dp(kBlock * kBlock), dk(kBlock * D), dv(kBlock * D),
-        delta(group * T), kt(tp.kernel() ? D * kBlock : 0), vt(tp.kernel() ? D * kBlock : 0);
+        delta(group * Tq), kt(tp.kernel() ? D * kBlock : 0), vt(tp.kernel() ? D * kBlock : 0);
 #pragma omp for collapse(2) schedule(dynamic, 1)
-    for (int64_t b = 0; b < B; ++b) {
+    for (int64_t b = 0; b < a.B; ++b) {
       for (int64_t g = 0; g < Hkv; ++g) {
-        const float* base = qkv + b * T * stride;
-        float* dbase = dqkv + b * T * stride;
         for (int64_t hh = 0; hh < group; ++hh) {
           const int64_t h = g * group + hh;
-          for (int64_t t = 0; t < T; ++t) {
-            const float* o = out + (b * T + t) * Hq * D + h * D;
-            const float* d_o = dout + (b * T + t) * Hq * D + h * D;
-            delta[hh * T + t] = dot(d_o, o, D);
+          for (int64_t t = 0; t < Tq; ++t) {
+            const float* o = a.out + b * a.out_batch + t * a.out_row + h * D;
+            const float* d_o = dout + b * a.out_batch + t * a.out_row + h * D;
+            delta[hh * Tq + t] = dot(d_o, o, D);
           }
         }
-        for (int64_t j0 = 0; j0 < T; j0 += kBlock) {
-          const int64_t nk = std::min(kBlock, T - j0);
-          const float* k = base + j0 * stride + Hq * D + g * D;
-          const float* v = k + Hkv * D;
+        for (int64_t j0 = 0; j0 < Tk; j0 += kBlock) {
+          const int64_t nk_all = std::min(kBlock, Tk - j0);
+          const float* k = a.k + b * a.kv_batch + j0 * a.kv_row + g * D;
+          const float* v = a.v + b * a.kv_batch + j0 * a.kv_row + g * D;
           if (tp.kernel()) {
-            tp.transposed_block(kt.data(), k, stride, nk, D);
-            tp.transposed_block(vt.data(), v, stride, nk, D);
+            tp.transposed_block(kt.data(), k, a.kv_row, nk_all, D);
+            tp.transposed_block(vt.data(), v, a.kv_row, nk_all, D);
           }
-          std::fill(dk.begin(), dk.begin() + nk * D, 0.0f);
-          std::fill(dv.begin(), dv.begin() + nk * D, 0.0f);
+          std::fill(dk.begin(), dk.begin() + nk_all * D, 0.0f);
+          std::fill(dv.begin(), dv.begin() + nk_all * D, 0.0f);
           for (int64_t hh = 0; hh < group; ++hh) {
             const int64_t h = g * group + hh;
-            for (int64_t i0 = j0; i0 < T; i0 += kBlock) {
-              const int64_t mq = std::min(kBlock, T - i0);
-              const float* q = base + i0 * stride + h * D;
-              const float* d_o = dout + (b * T + i0) * Hq * D + h * D;
-              const bool diagonal = i0 == j0;
-              block_scores(tp, p.data(), q, k, kt.data(), stride, mq, nk, D, scale, diagonal);
-              const float* row_lse = lse + (b * Hq + h) * T + i0;
+            for (int64_t g0 = std::max(q0, j0); g0 < Tk;) {
+              const Piece pc = piece_at(g0, q0, Tk);
+              g0 = pc.next;
+              const int64_t mq = pc.mq;
+              const bool held = pc.G == j0;
+              const int64_t nk = held ? pc.next - j0 : kBlock;
+              const int64_t off = held ? pc.g0 - j0 : kFull;
+              const float* q = a.q + b * a.q_batch + pc.i0 * a.q_row + h * D;
+              const float* d_o = dout + b * a.out_batch + pc.i0 * a.out_row + h * D;
+              block_scores(tp, p.data(), q, a.q_row, k, a.kv_row, kt.data(), mq, nk, D, scale,
+                           off);
+              const float* row_lse = a.lse + (b * Hq + h) * Tq + pc.i0;
               for (int64_t i = 0; i < mq; ++i) {
                 float* row = p.data() + i * kBlock;
                 const float li = row_lse[i];
-                const int64_t n = visible_keys(i, nk, diagonal);
+                const int64_t n = visible_keys(i, nk, off);
 #pragma omp simd
                 for (int64_t j = 0; j < n; ++j) row[j] = fast_exp(row[j] - li);
-                zero_invisible(row, i, nk, diagonal);
+                zero_invisible(row, i, nk, off);
               }
-              for_each_key_strip(nk, diagonal, [&](int64_t c0, int64_t c1, int64_t first) {
+              for_each_key_strip(nk, off, [&](int64_t c0, int64_t c1, int64_t first) {
                 tp.tn(c1 - c0, D, mq - first, p.data() + first * kBlock + c0, kBlock,
-                      d_o + first * Hq * D, Hq * D, dv.data() + c0 * D, D);
+                      d_o + first * a.out_row, a.out_row, dv.data() + c0 * D, D);
               });
-              for_each_row_strip(mq, nk, diagonal, [&](int64_t r0, int64_t r1, int64_t kend) {
-                tp.nt(r1 - r0, kend, D, 1.0f, d_o + r0 * Hq * D, Hq * D, v, stride, vt.data(),
-                      dp.data() + r0 * kBlock, kBlock);
+              for_each_row_strip(mq, nk, off, [&](int64_t r0, int64_t r1, int64_t kend) {
+                tp.nt(r1 - r0, kend, D, 1.0f, d_o + r0 * a.out_row, a.out_row, v, a.kv_row,
+                      vt.data(), dp.data() + r0 * kBlock, kBlock);
               });
               for (int64_t i = 0; i < mq; ++i) {
-                const float di = delta[hh * T + i0 + i];
+                const float di = delta[hh * Tq + pc.i0 + i];
                 float* ds = dp.data() + i * kBlock;
                 const float* pr = p.data() + i * kBlock;
-                const int64_t n = visible_keys(i, nk, diagonal);
+                const int64_t n = visible_keys(i, nk, off);
 #pragma omp simd
                 for (int64_t j = 0; j < n; ++j) ds[j] = pr[j] * (ds[j] - di) * scale;
-                zero_invisible(ds, i, nk, diagonal);
+                zero_invisible(ds, i, nk, off);
               }
-              // Key block 0 is every query block's first: it writes dQ, later ones add.
-              float* dq = dbase + i0 * stride + h * D;
-              for_each_row_strip(mq, nk, diagonal, [&](int64_t r0, int64_t r1, int64_t kend) {
-                tp.nn(r1 - r0, D, kend, j0 != 0, dp.data() + r0 * kBlock, kBlock, k, stride,
-                      dq + r0 * stride, stride);
+              // Key block 0 is every query piece's first: it writes dQ, later ones add.
+              float* dq = g_out.dq + b * g_out.dq_batch + pc.i0 * g_out.dq_row + h * D;
+              for_each_row_strip(mq, nk, off, [&](int64_t r0, int64_t r1, int64_t kend) {
+                tp.nn(r1 - r0, D, kend, j0 != 0, dp.data() + r0 * kBlock, kBlock, k, a.kv_row,
+                      dq + r0 * g_out.dq_row, g_out.dq_row);
               });
-              for_each_key_strip(nk, diagonal, [&](int64_t c0, int64_t c1, int64_t first) {
+              for_each_key_strip(nk, off, [&](int64_t c0, int64_t c1, int64_t first) {
                 tp.tn(c1 - c0, D, mq - first, dp.data() + first * kBlock + c0, kBlock,
-                      q + first * stride, stride, dk.data() + c0 * D, D);
+                      q + first * a.q_row, a.q_row, dk.data() + c0 * D, D);
               });
             }
           }
-          float* dkr = dbase + j0 * stride + Hq * D + g * D;
-          float* dvr = dkr + Hkv * D;
-          for (int64_t j = 0; j < nk; ++j) {
+          float* dkr = g_out.dk + b * g_out.dkv_batch + j0 * g_out.dkv_row + g * D;
+          float* dvr = g_out.dv + b * g_out.dkv_batch + j0 * g_out.dkv_row + g * D;
+          for (int64_t j = 0; j < nk_all; ++j) {
+            float* kr = dkr + j * g_out.dkv_row;
+            float* vr = dvr + j * g_out.dkv_row;
+            if (g_out.accumulate_kv) {
 #pragma omp simd
-            for (int64_t d = 0; d < D; ++d) {
-              dkr[j * stride + d] = dk[j * D + d];
-              dvr[j * stride + d] = dv[j * D + d];
+              for (int64_t d = 0; d < D; ++d) {
+                kr[d] += dk[j * D + d];
+                vr[d] += dv[j * D + d];
+              }
+            } else {
+#pragma omp simd
+              for (int64_t d = 0; d < D; ++d) {
+                kr[d] = dk[j * D + d];
+                vr[d] = dv[j * D + d];
+              }
             }
           }
         }
       }
     }
   }
+}
+
+AttentionView packed_attention(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
+                               int64_t Hq, int64_t Hkv, int64_t D) {
+  const int64_t stride = (Hq + 2 * Hkv) * D;
+  AttentionView a;
+  a.B = B;
+  a.Tq = T;
+  a.Hq = Hq;
+  a.Hkv = Hkv;
+  a.D = D;
+  a.q = qkv;
+  a.q_row = stride;
+  a.q_batch = T * stride;
+  a.k = qkv + Hq * D;
+  a.v = qkv + (Hq + Hkv) * D;
+  a.kv_row = stride;
+  a.kv_batch = T * stride;
+  a.out = out;
+  a.out_row = Hq * D;
+  a.out_batch = T * Hq * D;
+  a.lse = lse;
+  return a;
+}
+
+void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t Hq,
+                       int64_t Hkv, int64_t D, AttentionTiles tiles) {
+  attention_forward(packed_attention(out, lse, qkv, B, T, Hq, Hkv, D), tiles);
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D,
+                        AttentionTiles tiles) {
+  const AttentionView a =
+      packed_attention(const_cast<float*>(out), const_cast<float*>(lse), qkv, B, T, Hq, Hkv, D);
+  const int64_t stride = (Hq + 2 * Hkv) * D;
+  const AttentionGrads g{dqkv,           stride, T * stride, dqkv + Hq * D, dqkv + (Hq + Hkv) * D,
+                         stride,         T * stride, false};
+  attention_backward(a, dout, g, tiles);
 }
 
 void attention_decode(float* out, const float* q, const float* kcache, const float* vcache,

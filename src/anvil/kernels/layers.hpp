@@ -124,6 +124,39 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D,
                         AttentionTiles tiles = AttentionTiles::automatic);
+// The same attention over strided views, for context parallelism: per
+// batch row b the queries at global positions [q0, q0 + Tq) (rows q_row
+// apart, batch rows q_batch apart; head h at h*D) attend keys and values
+// [0, q0 + Tq) (kv head g at g*D); out has the queries' rows (out_row /
+// out_batch) and lse is [B][Hq][Tq]. Key blocks sit at global multiples of
+// 128, so a view of a whole sequence computes exactly what the packed
+// calls above compute, and a chunk whose start is a multiple of 128 computes
+// exactly its rows of them.
+struct AttentionView {
+  int64_t B = 1, Tq = 0, q0 = 0, Hq = 1, Hkv = 1, D = 1;
+  const float* q = nullptr;
+  int64_t q_row = 0, q_batch = 0;
+  const float *k = nullptr, *v = nullptr;
+  int64_t kv_row = 0, kv_batch = 0;
+  float* out = nullptr;
+  int64_t out_row = 0, out_batch = 0;
+  float* lse = nullptr;
+};
+// Backward's outputs: dq rows like q (written), dk/dv rows like k/v over
+// [0, q0 + Tq): written, or added to with accumulate_kv (several query
+// chunks against one key buffer; rows past q0 + Tq are not touched).
+struct AttentionGrads {
+  float* dq = nullptr;
+  int64_t dq_row = 0, dq_batch = 0;
+  float *dk = nullptr, *dv = nullptr;
+  int64_t dkv_row = 0, dkv_batch = 0;
+  bool accumulate_kv = false;
+};
+void attention_forward(const AttentionView& view,
+                       AttentionTiles tiles = AttentionTiles::automatic);
+// dout has the view's out layout.
+void attention_backward(const AttentionView& view, const float* dout, const AttentionGrads& grads,
+                        AttentionTiles tiles = AttentionTiles::automatic);
 // One query row per head against a KV cache of `len` positions (decode).
 // q: [Hq*D]; kcache/vcache: [len, Hkv*D]; out: [Hq*D].
 void attention_decode(float* out, const float* q, const float* kcache, const float* vcache,
