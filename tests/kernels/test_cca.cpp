@@ -2,6 +2,7 @@
 // and the convolution against a direct reading of docs/zaya1-spec.md's formula.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -69,6 +70,65 @@ TEST(Cca, ConvolutionBackwardMatchesFiniteDifferences) {
     expect_fd("dw1", w1, dw1, objective);
     expect_fd("db1", b1, db1, objective);
   }
+}
+
+// Context parallelism cuts a sequence into chunks: each chunk's
+// convolutions, continued from the two rows before it (the halo; zeros for
+// the first chunk), give the whole sequence's rows, and the chunks' weight
+// gradients plus the halo gradients handed back give the whole backward.
+TEST(Cca, ConvolutionOverChunksWithAHaloMatchesTheWholeSequence) {
+  const int64_t B = 2, chunks = 3, S = 5, T = chunks * S, C = 8, G = 4;
+  const auto u = random_vector(B * T * C, 1), w0 = random_vector(C * 2, 2),
+             b0 = random_vector(C, 3), w1 = random_vector(C * G * 2, 4), b1 = random_vector(C, 5);
+  const auto r = random_vector(B * T * C, 6);
+  std::vector<float> conv(B * T * C), D(B * T * C), scratch(B * T * C);
+  cca_conv_forward(conv.data(), D.data(), u.data(), w0.data(), b0.data(), w1.data(), b1.data(), B,
+                   T, C, G);
+  std::vector<float> du(u.size()), dw0(w0.size()), db0(b0.size()), dw1(w1.size()), db1(b1.size());
+  cca_conv_backward(du.data(), dw0.data(), db0.data(), dw1.data(), db1.data(), scratch.data(),
+                    r.data(), u.data(), D.data(), w0.data(), b0.data(), w1.data(), B, T, C, G);
+  std::vector<float> c_du(u.size()), c_dw0(w0.size()), c_db0(b0.size()), c_dw1(w1.size()),
+      c_db1(b1.size());
+  double conv_err = 0, conv_scale = 0;
+  for (int64_t k = 0; k < chunks; ++k) {
+    // This chunk's rows of every sequence, and the two rows before them.
+    std::vector<float> cu(B * S * C), cr(B * S * C), halo(B * 2 * C, 0.0f), dhalo(B * 2 * C, 0.0f);
+    for (int64_t b = 0; b < B; ++b) {
+      std::copy_n(&u[(b * T + k * S) * C], S * C, &cu[b * S * C]);
+      std::copy_n(&r[(b * T + k * S) * C], S * C, &cr[b * S * C]);
+      if (k > 0) std::copy_n(&u[(b * T + k * S - 2) * C], 2 * C, &halo[b * 2 * C]);
+    }
+    std::vector<float> cconv(B * S * C), cD(B * S * C), cscratch(B * S * C), cdu(B * S * C, 0.0f);
+    cca_conv_forward(cconv.data(), cD.data(), cu.data(), w0.data(), b0.data(), w1.data(),
+                     b1.data(), B, S, C, G, halo.data());
+    cca_conv_backward(cdu.data(), c_dw0.data(), c_db0.data(), c_dw1.data(), c_db1.data(),
+                      cscratch.data(), cr.data(), cu.data(), cD.data(), w0.data(), b0.data(),
+                      w1.data(), B, S, C, G, halo.data(), dhalo.data());
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t i = 0; i < S * C; ++i) {
+        conv_err = std::max(conv_err, std::abs(static_cast<double>(cconv[b * S * C + i]) -
+                                               conv[(b * T + k * S) * C + i]));
+        conv_scale = std::max(conv_scale, std::abs(static_cast<double>(conv[i])));
+        c_du[(b * T + k * S) * C + i] += cdu[b * S * C + i];
+      }
+      if (k > 0)
+        for (int64_t i = 0; i < 2 * C; ++i) c_du[(b * T + k * S - 2) * C + i] += dhalo[b * 2 * C + i];
+    }
+  }
+  EXPECT_LE(conv_err, 1e-6 * conv_scale);
+  auto rel = [](const std::vector<float>& got, const std::vector<float>& want) {
+    double err = 0, scale = 1e-30;
+    for (size_t i = 0; i < want.size(); ++i) {
+      err = std::max(err, std::abs(static_cast<double>(got[i]) - want[i]));
+      scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+    }
+    return err / scale;
+  };
+  EXPECT_LE(rel(c_du, du), 1e-6) << "du with the halo gradients";
+  EXPECT_LE(rel(c_dw0, dw0), 1e-6) << "dw0";
+  EXPECT_LE(rel(c_db0, db0), 1e-6) << "db0";
+  EXPECT_LE(rel(c_dw1, dw1), 1e-6) << "dw1";
+  EXPECT_LE(rel(c_db1, db1), 1e-6) << "db1";
 }
 
 TEST(Cca, MeanSkipPathMatchesTheSpecAndFiniteDifferences) {

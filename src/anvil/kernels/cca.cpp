@@ -29,31 +29,54 @@ std::vector<float> split_taps(const float* w1, int64_t C, int64_t group) {
   return taps;
 }
 
+// D_{t0-1} of each sequence [B, C]: b0 without a halo (D_{-1}), else
+// computed from the halo's two rows as every other D row is.
+std::vector<float> previous_D(const float* halo, const float* w0, const float* b0, int64_t B,
+                              int64_t C) {
+  std::vector<float> prev(static_cast<size_t>(B * C));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t c = 0; c < C; ++c) {
+      prev[b * C + c] =
+          halo == nullptr
+              ? b0[c]
+              : w0[2 * c] * halo[(2 * b) * C + c] + w0[2 * c + 1] * halo[(2 * b + 1) * C + c] +
+                    b0[c];
+    }
+  }
+  return prev;
+}
+
 }  // namespace
 
 void cca_conv_forward(float* conv, float* D, const float* u, const float* w0, const float* b0,
                       const float* w1, const float* b1, int64_t B, int64_t S, int64_t C,
-                      int64_t group) {
+                      int64_t group, const float* halo) {
   const int64_t N = B * S;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const bool first = n % S == 0;
+    const float* before = first ? (halo == nullptr ? nullptr : halo + (2 * (n / S) + 1) * C)
+                                : u + (n - 1) * C;
     float* out = conv + n * C;
     for (int64_t c = 0; c < C; ++c) {
-      const float older = first ? 0.0f : u[(n - 1) * C + c];
+      const float older = before == nullptr ? 0.0f : before[c];
       D[n * C + c] = w0[2 * c] * older + w0[2 * c + 1] * u[n * C + c] + b0[c];
       out[c] = b1[c];
     }
   }
   // The grouped convolution as GEMMs per head: conv[n] += W_1 D[n] + W_0 D[n-1],
-  // with D[-1] = b0 at each sequence start (a per-channel constant, `edge`).
+  // with D[-1] = b0 at each sequence start (D_{t0-1} from the halo), `edge`.
   const std::vector<float> taps = split_taps(w1, C, group);
   const float* tap0 = taps.data();
   const float* tap1 = taps.data() + C * group;
-  std::vector<float> edge(static_cast<size_t>(C), 0.0f);
-  for (int64_t c = 0; c < C; ++c) {
-    const int64_t base = c / group * group;
-    for (int64_t j = 0; j < group; ++j) edge[c] += tap0[c * group + j] * b0[base + j];
+  const std::vector<float> prev = previous_D(halo, w0, b0, halo == nullptr ? 1 : B, C);
+  std::vector<float> edge(static_cast<size_t>(B * C), 0.0f);
+  for (int64_t b = 0; b < B; ++b) {
+    const float* dp = prev.data() + (halo == nullptr ? 0 : b * C);
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t base = c / group * group;
+      for (int64_t j = 0; j < group; ++j) edge[b * C + c] += tap0[c * group + j] * dp[base + j];
+    }
   }
   for (int64_t base = 0; base < C; base += group) {
     device::gemm(false, true, N, group, group, 1.0f, D + base, C, tap1 + base * group, group, 1.0f,
@@ -65,14 +88,14 @@ void cca_conv_forward(float* conv, float* D, const float* u, const float* w0, co
     }
   }
   for (int64_t b = 0; b < B; ++b) {
-    for (int64_t c = 0; c < C; ++c) conv[b * S * C + c] += edge[c];
+    for (int64_t c = 0; c < C; ++c) conv[b * S * C + c] += edge[b * C + c];
   }
 }
 
 void cca_conv_backward(float* du, float* dw0, float* db0, float* dw1, float* db1, float* dD,
                        const float* dconv, const float* u, const float* D, const float* w0,
                        const float* b0, const float* w1, int64_t B, int64_t S, int64_t C,
-                       int64_t group) {
+                       int64_t group, const float* halo, float* dhalo) {
   const int64_t N = B * S;
   const std::vector<float> taps = split_taps(w1, C, group);
   const float* tap0 = taps.data();
@@ -95,16 +118,38 @@ void cca_conv_backward(float* du, float* dw0, float* db0, float* dw1, float* db1
            D + row * C + base, C, 1.0f, dtaps.data() + base * group, group);
     }
   }
-  // The t = 0 rows' tap 0 saw D_{-1} = b0: its weight and b0 gradients.
-  std::vector<float> db0_from_edge(static_cast<size_t>(C), 0.0f);
+  // The t = 0 rows' tap 0 saw D_{-1} = b0 (D_{t0-1} from the halo): its
+  // weight gradient, and that row's gradient (dprev) for b0 (and the halo).
+  const std::vector<float> prev = previous_D(halo, w0, b0, halo == nullptr ? 1 : B, C);
+  std::vector<float> dprev(static_cast<size_t>((halo == nullptr ? 1 : B) * C), 0.0f);
   for (int64_t b = 0; b < B; ++b) {
     const float* g = dconv + b * S * C;
+    const float* dp = prev.data() + (halo == nullptr ? 0 : b * C);
+    float* ddp = dprev.data() + (halo == nullptr ? 0 : b * C);
     for (int64_t c = 0; c < C; ++c) {
       const int64_t base = c / group * group;
       for (int64_t j = 0; j < group; ++j) {
-        db0_from_edge[base + j] += tap0[c * group + j] * g[c];
-        dtaps[c * group + j] += g[c] * b0[base + j];
+        ddp[base + j] += tap0[c * group + j] * g[c];
+        dtaps[c * group + j] += g[c] * dp[base + j];
       }
+    }
+  }
+  std::vector<float> db0_from_edge(static_cast<size_t>(C), 0.0f);
+  for (int64_t b = 0; b < (halo == nullptr ? 1 : B); ++b) {
+    const float* ddp = dprev.data() + b * C;
+    for (int64_t c = 0; c < C; ++c) db0_from_edge[c] += ddp[c];
+    if (halo == nullptr) continue;
+    // D_{t0-1} = w0[c,0] u_{t0-2} + w0[c,1] u_{t0-1} + b0; and D_{t0} read u_{t0-1}.
+    const float* h0 = halo + 2 * b * C;
+    const float* h1 = h0 + C;
+    float* dh0 = dhalo + 2 * b * C;
+    float* dh1 = dh0 + C;
+    const float* dD0 = dD + b * S * C;
+    for (int64_t c = 0; c < C; ++c) {
+      dw0[2 * c] += ddp[c] * h0[c] + dD0[c] * h1[c];
+      dw0[2 * c + 1] += ddp[c] * h1[c];
+      dh0[c] += w0[2 * c] * ddp[c];
+      dh1[c] += w0[2 * c + 1] * ddp[c] + w0[2 * c] * dD0[c];
     }
   }
   for (int64_t c = 0; c < C; ++c) {

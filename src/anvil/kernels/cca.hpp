@@ -17,14 +17,18 @@ namespace anvil::kernels {
 // for c in group G of `group` channels. w0 is [C,1,2], W1 is [C,group,2]
 // (PyTorch Conv1d layouts, tap 0 = the older sample). D [N, C] is saved for
 // backward.
+// `halo` [B, 2, C] (null: none) continues each sequence from rows held
+// elsewhere (context parallelism: a chunk of a longer sequence): u_{t0-2}
+// and u_{t0-1} of the chunk starting at t0, in place of the zeros.
 void cca_conv_forward(float* conv, float* D, const float* u, const float* w0, const float* b0,
                       const float* w1, const float* b1, int64_t B, int64_t S, int64_t C,
-                      int64_t group);
+                      int64_t group, const float* halo = nullptr);
 // dD: scratch of N x C floats (overwritten), so that backward allocates nothing large.
+// With a halo, its gradient is added to dhalo [B, 2, C].
 void cca_conv_backward(float* du, float* dw0, float* db0, float* dw1, float* db1, float* dD,
                        const float* dconv, const float* u, const float* D, const float* w0,
                        const float* b0, const float* w1, int64_t B, int64_t S, int64_t C,
-                       int64_t group);
+                       int64_t group, const float* halo = nullptr, float* dhalo = nullptr);
 
 // The q/k mean skip path, per row: with g = Hq / Hkv query heads per key head,
 //   qm[h] = (qp[h] + kp[h/g]) / 2,  km[j] = mean_a qm[g j + a],
