@@ -19,7 +19,8 @@ namespace {
 // anvil train's flags that plan has as its own (the same meaning).
 const std::vector<std::string> kPlanOwns = {"model.config",   "model.set",     "model.dtype",
                                             "train.batch",    "train.seq",     "train.accum",
-                                            "optimizer.name", "parallel.zero", "parallel.ep"};
+                                            "optimizer.name", "parallel.zero", "parallel.ep",
+                                            "parallel.cp"};
 
 }  // namespace
 

@@ -52,7 +52,9 @@ nlohmann::json summary_json(const train::TrainResult& r) {
           {"ranks", r.world},
           {"comm_seconds", r.comm_seconds},
           {"comm_exposed_seconds", r.exposed_seconds},
-          {"alltoall_seconds", r.alltoall_seconds}};
+          {"alltoall_seconds", r.alltoall_seconds},
+          {"cp", r.cp},
+          {"context_seconds", r.context_seconds}};
 }
 
 class TrainCommands : public CommandFamily {

@@ -12,7 +12,12 @@
 
 namespace anvil::model {
 
-CcaLayer::CcaLayer(CcaShape shape, int64_t B, int64_t S) : s_(shape), B_(B), S_(S), N_(B * S) {
+CcaLayer::CcaLayer(CcaShape shape, int64_t B, int64_t S, ContextParallel* cp)
+    : s_(shape), B_(B), S_(S), N_(B * S), cp_(cp != nullptr && cp->split() ? cp : nullptr) {
+  if (cp_) {  // each of the 2B chunks is a sequence of its own, continued by halos
+    B_ = 2 * B;
+    S_ = S / 2;
+  }
   if (s_.kv_heads != 2) {
     throw InputError(
         "CCA attention: n_kv_heads must be 2 (current- and previous-token values), got " +
@@ -55,6 +60,24 @@ void CcaLayer::carve(Carver& c, const Scratch& shared) {
   att_ = c.take<float>(N_ * Hq * d);
   lse_ = c.take<float>(B_ * Hq * S_);
   sc_ = shared;
+  if (cp_) {
+    u_halo_ = c.take<float>(B_ * 2 * C);
+    du_halo_ = c.take<float>(B_ * 2 * C);
+    v_halo_ = c.take<float>(B_ * d);
+    dv_halo_ = c.take<float>(B_ * d);
+  }
+}
+
+void CcaLayer::rope(float* x, bool backward) const {
+  const int64_t Hq = s_.q_heads, Hkv = s_.kv_heads, d = s_.head_dim, W = (Hq + 2 * Hkv) * d;
+  auto f = backward ? kernels::rope_backward : kernels::rope_forward;
+  if (!cp_) {
+    f(x, N_, S_, 0, Hq + Hkv, d, s_.rotary_dim, W, s_.rope_theta);
+    return;
+  }
+  cp_->for_each_chunk([&](int64_t row, int64_t S, int64_t pos) {
+    f(x + row * W, S, S, pos, Hq + Hkv, d, s_.rotary_dim, W, s_.rope_theta);
+  });
 }
 
 void CcaLayer::allocate() {
@@ -72,12 +95,18 @@ void CcaLayer::forward(float* out, const float* x, const CcaParams& p) {
   // 1. u = [qp | kp]; values.
   kernels::linear_forward(u_, x, w(p.wqk), nullptr, N_, H, C, low_scratch_);
   kernels::linear_forward(xv2_, x, w(p.wv2), nullptr, N_, H, d, low_scratch_);
+  if (cp_) {  // the rows before each chunk, from the rank holding the previous one
+    cp_->halo_forward(u_halo_, u_, C, C, 2);
+    cp_->halo_forward(v_halo_, xv2_, d, d, 1);
+  }
   float* vcur = sc_.d_v;  // free until backward
   kernels::linear_forward(vcur, x, w(p.wv1), nullptr, N_, H, d, low_scratch_);
   for (int64_t n = 0; n < N_; ++n) {
     float* v = qkv_ + n * W + (Hq + Hkv) * d;
     std::memcpy(v, vcur + n * d, d * sizeof(float));  // kv head 0: this token
-    if (n % S_ == 0) {
+    if (n % S_ == 0 && cp_) {
+      std::memcpy(v + d, v_halo_ + n / S_ * d, d * sizeof(float));  // zeros before chunk 0
+    } else if (n % S_ == 0) {
       std::fill(v + d, v + 2 * d, 0.0f);  // x_{-1} = 0
     } else {
       std::memcpy(v + d, xv2_ + (n - 1) * d, d * sizeof(float));  // kv head 1: previous
@@ -85,7 +114,7 @@ void CcaLayer::forward(float* out, const float* x, const CcaParams& p) {
   }
   // 2-4. Convolutions, mean skip path (pre-norm q | k into qk_pre).
   kernels::cca_conv_forward(conv_, D_, u_, p.conv0_w, p.conv0_b, p.conv1_w, p.conv1_b, B_, S_, C,
-                            d);
+                            d, u_halo_);
   kernels::cca_mean_skip_forward(qk_pre_, qk_pre_ + Cq, C, u_, u_ + Cq, C, conv_, N_, Hq, Hkv, d);
   // 5. L2 norm into the attention rows (keys times the temperature).
   float* normed = sc_.d_qk_pre;  // free until backward
@@ -95,8 +124,11 @@ void CcaLayer::forward(float* out, const float* x, const CcaParams& p) {
     std::memcpy(qkv_ + n * W, normed + n * C, C * sizeof(float));
   }
   // 6-9. RoPE, attention, output projection.
-  kernels::rope_forward(qkv_, N_, S_, 0, Hq + Hkv, d, s_.rotary_dim, W, s_.rope_theta);
-  kernels::attention_forward(att_, lse_, qkv_, B_, S_, Hq, Hkv, d);
+  rope(qkv_, false);
+  if (cp_)
+    cp_->attention_forward(att_, lse_, qkv_, Hq, Hkv, d);
+  else
+    kernels::attention_forward(att_, lse_, qkv_, B_, S_, Hq, Hkv, d);
   kernels::linear_forward(out, att_, w(p.wo), nullptr, N_, Cq, H, low_scratch_);
 }
 
@@ -108,8 +140,11 @@ void CcaLayer::backward(float* dx, const CcaParams& g, const float* dout, const 
   auto zero = [](float* v, int64_t n) { std::fill(v, v + n, 0.0f); };
   zero(sc_.d_att, N_ * Cq);
   kernels::linear_backward(sc_.d_att, g.wo, nullptr, dout, att_, w(p.wo), N_, Cq, H, low_scratch_);
-  kernels::attention_backward(sc_.d_qkv, sc_.d_att, qkv_, att_, lse_, B_, S_, Hq, Hkv, d);
-  kernels::rope_backward(sc_.d_qkv, N_, S_, 0, Hq + Hkv, d, s_.rotary_dim, W, s_.rope_theta);
+  if (cp_)
+    cp_->attention_backward(sc_.d_qkv, sc_.d_att, qkv_, att_, lse_, Hq, Hkv, d);
+  else
+    kernels::attention_backward(sc_.d_qkv, sc_.d_att, qkv_, att_, lse_, B_, S_, Hq, Hkv, d);
+  rope(sc_.d_qkv, true);
   // L2 norm backward: gather the q | k gradients into C-wide rows first.
   float* d_normed = sc_.d_conv;  // free until the mean-skip backward
   for (int64_t n = 0; n < N_; ++n) {
@@ -125,8 +160,12 @@ void CcaLayer::backward(float* dx, const CcaParams& g, const float* dout, const 
   kernels::cca_mean_skip_backward(sc_.d_u, sc_.d_u + Cq, sc_.d_conv, sc_.d_qk_pre,
                                   sc_.d_qk_pre + Cq, C, C, N_, Hq, Hkv, d);
   // d_qk_pre is consumed by the mean-skip backward: the convolution's scratch.
+  if (cp_) zero(du_halo_, B_ * 2 * C);
   kernels::cca_conv_backward(sc_.d_u, g.conv0_w, g.conv0_b, g.conv1_w, g.conv1_b, sc_.d_qk_pre,
-                             sc_.d_conv, u_, D_, p.conv0_w, p.conv0_b, p.conv1_w, B_, S_, C, d);
+                             sc_.d_conv, u_, D_, p.conv0_w, p.conv0_b, p.conv1_w, B_, S_, C, d,
+                             u_halo_, du_halo_);
+  // The halo rows' gradients, back to the ranks (or chunks) they came from.
+  if (cp_) cp_->halo_backward(sc_.d_u, C, du_halo_, C, 2);
   kernels::linear_backward(dx, g.wqk, nullptr, sc_.d_u, x, w(p.wqk), N_, H, C, low_scratch_);
   // Values: head 0 came from x_t Wv1^T, head 1 from x_{t-1} Wv2^T.
   for (int64_t n = 0; n < N_; ++n) {
@@ -135,8 +174,13 @@ void CcaLayer::backward(float* dx, const CcaParams& g, const float* dout, const 
   kernels::linear_backward(dx, g.wv1, nullptr, sc_.d_v, x, w(p.wv1), N_, H, d, low_scratch_);
   zero(sc_.d_v, N_ * d);
   for (int64_t n = 0; n < N_; ++n) {
-    if ((n + 1) % S_ == 0) continue;  // the last token of a sequence is nobody's previous
+    if ((n + 1) % S_ == 0) continue;  // a chunk's last token: see the halo below
     std::memcpy(sc_.d_v + n * d, sc_.d_qkv + (n + 1) * W + (Hq + Hkv + 1) * d, d * sizeof(float));
+  }
+  if (cp_) {  // a chunk's first row's previous value came from the chunk before it
+    for (int64_t b = 0; b < B_; ++b)
+      std::memcpy(dv_halo_ + b * d, sc_.d_qkv + b * S_ * W + (Hq + Hkv + 1) * d, d * sizeof(float));
+    cp_->halo_backward(sc_.d_v, d, dv_halo_, d, 1);
   }
   kernels::linear_backward(dx, g.wv2, nullptr, sc_.d_v, x, w(p.wv2), N_, H, d, low_scratch_);
 }

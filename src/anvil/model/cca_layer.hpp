@@ -18,6 +18,7 @@
 
 #include "anvil/kernels/layers.hpp"
 #include "anvil/model/carver.hpp"
+#include "anvil/model/context_parallel.hpp"
 #include "anvil/tensor/arena.hpp"
 
 namespace anvil::model {
@@ -56,7 +57,11 @@ class CcaLayer {
     void carve(Carver& c, const CcaShape& s, int64_t rows);
   };
   // Holds no memory until carve() (a model's arena) or allocate() (its own).
-  CcaLayer(CcaShape shape, int64_t B, int64_t S);
+  // With `cp` split over a context group, the B rows of S are this rank's
+  // chunks (S = 2 chunks): the convolutions and the value shift continue
+  // each chunk from the rows before it (halos), RoPE takes global
+  // positions, and attention runs over the gathered K/V.
+  CcaLayer(CcaShape shape, int64_t B, int64_t S, ContextParallel* cp = nullptr);
   // Takes the layer's activations from `c`; backward uses `shared`.
   void carve(Carver& c, const Scratch& shared);
   // An arena of the layer's own with its activations and a backward scratch
@@ -94,6 +99,11 @@ class CcaLayer {
   float *u_ = nullptr, *D_ = nullptr, *conv_ = nullptr, *qk_pre_ = nullptr, *norms_ = nullptr,
         *qkv_ = nullptr, *xv2_ = nullptr, *att_ = nullptr, *lse_ = nullptr;
   Scratch sc_{};  // backward scratch (d_v also the forward's value temp)
+  ContextParallel* cp_ = nullptr;  // set when split over a context group
+  // Context parallelism's halos per chunk: u's two rows and x_{t-1} Wv2^T's
+  // one before it (kept for backward), and their gradients.
+  float *u_halo_ = nullptr, *v_halo_ = nullptr, *du_halo_ = nullptr, *dv_halo_ = nullptr;
+  void rope(float* x, bool backward) const;
   const kernels::Bf16Weights* low_ = nullptr;
   kernels::Bf16Scratch* low_scratch_ = nullptr;
   kernels::MatmulWeight w(const float* p) const { return kernels::matmul_weight(low_, p); }

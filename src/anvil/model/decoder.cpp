@@ -132,12 +132,27 @@ int64_t bf16_scratch_elements(const ModelConfig& c, int64_t N, int64_t chunk) {
 
 }  // namespace
 
-MemoryPlan Decoder::plan_for(const ModelConfig& c, int64_t B, int64_t T, bool training,
-                             Precision precision) {
+namespace {
+
+// The bytes of the context-parallel attention's shared buffers (ContextParallel::carve).
+size_t context_scratch_bytes(const ModelConfig& c, int64_t B, int64_t T, int context) {
+  if (context <= 1) return 0;
+  Carver count;
+  const int64_t kvw = 2 * c.n_kv_heads * c.head_dim;
+  for (int i = 0; i < 3; ++i) count.take<float>(B * T * kvw);
+  count.take<float>(B * (T / context) * kvw);
+  return count.bytes();
+}
+
+}  // namespace
+
+MemoryPlan Decoder::plan_for(const ModelConfig& c, int64_t B, int64_t T_all, bool training,
+                             Precision precision, int context) {
   const ParamRegistry r = decoder_registry(c);
   MemoryPlan p;
   p.parameters = tensor::Arena::rounded(static_cast<size_t>(r.total()) * sizeof(float));
   p.gradients = training ? p.parameters : 0;
+  const int64_t T = T_all / context;  // this rank's tokens per row
   const int64_t N = B * T, Q = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim;
   const int64_t F2 = c.mlp == Mlp::swiglu ? 2 * c.ffn_hidden : c.ffn_hidden;
   size_t bytes = 0;
@@ -151,7 +166,7 @@ MemoryPlan Decoder::plan_for(const ModelConfig& c, int64_t B, int64_t T, bool tr
       },
       c.n_layers, N, B* c.n_heads* T, c.d_model, Q, c.n_heads* c.head_dim, c.ffn_hidden, F2,
       c.vocab_size, kLossChunk, training, &x, &layers, &rest);
-  p.activations = bytes;
+  p.activations = bytes + context_scratch_bytes(c, B, T_all, context);
   if (precision == Precision::bf16) {
     p.low_precision =
         tensor::Arena::rounded(static_cast<size_t>(r.total()) * sizeof(bf16)) +
@@ -161,18 +176,20 @@ MemoryPlan Decoder::plan_for(const ModelConfig& c, int64_t B, int64_t T, bool tr
   return p;
 }
 
-Decoder::Decoder(const ModelConfig& config, int64_t B, int64_t T, bool training,
-                 Precision precision)
+Decoder::Decoder(const ModelConfig& config, int64_t B, int64_t T_all, bool training,
+                 Precision precision, ContextGroup* context)
     : config_(config),
       registry_(decoder_registry(config)),
-      plan_(plan_for(config, B, T, training, precision)),
+      plan_(plan_for(config, B, T_all, training, precision, context ? context->size() : 1)),
       B_(B),
-      T_(T),
+      T_(T_all / (context ? context->size() : 1)),
       training_(training),
-      precision_(precision) {
-  if (T > config.seq_len) {
-    throw InputError("sequence length " + std::to_string(T) + " exceeds the config's seq_len " +
-                     std::to_string(config.seq_len));
+      precision_(precision),
+      cp_(context, B, T_all) {
+  const int64_t T = T_;
+  if (T_all > config.seq_len) {
+    throw InputError("sequence length " + std::to_string(T_all) +
+                     " exceeds the config's seq_len " + std::to_string(config.seq_len));
   }
   C_ = config.d_model;
   Hq_ = config.n_heads;
@@ -196,6 +213,10 @@ Decoder::Decoder(const ModelConfig& config, int64_t B, int64_t T, bool training,
   for (const auto& a : layers) {
     acts_by_layer_.push_back(
         {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11]});
+  }
+  {
+    Carver carver(acts_);
+    cp_.carve(carver, 2 * Hkv_ * D_);
   }
   lnf_ = rest[0];
   lnf_mean_ = rest[1];
@@ -293,22 +314,34 @@ void Decoder::run_forward(const int32_t* tokens, int64_t B, int64_t T) {
                        " is outside the vocabulary [0, " + std::to_string(V_) + ")");
     }
   }
+  if (cp_.split() && (B != B_ || T != T_)) {
+    throw InputError("forward: context parallelism needs the planned batch " +
+                     std::to_string(B_) + "x" + std::to_string(T_) + " (this rank's chunks)");
+  }
   const int64_t N = B * T;
   refresh_low_precision();
   const float* P = params_.f();
-  kernels::embedding_forward(x_[0], tokens, param("model.embed_tokens.weight", P),
-                             param("model.embed_positions.weight", P), B, T, C_);
-  const auto theta = static_cast<float>(config_.rope_theta);
+  const float* wpe = param("model.embed_positions.weight", P);
+  if (cp_.split()) {  // each chunk at its global positions
+    cp_.for_each_chunk([&](int64_t row, int64_t S, int64_t pos) {
+      kernels::embedding_forward(x_[0] + row * C_, tokens + row,
+                                 param("model.embed_tokens.weight", P),
+                                 wpe == nullptr ? nullptr : wpe + pos * C_, 1, S, C_);
+    });
+  } else {
+    kernels::embedding_forward(x_[0], tokens, param("model.embed_tokens.weight", P), wpe, B, T,
+                               C_);
+  }
   for (int64_t l = 0; l < L_; ++l) {
     const Layer& p = layer_params(l);
     const LayerActs& a = acts_by_layer_[l];
     norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_[l], p.ln1_w, p.ln1_b, N);
     kernels::linear_forward(a.qkv, a.ln1, matmul_weight(p.qkv_w), p.qkv_b, N, C_, Q_, &scratch_);
-    if (config_.position == Position::rope) {
-      kernels::rope_forward(a.qkv, N, T, 0, Hq_, D_, rotary_, Q_, theta);
-      kernels::rope_forward(a.qkv + Hq_ * D_, N, T, 0, Hkv_, D_, rotary_, Q_, theta);
-    }
-    kernels::attention_forward(a.att, a.lse, a.qkv, B, T, Hq_, Hkv_, D_);
+    if (config_.position == Position::rope) rope(a.qkv, N, T, false);
+    if (cp_.split())
+      cp_.attention_forward(a.att, a.lse, a.qkv, Hq_, Hkv_, D_);
+    else
+      kernels::attention_forward(a.att, a.lse, a.qkv, B, T, Hq_, Hkv_, D_);
     kernels::linear_forward(a.mid, a.att, matmul_weight(p.o_w), p.o_b, N, Hq_ * D_, C_, &scratch_);
     kernels::residual_forward(a.mid, a.mid, x_[l], N * C_);
     norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, p.ln2_w, p.ln2_b, N);
@@ -359,7 +392,6 @@ void Decoder::run_backward(const int32_t* tokens, int64_t B, int64_t T) {
   zero(d_res_, N * C_);
   norm_backward(d_res_, mut(param("model.norm.weight", G)), mut(param("model.norm.bias", G)),
                 d_lnf_, x_[L_], param("model.norm.weight", P), lnf_mean_, lnf_rstd_, N);
-  const auto theta = static_cast<float>(config_.rope_theta);
   for (int64_t l = L_ - 1; l >= 0; --l) {
     const Layer& p = layer_params(l);
     const Layer& g = layer_grads(l);
@@ -383,11 +415,11 @@ void Decoder::run_backward(const int32_t* tokens, int64_t B, int64_t T) {
     zero(d_att_, N * Hq_ * D_);
     kernels::linear_backward(d_att_, mut(g.o_w), mut(g.o_b), d_res_, a.att, matmul_weight(p.o_w), N,
                              Hq_ * D_, C_, &scratch_);
-    kernels::attention_backward(d_qkv_, d_att_, a.qkv, a.att, a.lse, B, T, Hq_, Hkv_, D_);
-    if (config_.position == Position::rope) {
-      kernels::rope_backward(d_qkv_, N, T, 0, Hq_, D_, rotary_, Q_, theta);
-      kernels::rope_backward(d_qkv_ + Hq_ * D_, N, T, 0, Hkv_, D_, rotary_, Q_, theta);
-    }
+    if (cp_.split())
+      cp_.attention_backward(d_qkv_, d_att_, a.qkv, a.att, a.lse, Hq_, Hkv_, D_);
+    else
+      kernels::attention_backward(d_qkv_, d_att_, a.qkv, a.att, a.lse, B, T, Hq_, Hkv_, D_);
+    if (config_.position == Position::rope) rope(d_qkv_, N, T, true);
     zero(d_ln_, N * C_);
     kernels::linear_backward(d_ln_, mut(g.qkv_w), mut(g.qkv_b), d_qkv_, a.ln1,
                              matmul_weight(p.qkv_w), N, C_, Q_, &scratch_);
@@ -395,10 +427,32 @@ void Decoder::run_backward(const int32_t* tokens, int64_t B, int64_t T) {
                   N);
     grads_ready_from(layer_begin_[static_cast<size_t>(l)]);
   }
-  kernels::embedding_backward(mut(param("model.embed_tokens.weight", G)),
-                              mut(param("model.embed_positions.weight", G)), d_res_, tokens, B, T,
-                              C_);
+  float* dwpe = mut(param("model.embed_positions.weight", G));
+  if (cp_.split()) {
+    cp_.for_each_chunk([&](int64_t row, int64_t S, int64_t pos) {
+      kernels::embedding_backward(mut(param("model.embed_tokens.weight", G)),
+                                  dwpe == nullptr ? nullptr : dwpe + pos * C_, d_res_ + row * C_,
+                                  tokens + row, 1, S, C_);
+    });
+  } else {
+    kernels::embedding_backward(mut(param("model.embed_tokens.weight", G)), dwpe, d_res_, tokens,
+                                B, T, C_);
+  }
   grads_ready_from(0);
+}
+
+void Decoder::rope(float* x, int64_t N, int64_t T, bool backward) const {
+  const auto theta = static_cast<float>(config_.rope_theta);
+  auto apply = [&](float* rows, int64_t n, int64_t t, int64_t pos0) {
+    auto f = backward ? kernels::rope_backward : kernels::rope_forward;
+    f(rows, n, t, pos0, Hq_, D_, rotary_, Q_, theta);
+    f(rows + Hq_ * D_, n, t, pos0, Hkv_, D_, rotary_, Q_, theta);
+  };
+  if (!cp_.split()) {
+    apply(x, N, T, 0);
+    return;
+  }
+  cp_.for_each_chunk([&](int64_t row, int64_t S, int64_t pos) { apply(x + row * Q_, S, S, pos); });
 }
 
 void Decoder::logits(float* out, int64_t B, int64_t T) {

@@ -11,6 +11,7 @@
 
 #include "anvil/kernels/layers.hpp"
 #include "anvil/model/config.hpp"
+#include "anvil/model/context_parallel.hpp"
 #include "anvil/model/params.hpp"
 #include "anvil/model/precision.hpp"
 #include "anvil/model/trainable.hpp"
@@ -26,8 +27,11 @@ class Decoder : public TrainableModel {
  public:
   // B x T: the largest micro-batch forward() will see. training=false skips
   // the gradient arena and the activations backward needs beyond one chunk.
+  // With a context group of C ranks, T is the whole sequence and this rank
+  // holds B x T/C tokens of it (context_parallel.hpp): forward() then takes
+  // exactly those, in the group's chunk order.
   Decoder(const ModelConfig& config, int64_t B, int64_t T, bool training,
-          Precision precision = Precision::fp32);
+          Precision precision = Precision::fp32, ContextGroup* context = nullptr);
 
   const ModelConfig& config() const { return config_; }
   const ParamRegistry& registry() const override { return registry_; }
@@ -40,7 +44,8 @@ class Decoder : public TrainableModel {
   float* grads() override { return grads_.f(); }
   const MemoryPlan& plan() const override { return plan_; }
   static MemoryPlan plan_for(const ModelConfig& config, int64_t B, int64_t T, bool training,
-                             Precision precision = Precision::fp32);
+                             Precision precision = Precision::fp32, int context = 1);
+  double take_context_seconds() override { return cp_.take_seconds(); }
 
   void zero_grads() override;
   // Forward over tokens [B, T]. With targets (-1 = not scored) returns the
@@ -84,6 +89,9 @@ class Decoder : public TrainableModel {
   void run_forward(const int32_t* tokens, int64_t B, int64_t T);
   void run_backward(const int32_t* tokens, int64_t B, int64_t T);
   const float* classifier_weight(const float* base) const;
+  // RoPE (or its backward) on the q and k heads of qkv rows, at each row's
+  // global position.
+  void rope(float* x, int64_t N, int64_t T, bool backward) const;
 
   struct Buffer {
     tensor::Arena arena;
@@ -109,6 +117,7 @@ class Decoder : public TrainableModel {
   float *lnf_, *lnf_mean_, *lnf_rstd_, *loss_scratch_;
   float *d_res_, *d_ln_, *d_qkv_, *d_att_, *d_fch_, *d_fca_, *d_lnf_;
   int64_t loss_chunk_;
+  ContextParallel cp_;
   // Decode state.
   tensor::Arena cache_;
   int64_t cache_len_ = 0;

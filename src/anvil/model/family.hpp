@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "anvil/model/config.hpp"
+#include "anvil/model/context_parallel.hpp"
 #include "anvil/model/gemm_shapes.hpp"
 #include "anvil/model/param_count.hpp"
 #include "anvil/model/params.hpp"
@@ -38,6 +39,9 @@ struct ModelOptions {
   Balancing balancing;
   ExpertRange experts;
   MakeDispatcher dispatcher;  // families with experts; empty: every expert local
+  // Context parallelism (context_parallel.hpp): the group this rank splits
+  // each sequence with; `seq` stays the whole sequence. Null: C = 1.
+  ContextGroup* context = nullptr;
 };
 
 // A model that decodes one token at a time with a cache (`anvil generate`).

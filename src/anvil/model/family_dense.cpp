@@ -17,12 +17,13 @@ class DenseFamily final : public ModelFamily {
   }
 
   MemoryPlan memory_plan(const ModelConfig& config, const ModelOptions& o) const override {
-    return Decoder::plan_for(config, o.batch, o.seq, o.training, o.precision);
+    return Decoder::plan_for(config, o.batch, o.seq, o.training, o.precision,
+                             o.context ? o.context->size() : 1);
   }
 
   std::unique_ptr<TrainableModel> make_model(const ModelConfig& config,
                                              const ModelOptions& o) const override {
-    return std::make_unique<Decoder>(config, o.batch, o.seq, o.training, o.precision);
+    return std::make_unique<Decoder>(config, o.batch, o.seq, o.training, o.precision, o.context);
   }
 
   std::unique_ptr<DecodingModel> make_decoding_model(const ModelConfig& config) const override {

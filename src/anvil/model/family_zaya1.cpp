@@ -84,7 +84,7 @@ class Zaya1Family final : public ModelFamily {
   std::unique_ptr<TrainableModel> make_model(const ModelConfig& config,
                                              const ModelOptions& o) const override {
     return std::make_unique<ZayaModel>(config, o.batch, o.seq, o.balancing, o.experts, o.precision,
-                                       o.dispatcher);
+                                       o.dispatcher, o.context);
   }
 
   // CCA caches; the router's balancing biases come with the checkpoint.

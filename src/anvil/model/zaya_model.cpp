@@ -121,27 +121,30 @@ ZayaMoeShape moe_shape(const ModelConfig& c) {
 
 }  // namespace
 
-ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing balancing,
-                     ExpertRange experts, Precision precision, const MakeDispatcher& dispatcher)
+ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T_all, Balancing balancing,
+                     ExpertRange experts, Precision precision, const MakeDispatcher& dispatcher,
+                     ContextGroup* context)
     : c_(config),
       registry_(zaya_registry(config, experts)),
       first_expert_(experts.first),
       balancer_(std::move(balancing), config.n_layers, config.n_experts),
       B_(B),
-      T_(T),
-      N_(B * T),
+      T_(T_all / (context ? context->size() : 1)),
+      N_(B * T_),
       H_(config.d_model),
       R_(config.router_dim),
       layers_(2 * config.n_layers),
+      cp_(context, B, T_all),
       cca_shape_(cca_shape(config)),
       moe_shape_(moe_shape(config)),
       local_experts_(!dispatcher) {
-  if (T > config.seq_len) throw InputError("sequence length exceeds the config's seq_len");
+  if (T_all > config.seq_len) throw InputError("sequence length exceeds the config's seq_len");
+  const int64_t T = T_;
   const RouterLossCoefs losses{balancer_.settings().aux_loss_coef,
                                balancer_.settings().z_loss_coef};
   for (int64_t n = 0; n < layers_; ++n) {
     if (n % 2 == 0) {
-      cca_.push_back(std::make_unique<CcaLayer>(cca_shape_, B, T));
+      cca_.push_back(std::make_unique<CcaLayer>(cca_shape_, B, T, &cp_));
     } else {
       moe_.push_back(std::make_unique<ZayaMoeLayer>(
           moe_shape_, N_, losses,
@@ -188,6 +191,7 @@ void ZayaModel::carve_activations(Carver& c) {
   // The shared backward scratch first: the layers copy its pointers.
   cca_scratch_.carve(c, cca_shape_, N_);
   moe_scratch_.carve(c, moe_shape_, N_);
+  cp_.carve(c, 2 * cca_shape_.kv_heads * cca_shape_.head_dim);
   if (local_experts_) local_scratch_.carve(c, moe_shape_, N_);
   for (int64_t n = 0; n < layers_; ++n) {
     r_[n] = c.take<float>(NH);

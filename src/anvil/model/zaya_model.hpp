@@ -42,9 +42,11 @@ class ZayaModel : public TrainableModel {
   // `precision` bf16: the CCA projections and the experts multiply bf16
   // copies of their weights and inputs (fp32 accumulation, fp32 gradients);
   // the router, attention, norms and the classifier stay fp32.
+  // With a context group of C ranks, T is the whole sequence and this rank
+  // holds B x T/C tokens of it (context_parallel.hpp).
   ZayaModel(const ModelConfig& config, int64_t B, int64_t T, Balancing balancing = {},
             ExpertRange experts = {}, Precision precision = Precision::fp32,
-            const MakeDispatcher& dispatcher = {});
+            const MakeDispatcher& dispatcher = {}, ContextGroup* context = nullptr);
   // The layers hold pointers to the model's bf16 views: it stays where it is built.
   ZayaModel(const ZayaModel&) = delete;
   ZayaModel& operator=(const ZayaModel&) = delete;
@@ -56,6 +58,7 @@ class ZayaModel : public TrainableModel {
   }
   float* grads() override { return grads_f(); }
   const MemoryPlan& plan() const override { return plan_; }
+  double take_context_seconds() override { return cp_.take_seconds(); }
   double forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
                  int64_t* scored) override;
   double forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
@@ -108,7 +111,8 @@ class ZayaModel : public TrainableModel {
   // the data-parallel trainer sums it over ranks), and of the last step.
   std::vector<int64_t> step_load_;
   std::vector<std::vector<int64_t>> last_load_;
-  int64_t B_, T_, N_, H_, R_, layers_;
+  int64_t B_, T_, N_, H_, R_, layers_;  // T_: this rank's tokens per row
+  ContextParallel cp_;
   CcaShape cca_shape_;
   ZayaMoeShape moe_shape_;
   tensor::Arena params_, grads_, acts_, low_, cache_;  // cache_: decode state

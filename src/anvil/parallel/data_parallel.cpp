@@ -22,6 +22,8 @@ DataParallelGroup::~DataParallelGroup() {
   expert_data_async_.reset();
   expert_data_.reset();
   expert_.reset();
+  context_.reset();
+  if (context_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&context_mpi_);
   if (expert_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&expert_mpi_);
   if (expert_data_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&expert_data_mpi_);
 }
@@ -41,6 +43,18 @@ comm::Communicator& DataParallelGroup::expert_group(int ep) {
     expert_data_async_ = std::make_unique<comm::AsyncCommunicator>(expert_data_mpi_);
   }
   return *expert_;
+}
+
+comm::Communicator& DataParallelGroup::context_group(int cp) {
+  if (!context_) {
+    if (cp < 1 || size() % cp != 0) {
+      throw InputError("parallel.cp: " + std::to_string(cp) + " does not divide the " +
+                       std::to_string(size()) + " ranks (expected a divisor of the rank count)");
+    }
+    MPI_Comm_split(MPI_COMM_WORLD, rank() / cp, rank(), &context_mpi_);
+    context_ = std::make_unique<comm::Communicator>(context_mpi_);
+  }
+  return *context_;
 }
 
 comm::Communicator& DataParallelGroup::expert_data_group() {

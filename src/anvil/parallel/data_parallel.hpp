@@ -45,6 +45,9 @@ class DataParallelGroup {
   // reduce those experts' gradients and share their optimizer work. Made by
   // expert_group; a blocking communicator and a progress thread's.
   comm::Communicator& expert_data_group();
+  // The context-parallel group of this rank: `cp` consecutive ranks, which
+  // split each sequence (collective; made once; cp must divide the size).
+  comm::Communicator& context_group(int cp);
   comm::AsyncCommunicator& expert_data_async();
 
  private:
@@ -52,7 +55,9 @@ class DataParallelGroup {
   std::unique_ptr<comm::AsyncCommunicator> async_;
   std::unique_ptr<comm::Communicator> expert_, expert_data_;
   std::unique_ptr<comm::AsyncCommunicator> expert_data_async_;
-  MPI_Comm expert_mpi_ = MPI_COMM_NULL, expert_data_mpi_ = MPI_COMM_NULL;
+  std::unique_ptr<comm::Communicator> context_;
+  MPI_Comm expert_mpi_ = MPI_COMM_NULL, expert_data_mpi_ = MPI_COMM_NULL,
+           context_mpi_ = MPI_COMM_NULL;
   int local_size_ = 1;
 };
 

@@ -1,4 +1,4 @@
-// Data and expert parallelism's options for a training run under mpirun
+// Data, expert and context parallelism's options for a training run under mpirun
 // (base/options.hpp).
 #pragma once
 
@@ -10,6 +10,7 @@ struct ParallelOptions {
   double bucket_mib = 4.0;
   bool zero = false;
   int ep = 1;
+  int cp = 1;
   int ranks_per_node = 0;
   template <class V>
   void describe(V& v) {
@@ -25,6 +26,12 @@ struct ParallelOptions {
        .help = "Expert parallelism (MoE models, under mpirun): groups of N consecutive ranks "
                "share the experts, E/N each, tokens dispatched by all-to-all"},
       ep, at_least(1));
+    v({.name = "cp",
+       .help = "Context parallelism (under mpirun): groups of N consecutive ranks split each "
+               "sequence into 2N chunks, rank r holding chunks r and 2N-1-r; attention "
+               "all-gathers K/V over the group, CCA exchanges halo rows; the ranks / N groups "
+               "are data-parallel replicas (train.seq: a multiple of 2N)"},
+      cp, at_least(1));
     v({.name = "ranks_per_node",
        .help = "Simulate nodes of N consecutive ranks (the gradient all-reduce then crosses "
                "them as it would cross hosts); 0: the real nodes"},

@@ -21,6 +21,7 @@
 #include "anvil/device/gemm.hpp"
 #include "anvil/model/family.hpp"
 #include "anvil/model/gemm_shapes.hpp"
+#include "anvil/parallel/context_group.hpp"
 #include "anvil/parallel/data_parallel.hpp"
 #include "anvil/parallel/expert_parallel.hpp"
 
@@ -92,9 +93,13 @@ Trainer::Trainer(const TrainOptions& options, parallel::DataParallelGroup* dp)
       dp_(dp),
       rank_(dp ? dp->rank() : 0),
       world_(dp ? dp->size() : 1),
+      cp_(o_.parallel.cp),
+      dp_rank_(rank_ / cp_),
+      dp_size_(std::max(1, world_ / cp_)),
       config_(model::load_model_config(o_.model.config, o_.model.set)),
       B_(o_.train.batch),
       T_(o_.train.seq == 0 ? config_.seq_len : o_.train.seq),
+      T_local_(T_ / cp_),
       precision_(o_.model.dtype == "bf16" ? model::Precision::bf16 : model::Precision::fp32),
       batches_(data::parse_sources(o_.train.data, "train.data"), config_.vocab_size, o_.train.seed,
                T_, o_.train.val_fraction),
@@ -104,16 +109,33 @@ Trainer::Trainer(const TrainOptions& options, parallel::DataParallelGroup* dp)
     throw InputError("train.seq: expected 1.." + std::to_string(config_.seq_len) +
                      " (the config's seq_len), got " + std::to_string(T_));
   }
+  if (cp_ > 1) {
+    if (dp_ == nullptr || world_ % cp_ != 0)
+      throw InputError("parallel.cp: expected a run under mpirun with a multiple of " +
+                       std::to_string(cp_) + " ranks, got " + std::to_string(world_));
+    if (T_ % (2 * cp_) != 0 || T_ / (2 * cp_) < 2)
+      throw InputError("train.seq: context parallelism over " + std::to_string(cp_) +
+                       " ranks cuts each sequence into " + std::to_string(2 * cp_) +
+                       " chunks of at least 2 tokens: expected a multiple of " +
+                       std::to_string(2 * cp_) + " >= " + std::to_string(4 * cp_) + ", got " +
+                       std::to_string(T_));
+  }
   const bool report = !o_.metrics.quiet && rank_ == 0;
   checkpoints_ = std::make_unique<CheckpointManager>(o_.checkpoint, rank_, world_,
                                                      job_nonce(rank_, dp_), injector_, report);
   // Whether and where it resumes is settled before anything is printed or built.
   const std::optional<ResumePoint> from = checkpoints_->resume_point(record());
+  if (cp_ > 1)
+    context_ = std::make_unique<parallel::MpiContextGroup>(dp_->context_group(cp_));
   build_model();
   optimizer_ =
       std::make_unique<parallel::DistributedOptimizer>(*model_, o_.optimizer, o_.parallel, dp_);
-  tokens_.resize(static_cast<size_t>(B_ * T_));
-  targets_.resize(static_cast<size_t>(B_ * T_));
+  tokens_.resize(static_cast<size_t>(B_ * T_local_));
+  targets_.resize(static_cast<size_t>(B_ * T_local_));
+  if (cp_ > 1) {
+    full_tokens_.resize(static_cast<size_t>(B_ * T_));
+    full_targets_.resize(static_cast<size_t>(B_ * T_));
+  }
   // Every rank reads a given peak or profile (a bad profile fails everywhere
   // alike); only rank 0, which reports MFU, measures one.
   if (rank_ == 0 || o_.metrics.peak_gflops > 0 || !o_.metrics.hw_profile.empty())
@@ -137,6 +159,7 @@ void Trainer::build_model() {
   const int ep = o_.parallel.ep;
   const model::ModelFamily& family = model::model_family(config_);
   model::ModelOptions build{B_, T_, /*training=*/true, precision_, o_.balancing, {}, {}};
+  build.context = context_.get();
   if (ep > 1) {
     if (!family.has_experts())
       throw InputError("parallel.ep: expert parallelism needs a model with experts (" +
@@ -169,7 +192,7 @@ RunRecord Trainer::record() const {
   r.config = nlohmann::json::parse(model::model_config_to_json(config_));
   r.seed = o_.train.seed;
   r.batch = B_;
-  r.world = world_;
+  r.world = dp_size_;  // the replicas whose rows make the global batch
   r.seq = T_;
   r.accum = o_.train.accum;
   r.precision = o_.model.dtype;
@@ -179,8 +202,9 @@ RunRecord Trainer::record() const {
   r.phase = o_.phase.name;
   r.schedule = o_.optimizer.schedule;
   r.layout = {{"world", world_},      {"zero", o_.parallel.zero},
-              {"ep", o_.parallel.ep}, {"optimizer", o_.optimizer.name},
-              {"batch", B_},          {"accum", o_.train.accum}};
+              {"ep", o_.parallel.ep}, {"cp", cp_},
+              {"optimizer", o_.optimizer.name}, {"batch", B_},
+              {"accum", o_.train.accum}};
   return r;
 }
 
@@ -194,8 +218,14 @@ void Trainer::print_plan() const {
     std::printf(
         ", %d data-parallel ranks (global batch %lld rows; %d threads each; %lld gradient "
         "buckets)",
-        world_, static_cast<long long>(B_ * o_.train.accum * world_), num_threads(),
+        dp_size_, static_cast<long long>(B_ * o_.train.accum * dp_size_), num_threads(),
         static_cast<long long>(optimizer_->bucket_count()));
+  }
+  if (cp_ > 1) {
+    std::printf(", context parallel over %d ranks each (every sequence in %d chunks of %lld "
+                "tokens; %lld tokens per row here)",
+                cp_, 2 * cp_, static_cast<long long>(T_ / (2 * cp_)),
+                static_cast<long long>(T_local_));
   }
   std::printf(
       "\nmemory plan%s: parameters %s | gradients %s | optimizer %s | activations %s | "
@@ -258,20 +288,45 @@ void Trainer::start(const std::optional<ResumePoint>& from) {
 std::array<double, 2> Trainer::forward_backward_step() {
   std::array<double, 2> sums = {0, 0};  // summed token losses and scored tokens
   const int64_t accum = o_.train.accum;
-  const auto grad_scale = static_cast<float>(1.0 / static_cast<double>(B_ * T_ * accum * world_));
+  const auto grad_scale =
+      static_cast<float>(1.0 / static_cast<double>(B_ * T_ * accum * dp_size_));
   for (int64_t m = 0; m < accum; ++m) {
-    batches_.train_micro_batch(step_, m, rank_, world_, B_, tokens_.data(), targets_.data());
+    if (cp_ > 1) {
+      batches_.train_micro_batch(step_, m, dp_rank_, dp_size_, B_, full_tokens_.data(),
+                                 full_targets_.data());
+      take_local_chunks();
+    } else {
+      batches_.train_micro_batch(step_, m, rank_, world_, B_, tokens_.data(), targets_.data());
+    }
     // The last micro-batch's backward hands finished gradients to the reduction.
     const bool last = m + 1 == accum;
     if (last) optimizer_->start_reduction();
     int64_t scored = 0;
-    sums[0] +=
-        model_->forward_backward(tokens_.data(), targets_.data(), B_, T_, grad_scale, &scored);
+    sums[0] += model_->forward_backward(tokens_.data(), targets_.data(), B_, T_local_, grad_scale,
+                                        &scored);
     sums[1] += static_cast<double>(scored);
     if (last) optimizer_->stop_handing_over();
   }
   sums[0] = injector_.step_loss(step_, sums[0]);
   return sums;
+}
+
+void Trainer::take_local_chunks() {
+  const int64_t S = T_ / (2 * cp_);
+  const int r = rank_ % cp_;
+  for (int64_t b = 0; b < B_; ++b) {
+    for (int p = 0; p < 2; ++p) {
+      const int64_t chunk = p == 0 ? r : 2 * cp_ - 1 - r;
+      std::copy_n(&full_tokens_[static_cast<size_t>(b * T_ + chunk * S)], S,
+                  &tokens_[static_cast<size_t>(b * T_local_ + p * S)]);
+      std::copy_n(&full_targets_[static_cast<size_t>(b * T_ + chunk * S)], S,
+                  &targets_[static_cast<size_t>(b * T_local_ + p * S)]);
+    }
+  }
+}
+
+double Trainer::tokens_per_step() const {
+  return static_cast<double>(B_ * T_ * o_.train.accum * dp_size_);
 }
 
 StepStats Trainer::step() {
@@ -282,6 +337,7 @@ StepStats Trainer::step() {
   s.step = step_ + 1;
   std::array<double, 2> sums = forward_backward_step();
   s.alltoall_seconds = model_->take_dispatch_seconds();
+  s.context_seconds = model_->take_context_seconds();
   const parallel::ReduceTimes t = optimizer_->finish_reduction();
   s.comm_seconds = t.comm_seconds;
   s.exposed_seconds = t.exposed_seconds;
@@ -314,14 +370,19 @@ double Trainer::validate() {
   // Whole micro-batches on every rank (val_batches rounded up to a multiple
   // of batch x ranks), each rank its share: the same rows on any rank count
   // with the same batch x ranks.
-  const int64_t rows = B_ * world_;
+  // Under context parallelism the replicas take rows, and the ranks of a
+  // context group their chunks of them.
+  const int64_t rows = B_ * dp_size_;
   const int64_t val_rows = (o_.train.val_batches + rows - 1) / rows * rows;
   double sums[2] = {0, 0};
   for (int64_t i = 0; i < val_rows; i += rows) {
+    int32_t* tokens = cp_ > 1 ? full_tokens_.data() : tokens_.data();
+    int32_t* targets = cp_ > 1 ? full_targets_.data() : targets_.data();
     for (int64_t r = 0; r < B_; ++r)
-      batches_.val_row(i + rank_ * B_ + r, val_rows, &tokens_[r * T_], &targets_[r * T_]);
+      batches_.val_row(i + dp_rank_ * B_ + r, val_rows, &tokens[r * T_], &targets[r * T_]);
+    if (cp_ > 1) take_local_chunks();
     int64_t scored = 0;
-    sums[0] += model_->forward(tokens_.data(), targets_.data(), B_, T_, &scored);
+    sums[0] += model_->forward(tokens_.data(), targets_.data(), B_, T_local_, &scored);
     sums[1] += static_cast<double>(scored);
   }
   if (dp_ && world_ > 1) dp_->sum(sums);
@@ -360,7 +421,7 @@ bool Trainer::stop_requested() {
 void Trainer::log(const StepStats& s, double val) {
   StepReport r;
   r.val_loss = val;
-  r.tokens_per_step = static_cast<double>(B_ * T_ * o_.train.accum * world_);
+  r.tokens_per_step = tokens_per_step();
   r.mfu = mfu(r.tokens_per_step / s.seconds);
   // Every rank's own peak memory and communication, for rank 0's metrics.
   if (dp_ && metrics_->wants_rank_numbers()) {
@@ -395,23 +456,25 @@ TrainResult Trainer::run() {
 }
 
 void Trainer::finish_result(const std::vector<StepStats>& steps) {
-  std::vector<double> comm, exposed, alltoall;
+  std::vector<double> comm, exposed, alltoall, context;
   for (const StepStats& s : steps) {
     result_.losses.push_back(s.loss);
     result_.step_seconds.push_back(s.seconds);
     comm.push_back(s.comm_seconds);
     exposed.push_back(s.exposed_seconds);
     alltoall.push_back(s.alltoall_seconds);
+    context.push_back(s.context_seconds);
   }
-  const double tokens_per_step = static_cast<double>(B_ * T_ * o_.train.accum * world_);
   const double median = median_after_first(result_.step_seconds);
   if (median > 0) {
-    result_.tokens_per_second = tokens_per_step / median;
+    result_.tokens_per_second = tokens_per_step() / median;
     result_.mfu = mfu(result_.tokens_per_second);
   }
   result_.comm_seconds = median_after_first(comm);
   result_.exposed_seconds = median_after_first(exposed);
   result_.alltoall_seconds = median_after_first(alltoall);
+  result_.context_seconds = median_after_first(context);
+  result_.cp = cp_;
   if (peak_.cached && result_.mfu > 1.05) {
     // The cached rate was measured in a busy moment: the next run measures again.
     forget_cached_peak(precision_);
@@ -445,6 +508,10 @@ void Trainer::print_summary(bool stopped) const {
                     ? (", " + fmt(1e3 * r.alltoall_seconds, 1) + " ms expert all-to-all").c_str()
                     : "");
   }
+  if (cp_ > 1)
+    std::printf("context parallelism per step (median): %.1f ms in K/V gathers, dK/dV "
+                "reduce-scatters and halo exchanges (not overlapped)\n",
+                1e3 * r.context_seconds);
   if (!r.last_checkpoint.empty()) std::printf("checkpoint: %s\n", r.last_checkpoint.c_str());
   std::fflush(stdout);
 }

@@ -52,10 +52,12 @@ struct TrainResult {
   std::vector<double> rank_peak_rss_bytes;  // every rank's, on rank 0 (data parallel)
   int64_t first_step = 0;
   std::string last_checkpoint;
-  int world = 1;                // data-parallel ranks
+  int world = 1;                // ranks (data-parallel replicas x context group)
   double comm_seconds = 0;      // median per step: the gradient all-reduce's own time
   double exposed_seconds = 0;   // median per step: the part backward did not hide
   double alltoall_seconds = 0;  // median per step: expert parallelism's dispatch and combine
+  double context_seconds = 0;   // median per step: context parallelism's K/V and halo traffic
+  int cp = 1;                   // ranks per context group
 };
 
 class Trainer {
@@ -84,6 +86,11 @@ class Trainer {
   RunRecord record() const;
   // The step's micro-batches: this rank's summed token losses and scored tokens.
   std::array<double, 2> forward_backward_step();
+  // This rank's chunks of full_tokens_/full_targets_ ([B][T]) into
+  // tokens_/targets_ ([B][T/cp], context_parallel.hpp's order).
+  void take_local_chunks();
+  // Tokens per optimizer step over every rank (each counted once).
+  double tokens_per_step() const;
   void log(const StepStats& s, double val);
   double mfu(double tokens_per_second) const;
   void finish_result(const std::vector<StepStats>& steps);
@@ -93,8 +100,12 @@ class Trainer {
   TrainOptions o_;
   parallel::DataParallelGroup* dp_;
   int rank_ = 0, world_ = 1;
+  // Context parallelism: cp_ consecutive ranks split each sequence; the
+  // data-parallel replicas are world_ / cp_ (this one: dp_rank_).
+  int cp_ = 1, dp_rank_ = 0, dp_size_ = 1;
+  std::unique_ptr<model::ContextGroup> context_;
   model::ModelConfig config_;
-  int64_t B_ = 0, T_ = 0;
+  int64_t B_ = 0, T_ = 0, T_local_ = 0;  // T_local_: T_ / cp_
   model::Precision precision_ = model::Precision::fp32;
   data::Batches batches_;
   std::unique_ptr<model::TrainableModel> model_;
@@ -104,7 +115,7 @@ class Trainer {
   std::unique_ptr<CheckpointManager> checkpoints_;
   std::unique_ptr<MetricsLogger> metrics_;
   GemmPeak peak_;
-  std::vector<int32_t> tokens_, targets_;
+  std::vector<int32_t> tokens_, targets_, full_tokens_, full_targets_;
   int64_t step_ = 0;
   TrainResult result_;
 };
