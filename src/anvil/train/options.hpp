@@ -50,6 +50,7 @@ struct LoopOptions {
   int64_t val_every = 0;
   int64_t val_batches = 8;
   int threads = 0;
+  double memory_limit_gib = 0;
   template <class V>
   void describe(V& v) {
     v({.name = "data",
@@ -75,6 +76,10 @@ struct LoopOptions {
        .help = "Compute threads per rank (0: OMP_NUM_THREADS, else the node's cores split over "
                "its ranks)"},
       threads, at_least(0));
+    v({.name = "memory_limit_gib",
+       .help = "Refuse, before any work, a run whose memory plan per rank exceeds N GiB "
+               "(0: no limit); a long sequence fits under it with --cp"},
+      memory_limit_gib, at_least(0.0));
   }
 };
 

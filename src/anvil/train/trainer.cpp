@@ -149,6 +149,15 @@ Trainer::Trainer(const TrainOptions& options, parallel::DataParallelGroup* dp)
   const auto& plan = model_->plan();
   result_.planned_bytes = plan.parameters + plan.gradients + result_.optimizer_bytes +
                           plan.activations + plan.low_precision;
+  const double limit = o_.train.memory_limit_gib * 1024.0 * 1024.0 * 1024.0;
+  if (limit > 0 && static_cast<double>(result_.planned_bytes) > limit) {
+    throw InputError("train.memory_limit_gib: the memory plan needs " +
+                     human_bytes(result_.planned_bytes) + " per rank (activations " +
+                     human_bytes(plan.activations) + "), more than the limit of " +
+                     fmt(o_.train.memory_limit_gib, 2) +
+                     " GiB (expected a plan within it: a shorter train.seq or train.batch, or "
+                     "parallel.cp under mpirun)");
+  }
   if (report) print_plan();
   start(from);
 }
