@@ -46,12 +46,8 @@ double relative(const std::vector<float>& got, const std::vector<float>& want) {
 // Rank r's rows of full [B][T][width] in its chunk order, and back.
 template <typename V>
 V local_rows(const V& full, const ContextLayout& L, int64_t B, int64_t width) {
-  const int64_t S = L.chunk(), Tl = L.local();
-  V out(static_cast<size_t>(B * Tl * width));
-  for (int64_t b = 0; b < B; ++b)
-    for (int p = 0; p < 2; ++p)
-      std::copy_n(&full[static_cast<size_t>((b * L.seq + L.start(p)) * width)], S * width,
-                  &out[static_cast<size_t>((b * Tl + p * S) * width)]);
+  V out(static_cast<size_t>(B * L.local() * width));
+  L.take_local(full.data(), out.data(), B, width);
   return out;
 }
 

@@ -20,14 +20,44 @@ ContextParallel::ContextParallel(ContextGroup* group, int64_t B, int64_t T)
                      " with chunks of at least 2 tokens");
 }
 
+namespace {
+
+// One layout of the shared buffers for carving and for counting.
+void take_buffers(Carver& c, int64_t B, int64_t T, int size, int64_t w, float** natural,
+                  float** ranked, float** dnatural, float** local) {
+  *natural = c.take<float>(B * T * w);
+  *ranked = c.take<float>(B * T * w);
+  *dnatural = c.take<float>(B * T * w);
+  *local = c.take<float>(B * (T / size) * w);
+}
+
+}  // namespace
+
 void ContextParallel::carve(Carver& c, int64_t kv_width) {
   if (!split()) return;
   kv_width_ = kv_width;
-  const int64_t full = B_ * layout_.seq * kv_width;
-  natural_ = c.take<float>(full);
-  ranked_ = c.take<float>(full);
-  dnatural_ = c.take<float>(full);
-  local_ = c.take<float>(B_ * local() * kv_width);
+  take_buffers(c, B_, layout_.seq, layout_.size, kv_width, &natural_, &ranked_, &dnatural_,
+               &local_);
+}
+
+size_t ContextParallel::scratch_bytes(int64_t B, int64_t T, int size, int64_t kv_width) {
+  if (size <= 1) return 0;
+  Carver count;
+  float *a, *b, *c, *d;
+  take_buffers(count, B, T, size, kv_width, &a, &b, &c, &d);
+  return count.bytes();
+}
+
+void ContextParallel::reorder(float* natural, float* ranked, int64_t w, bool to_natural) const {
+  const int64_t S = chunk(), Tl = local(), T = layout_.seq;
+  const size_t bytes = static_cast<size_t>(S * w) * sizeof(float);
+  for (int q = 0; q < layout_.size; ++q)
+    for (int64_t b = 0; b < B_; ++b)
+      for (int p = 0; p < 2; ++p) {
+        float* n = natural + (b * T + layout_.chunk_of(q, p) * S) * w;
+        float* r = ranked + ((q * B_ + b) * Tl + p * S) * w;
+        std::memcpy(to_natural ? n : r, to_natural ? r : n, bytes);
+      }
 }
 
 namespace {
@@ -63,26 +93,17 @@ void ContextParallel::gather_kv(const float* qkv, int64_t W, int64_t off, int64_
   if (KVW > kv_width_)
     throw InputError("context parallelism: K/V width " + std::to_string(KVW) +
                      " exceeds the planned " + std::to_string(kv_width_));
-  const int64_t Tl = local(), S = chunk(), T = layout_.seq;
+  const int64_t Tl = local();
   for (int64_t n = 0; n < B_ * Tl; ++n)
     std::memcpy(local_ + n * KVW, qkv + n * W + off, static_cast<size_t>(KVW) * sizeof(float));
   const double t0 = now_seconds();
   group_->allgather(local_, ranked_, static_cast<size_t>(B_ * Tl * KVW));
   seconds_ += now_seconds() - t0;
-  for (int q = 0; q < layout_.size; ++q)
-    for (int64_t b = 0; b < B_; ++b)
-      for (int p = 0; p < 2; ++p)
-        std::memcpy(natural_ + (b * T + layout_.chunk_of(q, p) * S) * KVW,
-                    ranked_ + ((q * B_ + b) * Tl + p * S) * KVW,
-                    static_cast<size_t>(S * KVW) * sizeof(float));
+  reorder(natural_, ranked_, KVW, true);
 }
 
 void ContextParallel::attention_forward(float* out, float* lse, const float* qkv, int64_t Hq,
                                         int64_t Hkv, int64_t D) {
-  if (!split()) {
-    kernels::attention_forward(out, lse, qkv, B_, layout_.seq, Hq, Hkv, D);
-    return;
-  }
   gather_kv(qkv, (Hq + 2 * Hkv) * D, Hq * D, 2 * Hkv * D);
   for (int p = 0; p < 2; ++p)
     kernels::attention_forward(chunk_view(layout_, p, B_, out, lse, qkv, natural_, Hq, Hkv, D));
@@ -91,10 +112,6 @@ void ContextParallel::attention_forward(float* out, float* lse, const float* qkv
 void ContextParallel::attention_backward(float* dqkv, const float* dout, const float* qkv,
                                          const float* out, const float* lse, int64_t Hq,
                                          int64_t Hkv, int64_t D) {
-  if (!split()) {
-    kernels::attention_backward(dqkv, dout, qkv, out, lse, B_, layout_.seq, Hq, Hkv, D);
-    return;
-  }
   const int64_t W = (Hq + 2 * Hkv) * D, KVW = 2 * Hkv * D, Tl = local(), S = chunk(),
                 T = layout_.seq;
   gather_kv(qkv, W, Hq * D, KVW);
@@ -116,12 +133,7 @@ void ContextParallel::attention_backward(float* dqkv, const float* dout, const f
   }
   // dK/dV of every key, in the ranks' order, summed over the group onto
   // the keys' owners.
-  for (int q = 0; q < layout_.size; ++q)
-    for (int64_t b = 0; b < B_; ++b)
-      for (int p = 0; p < 2; ++p)
-        std::memcpy(ranked_ + ((q * B_ + b) * Tl + p * S) * KVW,
-                    dnatural_ + (b * T + layout_.chunk_of(q, p) * S) * KVW,
-                    static_cast<size_t>(S * KVW) * sizeof(float));
+  reorder(dnatural_, ranked_, KVW, false);
   const double t0 = now_seconds();
   group_->reduce_scatter(ranked_, local_, static_cast<size_t>(B_ * Tl * KVW));
   seconds_ += now_seconds() - t0;

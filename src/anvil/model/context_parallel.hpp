@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -43,6 +44,16 @@ struct ContextLayout {
   int slot(int64_t k) const { return k < size ? 0 : 1; }
   // The global position of local chunk p's first row.
   int64_t start(int p) const { return chunk_index(p) * chunk(); }
+  // This rank's rows of full [B][seq][width] into local [B][local()][width],
+  // in its chunk order (the trainer's batches, tests).
+  template <class E>
+  void take_local(const E* full, E* local, int64_t B, int64_t width) const {
+    const int64_t S = chunk();
+    for (int64_t b = 0; b < B; ++b)
+      for (int p = 0; p < 2; ++p)
+        std::copy_n(full + (b * seq + start(p)) * width, S * width,
+                    local + (b * this->local() + p * S) * width);
+  }
 };
 
 // The context group's communication, float32, in place of MPI here.
@@ -77,11 +88,14 @@ class ContextParallel {
   int64_t chunk() const { return layout_.chunk(); }
 
   // The shared buffers for attention with `kv_width` = 2 Hkv D floats of K|V
-  // per token (the largest over the model's layers): count, then carve.
+  // per token (the largest over the model's layers), from the model's arena.
   void carve(Carver& c, int64_t kv_width);
+  // Their bytes, for a memory plan made before any model (0 for C = 1).
+  static size_t scratch_bytes(int64_t B, int64_t T, int size, int64_t kv_width);
 
-  // Causal attention over this rank's rows: qkv [B][local][q | k | v]
-  // (Hq, Hkv heads of D); out [B][local][Hq D]; lse [2][B][Hq][S].
+  // Causal attention over this rank's rows when split (C = 1 takes the
+  // packed kernels): qkv [B][local][q | k | v] (Hq, Hkv heads of D); out
+  // [B][local][Hq D]; lse [2][B][Hq][S].
   void attention_forward(float* out, float* lse, const float* qkv, int64_t Hq, int64_t Hkv,
                          int64_t D);
   // Writes every entry of dqkv, as kernels::attention_backward does.
@@ -113,6 +127,8 @@ class ContextParallel {
 
  private:
   void gather_kv(const float* qkv, int64_t W, int64_t off, int64_t KVW);
+  // [B][T][w] natural order <-> [C][B][local][w] the ranks' order.
+  void reorder(float* natural, float* ranked, int64_t w, bool to_natural) const;
   ContextGroup* group_;
   ContextLayout layout_;
   int64_t B_;

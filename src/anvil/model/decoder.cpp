@@ -132,20 +132,6 @@ int64_t bf16_scratch_elements(const ModelConfig& c, int64_t N, int64_t chunk) {
 
 }  // namespace
 
-namespace {
-
-// The bytes of the context-parallel attention's shared buffers (ContextParallel::carve).
-size_t context_scratch_bytes(const ModelConfig& c, int64_t B, int64_t T, int context) {
-  if (context <= 1) return 0;
-  Carver count;
-  const int64_t kvw = 2 * c.n_kv_heads * c.head_dim;
-  for (int i = 0; i < 3; ++i) count.take<float>(B * T * kvw);
-  count.take<float>(B * (T / context) * kvw);
-  return count.bytes();
-}
-
-}  // namespace
-
 MemoryPlan Decoder::plan_for(const ModelConfig& c, int64_t B, int64_t T_all, bool training,
                              Precision precision, int context) {
   const ParamRegistry r = decoder_registry(c);
@@ -166,7 +152,8 @@ MemoryPlan Decoder::plan_for(const ModelConfig& c, int64_t B, int64_t T_all, boo
       },
       c.n_layers, N, B* c.n_heads* T, c.d_model, Q, c.n_heads* c.head_dim, c.ffn_hidden, F2,
       c.vocab_size, kLossChunk, training, &x, &layers, &rest);
-  p.activations = bytes + context_scratch_bytes(c, B, T_all, context);
+  p.activations =
+      bytes + ContextParallel::scratch_bytes(B, T_all, context, 2 * c.n_kv_heads * c.head_dim);
   if (precision == Precision::bf16) {
     p.low_precision =
         tensor::Arena::rounded(static_cast<size_t>(r.total()) * sizeof(bf16)) +

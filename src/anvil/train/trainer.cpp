@@ -321,17 +321,9 @@ std::array<double, 2> Trainer::forward_backward_step() {
 }
 
 void Trainer::take_local_chunks() {
-  const int64_t S = T_ / (2 * cp_);
-  const int r = rank_ % cp_;
-  for (int64_t b = 0; b < B_; ++b) {
-    for (int p = 0; p < 2; ++p) {
-      const int64_t chunk = p == 0 ? r : 2 * cp_ - 1 - r;
-      std::copy_n(&full_tokens_[static_cast<size_t>(b * T_ + chunk * S)], S,
-                  &tokens_[static_cast<size_t>(b * T_local_ + p * S)]);
-      std::copy_n(&full_targets_[static_cast<size_t>(b * T_ + chunk * S)], S,
-                  &targets_[static_cast<size_t>(b * T_local_ + p * S)]);
-    }
-  }
+  const model::ContextLayout layout{cp_, rank_ % cp_, T_};
+  layout.take_local(full_tokens_.data(), tokens_.data(), B_, 1);
+  layout.take_local(full_targets_.data(), targets_.data(), B_, 1);
 }
 
 double Trainer::tokens_per_step() const {
