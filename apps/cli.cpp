@@ -77,6 +77,24 @@ int fail(const std::string& what, int status) {
 
 }  // namespace
 
+bool every_rank_fails() {
+  int initialized = 0, finalized = 0, size = 1;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return false;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size == 1) return false;
+  MPI_Request request;
+  MPI_Ibarrier(MPI_COMM_WORLD, &request);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int done = 0;
+  while (!done && std::chrono::steady_clock::now() < deadline) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return done != 0;
+}
+
 int run_command_line(CLI::App& app, std::vector<std::unique_ptr<CommandFamily>>& families,
                      Context& ctx) {
   try {
@@ -97,9 +115,11 @@ int run_command_line(CLI::App& app, std::vector<std::unique_ptr<CommandFamily>>&
   } catch (const ft::TrainingFault& e) {
     // Every rank saw the same global loss; a supervisor rolls back.
     if (ctx.rank == 0) std::cerr << "\n";
-    return ctx.rank == 0 ? fail(e.what(), e.exit_code()) : e.exit_code();
+    if (ctx.rank != 0) return ctx.every_rank_failed ? 0 : e.exit_code();
+    return fail(e.what(), e.exit_code());
   } catch (const InputError& e) {
-    return ctx.rank == 0 ? fail(in_flag_words(e.what(), ctx), kExitBadInput) : kExitBadInput;
+    if (ctx.rank != 0) return ctx.every_rank_failed ? 0 : kExitBadInput;
+    return fail(in_flag_words(e.what(), ctx), kExitBadInput);
   } catch (const std::exception& e) {
     return fail(in_flag_words(e.what(), ctx), 1);
   }

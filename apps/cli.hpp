@@ -40,8 +40,19 @@ struct Context {
   int argc = 0;
   char** argv = nullptr;
   int rank = 0;  // under mpirun: this rank (only rank 0 reports bad input)
+  // Under mpirun: every rank met the same bad input or training fault
+  // (every_rank_fails); the others then exit 0 and leave the job's status
+  // and its one line to rank 0.
+  bool every_rank_failed = false;
   std::map<std::string, std::string> flag_of_key;
 };
+
+// Called on every rank that caught a bad input or a training fault while
+// MPI is up: whether every rank did (a barrier with a deadline of 10 s; a
+// rank that failed alone gets false). mpirun ends a job at its first
+// non-zero exit and may drop output still on its way, so the ranks other
+// than 0 must not exit non-zero before rank 0 has printed.
+bool every_rank_fails();
 
 // A family of commands (`anvil bench ...`, `anvil ckpt ...`): it adds its
 // subcommands and flags, and runs the one the parse selected.

@@ -119,6 +119,12 @@ class TrainCommands : public CommandFamily {
         write_file_atomic(options_.metrics.json_out, summary_json(r).dump(2) + "\n");
     } catch (const comm::CommTimeout& e) {
       abort_on_timeout(e);
+    } catch (const InputError&) {  // reported by rank 0 (cli.hpp), while MPI is up
+      if (mpi) ctx.every_rank_failed = every_rank_fails();
+      throw;
+    } catch (const ft::TrainingFault&) {
+      if (mpi) ctx.every_rank_failed = every_rank_fails();
+      throw;
     }
     return 0;
   }
