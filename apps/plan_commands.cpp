@@ -195,13 +195,14 @@ Resolved resolve(const PlanCommands::Model& m) {
   l.devices_per_node = m.gpus_per_node > 0
                            ? m.gpus_per_node
                            : std::max<int64_t>(1, r.hw.interconnect.devices_per_node);
-  // A CPU is one device that its node's ranks share: --dp N on one node
-  // means N ranks on this CPU, not N nodes.
-  if (r.hw.kind == "cpu" && m.gpus_per_node == 0 && m.dp > 0) {
-    if (m.dp % m.nodes != 0)
-      throw InputError("--dp " + std::to_string(m.dp) + ": expected a multiple of --nodes " +
+  // A CPU is one device that its node's ranks share: --dp N --cp C on one
+  // node means N x C ranks on this CPU, not N x C nodes.
+  if (r.hw.kind == "cpu" && m.gpus_per_node == 0 && (m.dp > 0 || m.tp * m.pp * m.cp > 1)) {
+    const int64_t dp = m.dp > 0 ? m.dp : m.nodes;
+    if (dp % m.nodes != 0)
+      throw InputError("--dp " + std::to_string(dp) + ": expected a multiple of --nodes " +
                        std::to_string(m.nodes));
-    l.devices_per_node = m.dp / m.nodes;
+    l.devices_per_node = dp / m.nodes * m.tp * m.pp * m.cp;
   }
   l.nodes = m.nodes;
   l.threads_per_rank = m.threads_per_rank;

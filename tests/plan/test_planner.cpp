@@ -10,6 +10,7 @@
 
 #include "anvil/base/error.hpp"
 #include "anvil/model/config.hpp"
+#include "anvil/model/context_parallel.hpp"
 #include "anvil/model/decoder.hpp"
 #include "anvil/model/param_count.hpp"
 #include "anvil/plan/hw_profile.hpp"
@@ -456,6 +457,40 @@ TEST(Planner, TensorPipelineAndContextParallelSplitTheWork) {
   l.cp = 2;
   l.fsdp = l.zero1 = true;
   EXPECT_THROW(validate_layout(c, l), InputError);
+}
+
+// Context parallel memory: 1/cp of the per-token activations plus the
+// trainer's own K/V buffers (model::ContextParallel::scratch_bytes, at the
+// activation width); ZAYA1's CCA adds its halo rows, two messages per layer
+// each way.
+TEST(Planner, ContextParallelCountsTheSharedKeyValueBuffersAndTheHalos) {
+  const auto c = preset("zaya1-base");
+  Layout one;
+  one.devices_per_node = 2;
+  one.micro_batch = 1;
+  one.seq = 4096;
+  one.dtype = "f32";
+  Layout two = one;
+  two.cp = 2;
+  one.global_batch = 2;
+  two.global_batch = 1;
+  validate_layout(c, one);
+  validate_layout(c, two);
+  const MemoryPerRank m1 = memory_per_rank(c, one), m2 = memory_per_rank(c, two);
+  const double kv = static_cast<double>(
+      model::ContextParallel::scratch_bytes(1, 4096, 2, 2 * c.n_kv_heads * c.head_dim));
+  EXPECT_GT(kv, 0);
+  // Halving the tokens halves everything per token; the buffers come on top.
+  EXPECT_LT(m2.activations_no_recompute, m1.activations_no_recompute);
+  EXPECT_GT(m2.activations_no_recompute - kv, 0.45 * m1.activations_no_recompute);
+  EXPECT_LT(m2.activations_no_recompute - kv, 0.55 * m1.activations_no_recompute);
+  std::map<std::string, CommOp> ops;
+  for (const auto& op : comm_per_step(c, two)) ops[op.op + " " + op.group] = op;
+  ASSERT_TRUE(ops.count("sendrecv cp"));
+  EXPECT_EQ(ops["sendrecv cp"].calls, 2 * c.n_layers);
+  EXPECT_NEAR(ops["sendrecv cp"].bytes,
+              2.0 * (2 * (c.n_heads + c.n_kv_heads) + 1) * c.head_dim * 4, 1e-9);
+  for (const auto& op : comm_per_step(c, one)) EXPECT_NE(op.group, "cp");
 }
 
 TEST(Planner, FsdpShardsWeightsAndGathersThemPerMicroBatch) {

@@ -8,6 +8,7 @@
 
 #include "anvil/base/error.hpp"
 #include "anvil/kernels/layers.hpp"
+#include "anvil/model/context_parallel.hpp"
 #include "anvil/model/family.hpp"
 
 namespace anvil::plan {
@@ -265,10 +266,19 @@ MemoryPerRank memory_per_rank(const model::ModelConfig& c, const Layout& l) {
   const double classifier = 2.0 * static_cast<double>(kernels::kClassifierChunk) *
                             static_cast<double>(c.vocab_size / l.tp) * 4.0;
   const double final_norm = 2 * C * tokens * act;
-  m.activations_no_recompute = L * per_token_layer * tokens * act + classifier + final_norm;
+  // Context parallel: the whole sequence's keys and values and their
+  // gradients, shared by the layers (the trainer's own buffers, at the
+  // activation width).
+  const int64_t kv_heads = std::max<int64_t>(1, c.n_kv_heads / l.tp);
+  const double context =
+      as_double(static_cast<int64_t>(model::ContextParallel::scratch_bytes(
+          l.micro_batch, l.seq, static_cast<int>(l.cp), 2 * kv_heads * c.head_dim))) *
+      act / 4.0;
+  m.activations_no_recompute =
+      L * per_token_layer * tokens * act + classifier + final_norm + context;
   // Recompute: keep each layer's input; re-run one layer at a time in backward.
   m.activations_recompute =
-      L * C * tokens * act + per_token_layer * tokens * act + classifier + final_norm;
+      L * C * tokens * act + per_token_layer * tokens * act + classifier + final_norm + context;
   // Recomputing only some layers of a stage (Megatron's "block" method): those
   // keep their inputs, the others everything.
   const double share = recompute_share(c, l);
@@ -337,6 +347,14 @@ std::vector<CommOp> comm_per_step(const model::ModelConfig& c, const Layout& l) 
         {"allgather", "cp", "keys and values", l.cp, bytes, stage_layers * micro, false, per_node});
     out.push_back({"reduce_scatter", "cp", "key and value gradients", l.cp, bytes,
                    stage_layers * micro, false, per_node});
+    if (c.attention == model::Attention::cca) {
+      // CCA's halos: the two q|k latent rows (at most the heads' width) and
+      // the value row before each of a rank's two chunks, in forward, and
+      // their gradients back in backward.
+      const double row = as_double(l.micro_batch * (2 * (c.n_heads + kv_heads) + 1) * c.head_dim);
+      out.push_back({"sendrecv", "cp", "CCA halo rows", 2, 2 * row * bytes_of(l.dtype),
+                     2 * stage_layers * micro, false, per_node});
+    }
   }
   if (l.pp > 1) {
     // Activations to the next stage and their gradients back, per micro-batch

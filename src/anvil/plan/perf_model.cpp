@@ -347,6 +347,16 @@ CommPrice price_collective(const HwProfile& hw, const std::string& op, int64_t r
       c.seconds = t;
       return c;
     }
+    // A message each way between two ranks moves what a 2-rank all-gather
+    // of twice the bytes does: the measured fit prices it where the profile
+    // has no link (a CPU's ranks).
+    if (op == "sendrecv" && !(hw.interconnect.intra_node_gbs > 0)) {
+      if (const double t = measured_collective(hw, "allgather", 2, 2 * bytes, "", c.how); t >= 0) {
+        c.how += ", as an exchange";
+        c.seconds = t;
+        return c;
+      }
+    }
   }
   if (!algo.empty() && algo != "ring")
     throw InputError("hardware profile " + hw.name + ": no measured " + op + " fit for algo " +
