@@ -8,10 +8,16 @@
 // previous document across chunk boundaries exactly as in one process.
 // T = 32: chunks of 8 (cp 2) and 4 (cp 4) tokens, so the attention's key
 // blocks and the halos cross ranks. Also: checkpoints reshape between cp
-// layouts, and bad --cp values are refused before any work.
+// layouts, anvil launch restarts a dp x cp grid by whole groups, a recipe's
+// phase runs under cp and resumes mid-phase, and bad --cp values are
+// refused before any work.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "support/train_runs.hpp"
@@ -21,6 +27,30 @@ namespace {
 using anvil::test_support::expect_same_trajectory;
 using anvil::test_support::train;
 using anvil::test_support::TrainRun;
+using anvil::test_support::work_dir;
+
+std::string mpirun(int ranks) {
+  return std::string(ANVIL_MPIRUN) + " --allow-run-as-root --oversubscribe -np " +
+         std::to_string(ranks) + " ";
+}
+
+// Runs a shell command with one thread per process; its exit status.
+int shell(const std::string& cmd, const std::string& log) {
+  const int st = std::system(("OMP_NUM_THREADS=1 timeout 300 " + cmd + " > " + log + " 2>&1").c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+// step -> loss from a run's metrics.jsonl (a resumed run's repeated steps
+// keep their last value).
+std::map<int64_t, double> losses_of(const std::string& run) {
+  std::map<int64_t, double> out;
+  std::istringstream lines(anvil::read_file(run + "/metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    const auto m = nlohmann::json::parse(line);
+    if (m.contains("loss") && m.contains("step")) out[m["step"].get<int64_t>()] = m["loss"].get<double>();
+  }
+  return out;
+}
 
 std::string model_args(const std::string& config, int T = 32) {
   return " --config " ANVIL_SOURCE_DIR "/tests/configs/" + config +
@@ -126,6 +156,85 @@ TEST(ContextParallel, RefusesBadLayoutsBeforeAnyWork) {
                                                     << "\n" << out;
     EXPECT_EQ(out.find("step 1"), std::string::npos) << cmd << ": a step ran\n" << out;
   }
+}
+
+// anvil launch on a dp 2 x cp 2 grid: a rank killed at step 15, the job
+// restarts on one context-parallel group (np 2, -B doubled: the same global
+// batch) from the 4-rank checkpoint and ends on the uninterrupted losses.
+// A --np that splits a group is refused.
+TEST(ContextParallel, LaunchRecoversAndShrinksByWholeGroups) {
+  const std::string args = model_args("zaya-tiny") +
+                           " --set n_experts=4 --schedule constant --steps 30 --ckpt-every 10 --cp 2";
+  const TrainRun straight = train(4, "cp-launch-straight", args + " -B 2");
+  ASSERT_EQ(straight.losses.size(), 30u);
+  const std::string out = (work_dir() / "cp-launch").string();
+  std::filesystem::remove_all(out);
+  const std::string launch = std::string(ANVIL_BINARY) + " launch --np 4 --min-np 2 --shrink-by 2 " +
+                             "--inject kill@15:1 --backoff 0.1 -- --data " +
+                             (work_dir() / "text.txt").string() + " --out " + out +
+                             " --peak-gflops 1 --log-every 1000 " + args + " -B 2 --json-out " +
+                             out + ".json";
+  ASSERT_EQ(shell(launch, out + ".log"), 0) << launch << "\n" << anvil::read_file(out + ".log");
+  const std::string journal = anvil::read_file(out + "/journal.jsonl");
+  EXPECT_NE(journal.find("\"event\":\"shrink\",\"np\":2"), std::string::npos) << journal;
+  EXPECT_NE(journal.find("\"batch\":4"), std::string::npos) << journal;
+  const auto j = nlohmann::json::parse(anvil::read_file(out + ".json"));
+  EXPECT_EQ(j.at("ranks").get<int>(), 2);
+  const auto rest = j.at("losses").get<std::vector<double>>();
+  ASSERT_EQ(rest.size(), 20u);
+  for (size_t s = 0; s < rest.size(); ++s)
+    EXPECT_LE(std::abs(rest[s] - straight.losses[10 + s]), 1e-6 * straight.losses[10 + s])
+        << "step " << 11 + s;
+  const std::string bad = std::string(ANVIL_BINARY) + " launch --np 3 -- --out " + out + "-bad" + args;
+  EXPECT_EQ(shell(bad, out + "-bad.log"), 2) << bad;
+  EXPECT_NE(anvil::read_file(out + "-bad.log").find("--np 3"), std::string::npos)
+      << anvil::read_file(out + "-bad.log");
+}
+
+// A recipe whose second phase doubles the sequence and runs it under cp 2
+// (the first runs dp 2 on the same two ranks): killed mid-phase 2 and
+// resumed, the same loss at every step. Under one process the cp phase is
+// refused before any work, naming the phase's key.
+TEST(ContextParallel, RecipePhaseRunsUnderCpAndResumesMidPhase) {
+  const std::string dir = (work_dir() / "cp-recipe").string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const nlohmann::json recipe = {
+      {"config", ANVIL_SOURCE_DIR "/tests/configs/zaya-tiny.json"},
+      {"set", {"vocab_size=256", "n_experts=4"}},
+      {"sources", {{"text", (work_dir() / "text.txt").string()}}},
+      {"seed", 7},
+      {"lr", 3e-3},
+      {"batch", 2},
+      {"ckpt_every", 3},
+      {"phases",
+       {{{"name", "short"}, {"tokens", 1024}, {"seq", 32}, {"warmup", 2}},  // 8 steps at dp 2
+        {{"name", "long"},
+         {"tokens", 768},  // 6 steps at cp 2
+         {"seq", 64},
+         {"cp", 2},
+         {"rope_theta", 1e5},
+         {"lr", 1e-3}}}}};
+  std::ofstream(dir + "/recipe.json") << recipe.dump(2);
+  const std::string run = mpirun(2) + ANVIL_BINARY + " train --peak-gflops 1 --recipe " + dir +
+                          "/recipe.json --out " + dir;
+  ASSERT_EQ(shell(run + "/straight", dir + "/straight.log"), 0) << anvil::read_file(dir + "/straight.log");
+  const auto straight = losses_of(dir + "/straight");
+  ASSERT_EQ(straight.size(), 14u);
+  const std::string log = anvil::read_file(dir + "/straight.log");
+  EXPECT_NE(log.find("phase 2/2 'long'"), std::string::npos) << log;
+  EXPECT_NE(log.find(", cp 2,"), std::string::npos) << log;
+  // Killed at step 13 (the newest checkpoint is step 12, mid-phase 2).
+  EXPECT_NE(shell(run + "/killed --inject kill@13:1", dir + "/killed.log"), 0);
+  ASSERT_EQ(shell(run + "/killed --resume latest", dir + "/resumed.log"), 0)
+      << anvil::read_file(dir + "/resumed.log");
+  EXPECT_EQ(losses_of(dir + "/killed"), straight);
+  const std::string one = std::string(ANVIL_BINARY) + " train --recipe " + dir + "/recipe.json --out " +
+                          dir + "/one";
+  EXPECT_EQ(shell(one, dir + "/one.log"), 2);
+  EXPECT_NE(anvil::read_file(dir + "/one.log").find("phases[1].cp"), std::string::npos)
+      << anvil::read_file(dir + "/one.log");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/one/metrics.jsonl"));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -41,6 +42,15 @@ std::string arg_value(const std::vector<std::string>& args, const std::string& f
     if (args[i].rfind(flag + "=", 0) == 0) return args[i].substr(flag.size() + 1);
   }
   return "";
+}
+
+// The train arguments' --cp (1 when absent; a bad value is the trainer's
+// to report).
+int context_parallel(const std::vector<std::string>& args) {
+  const std::string v = arg_value(args, "--cp");
+  char* end = nullptr;
+  const long cp = v.empty() ? 1 : std::strtol(v.c_str(), &end, 10);
+  return cp >= 1 && (v.empty() || *end == '\0') ? static_cast<int>(cp) : 1;
 }
 
 // args with the value of `flag` (or `alias`) replaced; appended when absent.
@@ -140,13 +150,15 @@ class Supervisor {
         out_(std::move(out)),
         heartbeat_dir_(fs::path(out_) / "heartbeat"),
         np_(o.np),
+        cp_(context_parallel(o.train_args)),
         args_(o.train_args) {
     r_.journal = o.journal.empty() ? (fs::path(out_) / "journal.jsonl").string() : o.journal;
     journal_.open(r_.journal, std::ios::app);
     if (!journal_) throw SystemError(r_.journal + ": cannot open for appending");
     const std::string batch_text =
         arg_value(args_, "-B").empty() ? arg_value(args_, "--batch") : arg_value(args_, "-B");
-    rows_ = (batch_text.empty() ? 4 : std::stoll(batch_text)) * o.np;  // per step
+    // Rows per step over the data-parallel replicas (np / cp of them).
+    rows_ = (batch_text.empty() ? 4 : std::stoll(batch_text)) * (o.np / cp_);
   }
 
   LaunchResult run() {
@@ -318,11 +330,15 @@ class Supervisor {
     pending_restart_from_ = end.detected - detect_s;  // the fault's time, as near as we know
     pending_cause_ = end.cause;
     failed_at_step_ = end.last_step;
-    if (end.cause == "crash" && o_.min_np > 0 && np_ - o_.shrink_by >= o_.min_np &&
-        rows_ % (np_ - o_.shrink_by) == 0) {
-      np_ -= o_.shrink_by;
-      args_ = with_value(args_, "-B", "--batch", std::to_string(rows_ / np_));
-      log({{"event", "shrink"}, {"np", np_}, {"batch", rows_ / np_}});
+    // A smaller grid keeps the context-parallel groups whole: np - shrink_by
+    // must be a multiple of cp, and the rows must split over its replicas.
+    const int smaller = np_ - o_.shrink_by;
+    if (end.cause == "crash" && o_.min_np > 0 && smaller >= o_.min_np && smaller % cp_ == 0 &&
+        rows_ % (smaller / cp_) == 0) {
+      np_ = smaller;
+      const int64_t batch = rows_ / (np_ / cp_);
+      args_ = with_value(args_, "-B", "--batch", std::to_string(batch));
+      log({{"event", "shrink"}, {"np", np_}, {"cp", cp_}, {"batch", batch}});
     }
     const double backoff = std::min(60.0, o_.backoff_s * std::pow(2.0, attempt - 1));
     log({{"event", "backoff"}, {"seconds", backoff}});
@@ -334,6 +350,7 @@ class Supervisor {
   std::string out_;
   fs::path heartbeat_dir_;
   int np_;
+  int cp_;  // context-parallel ranks per group (the train arguments' --cp)
   std::vector<std::string> args_;
   int64_t rows_ = 0;
   LaunchResult r_;
@@ -355,6 +372,9 @@ LaunchResult launch(const LaunchOptions& o) {
     throw InputError("launch: the train arguments need --out RUN (checkpoints to restart from)");
   if (o.np < 1) throw InputError("--np: expected >= 1");
   if (o.min_np > o.np) throw InputError("--min-np: expected <= --np " + std::to_string(o.np));
+  if (const int cp = context_parallel(o.train_args); o.np % cp != 0)
+    throw InputError("--np " + std::to_string(o.np) + ": expected a multiple of the train " +
+                     "arguments' --cp " + std::to_string(cp) + " (whole context-parallel groups)");
   for (const char* flag : {"--resume", "--heartbeat", "--inject"}) {
     if (!arg_value(o.train_args, flag).empty())
       throw InputError(std::string("launch: ") + flag +

@@ -49,10 +49,10 @@ struct Reader {
 const char* const kTopKeys[] = {"name",           "config",      "set",       "sources", "seed",
                                 "optimizer",      "ckpt_every",  "val_every", "phases",  "lr",
                                 "batch",          "accum",       "seq",       "warmup",  "schedule",
-                                "decay_fraction", "min_lr_ratio"};
-const char* const kPhaseKeys[] = {"name",           "tokens",      "seq", "batch",  "accum",
-                                  "rope_theta",     "mixture",     "lr",  "warmup", "schedule",
-                                  "decay_fraction", "min_lr_ratio"};
+                                "decay_fraction", "min_lr_ratio", "cp"};
+const char* const kPhaseKeys[] = {"name",           "tokens",       "seq", "batch",  "accum",
+                                  "rope_theta",     "mixture",      "lr",  "warmup", "schedule",
+                                  "decay_fraction", "min_lr_ratio", "cp"};
 
 template <size_t N>
 void check_keys(const json& j, const char* const (&known)[N], const Reader& r) {
@@ -125,6 +125,16 @@ Recipe load_recipe(const std::string& path, int world) {
     p.batch = integer("batch", 4, 1);
     p.accum = integer("accum", 1, 1);
     p.rope_theta = num("rope_theta", 0, 0, 1e12);
+    p.cp = integer("cp", 1, 1);
+    if (world % p.cp != 0)
+      throw rd.bad("cp", std::to_string(p.cp) + " (expected a divisor of the " +
+                             std::to_string(world) + " ranks: run the recipe under mpirun -np " +
+                             std::to_string(p.cp) + " or a multiple)");
+    if (p.cp > 1 && (p.seq % (2 * p.cp) != 0 || p.seq / (2 * p.cp) < 2))
+      throw rd.bad("seq", std::to_string(p.seq) + " (cp " + std::to_string(p.cp) +
+                              " cuts a sequence into " + std::to_string(2 * p.cp) +
+                              " chunks of >= 2 tokens: expected a multiple of " +
+                              std::to_string(2 * p.cp) + ")");
     if ((p.seq > config.seq_len || p.rope_theta > 0) && config.position != model::Position::rope)
       throw rd.bad(p.rope_theta > 0 ? "rope_theta" : "seq",
                    "context extension needs RoPE; " + r.config + " has " +
@@ -151,7 +161,7 @@ Recipe load_recipe(const std::string& path, int world) {
       }
       if (p.mixture.empty()) throw rd.bad("mixture", "every weight is 0");
     }
-    const int64_t per_step = p.batch * p.accum * p.seq * world;
+    const int64_t per_step = p.batch * p.accum * p.seq * (world / p.cp);  // over the replicas
     p.steps = (p.tokens + per_step - 1) / per_step;
     p.first_step = step;
     p.tokens_before = tokens;
@@ -184,6 +194,7 @@ TrainOptions phase_options(const Recipe& r, size_t i, const TrainOptions& base) 
   o.train.batch = p.batch;
   o.train.accum = p.accum;
   o.train.seq = p.seq;
+  o.parallel.cp = static_cast<int>(p.cp);
   o.train.steps = p.first_step + p.steps;
   o.optimizer.schedule = p.schedule;
   o.train.seed = r.seed;
@@ -230,11 +241,12 @@ TrainResult run_recipe(const Recipe& r, const TrainOptions& base, parallel::Data
     if (speak) {
       std::printf(
           "recipe %s: phase %zu/%zu '%s': steps %lld..%lld, %lld tokens, seq %lld, "
-          "batch %lld x %lld, %s lr %.2e%s\n",
+          "batch %lld x %lld%s, %s lr %.2e%s\n",
           r.name.c_str(), i + 1, r.phases.size(), p.name.c_str(),
           static_cast<long long>(p.first_step + 1), static_cast<long long>(p.first_step + p.steps),
           static_cast<long long>(p.tokens), static_cast<long long>(p.seq),
-          static_cast<long long>(p.batch), static_cast<long long>(p.accum), p.schedule.kind.c_str(),
+          static_cast<long long>(p.batch), static_cast<long long>(p.accum),
+          p.cp > 1 ? (", cp " + std::to_string(p.cp)).c_str() : "", p.schedule.kind.c_str(),
           p.schedule.lr,
           p.rope_theta > 0 ? (", rope_theta " + json(p.rope_theta).dump()).c_str() : "");
       std::fflush(stdout);

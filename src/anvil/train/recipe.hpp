@@ -2,11 +2,11 @@
 // ZAYA1 (pretraining, annealing, context extension). Each phase has a token
 // budget, a data mixture (weights per named source), a learning-rate
 // schedule of its own (WSD by default: warmup, stable, decay), a batch
-// (rows and accumulation: a batch-size ramp over phases), a sequence length
-// and a RoPE theta (context extension). `anvil train --recipe FILE --out
-// RUN` runs the phases in order, each continuing the previous one's weights
-// and optimizer state; `--resume latest` picks up mid-phase on the exact
-// trajectory, or at the next phase's start.
+// (rows and accumulation: a batch-size ramp over phases), a sequence length,
+// a RoPE theta and a context-parallel degree (context extension). `anvil
+// train --recipe FILE --out RUN` runs the phases in order, each continuing
+// the previous one's weights and optimizer state; `--resume latest` picks up
+// mid-phase on the exact trajectory, or at the next phase's start.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,7 @@ struct Phase {
   int64_t batch = 0;                      // rows per micro-batch per rank
   int64_t accum = 1;                      // micro-batches per step
   double rope_theta = 0;                  // 0: the config's
+  int64_t cp = 1;                         // context-parallel ranks (divides the world)
   std::map<std::string, double> mixture;  // source name -> weight
   optim::Schedule schedule;               // start / total are filled in by the plan
   // The plan: global steps [first_step, first_step + steps).
