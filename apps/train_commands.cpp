@@ -54,7 +54,8 @@ nlohmann::json summary_json(const train::TrainResult& r) {
           {"comm_exposed_seconds", r.exposed_seconds},
           {"alltoall_seconds", r.alltoall_seconds},
           {"cp", r.cp},
-          {"context_seconds", r.context_seconds}};
+          {"context_seconds", r.context_seconds},
+          {"context_halo_seconds", r.context_halo_seconds}};
 }
 
 class TrainCommands : public CommandFamily {

@@ -98,7 +98,7 @@ void ContextParallel::gather_kv(const float* qkv, int64_t W, int64_t off, int64_
     std::memcpy(local_ + n * KVW, qkv + n * W + off, static_cast<size_t>(KVW) * sizeof(float));
   const double t0 = now_seconds();
   group_->allgather(local_, ranked_, static_cast<size_t>(B_ * Tl * KVW));
-  seconds_ += now_seconds() - t0;
+  kv_seconds_ += now_seconds() - t0;
   reorder(natural_, ranked_, KVW, true);
 }
 
@@ -136,7 +136,7 @@ void ContextParallel::attention_backward(float* dqkv, const float* dout, const f
   reorder(dnatural_, ranked_, KVW, false);
   const double t0 = now_seconds();
   group_->reduce_scatter(ranked_, local_, static_cast<size_t>(B_ * Tl * KVW));
-  seconds_ += now_seconds() - t0;
+  kv_seconds_ += now_seconds() - t0;
   for (int64_t n = 0; n < B_ * Tl; ++n)
     std::memcpy(dqkv + n * W + Hq * D, local_ + n * KVW, static_cast<size_t>(KVW) * sizeof(float));
 }
@@ -175,7 +175,7 @@ void ContextParallel::halo_forward(float* heads, const float* rows, int64_t stri
   }
   const double t0 = now_seconds();
   group_->exchange(sends, recvs);
-  seconds_ += now_seconds() - t0;
+  halo_seconds_ += now_seconds() - t0;
   for (int p = 0; p < 2; ++p) {
     const int64_t k = layout_.chunk_index(p);
     if (k > 0 && layout_.owner(k - 1) != layout_.rank) unpack(recv_[p].data(), p);
@@ -216,7 +216,7 @@ void ContextParallel::halo_backward(float* d_rows, int64_t stride, const float* 
   }
   const double t0 = now_seconds();
   group_->exchange(sends, recvs);
-  seconds_ += now_seconds() - t0;
+  halo_seconds_ += now_seconds() - t0;
   for (int p = 0; p < 2; ++p) {
     const int64_t k = layout_.chunk_index(p);
     if (k + 1 < chunks && layout_.owner(k + 1) != layout_.rank) add_tail(recv_[p].data(), p);

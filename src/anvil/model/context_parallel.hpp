@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "anvil/base/clock.hpp"
@@ -118,12 +119,10 @@ class ContextParallel {
       for (int p = 0; p < 2; ++p) f((2 * b + p) * chunk(), chunk(), layout_.start(p));
   }
 
-  // Seconds spent communicating since the last call.
-  double take_seconds() {
-    const double s = seconds_;
-    seconds_ = 0;
-    return s;
-  }
+  // Seconds spent communicating since the last call: in K/V gathers and
+  // dK/dV reduce-scatters, and in halo exchanges.
+  double take_kv_seconds() { return std::exchange(kv_seconds_, 0.0); }
+  double take_halo_seconds() { return std::exchange(halo_seconds_, 0.0); }
 
  private:
   void gather_kv(const float* qkv, int64_t W, int64_t off, int64_t KVW);
@@ -135,7 +134,7 @@ class ContextParallel {
   int64_t kv_width_ = 0;
   float *natural_ = nullptr, *ranked_ = nullptr, *local_ = nullptr, *dnatural_ = nullptr;
   std::vector<float> send_[2], recv_[2];  // halo messages (small: B x n x width)
-  double seconds_ = 0;
+  double kv_seconds_ = 0, halo_seconds_ = 0;
 };
 
 }  // namespace anvil::model

@@ -45,7 +45,9 @@ class Decoder : public TrainableModel {
   const MemoryPlan& plan() const override { return plan_; }
   static MemoryPlan plan_for(const ModelConfig& config, int64_t B, int64_t T, bool training,
                              Precision precision = Precision::fp32, int context = 1);
-  double take_context_seconds() override { return cp_.take_seconds(); }
+  ContextSeconds take_context_seconds() override {
+    return {cp_.take_kv_seconds(), cp_.take_halo_seconds()};
+  }
 
   void zero_grads() override;
   // Forward over tokens [B, T]. With targets (-1 = not scored) returns the

@@ -83,9 +83,13 @@ class TrainableModel {
   // dispatchers spent communicating since the last call.
   virtual bool has_experts() const { return false; }
   virtual double take_dispatch_seconds() { return 0; }
-  // Context parallelism: the seconds its K/V gathers, reduce-scatters and
-  // halo exchanges spent communicating since the last call.
-  virtual double take_context_seconds() { return 0; }
+  // Context parallelism: the seconds its K/V gathers and dK/dV
+  // reduce-scatters, and its halo exchanges, spent communicating since the
+  // last call.
+  struct ContextSeconds {
+    double kv = 0, halo = 0;
+  };
+  virtual ContextSeconds take_context_seconds() { return {}; }
 
   // Called during forward_backward with X as soon as every gradient at
   // offset >= X is final for this micro-batch (X decreases; the last call is

@@ -58,7 +58,9 @@ class ZayaModel : public TrainableModel {
   }
   float* grads() override { return grads_f(); }
   const MemoryPlan& plan() const override { return plan_; }
-  double take_context_seconds() override { return cp_.take_seconds(); }
+  ContextSeconds take_context_seconds() override {
+    return {cp_.take_kv_seconds(), cp_.take_halo_seconds()};
+  }
   double forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
                  int64_t* scored) override;
   double forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,

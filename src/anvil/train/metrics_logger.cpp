@@ -121,6 +121,7 @@ json MetricsLogger::record(const StepStats& s, const StepReport& r) const {
     m["comm_exposed_s"] = s.exposed_seconds;
     if (ep_ > 1) m["alltoall_s"] = s.alltoall_seconds;
     if (s.context_seconds > 0) m["context_s"] = s.context_seconds;
+    if (s.context_halo_seconds > 0) m["context_halo_s"] = s.context_halo_seconds;
     m["rank_peak_rss_bytes"] = r.rank_rss;
     m["rank_comm_s"] = r.rank_comm;
     m["rank_comm_exposed_s"] = r.rank_exposed;

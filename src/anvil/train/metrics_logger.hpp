@@ -24,6 +24,7 @@ struct StepStats {
   double comm_seconds = 0, exposed_seconds = 0;  // data parallel; 0 on one process
   double alltoall_seconds = 0;                   // expert parallel; 0 without
   double context_seconds = 0;  // context parallel: K/V gathers, dK/dV reduce-scatters, halos
+  double context_halo_seconds = 0;  // of which the CCA halo exchanges
   double save_wait_seconds = 0;  // the optimizer update waited for a background save
   bool skipped = false;          // a loss spike: the update was not applied
 };

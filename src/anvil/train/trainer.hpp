@@ -57,6 +57,7 @@ struct TrainResult {
   double exposed_seconds = 0;   // median per step: the part backward did not hide
   double alltoall_seconds = 0;  // median per step: expert parallelism's dispatch and combine
   double context_seconds = 0;   // median per step: context parallelism's K/V and halo traffic
+  double context_halo_seconds = 0;  // of which the halo exchanges
   int cp = 1;                   // ranks per context group
 };
 
