@@ -5,7 +5,10 @@
 // anvil train --inject understands.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -199,6 +202,121 @@ TEST(Sharded, NumbersPastTheRangeOfADoubleAreErrorsNotCrashes) {
   test_support::expect_input_error(
       [&] { load_pieces(dir.string(), {{"a", {1}, 0, 1, 0, model::Sharding::replicated, a.data()}}); },
       {(dir / "index.json").string(), "not valid JSON"});
+}
+
+}  // namespace
+}  // namespace anvil::ckpt
+
+namespace anvil::ckpt {
+namespace {
+
+// A checkpoint is data from somewhere else: every way its index could point
+// a read outside the folder, at something that is not a file, or at bytes
+// another shard already claims is refused with the file and the field named.
+TEST(Sharded, HostileIndexesAreRefusedWithTheFieldNamed) {
+  Fixture f;
+  const fs::path run = scratch("hostile");
+  const std::string good = write_run(run.string(), f, 2);
+  const auto index = nlohmann::json::parse(read_file(good + "/index.json"));
+  const fs::path outside = scratch("hostile_outside");
+  fs::create_directories(outside);
+  fs::copy_file(good + "/rank-00001.safetensors", outside / "rank-00001.safetensors");
+  struct Case {
+    std::string name;
+    std::function<void(nlohmann::json&, const fs::path&)> damage;
+    std::vector<std::string> named;
+  };
+  auto shard = [](nlohmann::json& ix, const char* key, size_t i) -> nlohmann::json& {
+    return ix["tensors"][key]["shards"][i];
+  };
+  const std::vector<Case> cases = {
+      {"absolute",
+       [&](nlohmann::json& ix, const fs::path&) {
+         shard(ix, "a", 1)["file"] = (outside / "rank-00001.safetensors").string();
+       },
+       {"index.json: tensor a: shard file", "is an absolute path"}},
+      {"parent",
+       [&](nlohmann::json& ix, const fs::path&) { shard(ix, "a", 1)["file"] = ".."; },
+       {"index.json: tensor a: shard file \"..\" is not a plain name"}},
+      {"symlink-out",
+       [&](nlohmann::json&, const fs::path& d) {
+         fs::remove(d / "rank-00001.safetensors");
+         fs::create_symlink(outside / "rank-00001.safetensors", d / "rank-00001.safetensors");
+       },
+       {"rank-00001.safetensors: a symlink to", "outside the checkpoint folder"}},
+      {"fifo",
+       [&](nlohmann::json&, const fs::path& d) {
+         fs::remove(d / "rank-00001.safetensors");
+         ASSERT_EQ(::mkfifo((d / "rank-00001.safetensors").c_str(), 0600), 0);
+       },
+       {"rank-00001.safetensors: not a regular file"}},
+      {"duplicate-shard",
+       [&](nlohmann::json& ix, const fs::path&) {
+         ix["tensors"]["b"]["shards"].push_back(shard(ix, "b", 0));
+       },
+       {"index.json: tensor b", "written twice"}},
+      {"overlap",
+       [&](nlohmann::json& ix, const fs::path&) {
+         // b's first shard re-pointed at bytes that hold a's elements.
+         const uint64_t begin = shard(ix, "a", 0)["bytes"][0].get<uint64_t>();
+         const uint64_t n = shard(ix, "b", 0)["numel"].get<uint64_t>();
+         shard(ix, "b", 0)["bytes"] = {begin, begin + 4 * n};
+         shard(ix, "b", 0)["file"] = shard(ix, "a", 0)["file"];
+       },
+       {"index.json: bytes", "of tensor", "overlap", "expected each byte in one shard"}},
+      {"dtype",
+       [&](nlohmann::json& ix, const fs::path&) { ix["tensors"]["a"]["dtype"] = "F64"; },
+       {"index.json: tensor a: dtype \"F64\" (expected \"F32\")"}},
+      {"kind",
+       [&](nlohmann::json& ix, const fs::path&) { ix["tensors"]["b"]["kind"] = "grads"; },
+       {"index.json: tensor b: kind \"grads\""}},
+      {"world",
+       [&](nlohmann::json& ix, const fs::path&) { ix["world"] = 0; },
+       {"index.json: world is 0 (expected an integer >= 1)"}},
+      {"step",
+       [&](nlohmann::json& ix, const fs::path&) { ix["step"] = "5"; },
+       {"index.json: step is \"5\" (expected an integer >= 0)"}},
+  };
+  for (const auto& c : cases) {
+    const fs::path d = scratch("hostile_" + c.name) / "step-00000005";
+    fs::create_directories(d.parent_path());
+    fs::copy(good, d, fs::copy_options::recursive);
+    nlohmann::json ix = index;
+    c.damage(ix, d);
+    write_file_atomic((d / "index.json").string(), ix.dump());
+    std::vector<float> a(30);
+    test_support::expect_input_error(
+        [&] { load_pieces(d.string(), {{"a", {6, 5}, 0, 30, 0, model::Sharding::replicated, a.data()}}); },
+        c.named);
+    test_support::expect_input_error([&] { read_tensors(d.string(), "model"); }, c.named);
+    const VerifyReport r = verify_checkpoint(d.string());
+    ASSERT_FALSE(r.problems.empty()) << c.name;
+    for (const auto& part : c.named)
+      EXPECT_NE(r.problems.front().find(part), std::string::npos) << part << " not in " << r.problems.front();
+  }
+  // A symlink that stays inside the folder is a file of the checkpoint.
+  const fs::path inside = scratch("hostile_inside") / "step-00000005";
+  fs::create_directories(inside.parent_path());
+  fs::copy(good, inside, fs::copy_options::recursive);
+  fs::rename(inside / "rank-00001.safetensors", inside / "data-1");
+  fs::create_symlink("data-1", inside / "rank-00001.safetensors");
+  EXPECT_EQ(read_tensors(inside.string(), "model").at("a").data, f.a);
+  // A key named twice: nlohmann would keep the last one silently.
+  std::string text = read_file(good + "/index.json");
+  const auto at = text.find("\"tensors\": {");
+  ASSERT_NE(at, std::string::npos);
+  const fs::path twice = scratch("hostile_twice") / "step-00000005";
+  fs::create_directories(twice.parent_path());
+  fs::copy(good, twice, fs::copy_options::recursive);
+  const std::string b_entry = "\"b\": " + index["tensors"]["b"].dump() + ", ";
+  write_file_atomic((twice / "index.json").string(),
+                    text.substr(0, at + 12) + b_entry + text.substr(at + 12));
+  test_support::expect_input_error([&] { read_tensors(twice.string(), "model"); },
+                                   {"index.json: key tensors.b appears twice"});
+  write_file_atomic((twice / "state.json").string(),
+                    R"({"format": "anvil-train-state", "step": 5, "step": 6})");
+  test_support::expect_input_error([&] { read_state(twice.string()); },
+                                   {"state.json: key step appears twice"});
 }
 
 }  // namespace

@@ -622,7 +622,7 @@ TEST(Cli, BadTokenFilesCheckpointsAndStateJsonAreOneLineStatus2AndWriteNothing) 
       {"rank-00000.safetensors", flipped, "checksum mismatch"},
       {"rank-00000.safetensors", shard.substr(0, data_start + 16), "beyond the file's"},
       {"index.json", index.substr(0, index.size() / 2), "not valid JSON"},
-      {"index.json", "{\"format\": \"anvil-checkpoint\", \"version\": 2, \"tensors\": {}}",
+      {"index.json", "{\"format\": \"anvil-checkpoint\", \"version\": 2, \"step\": 2, \"world\": 1, \"tensors\": {}}",
        "no tensor model.embed_tokens.weight"},
   };
   std::vector<Case> all = cases;

@@ -13,6 +13,7 @@
 
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
+#include "anvil/base/json_text.hpp"
 #include "anvil/ckpt/safetensors.hpp"
 
 namespace anvil::ckpt {
@@ -99,12 +100,7 @@ std::string read_state_json(const std::string& checkpoint_dir) {
 
 nlohmann::json read_state(const std::string& checkpoint_dir) {
   const std::string path = (fs::path(checkpoint_dir) / "state.json").string();
-  nlohmann::json s;
-  try {
-    s = nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(path + ": not valid JSON (" + e.what() + ")");
-  }
+  const nlohmann::json s = parse_json_unique(read_file(path), path);
   auto bad = [&](const std::string& why) { return InputError(path + ": " + why); };
   if (!s.is_object()) {
     throw bad("a JSON " + std::string(s.type_name()) + " (expected an anvil-train-state object)");

@@ -15,6 +15,7 @@
 #include "anvil/base/checksum.hpp"
 #include "anvil/base/clock.hpp"
 #include "anvil/base/files.hpp"
+#include "anvil/base/json_text.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/tensor/tensor.hpp"
 
@@ -44,7 +45,7 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
 // A file opened for positioned reads, closed on scope exit.
 class ReadFile {
  public:
-  explicit ReadFile(const std::string& path) : path_(path), fd_(::open(path.c_str(), O_RDONLY)) {
+  explicit ReadFile(const std::string& path) : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)) {
     if (fd_ < 0) throw CorruptCheckpoint(path + ": cannot open (" + std::strerror(errno) + ")");
     struct stat st {};
     size_ = ::fstat(fd_, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
@@ -74,9 +75,7 @@ json parse_index(const std::string& dir) {
   const std::string path = (fs::path(dir) / "index.json").string();
   json index;
   try {
-    index = json::parse(read_file(path));
-  } catch (const json::exception& e) {
-    throw CorruptCheckpoint(path + ": not valid JSON (" + e.what() + ")");
+    index = parse_json_unique(read_file(path), path);
   } catch (const InputError& e) {
     throw CorruptCheckpoint(e.what());
   }
@@ -87,6 +86,33 @@ json parse_index(const std::string& dir) {
       index["version"].get<int64_t>() != kIndexVersion)
     throw InputError(path + ": index version " + index.value("version", json()).dump() +
                      " (expected " + std::to_string(kIndexVersion) + ")");
+  auto field = [&](const char* key, bool ok, const char* expected) {
+    if (!ok) {
+      std::string value = index.contains(key) ? index[key].dump() : "absent";
+      if (value.size() > 60) value = value.substr(0, 57) + "...";
+      throw CorruptCheckpoint(path + ": " + key + " is " + value + " (expected " + expected + ")");
+    }
+  };
+  auto count_at = [&](const char* key, uint64_t least) {
+    return index.contains(key) && index[key].is_number_unsigned() &&
+           index[key].get<uint64_t>() >= least &&
+           index[key].get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX);
+  };
+  field("step", count_at("step", 0), "an integer >= 0");
+  field("world", count_at("world", 1), "an integer >= 1");
+  field("layout", !index.contains("layout") || index["layout"].is_object(), "an object");
+  field("train_state", !index.contains("train_state") || index["train_state"].is_object(),
+        "an object");
+  for (const auto& [key, t] : index["tensors"].items()) {
+    const std::string where = path + ": tensor " + key;
+    if (!t.is_object()) throw CorruptCheckpoint(where + " is not an object");
+    if (!t.contains("dtype") || t["dtype"] != "F32")
+      throw CorruptCheckpoint(where + ": dtype " + (t.contains("dtype") ? t["dtype"].dump() : "absent") +
+                              " (expected \"F32\")");
+    if (!t.contains("kind") || (t["kind"] != "model" && t["kind"] != "optimizer"))
+      throw CorruptCheckpoint(where + ": kind " + (t.contains("kind") ? t["kind"].dump() : "absent") +
+                              " (expected \"model\" or \"optimizer\")");
+  }
   return index;
 }
 
@@ -124,7 +150,13 @@ std::vector<Shard> shards_of(const std::string& dir, const std::string& key, con
       sh.end = bytes[1].get<uint64_t>();
       sh.crc = static_cast<uint32_t>(s.at("crc32").get<uint64_t>());
       constexpr int64_t kMost = int64_t{1} << 44;
-      if (sh.file.find('/') != std::string::npos || sh.numel <= 0 || sh.offset < 0 ||
+      if (sh.file.empty() || sh.file == "." || sh.file == ".." ||
+          sh.file.find('/') != std::string::npos || sh.file.find('\0') != std::string::npos)
+        throw CorruptCheckpoint(where + ": shard file " + json(sh.file).dump() +
+                                (!sh.file.empty() && sh.file[0] == '/' ? " is an absolute path"
+                                                                       : " is not a plain name") +
+                                " (expected a file name inside the checkpoint folder)");
+      if (sh.numel <= 0 || sh.offset < 0 ||
           sh.numel > kMost || sh.offset > kMost || sh.end < sh.begin ||
           sh.end - sh.begin != static_cast<uint64_t>(sh.numel) * sizeof(float))
         throw CorruptCheckpoint(where + ": a malformed shard " + s.dump());
@@ -177,6 +209,59 @@ std::string coverage_problem(const std::vector<Shard>& shards, int64_t numel) {
   if (next != numel)
     return "shards end at element " + std::to_string(next) + " of " + std::to_string(numel);
   return "";
+}
+
+// Every shard file the index names lies in the checkpoint folder (a symlink
+// only to a file inside it), is a regular file, and holds the byte ranges
+// of its shards, no two of them overlapping: so no read leaves the folder,
+// nothing blocks on a FIFO or a device, and what loading allocates is
+// bounded by the real file sizes.
+void check_shard_files(const std::string& dir, const json& index) {
+  const std::string index_path = (fs::path(dir) / "index.json").string();
+  struct Range {
+    uint64_t begin, end;
+    std::string key;
+  };
+  std::map<std::string, std::vector<Range>> ranges;
+  for (const auto& [key, t] : index["tensors"].items()) {
+    const auto shards = shards_of(dir, key, t);
+    if (const std::string why = coverage_problem(shards, numel_of(shape_of(t))); !why.empty())
+      throw CorruptCheckpoint(index_path + ": tensor " + key + ": " + why);
+    for (const auto& sh : shards) ranges[sh.file].push_back({sh.begin, sh.end, key});
+  }
+  std::error_code ec;
+  const fs::path root = fs::canonical(dir, ec);
+  for (auto& [file, rs] : ranges) {
+    const fs::path p = fs::path(dir) / file;
+    const auto st = fs::symlink_status(p, ec);
+    if (ec || !fs::exists(st))
+      throw CorruptCheckpoint(p.string() + ": absent (" + index_path + " names it for tensor " +
+                              rs.front().key + ")");
+    if (fs::is_symlink(st)) {
+      const fs::path target = fs::canonical(p, ec);
+      const fs::path rel = ec ? fs::path() : target.lexically_relative(root);
+      if (ec || rel.empty() || *rel.begin() == "..")
+        throw CorruptCheckpoint(p.string() + ": a symlink to " +
+                                (ec ? fs::read_symlink(p, ec).string() : target.string()) +
+                                ", outside the checkpoint folder (expected the shard file itself)");
+    }
+    if (!fs::is_regular_file(p, ec))
+      throw CorruptCheckpoint(p.string() + ": not a regular file (expected a safetensors shard)");
+    const uint64_t size = fs::file_size(p, ec);
+    std::sort(rs.begin(), rs.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+    for (size_t i = 0; i < rs.size(); ++i) {
+      const auto span = [&](const Range& r) {
+        return "bytes [" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ") of tensor " +
+               r.key;
+      };
+      if (rs[i].end > size)
+        throw CorruptCheckpoint(p.string() + ": " + span(rs[i]) + " beyond the file's " +
+                                std::to_string(size) + " (" + index_path + ")");
+      if (i > 0 && rs[i].begin < rs[i - 1].end)
+        throw CorruptCheckpoint(index_path + ": " + span(rs[i]) + " overlap " + span(rs[i - 1]) +
+                                " in " + file + " (expected each byte in one shard)");
+    }
+  }
 }
 
 // Where a shard's bytes must go: elements [lo, hi) of the tensor into dst.
@@ -447,6 +532,7 @@ void load_pieces(const std::string& dir, const std::vector<model::TensorShard>& 
     return;
   }
   const json index = parse_index(dir);
+  check_shard_files(dir, index);
   const json& tensors = index["tensors"];
   // Per (file, shard): the wanted element ranges it serves.
   struct Job {
@@ -508,6 +594,7 @@ std::map<std::string, LoadedTensor> read_tensors(const std::string& dir, const s
     return read_safetensors((fs::path(dir) / name).string()).tensors;
   }
   const json index = parse_index(dir);
+  check_shard_files(dir, index);
   std::vector<model::TensorShard> want;
   for (const auto& [key, t] : index["tensors"].items()) {
     if (!t.is_object() || !t.contains("kind") || t["kind"] != kind) continue;
@@ -559,6 +646,7 @@ VerifyReport verify_checkpoint(const std::string& dir) {
   json index;
   try {
     index = parse_index(dir);
+    check_shard_files(dir, index);
     read_state(dir);
   } catch (const std::exception& e) {
     r.problems.push_back(e.what());
