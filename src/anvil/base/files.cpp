@@ -27,21 +27,24 @@ std::string errno_text() {
 void commit_temporary(int fd, const std::string& tmpl, const std::string& path,
                       const std::string& dir) {
   auto fail = [&](const std::string& what) {
+    const int err = errno;
     const std::string reason = errno_text();
     ::close(fd);
     ::unlink(tmpl.c_str());
-    throw SystemError(path + ": " + what + ": " + reason);
+    throw SystemError(path + ": " + what + ": " + reason, err);
   };
   if (::fchmod(fd, 0644) != 0) fail("chmod failed");
   if (::fsync(fd) != 0) fail("fsync failed");
   if (::close(fd) != 0) {
+    const int err = errno;
     ::unlink(tmpl.c_str());
-    throw SystemError(path + ": close failed: " + errno_text());
+    throw SystemError(path + ": close failed: " + errno_text(), err);
   }
   if (::rename(tmpl.c_str(), path.c_str()) != 0) {
+    const int err = errno;
     const std::string reason = errno_text();
     ::unlink(tmpl.c_str());
-    throw SystemError(path + ": rename failed: " + reason);
+    throw SystemError(path + ": rename failed: " + reason, err);
   }
   fsync_directory(dir);
 }
@@ -75,12 +78,13 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
   const std::string dir = std::filesystem::path(path).parent_path().string();
   std::string tmpl = temporary_template(path);
   const int fd = ::mkstemp(tmpl.data());
-  if (fd < 0) throw SystemError(path + ": cannot create a temporary file: " + errno_text());
+  if (fd < 0) throw SystemError(path + ": cannot create a temporary file: " + errno_text(), errno);
   auto fail = [&](const std::string& what) {
+    const int err = errno;
     const std::string reason = errno_text();
     ::close(fd);
     ::unlink(tmpl.c_str());
-    throw SystemError(path + ": " + what + ": " + reason);
+    throw SystemError(path + ": " + what + ": " + reason, err);
   };
   for (const auto& contents : pieces) {
     const char* p = contents.data();
@@ -104,7 +108,7 @@ void write_file_atomic_direct(
   const std::string dir = std::filesystem::path(path).parent_path().string();
   std::string tmpl = temporary_template(path);
   const int probe = ::mkstemp(tmpl.data());
-  if (probe < 0) throw SystemError(path + ": cannot create a temporary file: " + errno_text());
+  if (probe < 0) throw SystemError(path + ": cannot create a temporary file: " + errno_text(), errno);
   ::close(probe);
   const int fd = ::open(tmpl.c_str(), O_WRONLY | O_DIRECT);
   if (fd < 0) {  // no O_DIRECT here (tmpfs): the buffered path
@@ -115,10 +119,11 @@ void write_file_atomic_direct(
     return;
   }
   auto fail = [&](const std::string& what) {
+    const int err = errno;
     const std::string reason = errno_text();
     ::close(fd);
     ::unlink(tmpl.c_str());
-    throw SystemError(path + ": " + what + ": " + reason);
+    throw SystemError(path + ": " + what + ": " + reason, err);
   };
   constexpr size_t kAlign = 4096, kBuffer = size_t{16} << 20, kStep = size_t{256} << 10;
   std::unique_ptr<char, decltype(&std::free)> buffer(
@@ -162,6 +167,37 @@ void write_file_atomic_direct(
   }
   if (::ftruncate(fd, static_cast<off_t>(total)) != 0) fail("truncate failed");
   commit_temporary(fd, tmpl, path, dir);
+}
+
+AppendFile::AppendFile(const std::string& path)
+    : path_(path), fd_(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)) {
+  if (fd_ < 0) throw SystemError(path + ": cannot open for appending: " + errno_text(), errno);
+}
+
+AppendFile::~AppendFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool AppendFile::append(std::string_view record) {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) {
+    error_ = errno;
+    return false;
+  }
+  const off_t before = st.st_size;
+  for (size_t done = 0; done < record.size();) {
+    const ssize_t n = ::write(fd_, record.data() + done, record.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error_ = n < 0 ? errno : ENOSPC;
+      if (::ftruncate(fd_, before) != 0) {
+      }  // best effort: the record's head goes again
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  error_ = 0;
+  return true;
 }
 
 std::string read_file(const std::string& path) {

@@ -28,6 +28,28 @@ void write_file_atomic_direct(
 // Makes a rename or a new file in `dir` durable (best effort).
 void fsync_directory(const std::string& dir);
 
+// A file that grows by whole records (metrics.jsonl, journals): each record
+// is appended with O_APPEND writes, and one that fails part-way (a full
+// disk) is cut back off, so a reader never sees half a record.
+class AppendFile {
+ public:
+  // Opens (creates) `path`; SystemError naming it on failure.
+  explicit AppendFile(const std::string& path);
+  ~AppendFile();
+  AppendFile(const AppendFile&) = delete;
+  AppendFile& operator=(const AppendFile&) = delete;
+  // True when `record` was written whole; else nothing of it stays and
+  // error() is the errno (ENOSPC: the disk is full).
+  bool append(std::string_view record);
+  int error() const { return error_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  int error_ = 0;
+};
+
 // Reads a whole file. Throws InputError naming the path if it cannot be read.
 std::string read_file(const std::string& path);
 

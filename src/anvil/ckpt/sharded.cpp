@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -335,7 +336,8 @@ fs::path make_tmp_dir(const std::string& run_dir, int64_t step, const std::strin
   const fs::path tmp_dir = tmp_dir_of(run_dir, step, nonce);
   std::error_code ec;
   fs::create_directories(tmp_dir, ec);
-  if (ec) throw SystemError(tmp_dir.string() + ": cannot create directory: " + ec.message());
+  if (ec)
+    throw SystemError(tmp_dir.string() + ": cannot create directory: " + ec.message(), ec.value());
   return tmp_dir;
 }
 
@@ -445,7 +447,9 @@ std::string commit(const std::string& run_dir, int64_t step, const fs::path& tmp
   fsync_directory(tmp_dir.string());
   fs::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier run
   fs::rename(tmp_dir, final_dir, ec);
-  if (ec) throw SystemError(final_dir.string() + ": cannot rename into place: " + ec.message());
+  if (ec)
+    throw SystemError(final_dir.string() + ": cannot rename into place: " + ec.message(),
+                      ec.value());
   fsync_directory(run_dir);
   prune_checkpoints(run_dir, keep, final_dir.string());
   return final_dir.string();
@@ -457,24 +461,109 @@ std::string shard_file(int rank) {
   return rank_file(rank) + ".safetensors";
 }
 
-std::string save_sharded(const std::string& run_dir, int64_t step, const ShardedSave& save,
-                         const SaveGroup& group, int keep) {
-  const fs::path tmp_dir = make_tmp_dir(run_dir, step, group.nonce);
-  write_part(tmp_dir, group.rank, step, save.model, save.optimizer);
-  const std::string final_dir = (fs::path(run_dir) / checkpoint_name(step)).string();
-  if (group.rank != 0) return final_dir;
-  // Rank 0 commits once every rank's part is there.
-  const double start = now_seconds();
-  for (int r = 1; r < group.world; ++r) {
-    while (!fs::exists(tmp_dir / (rank_file(r) + ".json"))) {
-      if (now_seconds() - start > group.timeout_s)
-        throw SystemError(tmp_dir.string() + ": rank " + std::to_string(r) +
-                          " wrote no part within " + std::to_string(static_cast<int>(group.timeout_s)) +
-                          " s; the checkpoint of step " + std::to_string(step) + " is not committed");
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+void prune_to_newest_intact(const std::string& run_dir) {
+  const auto dirs = checkpoint_dirs(run_dir);
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    if (!verify_checkpoint(*it).problems.empty()) continue;
+    // Everything else goes: older ones, and newer ones that are damaged.
+    for (const auto& d : dirs) {
+      if (d == *it) continue;
+      std::error_code ec;
+      std::string name = ".";
+      name.append(fs::path(d).filename().string()).append(".tmp-deleting");
+      const fs::path trash = fs::path(d).parent_path() / name;
+      fs::rename(d, trash, ec);
+      fs::remove_all(ec ? fs::path(d) : trash, ec);
     }
+    return;
   }
-  commit(run_dir, step, tmp_dir, group.world, save.state_json, save.layout, keep);
+}
+
+namespace {
+
+// A rank that could not write its part says so (rank 0 stops waiting for it).
+std::string failed_marker(int rank) {
+  return rank_file(rank) + ".failed";
+}
+
+std::string marker_reason(const fs::path& marker) {
+  std::string why;
+  try {
+    why = read_file(marker.string());
+  } catch (const InputError&) {
+  }
+  return why.empty() ? "it had no room to say why" : why;
+}
+
+// This rank's part; on a full disk, the run directory pruned down to its
+// newest intact checkpoint and one more try.
+void write_part_or_make_room(const std::string& run_dir, const fs::path& tmp_dir,
+                             const SaveGroup& group, int64_t step, const ShardedSave& save,
+                             std::string* note) {
+  const int rank = group.rank;
+  try {
+    write_part(tmp_dir, rank, step, save.model, save.optimizer);
+  } catch (const SystemError& e) {
+    if (e.os_error() != ENOSPC) throw;
+    std::error_code ec;
+    fs::remove(tmp_dir / shard_file(rank), ec);
+    prune_to_newest_intact(run_dir);
+    if (note) *note = "disk full; pruned to the newest intact checkpoint and retried";
+    if (group.before_retry) group.before_retry();
+    write_part(tmp_dir, rank, step, save.model, save.optimizer);
+  }
+}
+
+}  // namespace
+
+std::string save_sharded(const std::string& run_dir, int64_t step, const ShardedSave& save,
+                         const SaveGroup& group, int keep, std::string* note) {
+  const fs::path tmp_dir = make_tmp_dir(run_dir, step, group.nonce);
+  const std::string final_dir = (fs::path(run_dir) / checkpoint_name(step)).string();
+  std::error_code ec;
+  if (group.rank != 0) {
+    try {
+      write_part_or_make_room(run_dir, tmp_dir, group, step, save, note);
+    } catch (const std::exception& e) {
+      // Nothing of this rank's stays behind; rank 0 sees the marker, gives
+      // up the step and removes the folder.
+      fs::remove(tmp_dir / shard_file(group.rank), ec);
+      const std::string marker = (tmp_dir / failed_marker(group.rank)).string();
+      try {
+        write_file_atomic(marker, e.what());
+      } catch (const SystemError&) {  // no room for the reason: an empty marker
+        const int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (fd >= 0) ::close(fd);
+      }
+      throw;
+    }
+    return final_dir;
+  }
+  try {
+    write_part_or_make_room(run_dir, tmp_dir, group, step, save, note);
+    // Rank 0 commits once every part is there.
+    const double start = now_seconds();
+    for (int r = 1; r < group.world; ++r) {
+      while (!fs::exists(tmp_dir / (rank_file(r) + ".json"))) {
+        if (fs::exists(tmp_dir / failed_marker(r)))
+          throw SystemError(tmp_dir.string() + ": rank " + std::to_string(r) +
+                            " could not write its part (" + marker_reason(tmp_dir / failed_marker(r)) +
+                            "); the checkpoint of step " + std::to_string(step) +
+                            " is not committed");
+        if (now_seconds() - start > group.timeout_s)
+          throw SystemError(tmp_dir.string() + ": rank " + std::to_string(r) +
+                            " wrote no part within " +
+                            std::to_string(static_cast<int>(group.timeout_s)) +
+                            " s; the checkpoint of step " + std::to_string(step) +
+                            " is not committed");
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+    commit(run_dir, step, tmp_dir, group.world, save.state_json, save.layout, keep);
+  } catch (...) {
+    fs::remove_all(tmp_dir, ec);  // never a half-written folder left behind
+    throw;
+  }
   remove_stale(run_dir, step, group.nonce);
   return final_dir;
 }

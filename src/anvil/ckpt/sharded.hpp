@@ -49,6 +49,7 @@ struct SaveGroup {
   int rank = 0, world = 1;
   std::string nonce = "0";  // the same on every rank of one job, new per job
   double timeout_s = 600;
+  std::function<void()> before_retry;  // run before the retry on a full disk (fault injection)
 };
 
 struct ShardedSave {
@@ -63,8 +64,17 @@ struct ShardedSave {
 // others return after writing their part). Rank 0 then removes all but the
 // newest `keep` step directories, never the one just written, and the
 // temporary directories of crashed jobs.
+// A save that fails leaves nothing behind: a rank that cannot write its
+// part removes it and leaves RANK.failed, and rank 0 then removes the whole
+// temporary folder. On a full disk (ENOSPC) a rank first prunes the run
+// directory down to its newest intact checkpoint and tries once more
+// (`note`, when given, says so).
 std::string save_sharded(const std::string& run_dir, int64_t step, const ShardedSave& save,
-                         const SaveGroup& group, int keep);
+                         const SaveGroup& group, int keep, std::string* note = nullptr);
+
+// Removes every step directory of `run_dir` but the newest one that
+// verifies (damaged newer ones too); none when none is intact.
+void prune_to_newest_intact(const std::string& run_dir);
 
 // The file rank R writes its pieces to: "rank-0000R.safetensors".
 std::string shard_file(int rank);

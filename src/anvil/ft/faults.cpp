@@ -7,7 +7,7 @@
 namespace anvil::ft {
 
 std::string fault_kinds() {
-  return "kill, hang, nan, slow, corrupt-ckpt, kill-in-save";
+  return "kill, hang, nan, slow, corrupt-ckpt, kill-in-save, disk-full";
 }
 
 Fault parse_fault(const std::string& text, const std::string& key) {

@@ -1,11 +1,16 @@
 #include "anvil/ft/injector.hpp"
 
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <thread>
+#include <vector>
 
 namespace anvil::ft {
 
@@ -32,7 +37,55 @@ void Injector::step_end(int64_t done) const {
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
-void Injector::save_begin(int64_t step) const {
+namespace {
+
+// Writes `path` until the file system is full; false when it has more than
+// `most` bytes free (a real disk: the fault is for a small tmpfs).
+bool fill_file_system(const std::string& path, uint64_t most) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  struct statvfs fs {};
+  if (::statvfs(dir.c_str(), &fs) != 0 ||
+      static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize > most)
+    return false;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) return true;  // already too full to create it
+  std::vector<char> zeros(size_t{1} << 20, 0);
+  for (size_t chunk = zeros.size(); chunk >= 512;) {
+    if (::write(fd, zeros.data(), chunk) < 0) chunk /= 2;
+  }
+  ::close(fd);
+  return true;
+}
+
+}  // namespace
+
+void Injector::keep_full(int64_t step, const std::string& run_dir) const {
+  if (!fault_ || fault_->kind != "disk-full" || fault_->rank != rank_ || step < fault_->step) return;
+  const std::string filler = run_dir + "/.disk-full-filler";
+  const auto steps = static_cast<int64_t>(fault_->arg);
+  if (steps > 0 && step >= fault_->step + steps) {  // the space returns
+    std::error_code ec;
+    if (std::filesystem::remove(filler, ec))
+      std::fprintf(stderr, "anvil: injected fault: %s has space again\n", run_dir.c_str());
+    return;
+  }
+  if (!fill_file_system(filler, uint64_t{1} << 30)) {
+    std::fprintf(stderr,
+                 "anvil: warning: --inject disk-full: %s has more than 1 GiB free; not filling "
+                 "it (the fault is for a small tmpfs)\n",
+                 run_dir.c_str());
+    return;
+  }
+  std::fprintf(stderr, "anvil: injected fault: %s is full before the checkpoint of step %lld\n",
+               run_dir.c_str(), static_cast<long long>(step));
+}
+
+void Injector::save_retry(int64_t step, const std::string& run_dir) const {
+  keep_full(step, run_dir);
+}
+
+void Injector::save_begin(int64_t step, const std::string& run_dir) const {
+  keep_full(step, run_dir);
   if (!strikes("kill-in-save", step)) return;
   // Dies while its part is being written (the job never commits this step).
   const auto ms = static_cast<int64_t>(fault_->arg);

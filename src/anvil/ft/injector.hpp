@@ -22,7 +22,8 @@ struct InjectOptions {
        .help = "Inject a fault (tests, demos): KIND@STEP[:RANK][=ARG], KIND one of " +
                fault_kinds() +
                "; e.g. kill@30:1, nan@12, slow@5=200 (ms per step), kill-in-save@20=5 (ms into "
-               "the save), corrupt-ckpt@20 (then dies)"},
+               "the save), corrupt-ckpt@20 (then dies), disk-full@20=10 (the checkpoint "
+               "folder's file system, at most 1 GiB free, full from the save of step 20 for 10 steps)"},
       inject);
   }
 };
@@ -39,7 +40,14 @@ class Injector {
   // kill / hang: the process dies or hangs once STEP - 1 steps are done.
   void step_end(int64_t done) const;
   // kill-in-save: dies ARG ms into writing the checkpoint of step STEP.
-  void save_begin(int64_t step) const;
+  // disk-full: from the checkpoint of step STEP on, for ARG steps (0: for
+  // good), the file system of `run_dir` is full before each save and before
+  // its retry (RUN_DIR/.disk-full-filler written until ENOSPC; only where at
+  // most 1 GiB is free, a small tmpfs, else a warning and nothing); the
+  // first save after that removes the filler (the space returns).
+  void save_begin(int64_t step, const std::string& run_dir) const;
+  // disk-full: the same fill before a save's retry on a full disk.
+  void save_retry(int64_t step, const std::string& run_dir) const;
   // corrupt-ckpt: once the checkpoint of step STEP is committed (`wait`
   // returns), flips one byte of this rank's shard `shard_file` (waiting for
   // the commit's `index_file`) and dies.
@@ -48,6 +56,7 @@ class Injector {
 
  private:
   bool strikes(const char* kind, int64_t step) const;
+  void keep_full(int64_t step, const std::string& run_dir) const;
   std::optional<Fault> fault_;
   int rank_ = 0;
 };

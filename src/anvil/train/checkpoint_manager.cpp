@@ -106,16 +106,22 @@ void CheckpointManager::save(int64_t step, ckpt::ShardedSave save, const RunReco
   group.world = world_;
   group.nonce = nonce_;
   const std::string dir = o_.out;
+  group.before_retry = [this, step, dir] { injector_.save_retry(step, dir); };
   const int keep = o_.keep;
   if (rank_ == 0) last_ = dir + "/" + ckpt::checkpoint_name(step);
   auto write = [this, dir, step, keep, group, save = std::move(save)] {
     try {
-      ckpt::save_sharded(dir, step, save, group, keep);
+      std::string note;
+      ckpt::save_sharded(dir, step, save, group, keep, &note);
+      if (!note.empty() && report_)
+        std::fprintf(stderr, "anvil: warning: checkpoint of step %lld: %s\n",
+                     static_cast<long long>(step), note.c_str());
     } catch (...) {
       save_error_ = std::current_exception();
     }
   };
-  injector_.save_begin(step);
+  saving_step_ = step;
+  injector_.save_begin(step, dir);
   if (o_.sync_save) {
     write();
     wait();
@@ -128,10 +134,23 @@ void CheckpointManager::save(int64_t step, ckpt::ShardedSave save, const RunReco
       final_dir + "/" + ckpt::shard_file(rank_));
 }
 
-double CheckpointManager::wait() {
+double CheckpointManager::wait(bool final) {
   const double t0 = now_seconds();
   if (saver_.joinable()) saver_.join();
-  if (save_error_) std::rethrow_exception(std::exchange(save_error_, nullptr));
+  if (!save_error_) return now_seconds() - t0;
+  const auto error = std::exchange(save_error_, nullptr);
+  if (final || o_.on_save_error != "continue") std::rethrow_exception(error);
+  try {
+    std::rethrow_exception(error);
+  } catch (const SystemError& e) {
+    // The run goes on; its newest intact checkpoint is the one before.
+    ++failed_saves_;
+    if (rank_ == 0) last_.clear();
+    std::fprintf(stderr,
+                 "anvil: warning: rank %d: the checkpoint of step %lld was not saved (%s); "
+                 "training on (--on-save-error continue), the next save tries again\n",
+                 rank_, static_cast<long long>(saving_step_), e.what());
+  }
   return now_seconds() - t0;
 }
 

@@ -60,8 +60,12 @@ class CheckpointManager {
   // sync_save, finished).
   void save(int64_t step, ckpt::ShardedSave save, const RunRecord& run,
             const nlohmann::json& extra_state);
-  // Waits for a background save (rethrowing its error); the seconds waited.
-  double wait();
+  // Waits for a background save; the seconds waited. Its error is rethrown
+  // unless --on-save-error continue and it is a SystemError (a full disk, a
+  // failed rank): then it is reported and counted, and training goes on.
+  // `final`: the last save of the run, whose error is always rethrown.
+  double wait(bool final = false);
+  int failed_saves() const { return failed_saves_; }
   bool enabled() const { return !o_.out.empty(); }
   const std::string& last() const { return last_; }
 
@@ -74,6 +78,8 @@ class CheckpointManager {
   const ft::Injector& injector_;
   bool report_;
   std::string last_;
+  int64_t saving_step_ = 0;
+  int failed_saves_ = 0;
   std::thread saver_;
   std::exception_ptr save_error_;
 };

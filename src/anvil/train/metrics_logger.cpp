@@ -96,8 +96,7 @@ void MetricsLogger::open(int64_t start, int64_t steps) {
   if (!out_dir_.empty()) {
     const std::string path = out_dir_ + "/metrics.jsonl";
     truncate_metrics(path, start);
-    file_ = std::make_unique<std::ofstream>(path, std::ios::app);
-    if (!*file_) throw SystemError(path + ": cannot open for appending");
+    file_ = std::make_unique<AppendFile>(path);
   }
   if (!o_.tensorboard.empty()) events_ = std::make_unique<EventWriter>(o_.tensorboard);
 }
@@ -159,10 +158,13 @@ void MetricsLogger::log(const StepStats& s, const StepReport& r) {
   if (rank_ != 0) return;
   if (file_ || events_) {
     const json m = record(s, r);
-    if (file_) {
-      *file_ << m.dump() << "\n";
-      file_->flush();
-    }
+    if (file_ && !file_->append(m.dump() + "\n") && lines_lost_++ == 0)
+      // The run goes on (its state is in memory and checkpoints); the file
+      // stays whole lines, missing the steps the disk had no room for.
+      std::fprintf(stderr, "anvil: warning: %s: the line of step %lld not written (%s); "
+                   "training on, lines are dropped until there is space\n",
+                   file_->path().c_str(), static_cast<long long>(s.step),
+                   std::strerror(file_->error()));
     if (events_) events_->scalars(s.step, tensorboard_scalars(m));
   }
   if (o_.quiet) return;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "anvil/base/files.hpp"
 #include "anvil/train/options.hpp"
 #include "anvil/train/tensorboard.hpp"
 
@@ -68,7 +69,8 @@ class MetricsLogger {
   int rank_, world_, ep_;
   bool tty_;
   int64_t start_ = 0, steps_ = 0;
-  std::unique_ptr<std::ofstream> file_;
+  std::unique_ptr<AppendFile> file_;
+  int64_t lines_lost_ = 0;  // lines a full disk refused
   std::unique_ptr<EventWriter> events_;
 };
 

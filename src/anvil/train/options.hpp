@@ -91,6 +91,7 @@ struct CheckpointOptions {
   std::string resume;
   bool resume_new_accum = false;
   bool sync_save = false;
+  std::string on_save_error = "stop";
   bool resume_new_phase = false;  // set by recipes: the checkpoint ends an earlier phase
   template <class V>
   void describe(V& v) {
@@ -116,6 +117,12 @@ struct CheckpointOptions {
        .help = "Write each checkpoint before going on (default: a background thread writes it "
                "during the next step's forward and backward; that step's update waits for it)"},
       sync_save);
+    v({.name = "on_save_error",
+       .help = "When a checkpoint cannot be written (a full disk is first pruned down to the "
+               "newest intact checkpoint and the save tried once more): stop (exit 1) or "
+               "continue (warn, train on, save again at the next interval; the newest intact "
+               "checkpoint is never deleted, and the final save must succeed)"},
+      on_save_error, one_of({"stop", "continue"}));
     v({.name = "resume_new_phase",
        .help = "The checkpoint ends an earlier recipe phase",
        .cli = false},

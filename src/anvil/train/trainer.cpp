@@ -453,7 +453,7 @@ TrainResult Trainer::run() {
     }
   }
   if (step_ > result_.first_step) save();
-  checkpoints_->wait();
+  checkpoints_->wait(/*final=*/true);
   finish_result(steps);
   return result_;
 }
