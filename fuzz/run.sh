@@ -9,19 +9,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-600}; shift || true
-harnesses=("$@"); [ ${#harnesses[@]} -gt 0 ] || harnesses=(safetensors index tokens config)
+harnesses=("$@"); [ ${#harnesses[@]} -gt 0 ] || harnesses=(safetensors index tokens config state run recipe tokenizer hf_index)
 command -v clang++ > /dev/null || { echo "fuzz/run.sh: needs clang++ and libclang-rt-dev (apt-get install clang libclang-rt-14-dev)" >&2; exit 2; }
 out=build-fuzz
 mkdir -p "$out" fuzz/findings
-srcs=(src/anvil/base/files.cpp src/anvil/base/checksum.cpp src/anvil/ckpt/safetensors.cpp src/anvil/ckpt/sharded.cpp
-      src/anvil/ckpt/checkpoint.cpp src/anvil/model/params.cpp src/anvil/data/tokens.cpp
-      src/anvil/model/config.cpp src/anvil/tensor/arena.cpp)
+srcs=(src/anvil/base/files.cpp src/anvil/base/checksum.cpp src/anvil/base/json_text.cpp
+      src/anvil/base/options.cpp src/anvil/base/dtype.cpp
+      src/anvil/ckpt/safetensors.cpp src/anvil/ckpt/sharded.cpp src/anvil/ckpt/checkpoint.cpp
+      src/anvil/ckpt/hf_files.cpp
+      src/anvil/model/params.cpp src/anvil/model/config.cpp
+      src/anvil/data/tokens.cpp src/anvil/data/tokenizer.cpp src/anvil/data/tokenizer_json.cpp
+      src/anvil/data/batches.cpp src/anvil/train/options.cpp src/anvil/train/recipe_file.cpp
+      src/anvil/optim/adamw.cpp src/anvil/ft/faults.cpp src/anvil/tensor/arena.cpp)
 flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
-       -fno-sanitize-recover=undefined -Isrc -Ifuzz)
+       -fno-sanitize-recover=undefined -fopenmp -Isrc -Ifuzz)
 # The readers once (objects reused by every harness; rebuilt when a source is newer).
 objs=()
 for src in "${srcs[@]}"; do
-  obj="$out/$(basename "${src%.cpp}").o"
+  obj="$out/$(echo "${src#src/anvil/}" | tr / _ | sed 's/\.cpp$/.o/')"
   if [ ! -f "$obj" ] || [ -n "$(find src fuzz -newer "$obj" -name '*.?pp' | head -1)" ]; then
     echo "== compiling $src" >&2
     clang++ "${flags[@]/-fsanitize=fuzzer,address,undefined/-fsanitize=fuzzer-no-link,address,undefined}" -c "$src" -o "$obj"
@@ -32,7 +37,7 @@ status=0
 for h in "${harnesses[@]}"; do
   if [ ! -x "$out/${h}_fuzz" ] || [ -n "$(find src fuzz -newer "$out/${h}_fuzz" -name '*.?pp' | head -1)" ]; then
     echo "== $h: building" >&2
-    clang++ "${flags[@]}" "fuzz/${h}_fuzz.cpp" "${objs[@]}" -lisal -o "$out/${h}_fuzz"
+    clang++ "${flags[@]}" "fuzz/${h}_fuzz.cpp" "${objs[@]}" -lisal $(pkg-config --libs sentencepiece) -o "$out/${h}_fuzz"
   fi
   work=$(mktemp -d)
   echo "== $h: fuzzing ${seconds}s" >&2

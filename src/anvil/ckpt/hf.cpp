@@ -13,6 +13,7 @@
 
 #include "anvil/base/bf16.hpp"
 #include "anvil/base/error.hpp"
+#include "anvil/base/json_text.hpp"
 #include "anvil/base/files.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/ckpt/hf_adapter.hpp"
@@ -303,12 +304,7 @@ void write_imported(const std::string& run_dir, const model::ModelConfig& c,
 ImportResult import_hf(const std::string& hf_dir, const std::string& run_dir) {
   const fs::path dir(hf_dir);
   const std::string config_path = (dir / "config.json").string();
-  json j;
-  try {
-    j = json::parse(read_file(config_path));
-  } catch (const json::exception& e) {
-    throw InputError(config_path + ": not valid JSON (" + e.what() + ")");
-  }
+  const json j = parse_json_unique(read_file(config_path), config_path);
   if (!j.is_object()) throw InputError(config_path + ": expected a JSON object");
   std::error_code ec;
   if (fs::exists(run_dir, ec) && !fs::is_empty(run_dir, ec))

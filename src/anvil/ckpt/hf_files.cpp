@@ -9,6 +9,7 @@
 #include <set>
 
 #include "anvil/base/error.hpp"
+#include "anvil/base/json_text.hpp"
 #include "anvil/base/files.hpp"
 
 namespace anvil::ckpt {
@@ -58,12 +59,7 @@ std::map<std::string, LoadedTensor> read_hf_weights(const fs::path& dir) {
   std::vector<std::string> files;
   const fs::path index = dir / "model.safetensors.index.json";
   if (fs::exists(index)) {
-    json j;
-    try {
-      j = json::parse(read_file(index.string()));
-    } catch (const json::exception& e) {
-      throw InputError(index.string() + ": not valid JSON (" + e.what() + ")");
-    }
+    const json j = parse_json_unique(read_file(index.string()), index.string());
     if (!j.contains("weight_map") || !j["weight_map"].is_object())
       throw InputError(index.string() + ": no weight_map object");
     std::set<std::string> names;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anvil/base/error.hpp"
+#include "anvil/base/json_text.hpp"
 #include "anvil/base/files.hpp"
 
 namespace anvil::model {
@@ -154,12 +155,7 @@ Family default_family(Attention attention) {
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& origin,
                                const std::vector<std::string>& overrides) {
-  json doc;
-  try {
-    doc = json::parse(json_text);
-  } catch (const json::exception& e) {
-    throw InputError(origin + ": not valid JSON (" + e.what() + ")");
-  }
+  const json doc = parse_json_unique(json_text, origin);
   if (!doc.is_object()) throw InputError(origin + ": expected a JSON object at the top level");
   ModelConfig c;
   for (const auto& [key, value] : doc.items()) set_key(c, key, value, origin + ": " + key);

@@ -4,6 +4,7 @@
 
 #include "anvil/base/dtype.hpp"
 #include "anvil/base/error.hpp"
+#include "anvil/base/json_text.hpp"
 #include "anvil/base/files.hpp"
 #include "anvil/data/batches.hpp"
 
@@ -77,9 +78,7 @@ TrainOptions repeatable(const TrainOptions& o) {
 }
 
 TrainOptions load_train_options(const std::string& file) {
-  const json j = json::parse(read_file(file), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded())
-    throw InputError(file + ": not valid JSON (expected a run file like RUN/train.json)");
+  const json j = parse_json_unique(read_file(file), file);
   TrainOptions o;
   o.update_from_json(j, file);
   return o;
