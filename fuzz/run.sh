@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Fuzzes anvil's input readers with libFuzzer under ASan + UBSan: the
-# safetensors reader, the sharded checkpoint index, token files and model
-# config JSON. Each harness runs SECONDS (default 600) from the seed corpus
+# Fuzzes anvil's readers of outside files with libFuzzer under ASan + UBSan:
+# safetensors, the checkpoint index, token files, model configs, state.json,
+# run files, recipes, tokenizer models and the Hugging Face sharded index
+# (docs/checkpoints.md). Each harness runs SECONDS (default 600) from the seed corpus
 # in fuzz/corpus/<name> (new inputs go to a scratch directory); a crash or
 # sanitizer report stops it and leaves the input in fuzz/findings/.
-# Not part of CI (bounded time, one core per harness); run by hand:
-#   fuzz/run.sh [SECONDS=600] [HARNESS...]   (HARNESS: safetensors index tokens config)
+# The test command runs every harness for 30 s; longer runs by hand:
+#   fuzz/run.sh [SECONDS=600] [HARNESS...]   (HARNESS: safetensors index tokens config state run recipe tokenizer hf_index)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-600}; shift || true
@@ -33,18 +34,18 @@ for src in "${srcs[@]}"; do
   fi
   objs+=("$obj")
 done
-status=0
 for h in "${harnesses[@]}"; do
   if [ ! -x "$out/${h}_fuzz" ] || [ -n "$(find src fuzz -newer "$out/${h}_fuzz" -name '*.?pp' | head -1)" ]; then
     echo "== $h: building" >&2
     clang++ "${flags[@]}" "fuzz/${h}_fuzz.cpp" "${objs[@]}" -lisal $(pkg-config --libs sentencepiece) -o "$out/${h}_fuzz"
   fi
+done
+# One harness per core at a time; each prints its line when done.
+fuzz_one() {
+  local h=$1 work found=0 runs
   work=$(mktemp -d)
-  echo "== $h: fuzzing ${seconds}s" >&2
-  found=0
   if ! "$out/${h}_fuzz" "$work" "fuzz/corpus/$h" -max_total_time="$seconds" -rss_limit_mb=2048 \
       -timeout=10 -artifact_prefix="fuzz/findings/${h}-" -print_final_stats=1 > "$out/$h.log" 2>&1; then
-    status=1
     found=1
     echo "== $h: FINDING (fuzz/findings/, log $out/$h.log)" >&2
     grep -E "ERROR|SUMMARY|runtime error" "$out/$h.log" | head -5 >&2
@@ -52,5 +53,13 @@ for h in "${harnesses[@]}"; do
   runs=$(grep -oE "stat::number_of_executed_units: *[0-9]+" "$out/$h.log" | grep -oE "[0-9]+$" || echo "?")
   echo "$h: $runs inputs in ${seconds}s, corpus $(ls "$work" | wc -l) new + $(ls "fuzz/corpus/$h" | wc -l) seeds, $([ $found -eq 0 ] && echo "no crash or sanitizer report" || echo "a finding: see above")"
   rm -rf "$work"
+  return $found
+}
+status=0
+pids=()
+for h in "${harnesses[@]}"; do
+  fuzz_one "$h" & pids+=($!)
+  if [ ${#pids[@]} -ge "$(nproc)" ]; then wait "${pids[0]}" || status=1; pids=("${pids[@]:1}"); fi
 done
+for p in "${pids[@]}"; do wait "$p" || status=1; done
 exit $status

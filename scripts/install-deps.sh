@@ -32,6 +32,7 @@ test_packages=(
   fortunes                 # scripts/corpus.sh: English quotations and verse, more prose for the default corpus
   python3-venv             # .venv: the pinned PyPI test clients (requirements.txt)
   python3-dev              # Python.h: torch.compile's C++ code (bench/torch_compare.sh)
+  clang libclang-rt-dev    # fuzz/run.sh: libFuzzer with ASan + UBSan (30 s per harness in the test command)
 )
 [ "$tests" = 1 ] && packages+=("${test_packages[@]}")
 
