@@ -5,6 +5,7 @@
 #include <string>
 
 #include "anvil/ft/faults.hpp"
+#include "anvil/ft/straggler.hpp"
 #include "support/input_error.hpp"
 
 namespace anvil::ft {
@@ -24,11 +25,40 @@ TEST(Faults, InjectionSpecsParseOrNameTheExpectedForm) {
   EXPECT_EQ(w.rank, 3);
   EXPECT_DOUBLE_EQ(w.arg, 5.5);
   for (const char* bad : {"kill", "kill@", "kill@0", "boom@3", "kill@3:x", "kill@3:1=", "slow@3",
-                          "kill@3x", "nan@-1", "@3", "kill,hang@3"}) {
+                          "kill@3x", "nan@-1", "@3", "kill,hang@3", "ill@3", "rank@3",
+                          "slow-rank@3=1", "slow-rank@3"}) {
     test_support::expect_input_error(
         [&] { parse_fault(bad); },
         {"faults.inject: ", "KIND@STEP[:RANK][=ARG]", "got '" + std::string(bad) + "'"});
   }
+  const Fault d = parse_fault("disk-full@20=10");
+  EXPECT_EQ(d.kind, "disk-full");
+  EXPECT_DOUBLE_EQ(d.arg, 10);
+  EXPECT_EQ(parse_fault("slow-rank@5:1=3").rank, 1);
+}
+
+// A rank whose compute stays above factor x the others' median is named
+// once, on the straggler_steps-th slow step in a row; a fast step resets it.
+TEST(Stragglers, ASlowRankIsNamedOnceAfterItsRunOfSlowSteps) {
+  StragglerWatch watch(2.0, 3);
+  EXPECT_FALSE(watch.feed(1, {0.010, 0.011, 0.010, 0.012}));
+  EXPECT_FALSE(watch.feed(2, {0.010, 0.035, 0.010, 0.012}));
+  EXPECT_FALSE(watch.feed(3, {0.010, 0.033, 0.011, 0.012}));
+  const auto s = watch.feed(4, {0.010, 0.030, 0.011, 0.012});
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->rank, 1);
+  EXPECT_EQ(s->since_step, 2);
+  EXPECT_DOUBLE_EQ(s->others_median_s, 0.011);
+  EXPECT_FALSE(watch.feed(5, {0.010, 0.030, 0.011, 0.012}));  // named once
+  EXPECT_FALSE(watch.feed(6, {0.010, 0.012, 0.011, 0.012}));  // recovered
+  // Two ranks: each is compared with the other alone.
+  StragglerWatch two(2.0, 2);
+  EXPECT_FALSE(two.feed(1, {0.030, 0.010}));
+  ASSERT_TRUE(two.feed(2, {0.030, 0.010}));
+  // Off, or one rank: nothing to compare.
+  StragglerWatch off(0, 1);
+  EXPECT_FALSE(off.feed(1, {0.1, 0.01}));
+  EXPECT_FALSE(StragglerWatch(2.0, 1).feed(1, {0.1}));
 }
 
 }  // namespace

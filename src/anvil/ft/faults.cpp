@@ -7,7 +7,7 @@
 namespace anvil::ft {
 
 std::string fault_kinds() {
-  return "kill, hang, nan, slow, corrupt-ckpt, kill-in-save, disk-full";
+  return "kill, hang, nan, slow, slow-rank, corrupt-ckpt, kill-in-save, disk-full";
 }
 
 Fault parse_fault(const std::string& text, const std::string& key) {
@@ -19,9 +19,8 @@ Fault parse_fault(const std::string& text, const std::string& key) {
   const auto at = text.find('@');
   if (at == std::string::npos || at == 0) throw bad();
   f.kind = text.substr(0, at);
-  if (fault_kinds().find(f.kind) == std::string::npos || f.kind.find(',') != std::string::npos ||
-      f.kind.find(' ') != std::string::npos)
-    throw bad();
+  const std::string kinds = ", " + fault_kinds() + ",";
+  if (kinds.find(", " + f.kind + ",") == std::string::npos) throw bad();  // a whole kind
   const char* p = text.data() + at + 1;
   const char* end = text.data() + text.size();
   auto r = std::from_chars(p, end, f.step);
@@ -45,6 +44,7 @@ Fault parse_fault(const std::string& text, const std::string& key) {
   }
   if (p != end) throw bad();
   if (f.kind == "slow" && !(f.arg > 0)) throw bad();
+  if (f.kind == "slow-rank" && !(f.arg > 1)) throw bad();  // a factor above 1
   return f;
 }
 

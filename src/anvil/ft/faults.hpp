@@ -11,10 +11,11 @@
 namespace anvil::ft {
 
 struct Fault {
-  std::string kind;  // kill | hang | nan | slow | corrupt-ckpt | kill-in-save | disk-full
+  std::string kind;  // kill | hang | nan | slow | slow-rank | corrupt-ckpt | kill-in-save | disk-full
   int64_t step = 0;  // the step (from 1) it strikes at (slow: from then on)
   int rank = 0;      // the rank it strikes
-  double arg = 0;    // slow: ms added to each step; kill-in-save: ms after the save starts;
+  double arg = 0;    // slow: ms added to each step; slow-rank: the factor its compute takes
+                     // longer; kill-in-save: ms after the save starts;
                      // disk-full: seconds until the space returns (0: it does not)
 };
 

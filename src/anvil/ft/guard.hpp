@@ -19,6 +19,8 @@ struct GuardOptions {
   double spike_z = 6.0;
   int spike_window = 20;
   int max_spikes = 3;
+  double straggler_factor = 2.0;
+  int straggler_steps = 5;
   template <class V>
   void describe(V& v) {
     v({.name = "heartbeat",
@@ -35,6 +37,13 @@ struct GuardOptions {
        .help = "Spikes in a row that end the run with status 11 (roll back to the last "
                "checkpoint); a NaN/Inf loss ends it with status 10"},
       max_spikes, at_least(1));
+    v({.name = "straggler_factor",
+       .help = "Name a rank whose compute time per step (its step less its waits in "
+               "collectives) exceeds this multiple of the other ranks' median for "
+               "--straggler-steps steps in a row (0: no check)"},
+      straggler_factor, at_least(0.0));
+    v({.name = "straggler_steps", .help = "Slow steps in a row before a straggler is named"},
+      straggler_steps, at_least(1));
   }
 };
 

@@ -22,9 +22,17 @@ bool Injector::strikes(const char* kind, int64_t step) const {
   return fault_ && fault_->kind == kind && fault_->rank == rank_ && fault_->step == step;
 }
 
-void Injector::step_begin(int64_t done) const {
-  if (fault_ && fault_->kind == "slow" && fault_->rank == rank_ && done + 1 >= fault_->step)
+void Injector::step_begin(int64_t done, double last_compute_s) const {
+  if (!fault_ || fault_->rank != rank_ || done + 1 < fault_->step) return;
+  if (fault_->kind == "slow")
     std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(fault_->arg * 1e3)));
+  // The previous step's compute already includes this fault's sleep from
+  // the step after STEP on: what the rank computes is that / ARG.
+  if (fault_->kind == "slow-rank" && last_compute_s > 0) {
+    const double compute = done + 1 > fault_->step ? last_compute_s / fault_->arg : last_compute_s;
+    std::this_thread::sleep_for(
+        std::chrono::microseconds(static_cast<int64_t>((fault_->arg - 1) * compute * 1e6)));
+  }
 }
 
 double Injector::step_loss(int64_t done, double loss_sum) const {

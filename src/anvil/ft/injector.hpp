@@ -21,7 +21,7 @@ struct InjectOptions {
     v({.name = "inject",
        .help = "Inject a fault (tests, demos): KIND@STEP[:RANK][=ARG], KIND one of " +
                fault_kinds() +
-               "; e.g. kill@30:1, nan@12, slow@5=200 (ms per step), kill-in-save@20=5 (ms into "
+               "; e.g. kill@30:1, nan@12, slow@5=200 (ms per step), slow-rank@5:1=3 (rank 1 computes 3x as long), kill-in-save@20=5 (ms into "
                "the save), corrupt-ckpt@20 (then dies), disk-full@20=10 (the checkpoint "
                "folder's file system, at most 1 GiB free, full from the save of step 20 for 10 steps)"},
       inject);
@@ -33,8 +33,10 @@ class Injector {
   Injector() = default;
   Injector(const InjectOptions& options, int rank);
   // The hooks. `done` is the number of steps completed when the hook runs.
-  // slow: from step STEP on, each step starts ARG ms late.
-  void step_begin(int64_t done) const;
+  // slow: from step STEP on, each step starts ARG ms late. slow-rank: from
+  // step STEP on, each step takes ARG times its compute: (ARG - 1) x
+  // `last_compute_s` (the previous step's) of sleep is added.
+  void step_begin(int64_t done, double last_compute_s = 0) const;
   // nan: step STEP's loss (the sum over its tokens) becomes NaN.
   double step_loss(int64_t done, double loss_sum) const;
   // kill / hang: the process dies or hangs once STEP - 1 steps are done.

@@ -124,6 +124,8 @@ json MetricsLogger::record(const StepStats& s, const StepReport& r) const {
     m["rank_peak_rss_bytes"] = r.rank_rss;
     m["rank_comm_s"] = r.rank_comm;
     m["rank_comm_exposed_s"] = r.rank_exposed;
+    m["rank_compute_s"] = r.rank_compute;
+    m["rank_wait_s"] = r.rank_wait;
   }
   m.update(r.model_metrics);
   return m;
@@ -148,6 +150,16 @@ std::string MetricsLogger::progress_line(const StepStats& s, const StepReport& r
                     1e3 * s.exposed_seconds);
     }
     note = note.empty() ? c : note + " | " + c;
+    if (r.rank_compute.size() > 1) {  // the slowest rank's compute against the median
+      const auto slowest = std::max_element(r.rank_compute.begin(), r.rank_compute.end());
+      std::vector<double> others(r.rank_compute.begin(), slowest);
+      others.insert(others.end(), slowest + 1, r.rank_compute.end());
+      std::nth_element(others.begin(), others.begin() + others.size() / 2, others.end());
+      std::snprintf(c, sizeof c, "slowest rank %d compute %.0f ms (others' median %.0f)",
+                    static_cast<int>(slowest - r.rank_compute.begin()), 1e3 * *slowest,
+                    1e3 * others[others.size() / 2]);
+      note += std::string(" | ") + c;
+    }
   }
   if (!note.empty())
     std::strncat(line, (" | " + note).c_str(), sizeof line - std::strlen(line) - 1);

@@ -38,6 +38,7 @@ struct StepReport {
   nlohmann::json model_metrics;                           // the model's own (router loads ...)
   std::string model_note;                                 // its progress-line fragment
   std::vector<double> rank_rss, rank_comm, rank_exposed;  // data parallel
+  std::vector<double> rank_compute, rank_wait;  // step time less waits in collectives; the waits
 };
 
 // The scalars of a metrics record as TensorBoard tags (train/, perf/, val/,

@@ -104,7 +104,8 @@ Trainer::Trainer(const TrainOptions& options, parallel::DataParallelGroup* dp)
       batches_(data::parse_sources(o_.train.data, "train.data"), config_.vocab_size, o_.train.seed,
                T_, o_.train.val_fraction),
       injector_(o_.faults, rank_),
-      guard_(o_.guard, rank_, !o_.metrics.quiet && rank_ == 0) {
+      guard_(o_.guard, rank_, !o_.metrics.quiet && rank_ == 0),
+      stragglers_(o_.guard.straggler_factor, o_.guard.straggler_steps) {
   if (T_ < 1 || T_ > config_.seq_len) {
     throw InputError("train.seq: expected 1.." + std::to_string(config_.seq_len) +
                      " (the config's seq_len), got " + std::to_string(T_));
@@ -332,7 +333,7 @@ double Trainer::tokens_per_step() const {
 
 StepStats Trainer::step() {
   const double t0 = now_seconds();
-  injector_.step_begin(step_);
+  injector_.step_begin(step_, last_step_seconds_);
   model_->zero_grads();
   StepStats s;
   s.step = step_ + 1;
@@ -364,6 +365,7 @@ StepStats Trainer::step() {
   ++step_;
   s.seconds = now_seconds() - t0;
   guard_.heartbeat(step_, s.loss);
+  last_step_seconds_ = s.seconds - s.exposed_seconds - s.alltoall_seconds - s.context_seconds;
   injector_.step_end(step_);
   return s;
 }
@@ -432,7 +434,21 @@ void Trainer::log(const StepStats& s, double val) {
     r.rank_comm = dp_->gather(s.comm_seconds);
     r.rank_exposed = dp_->gather(s.exposed_seconds);
   }
+  // Each rank's compute (its step less its waits in collectives) and waits:
+  // a straggler computes longer while the others wait for it.
+  if (dp_ && world_ > 1 && (metrics_->wants_rank_numbers() || o_.guard.straggler_factor > 0)) {
+    const double wait = s.exposed_seconds + s.alltoall_seconds + s.context_seconds;
+    r.rank_compute = dp_->gather(std::max(0.0, s.seconds - wait));
+    r.rank_wait = dp_->gather(wait);
+  }
   if (rank_ != 0) return;
+  if (const auto slow = stragglers_.feed(s.step, r.rank_compute))
+    std::fprintf(stderr,
+                 "anvil: warning: rank %d is a straggler: compute %.1f ms per step, %.1fx the "
+                 "other ranks' median %.1f ms, for %d steps since step %lld\n",
+                 slow->rank, 1e3 * slow->compute_s, slow->compute_s / slow->others_median_s,
+                 1e3 * slow->others_median_s, o_.guard.straggler_steps,
+                 static_cast<long long>(slow->since_step));
   r.model_metrics = model_->step_metrics();
   if (!o_.metrics.quiet) r.model_note = model_->progress_note();
   metrics_->log(s, r);

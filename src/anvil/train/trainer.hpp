@@ -19,6 +19,7 @@
 
 #include "anvil/data/batches.hpp"
 #include "anvil/ft/guard.hpp"
+#include "anvil/ft/straggler.hpp"
 #include "anvil/ft/injector.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/family.hpp"
@@ -113,6 +114,8 @@ class Trainer {
   std::unique_ptr<parallel::DistributedOptimizer> optimizer_;
   ft::Injector injector_;
   ft::FaultGuard guard_;
+  ft::StragglerWatch stragglers_;
+  double last_step_seconds_ = 0;  // this rank's compute in the last step (slow-rank)
   std::unique_ptr<CheckpointManager> checkpoints_;
   std::unique_ptr<MetricsLogger> metrics_;
   GemmPeak peak_;
