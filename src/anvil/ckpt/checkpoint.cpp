@@ -57,19 +57,23 @@ std::string checkpoint_name(int64_t step) {
   return step_name(step);
 }
 
+void remove_checkpoint(const std::string& dir) {
+  // Renamed away first (atomic), then deleted: a crash mid-delete leaves no
+  // half-deleted step-N directory behind.
+  std::error_code ec;
+  std::string name = ".";  // (append: GCC 12 warns falsely on "." + std::string)
+  name.append(fs::path(dir).filename().string()).append(".tmp-deleting");
+  const fs::path trash = fs::path(dir).parent_path() / name;
+  fs::rename(dir, trash, ec);
+  fs::remove_all(ec ? fs::path(dir) : trash, ec);
+}
+
 void prune_checkpoints(const std::string& run_dir, int keep, const std::string& newest) {
   const auto dirs = step_dirs(run_dir);
-  std::error_code ec;
   if (keep > 0 && static_cast<int>(dirs.size()) > keep) {
     for (size_t i = 0; i + keep < dirs.size(); ++i) {
       if (dirs[i].filename() == fs::path(newest).filename()) continue;
-      // Renamed away first (atomic), then deleted: a crash mid-delete
-      // leaves no half-deleted step-N directory behind.
-      std::string name = ".";  // (append: GCC 12 warns falsely on "." + std::string)
-      name.append(dirs[i].filename().string()).append(".tmp-deleting");
-      const fs::path trash = dirs[i].parent_path() / name;
-      fs::rename(dirs[i], trash, ec);
-      fs::remove_all(ec ? dirs[i] : trash, ec);
+      remove_checkpoint(dirs[i].string());
     }
   }
 }

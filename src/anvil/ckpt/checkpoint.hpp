@@ -16,6 +16,9 @@ namespace anvil::ckpt {
 // The step-N directories of a run, oldest step first; "step-%08d" of a step.
 std::vector<std::string> checkpoint_dirs(const std::string& run_dir);
 std::string checkpoint_name(int64_t step);
+// Removes one step directory (renamed to .step-N.tmp-deleting first, so a
+// crash mid-delete leaves no half step-N behind).
+void remove_checkpoint(const std::string& dir);
 // Removes all but the newest `keep` step directories (by step), never `newest`.
 void prune_checkpoints(const std::string& run_dir, int keep, const std::string& newest);
 

@@ -466,15 +466,8 @@ void prune_to_newest_intact(const std::string& run_dir) {
   for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
     if (!verify_checkpoint(*it).problems.empty()) continue;
     // Everything else goes: older ones, and newer ones that are damaged.
-    for (const auto& d : dirs) {
-      if (d == *it) continue;
-      std::error_code ec;
-      std::string name = ".";
-      name.append(fs::path(d).filename().string()).append(".tmp-deleting");
-      const fs::path trash = fs::path(d).parent_path() / name;
-      fs::rename(d, trash, ec);
-      fs::remove_all(ec ? fs::path(d) : trash, ec);
-    }
+    for (const auto& d : dirs)
+      if (d != *it) remove_checkpoint(d);
     return;
   }
 }
