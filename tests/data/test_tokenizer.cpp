@@ -86,6 +86,19 @@ TEST(Tokenizer, BadInputIsAOneLineError) {
   } catch (const anvil::InputError& e) {
     EXPECT_NE(std::string(e.what()).find("not a SentencePiece model"), std::string::npos);
   }
+  // A piece starting with a NUL byte (found by fuzz/tokenizer_fuzz.cpp):
+  // SentencePiece's trie builder throws its own exception from inside Load.
+  const std::string nul_piece(
+      "\x0a\x0e\x0a\x05<unk>\x15\0\0\0\0\x18\x02\x0a\x0d\x0a\x04<nl>\x15\0\0\0\0\x18\x03"
+      "\x0a\x0f\x0a\x06\0*x00>\x15\0\x02\x00" "00x0B", 50);
+  std::ofstream(dir + "/nul-piece.model") << nul_piece;
+  try {
+    Tokenizer tk(dir + "/nul-piece.model");
+    FAIL() << "loaded a model with a NUL-byte piece";
+  } catch (const anvil::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("piece 2 contains a NUL byte"), std::string::npos)
+        << e.what();
+  }
   anvil::data::TokenizerTrainOptions o;
   o.texts = {dir + "/missing.txt"};
   o.out_prefix = dir + "/x";

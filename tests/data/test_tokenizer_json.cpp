@@ -30,6 +30,16 @@ TEST(TokenizerJson, ReadsTheModelTypeFromTheTrainerSpec) {
   EXPECT_EQ(sentencepiece_model_type(std::string("\x12\x09\x18", 3)), 0);  // truncated
 }
 
+TEST(TokenizerJson, PiecesSentencePieceCannotTakeAreNamed) {
+  // ModelProto field 1 (pieces) holding SentencePiece field 1 (piece).
+  EXPECT_EQ(sentencepiece_piece_problem(std::string("\x0a\x03\x0a\x01" "a", 5)), "");
+  EXPECT_EQ(sentencepiece_piece_problem(std::string("\x0a\x03\x0a\x01" "a\x0a\x02\x0a\x00", 9)),
+            "piece 1 is empty");
+  EXPECT_EQ(sentencepiece_piece_problem(std::string("\x0a\x04\x0a\x02" "a\0", 6)),
+            "piece 0 contains a NUL byte");
+  EXPECT_EQ(sentencepiece_piece_problem(""), "");
+}
+
 TEST(TokenizerJson, AnythingButASentencePieceModelGivesNoTokenizer) {
   EXPECT_TRUE(sentencepiece_tokenizer_json("/nonexistent.model").is_null());
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <thread>
 #include <unordered_map>
@@ -12,6 +13,7 @@
 #include "anvil/base/clock.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
+#include "anvil/data/tokenizer_json.hpp"
 #include "anvil/data/tokens.hpp"
 
 namespace anvil::data {
@@ -117,7 +119,16 @@ Tokenizer::Tokenizer(const std::string& model_path)
     : path_(model_path), sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
   if (!std::filesystem::is_regular_file(model_path))
     throw InputError("--tokenizer: " + model_path + ": no such file");
-  const auto status = sp_->Load(model_path);
+  const std::string proto = read_file(model_path);
+  if (const auto problem = sentencepiece_piece_problem(proto); !problem.empty())
+    throw InputError("--tokenizer: " + model_path + ": not a usable SentencePiece model (" +
+                     problem + ")");
+  sentencepiece::util::Status status;
+  try {
+    status = sp_->LoadFromSerializedProto(proto);
+  } catch (const std::exception& e) {
+    status = sentencepiece::util::Status(sentencepiece::util::StatusCode::kInternal, e.what());
+  }
   if (!status.ok())
     throw InputError("--tokenizer: " + model_path + ": not a SentencePiece model (" +
                      status.ToString() + ")");

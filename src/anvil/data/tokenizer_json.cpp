@@ -5,6 +5,7 @@
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
+#include <exception>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -59,48 +60,73 @@ json bytes_tokenizer_json() {
             {"merges", json::array()}}}};
 }
 
+namespace {
+
+bool read_varint(const std::string& b, size_t& i, uint64_t& v) {
+  v = 0;
+  for (int shift = 0; i < b.size() && shift < 64; shift += 7) {
+    const auto c = static_cast<unsigned char>(b[i++]);
+    v |= static_cast<uint64_t>(c & 0x7f) << shift;
+    if (!(c & 0x80)) return true;
+  }
+  return false;
+}
+
+// Walks the fields of the message in b[begin, end); `on` sees (field, wire
+// type, varint value or length, payload begin, payload end). Stops at the
+// first field it cannot read.
+template <typename On>
+void walk_fields(const std::string& b, size_t begin, size_t end, On&& on) {
+  size_t i = begin;
+  while (i < end) {
+    uint64_t key = 0, v = 0;
+    if (!read_varint(b, i, key)) return;
+    const int field = static_cast<int>(key >> 3), wire = static_cast<int>(key & 7);
+    if (wire == 0) {
+      if (!read_varint(b, i, v)) return;
+      on(field, wire, v, i, i);
+    } else if (wire == 2) {
+      if (!read_varint(b, i, v) || v > end - i) return;
+      on(field, wire, v, i, i + v);
+      i += v;
+    } else if (wire == 1) {
+      i += 8;
+    } else if (wire == 5) {
+      i += 4;
+    } else {
+      return;
+    }
+  }
+}
+
+}  // namespace
+
 int sentencepiece_model_type(const std::string& proto) {
-  size_t at = 0;
-  auto varint = [](const std::string& b, size_t& i, uint64_t& v) {
-    v = 0;
-    for (int shift = 0; i < b.size() && shift < 64; shift += 7) {
-      const auto c = static_cast<unsigned char>(b[i++]);
-      v |= static_cast<uint64_t>(c & 0x7f) << shift;
-      if (!(c & 0x80)) return true;
-    }
-    return false;
-  };
-  // Walks one message's fields; `on` sees (field, wire type, position).
-  auto walk = [&](const std::string& b, size_t begin, size_t end, auto&& on) {
-    size_t i = begin;
-    while (i < end) {
-      uint64_t key = 0, v = 0;
-      if (!varint(b, i, key)) return;
-      const int field = static_cast<int>(key >> 3), wire = static_cast<int>(key & 7);
-      if (wire == 0) {
-        if (!varint(b, i, v)) return;
-        on(field, wire, v, i, i);
-      } else if (wire == 2) {
-        if (!varint(b, i, v) || v > end - i) return;
-        on(field, wire, v, i, i + v);
-        i += v;
-      } else if (wire == 1) {
-        i += 8;
-      } else if (wire == 5) {
-        i += 4;
-      } else {
-        return;
-      }
-    }
-  };
   int type = 0;
-  walk(proto, at, proto.size(), [&](int field, int wire, uint64_t, size_t b, size_t e) {
+  walk_fields(proto, 0, proto.size(), [&](int field, int wire, uint64_t, size_t b, size_t e) {
     if (field == 2 && wire == 2)
-      walk(proto, b, e, [&](int f, int w, uint64_t v, size_t, size_t) {
+      walk_fields(proto, b, e, [&](int f, int w, uint64_t v, size_t, size_t) {
         if (f == 3 && w == 0) type = static_cast<int>(v);
       });
   });
   return type;
+}
+
+std::string sentencepiece_piece_problem(const std::string& proto) {
+  std::string problem;
+  int64_t index = 0;
+  walk_fields(proto, 0, proto.size(), [&](int field, int wire, uint64_t, size_t b, size_t e) {
+    if (field != 1 || wire != 2 || !problem.empty()) return;
+    walk_fields(proto, b, e, [&](int f, int w, uint64_t, size_t pb, size_t pe) {
+      if (f != 1 || w != 2 || !problem.empty()) return;
+      if (pb == pe)
+        problem = "piece " + std::to_string(index) + " is empty";
+      else if (proto.find('\0', pb) < pe)
+        problem = "piece " + std::to_string(index) + " contains a NUL byte";
+    });
+    ++index;
+  });
+  return problem;
 }
 
 // The vocabulary is SentencePiece's, with "\n" in place of "<nl>"; the merges are every split of a
@@ -108,9 +134,15 @@ int sentencepiece_model_type(const std::string& proto) {
 // piece first, and its BPE pieces are stored best first), as transformers' converter for
 // SentencePiece models derives them.
 json sentencepiece_tokenizer_json(const std::string& model_path) {
+  const std::string proto = read_file(model_path);
+  if (!sentencepiece_piece_problem(proto).empty() || sentencepiece_model_type(proto) != 2)
+    return json();
   sentencepiece::SentencePieceProcessor sp;
-  if (!sp.Load(model_path).ok()) return json();
-  if (sentencepiece_model_type(read_file(model_path)) != 2) return json();
+  try {
+    if (!sp.LoadFromSerializedProto(proto).ok()) return json();
+  } catch (const std::exception&) {
+    return json();
+  }
   const int n = sp.GetPieceSize();
   std::map<std::string, int> ids;
   json vocab = json::object();

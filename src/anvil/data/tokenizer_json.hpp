@@ -26,4 +26,10 @@ nlohmann::json sentencepiece_tokenizer_json(const std::string& model_path);
 // unreadable.
 int sentencepiece_model_type(const std::string& proto);
 
+// What in the serialized ModelProto `proto` SentencePiece's loader cannot
+// take, checked before it builds its trie (which throws from deep inside on
+// these): a piece (ModelProto.pieces = 1, SentencePiece.piece = 1) that is
+// empty or contains a NUL byte, named by its index; empty when none.
+std::string sentencepiece_piece_problem(const std::string& proto);
+
 }  // namespace anvil::data
