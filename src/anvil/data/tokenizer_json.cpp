@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <filesystem>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -134,6 +135,7 @@ std::string sentencepiece_piece_problem(const std::string& proto) {
 // piece first, and its BPE pieces are stored best first), as transformers' converter for
 // SentencePiece models derives them.
 json sentencepiece_tokenizer_json(const std::string& model_path) {
+  if (!std::filesystem::is_regular_file(model_path)) return json();
   const std::string proto = read_file(model_path);
   if (!sentencepiece_piece_problem(proto).empty() || sentencepiece_model_type(proto) != 2)
     return json();
