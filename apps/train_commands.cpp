@@ -4,9 +4,11 @@
 // (--train FILE, e.g. a run's own RUN/train.json) sets them first and flags
 // given after override it.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <optional>
+#include <sstream>
 
 #include "anvil/base/cpu.hpp"
 #include "anvil/base/threads.hpp"
@@ -148,18 +150,50 @@ class TrainCommands : public CommandFamily {
         "after a dead rank, a hang, a NaN loss or repeated spikes, with a journal and goodput: "
         "anvil launch --np 2 -- --config C --out RUN ...");
     ft::LaunchOptions& l = launch_options_;
-    launch_->add_option("--np", l.np, "Ranks (mpirun -np; 1: no mpirun)")
+    launch_->add_option("--np", l.np,
+                        "Ranks (mpirun -np; 1 on this machine: no mpirun); default: the hosts' "
+                        "slots, or 1")
+        ->check(at_least(1));
+    launch_->add_option("--hosts", hosts_text_,
+                        "Hosts and ranks on each, mpirun's --host form: h1:2,h2:2 (ranks fill "
+                        "them in order); default: --hostfile, else Slurm's allocation "
+                        "(SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE or SLURM_NTASKS) when "
+                        "there is one, else this machine");
+    launch_->add_option("--hostfile", hostfile_,
+                        "Open MPI hostfile: a host per line, NAME [slots=N] or NAME:N, # comments")
+        ->check(CLI::ExistingFile);
+    launch_
+        ->add_option("--min-ranks,--min-np", l.min_ranks,
+                     "Elastic restart, not below this many ranks (0: the same layout every "
+                     "time). Across hosts: hosts that do not answer after a fault are left out, "
+                     "a lost host answering again is taken back at the next checkpoint, one "
+                     "lost twice stays out. On one machine: a crash takes --shrink-by ranks. "
+                     "The global batch is kept (-B scaled)")
+        ->check(at_least(0))
+        ->capture_default_str();
+    launch_->add_option("--shrink-by", l.shrink_by,
+                        "On one machine (no hosts): ranks a crash takes away")
         ->check(at_least(1))
         ->capture_default_str();
     launch_
-        ->add_option("--min-np", l.min_np,
-                     "After a crash restart on --shrink-by fewer ranks, not below this (0: "
-                     "never); the global batch is kept (-B scaled)")
-        ->check(at_least(0))
+        ->add_option("--probe-port", l.probe_port,
+                     "A host answers when a TCP connection to this port connects or is refused "
+                     "(22: ssh); a timeout or an unreachable network: it does not")
+        ->check(CLI::Range(1, 65535))
         ->capture_default_str();
-    launch_->add_option("--shrink-by", l.shrink_by, "Ranks a lost node takes with it")
-        ->check(at_least(1))
+    launch_->add_option("--probe-timeout", l.probe_timeout_s, "Seconds a host has to answer")
+        ->check(at_least(0.001))
         ->capture_default_str();
+    launch_
+        ->add_option("--probe-every", l.probe_every_s,
+                     "Seconds between probes of the hosts an elastic restart left out")
+        ->check(at_least(0.001))
+        ->capture_default_str();
+    launch_->add_option("--mpirun-args", mpirun_args_,
+                        "More mpirun arguments, one string split at spaces (write it "
+                        "--mpirun-args='--mca plm_rsh_agent ssh')");
+    launch_->add_flag("--dry-run", l.dry_run,
+                      "Print the first attempt's command line (the mpirun line) and stop");
     launch_->add_option("--max-restarts", l.max_restarts, "Restart budget")
         ->check(at_least(0))
         ->capture_default_str();
@@ -187,8 +221,26 @@ class TrainCommands : public CommandFamily {
 
   int launch() {
     ft::LaunchOptions& l = launch_options_;
+    if (!hosts_text_.empty() && !hostfile_.empty())
+      throw InputError("--hosts and --hostfile: expected one of them");
+    if (!hosts_text_.empty()) l.hosts = ft::parse_hosts(hosts_text_, "--hosts");
+    if (!hostfile_.empty()) l.hosts = ft::read_hostfile(hostfile_);
+    if (l.hosts.empty() && l.np == 0) {
+      l.hosts = ft::slurm_hosts([](const char* name) {
+        const char* v = std::getenv(name);
+        return std::string(v ? v : "");
+      });
+      if (!l.hosts.empty())
+        std::fprintf(stderr, "anvil launch: Slurm allocation: %s\n", ft::host_list(l.hosts).c_str());
+    }
+    std::istringstream words(mpirun_args_);
+    for (std::string w; words >> w;) l.mpirun_args.push_back(w);
     if (!l.inject.empty()) ft::parse_fault(l.inject, "--inject");  // checked before starting
     const auto r = ft::launch(l);
+    if (l.dry_run) {
+      std::printf("%s\n", r.command.c_str());
+      return 0;
+    }
     std::fprintf(stderr,
                  "anvil launch: %s after %d attempt(s); wall %.1f s, useful %.1f s, goodput "
                  "%.1f%%; journal %s\n",
@@ -205,6 +257,7 @@ class TrainCommands : public CommandFamily {
   std::string run_file_, recipe_;
   std::exception_ptr run_file_error_;
   ft::LaunchOptions launch_options_;
+  std::string hosts_text_, hostfile_, mpirun_args_;
 };
 
 }  // namespace

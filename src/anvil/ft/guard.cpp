@@ -1,5 +1,7 @@
 #include "anvil/ft/guard.hpp"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,7 +13,16 @@ namespace anvil::ft {
 
 FaultGuard::FaultGuard(GuardOptions options, int rank, bool warn)
     : o_(std::move(options)), rank_(rank), warn_(warn) {
-  if (!o_.heartbeat.empty()) std::filesystem::create_directories(o_.heartbeat);
+  if (o_.heartbeat.empty()) return;
+  std::filesystem::create_directories(o_.heartbeat);
+  // Who this rank is, for a supervisor that must see it gone before the next
+  // attempt: "PID HOSTNAME".
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  if (FILE* f = std::fopen((o_.heartbeat + "/pid-" + std::to_string(rank_)).c_str(), "w")) {
+    std::fprintf(f, "%ld %s\n", static_cast<long>(::getpid()), host);
+    std::fclose(f);
+  }
 }
 
 void FaultGuard::heartbeat(int64_t step, double loss) const {

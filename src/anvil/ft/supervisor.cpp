@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -53,19 +54,6 @@ int context_parallel(const std::vector<std::string>& args) {
   return cp >= 1 && (v.empty() || *end == '\0') ? static_cast<int>(cp) : 1;
 }
 
-// args with the value of `flag` (or `alias`) replaced; appended when absent.
-std::vector<std::string> with_value(std::vector<std::string> args, const std::string& flag,
-                                    const std::string& alias, const std::string& value) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    if ((args[i] == flag || args[i] == alias) && i + 1 < args.size()) {
-      args[i + 1] = value;
-      return args;
-    }
-  }
-  args.push_back(flag);
-  args.push_back(value);
-  return args;
-}
 
 struct Heartbeat {
   int64_t step = -1;
@@ -113,6 +101,41 @@ int stop_job(pid_t pid, double grace) {
   return status;
 }
 
+// After the job's group is gone: the ranks on this machine (heartbeat
+// pid-R files naming this host and a process running this executable) that
+// mpirun's death left running are killed and waited for, at most `wait_s`,
+// so no rank of a stopped attempt writes a checkpoint or a heartbeat into
+// the next. Ranks on other hosts end when their daemon loses mpirun.
+int reap_local_ranks(const fs::path& heartbeat_dir, double wait_s) {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::error_code ec;
+  const auto self = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<pid_t> alive;
+  for (const auto& e : fs::directory_iterator(heartbeat_dir, ec)) {
+    if (e.path().filename().string().rfind("pid-", 0) != 0) continue;
+    std::ifstream f(e.path());
+    long pid = 0;
+    std::string name;
+    if (!(f >> pid >> name) || name != host || pid <= 1) continue;
+    std::error_code exe_ec;
+    if (fs::read_symlink("/proc/" + std::to_string(pid) + "/exe", exe_ec) != self || exe_ec) continue;
+    ::kill(static_cast<pid_t>(pid), SIGKILL);
+    alive.push_back(static_cast<pid_t>(pid));
+  }
+  const double t0 = now_seconds();
+  while (!alive.empty() && now_seconds() - t0 < wait_s) {
+    std::erase_if(alive, [](pid_t p) {
+      // A zombie (killed, not yet reaped by its parent) counts as gone.
+      std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
+      std::string pid_text, comm, state;
+      return !(stat >> pid_text >> comm >> state) || state == "Z";
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return static_cast<int>(alive.size());
+}
+
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : " ") + x;
@@ -139,6 +162,9 @@ struct AttemptEnd {
   int status = 0;
   double detected = 0, last_progress = 0;
   int64_t last_step = -1;
+  bool probed = false;             // hosts probed before stopping the job
+  std::vector<std::string> down;   // ... and those that did not answer
+  double probe_s = 0;
 };
 
 // The restart loop of `launch`: one attempt after another, each watched
@@ -149,20 +175,28 @@ class Supervisor {
       : o_(o),
         out_(std::move(out)),
         heartbeat_dir_(fs::path(out_) / "heartbeat"),
+        hosts_(o.hosts),
         np_(o.np),
         cp_(context_parallel(o.train_args)),
         args_(o.train_args) {
     r_.journal = o.journal.empty() ? (fs::path(out_) / "journal.jsonl").string() : o.journal;
-    journal_.open(r_.journal, std::ios::app);
-    if (!journal_) throw SystemError(r_.journal + ": cannot open for appending");
+    if (!o.dry_run) {
+      journal_.open(r_.journal, std::ios::app);
+      if (!journal_) throw SystemError(r_.journal + ": cannot open for appending");
+    }
     const std::string batch_text =
         arg_value(args_, "-B").empty() ? arg_value(args_, "--batch") : arg_value(args_, "-B");
     // Rows per step over the data-parallel replicas (np / cp of them).
     rows_ = (batch_text.empty() ? 4 : std::stoll(batch_text)) * (o.np / cp_);
   }
 
+  // The first attempt's command line, for --dry-run.
+  std::string first_command() const { return join(command(1, false)); }
+
   LaunchResult run() {
-    log({{"event", "launch"}, {"np", np_}, {"train", join(args_)}, {"journal", r_.journal}});
+    json launch = {{"event", "launch"}, {"np", np_}, {"train", join(args_)}, {"journal", r_.journal}};
+    if (!hosts_.empty()) launch["hosts"] = host_list(hosts_);
+    log(launch);
     for (int attempt = 1;; ++attempt) {
       r_.attempts = attempt;
       const AttemptEnd end = run_attempt(attempt);
@@ -196,10 +230,20 @@ class Supervisor {
 
   std::vector<std::string> command(int attempt, bool resume) const {
     std::vector<std::string> cmd;
-    if (np_ > 1) {
+    if (np_ > 1 || !hosts_.empty()) {
       cmd = {"mpirun"};
       if (::geteuid() == 0) cmd.push_back("--allow-run-as-root");
-      cmd.insert(cmd.end(), {"--oversubscribe", "-np", std::to_string(np_)});
+      if (hosts_.empty()) {
+        cmd.push_back("--oversubscribe");
+      } else {
+        // Ranks fill the hosts in order (rank -> host, as the journal names them).
+        cmd.insert(cmd.end(), {"--host", host_list(hosts_)});
+        if (std::find(o_.mpirun_args.begin(), o_.mpirun_args.end(), "--map-by") ==
+            o_.mpirun_args.end())
+          cmd.insert(cmd.end(), {"--map-by", "slot"});
+      }
+      cmd.insert(cmd.end(), {"-np", std::to_string(np_)});
+      cmd.insert(cmd.end(), o_.mpirun_args.begin(), o_.mpirun_args.end());
     }
     cmd.push_back(self_executable());
     cmd.push_back("train");
@@ -214,9 +258,14 @@ class Supervisor {
     fs::remove_all(heartbeat_dir_);
     fs::create_directories(heartbeat_dir_);
     const bool has_checkpoint = !ckpt::checkpoint_dirs(out_).empty();
-    log({{"event", "start"}, {"attempt", attempt}, {"np", np_}, {"resume", has_checkpoint}});
+    const auto cmd = command(attempt, has_checkpoint);
+    json start = {{"event", "start"}, {"attempt", attempt}, {"np", np_}, {"resume", has_checkpoint}};
+    if (!hosts_.empty()) start["hosts"] = host_list(hosts_);
+    start["command"] = join(cmd);
+    if (attempt == 1) r_.command = join(cmd);
+    log(start);
     const double t_attempt = now_seconds();
-    const pid_t pid = spawn(command(attempt, has_checkpoint));
+    const pid_t pid = spawn(cmd);
     return watch(pid, attempt, t_attempt);
   }
 
@@ -244,12 +293,21 @@ class Supervisor {
       if (done == pid) {
         end.detected = now;
         end.cause = cause_of(end.status);
+        if (!end.cause.empty()) reap_local_ranks(heartbeat_dir_, 10);
         return end;
       }
       if (g_interrupted.load()) {
-        stop_job(pid, 10);
+        stop(pid, 10);
         end.cause = "interrupted";
         end.detected = now;
+        return end;
+      }
+      if (watch_lost_hosts(now)) {
+        // The checkpoint is committed: the steps past it are recomputed
+        // anyway, so the job is killed rather than asked to save again.
+        end.detected = now;
+        end.status = stop(pid, 0);
+        end.cause = "grow";
         return end;
       }
       // A hang: some rank's heartbeat has not moved for the timeout (or no
@@ -258,13 +316,93 @@ class Supervisor {
         if (b.step < 0 ? now - t_attempt > o_.startup_timeout_s
                        : now - b.seen > o_.hang_timeout_s) {
           end.detected = now;
-          end.status = stop_job(pid, 5);
           end.cause = "hang";
+          // Across hosts the probe comes first: a job that lost a host cannot
+          // stop cleanly (mpirun waits for its daemon there), so it is killed.
+          if (!hosts_.empty()) {
+            end.probed = true;
+            end.down = unreachable_hosts();
+            end.probe_s = now_seconds() - now;
+          }
+          end.status = stop(pid, end.down.empty() ? 5 : 0);
           return end;
         }
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
+  }
+
+  // Stops the job (stop_job) and then its ranks left on this machine.
+  int stop(pid_t pid, double grace) {
+    const int status = stop_job(pid, grace);
+    if (const int left = reap_local_ranks(heartbeat_dir_, 10); left > 0)
+      log({{"event", "warning"}, {"what", std::to_string(left) + " ranks of the stopped job still run"}});
+    return status;
+  }
+
+  // The newest checkpoint's step; -1 when none.
+  int64_t newest_checkpoint() const {
+    const auto dirs = ckpt::checkpoint_dirs(out_);
+    int64_t newest = -1;
+    for (const auto& d : dirs) {
+      const std::string name = fs::path(d).filename().string();  // step-00000030
+      if (name.rfind("step-", 0) == 0) newest = std::max<int64_t>(newest, std::stoll(name.substr(5)));
+    }
+    return newest;
+  }
+
+  // While hosts are lost: probes them every probe_every_s; once one answers,
+  // true as soon as the job has committed a checkpoint after that (the
+  // restart that grows back then recomputes nothing it did not have to).
+  bool watch_lost_hosts(double now) {
+    if (lost_.empty() || o_.min_ranks == 0) return false;
+    if (back_.empty()) {
+      if (now < next_probe_) return false;
+      next_probe_ = now + o_.probe_every_s;
+      for (const auto& h : o_.hosts) {
+        if (!lost_.count(h.name) || !host_answers(h.name, o_.probe_port, o_.probe_timeout_s))
+          continue;
+        back_.push_back(h.name);
+      }
+      if (back_.empty()) return false;
+      back_checkpoint_ = newest_checkpoint();
+      log({{"event", "host-back"}, {"hosts", back_}, {"checkpoint", back_checkpoint_},
+           {"grow", "at the next checkpoint"}});
+      return false;
+    }
+    return newest_checkpoint() > back_checkpoint_;
+  }
+
+  // The hosts of the current layout that do not answer the probe.
+  std::vector<std::string> unreachable_hosts() const {
+    std::vector<std::string> down;
+    std::vector<std::thread> probes;
+    std::vector<char> up(hosts_.size(), 0);
+    for (size_t i = 0; i < hosts_.size(); ++i)
+      probes.emplace_back([&, i] { up[i] = host_answers(hosts_[i].name, o_.probe_port, o_.probe_timeout_s); });
+    for (auto& t : probes) t.join();
+    for (size_t i = 0; i < hosts_.size(); ++i)
+      if (!up[i]) down.push_back(hosts_[i].name);
+    return down;
+  }
+
+  // The ranks `host` holds in the current layout (hosts filled in order).
+  std::vector<int> ranks_of(const std::string& host) const {
+    std::vector<int> ranks;
+    int first = 0;
+    for (const auto& h : hosts_) {
+      if (h.name == host)
+        for (int r = first; r < first + h.slots; ++r) ranks.push_back(r);
+      first += h.slots;
+    }
+    return ranks;
+  }
+
+  // -B for np_ ranks at the launch's global batch; false when it does not split.
+  bool rescale_batch() {
+    if (np_ % cp_ != 0 || rows_ % (np_ / cp_) != 0) return false;
+    args_ = with_value(args_, "-B", "--batch", std::to_string(rows_ / (np_ / cp_)));
+    return true;
   }
 
   // The journal's recovery events as the heartbeats move.
@@ -307,40 +445,122 @@ class Supervisor {
     return "crash";
   }
 
+  // A lost host answers again and a checkpoint followed: the next attempt
+  // runs on every host not excluded that answers.
+  bool grow(int attempt, const AttemptEnd& end) {
+    std::vector<Host> next;
+    for (const auto& h : o_.hosts) {
+      const bool active = std::any_of(hosts_.begin(), hosts_.end(),
+                                      [&](const Host& a) { return a.name == h.name; });
+      if (active || (lost_.count(h.name) && host_answers(h.name, o_.probe_port, o_.probe_timeout_s)))
+        next.push_back(h);
+    }
+    const auto old_hosts = hosts_;
+    const int old_np = np_;
+    hosts_ = next;
+    np_ = total_slots(hosts_);
+    back_.clear();
+    if (!rescale_batch()) {
+      log({{"event", "grow-skipped"}, {"np", np_},
+           {"why", "the global batch does not split over " + std::to_string(np_ / cp_) + " replicas"}});
+      hosts_ = old_hosts;
+      np_ = old_np;
+      rescale_batch();
+    } else {
+      for (const auto& h : hosts_) lost_.erase(h.name);
+      log({{"event", "grow"}, {"attempt", attempt}, {"np", np_}, {"hosts", host_list(hosts_)},
+           {"checkpoint", newest_checkpoint()}, {"stop_s", now_seconds() - end.detected}});
+    }
+    pending_restart_from_ = end.detected;
+    pending_cause_ = "grow";
+    failed_at_step_ = end.last_step;
+    return true;
+  }
+
   // Journals the fault and prepares the next attempt; false: stop here.
   bool recover(int attempt, const AttemptEnd& end) {
+    if (end.cause == "grow") return grow(attempt, end);
     // Detection: from the last heartbeat progress to noticing the fault.
     const double detect_s = end.detected - end.last_progress;
-    log({{"event", "fault"},
-         {"attempt", attempt},
-         {"cause", end.cause},
-         {"last_step", end.last_step},
-         {"detect_s", detect_s},
-         {"status", WIFEXITED(end.status) ? WEXITSTATUS(end.status) : -WTERMSIG(end.status)}});
+    json fault = {{"event", "fault"},
+                  {"attempt", attempt},
+                  {"cause", end.cause},
+                  {"last_step", end.last_step},
+                  {"detect_s", detect_s},
+                  {"status", WIFEXITED(end.status) ? WEXITSTATUS(end.status) : -WTERMSIG(end.status)}};
+    // Across hosts: which of them stopped answering. A host that does not
+    // answer (a link down, a machine gone: from here they look the same)
+    // is named with its ranks; every host answering leaves a dead process
+    // or a hang on a live host.
+    std::vector<std::string> down;
+    if (!hosts_.empty() && end.cause != "input" && end.cause != "interrupted") {
+      const double t_probe = now_seconds();
+      down = end.probed ? end.down : unreachable_hosts();
+      fault["probe_s"] = end.probed ? end.probe_s : now_seconds() - t_probe;
+      if (!down.empty()) {
+        json named = json::array();
+        for (const auto& h : down) named.push_back({{"host", h}, {"ranks", ranks_of(h)}});
+        fault["unreachable"] = named;
+        fault["seen_as"] = end.cause;
+        fault["cause"] = "unreachable";
+      }
+    }
+    const std::string cause = fault["cause"];
+    log(fault);
     if (end.cause == "input" || end.cause == "interrupted") {
       r_.exit_code = end.cause == "input" ? 2 : 130;
       return false;
     }
-    if (attempt > o_.max_restarts) {
-      log({{"event", "gave-up"}, {"restarts", attempt - 1}});
+    if (++restarts_ > o_.max_restarts) {
+      log({{"event", "gave-up"}, {"restarts", restarts_ - 1}});
       r_.exit_code = 1;
       return false;
     }
-    r_.lost_s[end.cause] += 0;                        // (restart and recompute counted at recovery)
+    r_.lost_s[cause] += 0;                            // (restart and recompute counted at recovery)
     pending_restart_from_ = end.detected - detect_s;  // the fault's time, as near as we know
-    pending_cause_ = end.cause;
+    pending_cause_ = cause;
     failed_at_step_ = end.last_step;
-    // A smaller grid keeps the context-parallel groups whole: np - shrink_by
-    // must be a multiple of cp, and the rows must split over its replicas.
-    const int smaller = np_ - o_.shrink_by;
-    if (end.cause == "crash" && o_.min_np > 0 && smaller >= o_.min_np && smaller % cp_ == 0 &&
-        rows_ % (smaller / cp_) == 0) {
-      np_ = smaller;
-      const int64_t batch = rows_ / (np_ / cp_);
-      args_ = with_value(args_, "-B", "--batch", std::to_string(batch));
-      log({{"event", "shrink"}, {"np", np_}, {"cp", cp_}, {"batch", batch}});
+    if (!down.empty() && o_.min_ranks > 0) {
+      for (const auto& h : down) {
+        if (++failures_[h] >= 2) {
+          lost_.erase(h);
+          log({{"event", "exclude"}, {"host", h}, {"why", "unreachable twice"}});
+        } else {
+          lost_.insert(h);
+        }
+      }
+      std::vector<Host> survivors;
+      for (const auto& h : hosts_)
+        if (std::find(down.begin(), down.end(), h.name) == down.end()) survivors.push_back(h);
+      const int n = total_slots(survivors);
+      const bool fits = n >= o_.min_ranks && n % cp_ == 0 && rows_ % (n / cp_) == 0;
+      if (!fits) {
+        log({{"event", "gave-up"},
+             {"why", std::to_string(n) + " ranks answer; --min-ranks " +
+                         std::to_string(o_.min_ranks) + ", whole context-parallel groups of " +
+                         std::to_string(cp_) + " and the global batch of " +
+                         std::to_string(rows_) + " rows split over them are needed"}});
+        r_.exit_code = 1;
+        return false;
+      }
+      hosts_ = survivors;
+      np_ = n;
+      rescale_batch();
+      next_probe_ = now_seconds() + o_.probe_every_s;
+      log({{"event", "shrink"}, {"np", np_}, {"cp", cp_}, {"hosts", host_list(hosts_)},
+           {"batch", rows_ / (np_ / cp_)}});
     }
-    const double backoff = std::min(60.0, o_.backoff_s * std::pow(2.0, attempt - 1));
+    // One machine: a smaller grid keeps the context-parallel groups whole:
+    // np - shrink_by must be a multiple of cp, and the rows must split over
+    // its replicas.
+    const int smaller = np_ - o_.shrink_by;
+    if (o_.hosts.empty() && end.cause == "crash" && o_.min_ranks > 0 && smaller >= o_.min_ranks &&
+        smaller % cp_ == 0 && rows_ % (smaller / cp_) == 0) {
+      np_ = smaller;
+      rescale_batch();
+      log({{"event", "shrink"}, {"np", np_}, {"cp", cp_}, {"batch", rows_ / (np_ / cp_)}});
+    }
+    const double backoff = std::min(60.0, o_.backoff_s * std::pow(2.0, restarts_ - 1));
     log({{"event", "backoff"}, {"seconds", backoff}});
     std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
     return true;
@@ -349,6 +569,7 @@ class Supervisor {
   const LaunchOptions& o_;
   std::string out_;
   fs::path heartbeat_dir_;
+  std::vector<Host> hosts_;  // the current layout's hosts (empty: this machine)
   int np_;
   int cp_;  // context-parallel ranks per group (the train arguments' --cp)
   std::vector<std::string> args_;
@@ -362,16 +583,45 @@ class Supervisor {
   bool first_step_seen_ = false, recomputing_ = false;
   double first_step_at_ = 0;
   int64_t resumed_step_ = -1;
+  int restarts_ = 0;                   // after faults (growing back is not one)
+  std::map<std::string, int> failures_;  // a host's times unreachable
+  std::set<std::string> lost_;           // unreachable once: probed, may come back
+  std::vector<std::string> back_;        // lost hosts that answer again
+  int64_t back_checkpoint_ = -1;         // the newest checkpoint when they did
+  double next_probe_ = 0;
 };
 
 }  // namespace
 
-LaunchResult launch(const LaunchOptions& o) {
+std::vector<std::string> with_value(std::vector<std::string> args, const std::string& flag,
+                                    const std::string& alias, const std::string& value) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if ((args[i] == flag || args[i] == alias) && i + 1 < args.size()) {
+      args[i + 1] = value;
+      return args;
+    }
+    if (args[i].rfind(flag + "=", 0) == 0) {
+      args[i] = flag + "=" + value;
+      return args;
+    }
+  }
+  args.push_back(flag);
+  args.push_back(value);
+  return args;
+}
+
+LaunchResult launch(const LaunchOptions& options) {
+  LaunchOptions o = options;
   const std::string out = arg_value(o.train_args, "--out");
   if (out.empty())
     throw InputError("launch: the train arguments need --out RUN (checkpoints to restart from)");
+  if (!o.hosts.empty() && o.np > 0 && o.np != total_slots(o.hosts))
+    throw InputError("--np " + std::to_string(o.np) + ": expected the hosts' " +
+                     std::to_string(total_slots(o.hosts)) + " slots (" + host_list(o.hosts) +
+                     "), or leave it out");
+  if (o.np == 0) o.np = o.hosts.empty() ? 1 : total_slots(o.hosts);
   if (o.np < 1) throw InputError("--np: expected >= 1");
-  if (o.min_np > o.np) throw InputError("--min-np: expected <= --np " + std::to_string(o.np));
+  if (o.min_ranks > o.np) throw InputError("--min-ranks: expected <= --np " + std::to_string(o.np));
   if (const int cp = context_parallel(o.train_args); o.np % cp != 0)
     throw InputError("--np " + std::to_string(o.np) + ": expected a multiple of the train " +
                      "arguments' --cp " + std::to_string(cp) + " (whole context-parallel groups)");
@@ -379,6 +629,11 @@ LaunchResult launch(const LaunchOptions& o) {
     if (!arg_value(o.train_args, flag).empty())
       throw InputError(std::string("launch: ") + flag +
                        " among the train arguments; the supervisor sets it");
+  }
+  if (o.dry_run) {
+    LaunchResult r;
+    r.command = Supervisor(o, out).first_command();
+    return r;
   }
   fs::create_directories(out);
   auto old_int = std::signal(SIGINT, on_signal);

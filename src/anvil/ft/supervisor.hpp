@@ -5,7 +5,11 @@
 // repeated loss spikes (the trainer's exit statuses 10 and 11) it stops the
 // job and restarts it from the newest intact checkpoint, with exponential
 // backoff and a restart budget, optionally on fewer ranks (the global batch
-// kept). Every event goes to a JSONL journal; at the end it reports goodput
+// kept). Across hosts (--hosts, --hostfile, Slurm) it builds the mpirun
+// line; after a fault it probes every host, names the ones that no longer
+// answer and the ranks they held, restarts on the hosts that do (not below
+// --min-ranks), and grows back at the next checkpoint once a lost host
+// answers again; a host lost twice stays out. Every event goes to a JSONL journal; at the end it reports goodput
 // (useful training time / wall time) and the time lost to each cause.
 // docs/fault-tolerance.md has the journal's fields.
 #pragma once
@@ -15,12 +19,20 @@
 #include <string>
 #include <vector>
 
+#include "anvil/ft/hosts.hpp"
+
 namespace anvil::ft {
 
 struct LaunchOptions {
-  int np = 1;                 // ranks; 1 runs anvil train without mpirun
-  int min_np = 0;             // > 0: after a crash, restart on np - shrink_by ranks, not below this
-  int shrink_by = 1;          // ranks a lost "node" takes with it
+  int np = 0;                 // ranks; 0: the hosts' slots, or 1 (1 runs anvil train without mpirun)
+  std::vector<Host> hosts;    // empty: every rank on this machine
+  int min_ranks = 0;          // > 0: elastic; restart on fewer ranks, not below this
+  int shrink_by = 1;          // without hosts: ranks a crash takes away
+  int probe_port = 22;        // a host answers a TCP connection here (refused counts as up)
+  double probe_timeout_s = 3;
+  double probe_every_s = 10;  // lost hosts probed this often while the job runs
+  std::vector<std::string> mpirun_args;  // extra mpirun arguments (e.g. --mca plm_rsh_agent A)
+  bool dry_run = false;                  // print the first attempt's command and stop
   int max_restarts = 5;       // restart budget
   double hang_timeout_s = 60;      // a rank's heartbeat unchanged this long: a hang
   double startup_timeout_s = 300;  // to the first heartbeat of an attempt
@@ -37,7 +49,13 @@ struct LaunchResult {
   double wall_s = 0, useful_s = 0, goodput = 0;
   std::map<std::string, double> lost_s;  // by cause: detection + restart + recomputed steps
   std::string journal;
+  std::string command;  // the first attempt's command line
 };
+
+// The train arguments with the value of `flag` (or its short `alias`)
+// replaced, appended when absent.
+std::vector<std::string> with_value(std::vector<std::string> args, const std::string& flag,
+                                    const std::string& alias, const std::string& value);
 
 // Runs the job to completion or until the restart budget is spent. Throws
 // InputError on bad options (no --out among the train arguments, ...).

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# A link down between two hosts under `anvil launch --min-ranks`: two hosts
+# made as network namespaces (a veth between them, addresses only inside the
+# namespaces this script creates, removed on exit), 2 ranks each, Open MPI's
+# TCP transport. Mid-run the second host's end of the link goes down; the
+# supervisor must notice within the hang deadline + 5 s, name the host that
+# stopped answering and its ranks, and go on with 2 ranks on the first host
+# at the same global batch. With the link up again it takes the host back at
+# the next checkpoint and finishes on 4 ranks. Every step's loss must be
+# within 1e-6 (relative) of an uninterrupted 2-rank run at that global
+# batch. Prints the detection and restart times the journal measured.
+# Usage: link_down.sh ANVIL_BINARY SOURCE_DIR [STEPS=60]
+set -euo pipefail
+anvil=$1; src=$2; steps=${3:-60}
+if ! ip netns add "anvil-probe-$$" 2>/dev/null; then
+  echo "link_down: SKIPPED: cannot create network namespaces here (needs root and ip netns)"
+  exit 0
+fi
+ip netns del "anvil-probe-$$"
+id=$$
+h1=anvil-l1-$id h2=anvil-l2-$id
+a1=10.78.$((id % 250)).1 a2=10.78.$((id % 250)).2
+work=$(mktemp -d)
+cleanup() {
+  for h in "$h1" "$h2"; do
+    for pid in $(ip netns pids "$h" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+    ip netns del "$h" 2>/dev/null || true
+  done
+  [ -n "${ANVIL_KEEP:-}" ] && echo "kept $work" || rm -rf "$work"
+}
+trap cleanup EXIT
+ip netns add "$h1"
+ip netns add "$h2"
+ip link add "l1-$id" type veth peer name "l2-$id"
+ip link set "l1-$id" netns "$h1"
+ip link set "l2-$id" netns "$h2"
+ip -n "$h1" addr add "$a1/24" dev "l1-$id"
+ip -n "$h2" addr add "$a2/24" dev "l2-$id"
+for h in "$h1" "$h2"; do ip -n "$h" link set lo up; done
+ip -n "$h1" link set "l1-$id" up
+ip -n "$h2" link set "l2-$id" up
+
+python3 - "$work/text.txt" <<'PY'
+import random, sys
+random.seed(7)
+words = "the and of to in that he was for it with as his on be at by had not are but from or".split()
+text = []
+while sum(len(w) + 1 for w in text) < 60000:
+    text.append(random.choice(words) + ("." if random.random() < 0.1 else ""))
+open(sys.argv[1], "w").write(" ".join(text))
+PY
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+args="--config $src/tests/configs/zaya-tiny.json --set vocab_size=256 -T 64 --steps $steps \
+  --lr 3e-3 --warmup 2 --schedule constant --data $work/text.txt --peak-gflops 1 --log-every 1000"
+# The uninterrupted run: 2 ranks, 16 rows each (the global batch of 32).
+timeout 600 mpirun --oversubscribe -np 2 "$anvil" train $args -B 16 --json-out "$work/straight.json" \
+  > "$work/straight.log" 2>&1 || { cat "$work/straight.log"; exit 1; }
+
+# The supervised run on both hosts, 8 rows per rank, a checkpoint every 10 steps.
+export ANVIL_NETNS_MAP="$a1=$h1 $a2=$h2"
+out=$work/run
+mpi="--mca plm_rsh_agent $src/tests/parallel/netns_agent.sh --mca btl tcp,self \
+--mca btl_tcp_if_include $a1/24 --mca oob_tcp_if_include $a1/24 -x OMP_NUM_THREADS -x ANVIL_NETNS_MAP"
+ip netns exec "$h1" unshare --uts sh -c "hostname $h1 && exec timeout 600 $anvil launch \
+  --hosts $a1:2,$a2:2 --min-ranks 2 --hang-timeout 5 --probe-port 9 --probe-timeout 1 \
+  --probe-every 0.3 --backoff 0.1 --mpirun-args='$mpi' -- $args -B 8 --ckpt-every 10 --out $out" \
+  > "$work/launch.log" 2>&1 &
+launcher=$!
+step_of() { cut -d' ' -f1 "$out/heartbeat/rank-0" 2>/dev/null || echo -1; }
+journal_has() { grep -q "$1" "$out/journal.jsonl" 2>/dev/null; }
+wait_for() {  # CONDITION SECONDS
+  local t=0
+  until eval "$1"; do
+    sleep 0.2; t=$((t + 1))
+    if [ $t -gt $(($2 * 5)) ] || ! kill -0 $launcher 2>/dev/null; then
+      echo "link_down: FAIL: waited $2 s for: $1"; cat "$work/launch.log"; exit 1
+    fi
+  done
+}
+wait_for '[ "$(step_of)" -ge 15 ]' 120
+ip -n "$h2" link set "l2-$id" down
+down_at=$(date +%s.%N)
+wait_for 'journal_has "\"event\":\"shrink\""' 120
+ip -n "$h2" link set "l2-$id" up
+# Grown back, the link goes down again: the host is lost a second time and
+# stays out, though its link comes back.
+wait_for 'journal_has "\"cause\":\"grow\",\"event\":\"recovered\""' 120
+grown_at=$(grep -o '"checkpoint":[0-9]*,"event":"grow"' "$out/journal.jsonl" | grep -oE '[0-9]+' | head -1)
+wait_for "[ -d $out/step-$(printf %08d $((grown_at + 10))) ]" 120  # a checkpoint on 4 ranks
+ip -n "$h2" link set "l2-$id" down
+wait_for 'journal_has "\"event\":\"exclude\""' 120
+ip -n "$h2" link set "l2-$id" up
+wait $launcher || { echo "link_down: FAIL: anvil launch exited $?"; cat "$work/launch.log"; exit 1; }
+
+python3 - "$work" "$out" "$a2" "$steps" "$down_at" <<'PY'
+import json, sys
+work, out, lost_host, steps, down_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+straight = json.load(open(f"{work}/straight.json"))["losses"]
+events = [json.loads(l) for l in open(f"{out}/journal.jsonl")]
+by = lambda name: [e for e in events if e["event"] == name]
+fault = by("fault")[0]
+ok = True
+def check(cond, what):
+    global ok
+    print(("ok   " if cond else "FAIL ") + what)
+    ok &= bool(cond)
+check(fault["cause"] == "unreachable" and fault["unreachable"][0]["host"] == lost_host
+      and fault["unreachable"][0]["ranks"] == [2, 3],
+      f"the fault names host {lost_host}, ranks 2 and 3: {json.dumps(fault.get('unreachable'))}")
+check(fault["detect_s"] <= 5 + 5, f"detected {fault['detect_s']:.1f} s after the last step (deadline 5 s)")
+shrink, grow = by("shrink"), by("grow")
+check(shrink and shrink[0]["np"] == 2, f"restarted on {shrink[0]['np'] if shrink else '?'} ranks")
+check(grow and grow[0]["np"] == 4, f"grew back to {grow[0]['np'] if grow else '?'} ranks")
+exclude = by("exclude")
+check(len(shrink) == 2 and len(grow) == 1 and exclude and exclude[0]["host"] == lost_host,
+      f"lost again: host {exclude[0]['host'] if exclude else '?'} excluded ({exclude[0]['why'] if exclude else ''}), "
+      f"{len(shrink)} restarts on 2 ranks, {len(grow)} growing back")
+check(by("finished"), "finished")
+losses = {}
+for line in open(f"{out}/metrics.jsonl"):
+    m = json.loads(line)
+    if "loss" in m and "step" in m:
+        losses[m["step"]] = m["loss"]
+worst = max(abs(losses[s + 1] - straight[s]) / abs(straight[s]) for s in range(steps))
+check(len(losses) == steps and worst <= 1e-6,
+      f"{len(losses)} steps, largest relative loss difference to the uninterrupted run {worst:.2e}")
+rec = by("recovered")
+print(f"detection {fault['detect_s']:.2f} s (probe {fault.get('probe_s', 0):.2f} s); "
+      f"restart on the survivors {rec[0]['restart_s']:.2f} s; "
+      f"grow-back restart {rec[1]['restart_s'] if len(rec) > 1 else float('nan'):.2f} s")
+sys.exit(0 if ok else 1)
+PY
