@@ -21,6 +21,7 @@ struct GuardOptions {
   int max_spikes = 3;
   double straggler_factor = 2.0;
   int straggler_steps = 5;
+  std::string straggler_action = "warn";
   template <class V>
   void describe(V& v) {
     v({.name = "heartbeat",
@@ -44,6 +45,11 @@ struct GuardOptions {
       straggler_factor, at_least(0.0));
     v({.name = "straggler_steps", .help = "Slow steps in a row before a straggler is named"},
       straggler_steps, at_least(1));
+    v({.name = "straggler_action",
+       .help = "warn: name the straggler and go on; exclude: also checkpoint at that step, write "
+               "the rank into the heartbeat directory's 'straggler' file and exit with status 12, "
+               "for anvil launch to restart without it"},
+      straggler_action, one_of({"warn", "exclude"}));
   }
 };
 

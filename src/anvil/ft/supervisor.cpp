@@ -441,6 +441,7 @@ class Supervisor {
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
     if (WIFEXITED(status) && WEXITSTATUS(status) == kExitNonFinite) return "nan";
     if (WIFEXITED(status) && WEXITSTATUS(status) == kExitSpikes) return "spikes";
+    if (WIFEXITED(status) && WEXITSTATUS(status) == kExitStraggler) return "straggler";
     if (WIFEXITED(status) && WEXITSTATUS(status) == 2) return "input";
     return "crash";
   }
@@ -505,6 +506,21 @@ class Supervisor {
         fault["cause"] = "unreachable";
       }
     }
+    // A straggler the trainer stopped for (--straggler-action exclude): its
+    // rank, and across hosts its host, left out of the next attempt.
+    int straggler = -1;
+    std::string straggler_host;
+    if (end.cause == "straggler") {
+      std::ifstream f(heartbeat_dir_ / "straggler");
+      f >> straggler;
+      fault["rank"] = straggler;
+      int first = 0;
+      for (const auto& h : hosts_) {
+        if (straggler >= first && straggler < first + h.slots) straggler_host = h.name;
+        first += h.slots;
+      }
+      if (!straggler_host.empty()) fault["host"] = straggler_host;
+    }
     const std::string cause = fault["cause"];
     log(fault);
     if (end.cause == "input" || end.cause == "interrupted") {
@@ -520,8 +536,19 @@ class Supervisor {
     pending_restart_from_ = end.detected - detect_s;  // the fault's time, as near as we know
     pending_cause_ = cause;
     failed_at_step_ = end.last_step;
+    if (!straggler_host.empty() && o_.min_ranks > 0 &&
+        std::find(down.begin(), down.end(), straggler_host) == down.end()) {
+      down.push_back(straggler_host);
+      log({{"event", "exclude"}, {"host", straggler_host},
+           {"why", "straggler rank " + std::to_string(straggler)}});
+      lost_.erase(straggler_host);
+    }
     if (!down.empty() && o_.min_ranks > 0) {
       for (const auto& h : down) {
+        if (h == straggler_host) {
+          failures_[h] = 2;
+          continue;
+        }
         if (++failures_[h] >= 2) {
           lost_.erase(h);
           log({{"event", "exclude"}, {"host", h}, {"why", "unreachable twice"}});
@@ -554,7 +581,8 @@ class Supervisor {
     // np - shrink_by must be a multiple of cp, and the rows must split over
     // its replicas.
     const int smaller = np_ - o_.shrink_by;
-    if (o_.hosts.empty() && end.cause == "crash" && o_.min_ranks > 0 && smaller >= o_.min_ranks &&
+    if (o_.hosts.empty() && (end.cause == "crash" || end.cause == "straggler") &&
+        o_.min_ranks > 0 && smaller >= o_.min_ranks &&
         smaller % cp_ == 0 && rows_ % (smaller / cp_) == 0) {
       np_ = smaller;
       rescale_batch();

@@ -417,10 +417,12 @@ double Trainer::mfu(double tokens_per_second) const {
 
 bool Trainer::stop_requested() {
   // Every rank stops at the same step, whichever got the signal.
+  // Rank 0 alone names a straggler to exclude (rank + 1 in the second slot).
   if (!dp_ || world_ == 1) return g_stop.load();
-  int64_t flag = g_stop.load() ? 1 : 0;
-  dp_->sum(std::span<int64_t>(&flag, 1));
-  return flag > 0;
+  int64_t flags[2] = {g_stop.load() ? 1 : 0, straggler_ >= 0 ? straggler_ + 1 : 0};
+  dp_->sum(std::span<int64_t>(flags, 2));
+  if (flags[1] > 0) straggler_ = static_cast<int>(flags[1] - 1);
+  return flags[0] > 0 || flags[1] > 0;
 }
 
 void Trainer::log(const StepStats& s, double val) {
@@ -442,13 +444,17 @@ void Trainer::log(const StepStats& s, double val) {
     r.rank_wait = dp_->gather(wait);
   }
   if (rank_ != 0) return;
-  if (const auto slow = stragglers_.feed(s.step, r.rank_compute))
+  if (const auto slow = stragglers_.feed(s.step, r.rank_compute)) {
+    const bool exclude = o_.guard.straggler_action == "exclude";
     std::fprintf(stderr,
                  "anvil: warning: rank %d is a straggler: compute %.1f ms per step, %.1fx the "
-                 "other ranks' median %.1f ms, for %d steps since step %lld\n",
+                 "other ranks' median %.1f ms, for %d steps since step %lld%s\n",
                  slow->rank, 1e3 * slow->compute_s, slow->compute_s / slow->others_median_s,
                  1e3 * slow->others_median_s, o_.guard.straggler_steps,
-                 static_cast<long long>(slow->since_step));
+                 static_cast<long long>(slow->since_step),
+                 exclude ? "; checkpointing and stopping to restart without it" : "");
+    if (exclude && straggler_ < 0) straggler_ = slow->rank;
+  }
   r.model_metrics = model_->step_metrics();
   if (!o_.metrics.quiet) r.model_note = model_->progress_note();
   metrics_->log(s, r);
@@ -471,6 +477,14 @@ TrainResult Trainer::run() {
   if (step_ > result_.first_step) save();
   checkpoints_->wait(/*final=*/true);
   finish_result(steps);
+  if (straggler_ >= 0 && step_ < o_.train.steps) {
+    // For anvil launch: which rank to leave out ("RANK"), then status 12.
+    if (rank_ == 0 && !o_.guard.heartbeat.empty())
+      write_file_atomic(o_.guard.heartbeat + "/straggler", std::to_string(straggler_) + "\n");
+    throw ft::TrainingFault("rank " + std::to_string(straggler_) + " is a straggler; stopped at step " +
+                                std::to_string(step_) + " (checkpoint written) to restart without it",
+                            ft::kExitStraggler);
+  }
   return result_;
 }
 

@@ -115,6 +115,7 @@ class Trainer {
   ft::Injector injector_;
   ft::FaultGuard guard_;
   ft::StragglerWatch stragglers_;
+  int straggler_ = -1;  // --straggler-action exclude: the rank to leave out (every rank knows)
   double last_step_seconds_ = 0;  // this rank's compute in the last step (slow-rank)
   std::unique_ptr<CheckpointManager> checkpoints_;
   std::unique_ptr<MetricsLogger> metrics_;
