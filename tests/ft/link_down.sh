@@ -12,33 +12,18 @@
 # Usage: link_down.sh ANVIL_BINARY SOURCE_DIR [STEPS=60]
 set -euo pipefail
 anvil=$1; src=$2; steps=${3:-60}
-if ! ip netns add "anvil-probe-$$" 2>/dev/null; then
+. "$src/tests/parallel/netns_hosts.sh"
+if ! netns_possible; then
   echo "link_down: SKIPPED: cannot create network namespaces here (needs root and ip netns)"
   exit 0
 fi
-ip netns del "anvil-probe-$$"
-id=$$
-h1=anvil-l1-$id h2=anvil-l2-$id
-a1=10.78.$((id % 250)).1 a2=10.78.$((id % 250)).2
 work=$(mktemp -d)
 cleanup() {
-  for h in "$h1" "$h2"; do
-    for pid in $(ip netns pids "$h" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
-    ip netns del "$h" 2>/dev/null || true
-  done
+  netns_hosts_down
   [ -n "${ANVIL_KEEP:-}" ] && echo "kept $work" || rm -rf "$work"
 }
 trap cleanup EXIT
-ip netns add "$h1"
-ip netns add "$h2"
-ip link add "l1-$id" type veth peer name "l2-$id"
-ip link set "l1-$id" netns "$h1"
-ip link set "l2-$id" netns "$h2"
-ip -n "$h1" addr add "$a1/24" dev "l1-$id"
-ip -n "$h2" addr add "$a2/24" dev "l2-$id"
-for h in "$h1" "$h2"; do ip -n "$h" link set lo up; done
-ip -n "$h1" link set "l1-$id" up
-ip -n "$h2" link set "l2-$id" up
+netns_hosts_up ld
 
 python3 - "$work/text.txt" <<'PY'
 import random, sys
@@ -57,7 +42,6 @@ timeout 600 mpirun --oversubscribe -np 2 "$anvil" train $args -B 16 --json-out "
   > "$work/straight.log" 2>&1 || { cat "$work/straight.log"; exit 1; }
 
 # The supervised run on both hosts, 8 rows per rank, a checkpoint every 10 steps.
-export ANVIL_NETNS_MAP="$a1=$h1 $a2=$h2"
 out=$work/run
 mpi="--mca plm_rsh_agent $src/tests/parallel/netns_agent.sh --mca btl tcp,self \
 --mca btl_tcp_if_include $a1/24 --mca oob_tcp_if_include $a1/24 -x OMP_NUM_THREADS -x ANVIL_NETNS_MAP"
@@ -78,18 +62,18 @@ wait_for() {  # CONDITION SECONDS
   done
 }
 wait_for '[ "$(step_of)" -ge 15 ]' 120
-ip -n "$h2" link set "l2-$id" down
+ip -n "$h2" link set "$v2" down
 down_at=$(date +%s.%N)
 wait_for 'journal_has "\"event\":\"shrink\""' 120
-ip -n "$h2" link set "l2-$id" up
+ip -n "$h2" link set "$v2" up
 # Grown back, the link goes down again: the host is lost a second time and
 # stays out, though its link comes back.
 wait_for 'journal_has "\"cause\":\"grow\",\"event\":\"recovered\""' 120
 grown_at=$(grep -o '"checkpoint":[0-9]*,"event":"grow"' "$out/journal.jsonl" | grep -oE '[0-9]+' | head -1)
 wait_for "[ -d $out/step-$(printf %08d $((grown_at + 10))) ]" 120  # a checkpoint on 4 ranks
-ip -n "$h2" link set "l2-$id" down
+ip -n "$h2" link set "$v2" down
 wait_for 'journal_has "\"event\":\"exclude\""' 120
-ip -n "$h2" link set "l2-$id" up
+ip -n "$h2" link set "$v2" up
 wait $launcher || { echo "link_down: FAIL: anvil launch exited $?"; cat "$work/launch.log"; exit 1; }
 
 python3 - "$work" "$out" "$a2" "$steps" "$down_at" <<'PY'

@@ -99,9 +99,13 @@ void AsyncCommunicator::run() {
       error = std::current_exception();
     }
     {
+      // Moved, not copied: the waiting thread then holds the only reference
+      // to the exception, handed over under the mutex (a copy released here
+      // later would free it on this thread, unordered with the waiter's
+      // reads as far as ThreadSanitizer can see).
       std::lock_guard<std::mutex> lock(task.second->mutex);
       task.second->done = true;
-      task.second->error = error;
+      task.second->error = std::move(error);
     }
     task.second->done_cv.notify_all();
   }
