@@ -84,11 +84,17 @@ wait $launcher || { echo "chaos_soak: anvil launch exited $?"; tail -20 "$work/l
 final=$(ls -d "$out"/step-* | tail -1)
 cp -r "$final" "$work/final"
 echo "chaos_soak: the uninterrupted run"
+straight_t0=$(date +%s.%N)
 timeout 7200 mpirun --oversubscribe -np 4 "$anvil" train $args -B 8 --out "$work/straight" \
   > "$work/straight.log" 2>&1 || { tail -20 "$work/straight.log"; exit 1; }
-python3 - "$out/journal.jsonl" <<'PY'
+straight_t1=$(date +%s.%N)
+python3 - "$out/journal.jsonl" "$work/straight/metrics.jsonl" "$straight_t0" "$straight_t1" <<'PY'
 import collections, json, sys
 events = [json.loads(l) for l in open(sys.argv[1])]
+straight_useful = sum(json.loads(l).get("seconds", 0) for l in open(sys.argv[2]))
+print(f"the uninterrupted run (4 ranks, one host, plain mpirun): goodput "
+      f"{100 * straight_useful / (float(sys.argv[4]) - float(sys.argv[3])):.1f}% (start-up, saves and per-step "
+      f"overheads outside the step times)")
 faults = collections.Counter(e["cause"] for e in events if e["event"] == "fault")
 done = [e for e in events if e["event"] == "done"][-1]
 print("faults seen:", dict(faults))

@@ -317,14 +317,14 @@ class Supervisor {
                        : now - b.seen > o_.hang_timeout_s) {
           end.detected = now;
           end.cause = "hang";
-          // Across hosts the probe comes first: a job that lost a host cannot
-          // stop cleanly (mpirun waits for its daemon there), so it is killed.
+          // A hung job cannot stop at a step boundary (the trainer's clean
+          // stop), so it is killed. Across hosts the probe comes first.
           if (!hosts_.empty()) {
             end.probed = true;
             end.down = unreachable_hosts();
             end.probe_s = now_seconds() - now;
           }
-          end.status = stop(pid, end.down.empty() ? 5 : 0);
+          end.status = stop(pid, 0);
           return end;
         }
       }
@@ -416,6 +416,7 @@ class Supervisor {
       // The steps the fault threw away, done again.
       recomputing_ = false;
       r_.lost_s[pending_cause_recompute_] += now - first_step_at_;
+      in_a_row_ = 0;  // the job got past the fault: the next one backs off from the start
       log({{"event", "caught-up"},
            {"attempt", attempt},
            {"step", min_step},
@@ -527,6 +528,7 @@ class Supervisor {
       r_.exit_code = end.cause == "input" ? 2 : 130;
       return false;
     }
+    ++in_a_row_;
     if (++restarts_ > o_.max_restarts) {
       log({{"event", "gave-up"}, {"restarts", restarts_ - 1}});
       r_.exit_code = 1;
@@ -588,7 +590,7 @@ class Supervisor {
       rescale_batch();
       log({{"event", "shrink"}, {"np", np_}, {"cp", cp_}, {"batch", rows_ / (np_ / cp_)}});
     }
-    const double backoff = std::min(60.0, o_.backoff_s * std::pow(2.0, restarts_ - 1));
+    const double backoff = std::min(60.0, o_.backoff_s * std::pow(2.0, in_a_row_ - 1));
     log({{"event", "backoff"}, {"seconds", backoff}});
     std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
     return true;
@@ -612,6 +614,7 @@ class Supervisor {
   double first_step_at_ = 0;
   int64_t resumed_step_ = -1;
   int restarts_ = 0;                   // after faults (growing back is not one)
+  int in_a_row_ = 0;                   // faults since the job last got past one (backoff)
   std::map<std::string, int> failures_;  // a host's times unreachable
   std::set<std::string> lost_;           // unreachable once: probed, may come back
   std::vector<std::string> back_;        // lost hosts that answer again
