@@ -31,15 +31,7 @@ trap cleanup EXIT
 netns_hosts_up soak
 mkdir -p "$out"
 mount -t tmpfs -o size=256m anvil-soak "$out"
-python3 - "$work/text.txt" <<'PY'
-import random, sys
-random.seed(7)
-words = "the and of to in that he was for it with as his on be at by had not are but from or".split()
-text = []
-while sum(len(w) + 1 for w in text) < 200000:
-    text.append(random.choice(words) + ("." if random.random() < 0.1 else ""))
-open(sys.argv[1], "w").write(" ".join(text))
-PY
+words_text "$work/text.txt" 200000
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 # About 60 ms a step on 4 ranks over TCP here: the steps for MINUTES.
 steps=${ANVIL_SOAK_STEPS:-$((minutes * 60 * 1000 / 60))}

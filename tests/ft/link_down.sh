@@ -25,15 +25,7 @@ cleanup() {
 trap cleanup EXIT
 netns_hosts_up ld
 
-python3 - "$work/text.txt" <<'PY'
-import random, sys
-random.seed(7)
-words = "the and of to in that he was for it with as his on be at by had not are but from or".split()
-text = []
-while sum(len(w) + 1 for w in text) < 60000:
-    text.append(random.choice(words) + ("." if random.random() < 0.1 else ""))
-open(sys.argv[1], "w").write(" ".join(text))
-PY
+words_text "$work/text.txt"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 args="--config $src/tests/configs/zaya-tiny.json --set vocab_size=256 -T 64 --steps $steps \
   --lr 3e-3 --warmup 2 --schedule constant --data $work/text.txt --peak-gflops 1 --log-every 1000"

@@ -10,13 +10,10 @@
 set -euo pipefail
 anvil=$1; src=$2; rate=${3:-1gbit}; steps=${4:-20}
 config=${5:-$src/tests/configs/zaya-tiny.json}; B=${6:-4}; T=${7:-32}
-id=$$
-h1=anvil-h1-$id h2=anvil-h2-$id
-a1=10.77.$((id % 250)).1 a2=10.77.$((id % 250)).2
+. "$src/tests/parallel/netns_hosts.sh"
 work=$(mktemp -d)
 cleanup() {
-  ip netns del "$h1" 2>/dev/null || true
-  ip netns del "$h2" 2>/dev/null || true
+  netns_hosts_down
   if [ -n "${ANVIL_MULTIHOST_OUT:-}" ]; then
     mkdir -p "$ANVIL_MULTIHOST_OUT"
     cp "$work"/*.json "$ANVIL_MULTIHOST_OUT"/ 2>/dev/null || true
@@ -24,37 +21,19 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-ip netns add "$h1"
-ip netns add "$h2"
-ip link add "v1-$id" type veth peer name "v2-$id"
-ip link set "v1-$id" netns "$h1"
-ip link set "v2-$id" netns "$h2"
-ip -n "$h1" addr add "$a1/24" dev "v1-$id"
-ip -n "$h2" addr add "$a2/24" dev "v2-$id"
-for h in "$h1" "$h2"; do ip -n "$h" link set lo up; done
-ip -n "$h1" link set "v1-$id" up
-ip -n "$h2" link set "v2-$id" up
+netns_hosts_up mh
 # The inter-host link's bandwidth, both directions. tbf's bucket must hold
 # at least a timer tick's worth of bytes (rate / HZ) or it caps the rate
 # below the one asked for: 16 MB covers 10 Gbit/s at HZ 100.
-ip netns exec "$h1" tc qdisc add dev "v1-$id" root tbf rate "$rate" burst 16mb latency 100ms
-ip netns exec "$h2" tc qdisc add dev "v2-$id" root tbf rate "$rate" burst 16mb latency 100ms
+ip netns exec "$h1" tc qdisc add dev "$v1" root tbf rate "$rate" burst 16mb latency 100ms
+ip netns exec "$h2" tc qdisc add dev "$v2" root tbf rate "$rate" burst 16mb latency 100ms
 
-python3 - "$work/text.txt" <<'PY'
-import random, sys
-random.seed(7)
-words = "the and of to in that he was for it with as his on be at by had not are but from or".split()
-text = []
-while sum(len(w) + 1 for w in text) < 60000:
-    text.append(random.choice(words) + ("." if random.random() < 0.1 else ""))
-open(sys.argv[1], "w").write(" ".join(text))
-PY
+words_text "$work/text.txt"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 args="train --config $config --set vocab_size=256 -B $B -T $T --steps $steps --lr 3e-3 --warmup 2 \
   --data $work/text.txt --peak-gflops 1 --log-every 1000"
 OMP_NUM_THREADS=1 timeout 600 mpirun --oversubscribe -np 2 "$anvil" $args \
   --json-out "$work/one-host.json" > "$work/one-host.log" 2>&1 || { cat "$work/one-host.log"; exit 1; }
-export ANVIL_NETNS_MAP="$a1=$h1 $a2=$h2"
 timeout 600 ip netns exec "$h1" unshare --uts sh -c "hostname $h1 && exec mpirun \
   --host $a1,$a2 -np 2 --mca plm_rsh_agent $src/tests/parallel/netns_agent.sh \
   --mca btl tcp,self --mca btl_tcp_if_include $a1/24 --mca oob_tcp_if_include $a1/24 \
