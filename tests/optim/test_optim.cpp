@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -17,6 +18,7 @@
 #include "anvil/model/zaya_model.hpp"
 #include "anvil/optim/adamw.hpp"
 #include "anvil/optim/muon.hpp"
+#include "anvil/optim/square_sum.hpp"
 #include "support/input_error.hpp"
 
 namespace anvil::optim {
@@ -258,6 +260,39 @@ TEST(Schedule, WarmupCosineAndWsd) {
   EXPECT_NEAR(s.at(109), 0.1, 1e-12);
   s.kind = "linear";
   EXPECT_THROW(optim::validate(s, "--schedule"), InputError);
+}
+
+// The exact sum of squares: the same bits however the gradient is split
+// (threads, ranks, shards), close to a long-double sum, NaN on a NaN or an
+// infinity, 0 on zeros.
+TEST(Clipping, SumOfSquaresIsExactSoSplitsDoNotChangeIt) {
+  std::mt19937 rng(7);
+  std::lognormal_distribution<float> mag(-6.0f, 3.0f);
+  std::vector<float> g(100003);
+  for (auto& x : g) x = (rng() % 2 ? -1.0f : 1.0f) * mag(rng);
+  long double want = 0;
+  for (float x : g) want += static_cast<long double>(x) * x;
+  const double whole = optim::sum_of_squares(g.data(), static_cast<int64_t>(g.size()));
+  EXPECT_NEAR(whole, static_cast<double>(want), 1e-12 * static_cast<double>(want));
+  const int scale = optim::square_scale(optim::max_abs(g.data(), static_cast<int64_t>(g.size())));
+  for (int64_t cut : {int64_t{1}, int64_t{1023}, int64_t{4096}, int64_t{50001}}) {
+    optim::SquareSum parts = optim::scaled_square_sum(g.data(), cut, scale);
+    optim::add(parts, optim::scaled_square_sum(g.data() + cut,
+                                               static_cast<int64_t>(g.size()) - cut, scale));
+    EXPECT_EQ(optim::square_sum_value(parts, scale), whole) << "cut at " << cut;
+  }
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    EXPECT_EQ(optim::sum_of_squares(g.data(), static_cast<int64_t>(g.size())), whole) << threads;
+  }
+  omp_set_num_threads(saved);
+  std::vector<float> zeros(10, 0.0f);
+  EXPECT_EQ(optim::global_norm(zeros.data(), 10), 0.0);
+  g[5] = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(std::isnan(optim::global_norm(g.data(), static_cast<int64_t>(g.size()))));
+  g[5] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(optim::global_norm(g.data(), static_cast<int64_t>(g.size()))));
 }
 
 TEST(Clipping, CoefficientIsTorchsAndAdamWAppliesIt) {

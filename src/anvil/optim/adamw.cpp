@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "anvil/base/error.hpp"
+#include "anvil/optim/square_sum.hpp"
 
 namespace anvil::optim {
 
@@ -94,21 +95,10 @@ std::vector<model::TensorShard> AdamW::state(const std::vector<Range>& within) {
 }
 
 double sum_of_squares(const float* grads, int64_t n) {
-  std::vector<double> partial(static_cast<size_t>(omp_get_max_threads()), 0.0);
-#pragma omp parallel
-  {
-    // A fixed slice per thread and a fixed vector order inside it: the same
-    // bits on every run with the same thread count.
-    const int nt = omp_get_num_threads(), id = omp_get_thread_num();
-    const int64_t begin = n * id / nt, end = n * (id + 1) / nt;
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = begin; i < end; ++i) s += static_cast<double>(grads[i]) * grads[i];
-    partial[static_cast<size_t>(id)] = s;
-  }
-  double total = 0.0;
-  for (double s : partial) total += s;
-  return total;
+  const float m = max_abs(grads, n);
+  if (!(m > 0)) return std::isnan(m) ? static_cast<double>(m) : 0.0;  // NaN or Inf, or all zero
+  const int scale = square_scale(m);
+  return square_sum_value(scaled_square_sum(grads, n, scale), scale);
 }
 
 double global_norm(const float* grads, int64_t n) {

@@ -58,9 +58,11 @@ class AdamW {
   tensor::Arena m_, v_;
 };
 
-// The L2 norm of all gradients (accumulated in double, deterministically).
+// The L2 norm of all gradients, summed exactly (optim/square_sum.hpp): the
+// same bits however the elements are split or ordered; NaN when one is NaN
+// or infinite.
 double global_norm(const float* grads, int64_t n);
-// Sum of squares of grads[0, n) in double (global_norm squared).
+// Sum of squares of grads[0, n) (global_norm squared).
 double sum_of_squares(const float* grads, int64_t n);
 // The factor torch.nn.utils.clip_grad_norm_ scales gradients by so their
 // global norm is at most max_norm: min(1, max_norm / (norm + 1e-6)); 1 when

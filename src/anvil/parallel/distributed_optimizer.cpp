@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <span>
 
+#include "anvil/optim/square_sum.hpp"
 #include "anvil/parallel/data_parallel.hpp"
 
 namespace anvil::parallel {
@@ -52,14 +55,29 @@ DistributedOptimizer::DistributedOptimizer(model::TrainableModel& model,
 
 DistributedOptimizer::~DistributedOptimizer() = default;
 
-void DistributedOptimizer::start_reduction() {
-  if (!reducer_) return;
-  reducer_->begin();
-  model_.set_grads_ready_hook([this](int64_t offset) { reducer_->ready_from(offset); });
+void DistributedOptimizer::start_reduction(const float* earlier) {
+  if (reducer_) reducer_->begin();
+  if (!reducer_ && !earlier) return;
+  earlier_ = earlier;
+  finished_from_ = model_.registry().total();
+  model_.set_grads_ready_hook([this](int64_t offset) {
+    add_earlier_from(offset);
+    if (reducer_) reducer_->ready_from(offset);
+  });
+}
+
+void DistributedOptimizer::add_earlier_from(int64_t offset) {
+  if (earlier_) {
+    float* g = model_.grads();
+    for (int64_t i = offset; i < finished_from_; ++i) g[i] = earlier_[i] + g[i];
+  }
+  finished_from_ = std::min(finished_from_, offset);
 }
 
 void DistributedOptimizer::stop_handing_over() {
-  if (reducer_) model_.set_grads_ready_hook({});
+  add_earlier_from(0);  // backward's last call says 0; this only makes sure
+  earlier_ = nullptr;
+  model_.set_grads_ready_hook({});
 }
 
 ReduceTimes DistributedOptimizer::finish_reduction() {
@@ -67,15 +85,31 @@ ReduceTimes DistributedOptimizer::finish_reduction() {
 }
 
 double DistributedOptimizer::grad_norm() {
-  if (!reducer_) return optim::global_norm(model_.grads(), model_.registry().total());
-  // Each rank's share over its owned blocks, summed in rank order: the same
-  // bits with ZeRO-1 (where only those blocks are reduced here) and without.
-  double mine = 0;
-  for (const auto& [begin, end] : reducer_->owned())
-    mine += optim::sum_of_squares(model_.grads() + begin, end - begin);
-  double total = 0;
-  for (double x : dp_->gather(mine)) total += x;
-  return std::sqrt(total);
+  const float* g = model_.grads();
+  // Every rank holds every summed gradient (no ZeRO shards, no experts of
+  // its own): the norm is local, and the exact sum makes it the one-rank
+  // run's bits.
+  if (!reducer_ || (!adamw_->sharded() && ep_ <= 1))
+    return optim::global_norm(g, model_.registry().total());
+  // Otherwise each rank's owned blocks, in fixed point at the scale of the
+  // largest magnitude anywhere: integer sums, the same bits on any layout.
+  const auto owned = reducer_->owned();
+  float mine = 0.0f;
+  for (const auto& [begin, end] : owned) {
+    const float m = optim::max_abs(g + begin, end - begin);
+    mine = std::isnan(m) || std::isnan(mine) ? m : std::max(mine, m);
+  }
+  float largest = 0.0f;
+  for (double m : dp_->gather(static_cast<double>(mine)))
+    largest = std::isnan(m) || std::isnan(largest) ? std::numeric_limits<float>::quiet_NaN()
+                                                  : std::max(largest, static_cast<float>(m));
+  if (!(largest > 0)) return std::isnan(largest) ? static_cast<double>(largest) : 0.0;
+  const int scale = optim::square_scale(largest);
+  optim::SquareSum sum;
+  for (const auto& [begin, end] : owned)
+    optim::add(sum, optim::scaled_square_sum(g + begin, end - begin, scale));
+  dp_->sum(std::span<int64_t>(sum.limbs, 3));
+  return std::sqrt(optim::square_sum_value(sum, scale));
 }
 
 void DistributedOptimizer::update(float lr, float coef, int64_t step) {

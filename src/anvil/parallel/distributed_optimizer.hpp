@@ -31,8 +31,12 @@ class DistributedOptimizer {
   ~DistributedOptimizer();
 
   // Around the step's last backward: its gradients go to the reduction as
-  // backward finishes them.
-  void start_reduction();
+  // backward finishes them. `earlier` (or null): the step's earlier
+  // micro-batches' gradients, summed; each range is added to (earlier +
+  // last) as it finishes, before it is handed over: the sum two ranks'
+  // reduction makes of one micro-batch each, so one rank with two
+  // micro-batches gets the same bits. Must live until stop_handing_over.
+  void start_reduction(const float* earlier = nullptr);
   void stop_handing_over();
   // Waits for the whole reduction (zero times on one process).
   ReduceTimes finish_reduction();
@@ -51,11 +55,15 @@ class DistributedOptimizer {
   int64_t bucket_count() const { return reducer_ ? reducer_->bucket_count() : 0; }
 
  private:
+  void add_earlier_from(int64_t offset);
   void broadcast_muon_matrices(float* data);
 
   model::TrainableModel& model_;
   DataParallelGroup* dp_;
   int ep_;
+  // The earlier micro-batches' summed gradients; added already at offsets >= finished_from_.
+  const float* earlier_ = nullptr;
+  int64_t finished_from_ = 0;
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<optim::AdamW> adamw_;
   std::unique_ptr<optim::Muon> muon_;

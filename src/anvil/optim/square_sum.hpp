@@ -1,0 +1,37 @@
+// The gradients' squared L2 norm, summed exactly. Every square goes to fixed
+// point (2^52 over a power of two above the largest square), and the
+// integers add without rounding, so the sum does not depend on how the
+// elements are split over threads, ranks, ZeRO shards or micro-batches, nor
+// on the order they are added in: one rank with two micro-batches and two
+// ranks clip by the same bits. The relative error against the real sum is
+// below n * 2^-52 of the largest square's share (a square is rounded to the
+// nearest fixed-point step; the steps are 2^-52 of the largest).
+#pragma once
+
+#include <cstdint>
+
+namespace anvil::optim {
+
+// The largest |g| over grads[0, n); NaN when one is NaN or infinite.
+float max_abs(const float* grads, int64_t n);
+
+// The sum of round(g^2 * 2^scale) over a range, as three 42-bit limbs (low
+// first), so sums from many ranks add as int64 without overflow.
+struct SquareSum {
+  int64_t limbs[3] = {0, 0, 0};
+};
+
+// The fixed-point exponent for a largest magnitude `max_abs` (finite, > 0):
+// every square times 2^scale is at most 2^52.
+int square_scale(float max_abs);
+
+// The fixed-point squares of grads[0, n) at `scale`, summed.
+SquareSum scaled_square_sum(const float* grads, int64_t n, int scale);
+
+// Limb-wise sum (for several ranges or ranks).
+void add(SquareSum& into, const SquareSum& more);
+
+// The sum of squares `s` stands for at `scale` (rounded once, to double).
+double square_sum_value(const SquareSum& s, int scale);
+
+}  // namespace anvil::optim
