@@ -94,6 +94,26 @@ TEST(DataParallel, ZeroEqualsPlainDataParallelBitForBit) {
   }
 }
 
+// Two ranks' reduction adds one micro-batch's gradients to the other's; one
+// rank with two micro-batches adds its own the same way, and the gradient
+// norm is summed exactly: the same bits, with and without ZeRO-1 (so an
+// elastic restart from two ranks to one continues the two-rank run
+// exactly). zaya-tiny: MoE with bias balancing, CCA. The validation loss is
+// summed over other row groups and may differ in its last bits.
+TEST(DataParallel, OneRankWithTwoMicroBatchesEqualsTwoRanksBitForBit) {
+  const TrainRun one = train(1, "bits-1x2", kZaya + " -B 3 --accum 2");
+  for (const std::string zero : {"", " --zero"}) {
+    const TrainRun two = train(2, zero.empty() ? "bits-2x1" : "bits-2x1-zero", kZaya + " -B 3" + zero);
+    EXPECT_EQ(two.losses, one.losses) << zero;
+    for (const auto& [name, t] : one.weights.tensors)
+      EXPECT_EQ(t.data, two.weights.tensors.at(name).data) << zero << ": " << name;
+    const auto mo = anvil::ckpt::read_tensors(one.checkpoint, "optimizer");
+    const auto mt = anvil::ckpt::read_tensors(two.checkpoint, "optimizer");
+    EXPECT_EQ(mo.size(), mt.size()) << zero;
+    for (const auto& [name, t] : mo) EXPECT_EQ(t.data, mt.at(name).data) << zero << ": " << name;
+  }
+}
+
 // A ZeRO-1 checkpoint resumes on another rank count, with or without ZeRO,
 // on the trajectory of the run that never stopped.
 // 20 steps straight on `first_ranks` against 10 steps there and 10 more

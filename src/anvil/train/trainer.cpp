@@ -308,14 +308,31 @@ std::array<double, 2> Trainer::forward_backward_step() {
     } else {
       batches_.train_micro_batch(step_, m, rank_, world_, B_, tokens_.data(), targets_.data());
     }
-    // The last micro-batch's backward hands finished gradients to the reduction.
+    // The last micro-batch's backward hands finished gradients to the
+    // reduction. Each micro-batch's gradients are computed alone and added to
+    // the earlier ones' sum (not accumulated into them by backward): two
+    // ranks' reduction adds one micro-batch's to another's the same way, so
+    // one rank with two micro-batches trains the two-rank run's bits.
     const bool last = m + 1 == accum;
-    if (last) optimizer_->start_reduction();
+    if (m > 0) model_->zero_grads();
+    if (last) optimizer_->start_reduction(m > 0 ? earlier_grads_.data() : nullptr);
     int64_t scored = 0;
     sums[0] += model_->forward_backward(tokens_.data(), targets_.data(), B_, T_local_, grad_scale,
                                         &scored);
     sums[1] += static_cast<double>(scored);
-    if (last) optimizer_->stop_handing_over();
+    if (last) {
+      optimizer_->stop_handing_over();
+    } else {
+      const float* g = model_->grads();
+      const int64_t n = model_->registry().total();
+      earlier_grads_.resize(static_cast<size_t>(n));
+      float* e = earlier_grads_.data();
+      if (m == 0) {
+        std::copy(g, g + n, e);
+      } else {
+        for (int64_t i = 0; i < n; ++i) e[i] = e[i] + g[i];
+      }
+    }
   }
   sums[0] = injector_.step_loss(step_, sums[0]);
   return sums;
@@ -425,7 +442,7 @@ bool Trainer::stop_requested() {
   return flags[0] > 0 || flags[1] > 0;
 }
 
-void Trainer::log(const StepStats& s, double val) {
+void Trainer::log(const StepStats& s, double val, double iteration_start) {
   StepReport r;
   r.val_loss = val;
   r.tokens_per_step = tokens_per_step();
@@ -457,6 +474,7 @@ void Trainer::log(const StepStats& s, double val) {
   }
   r.model_metrics = model_->step_metrics();
   if (!o_.metrics.quiet) r.model_note = model_->progress_note();
+  r.iteration_seconds = now_seconds() - iteration_start;
   metrics_->log(s, r);
 }
 
@@ -464,14 +482,18 @@ TrainResult Trainer::run() {
   std::vector<StepStats> steps;
   {
     const StopSignals signals;
+    // An iteration: the stop vote, the step, validation and the metrics line
+    // (its gathers); the checkpoint save is not part of it.
+    double iteration_start = now_seconds();
     while (step_ < o_.train.steps && !stop_requested()) {
       steps.push_back(step());
       const bool last = step_ == o_.train.steps;
       const bool val_now = (o_.train.val_every > 0 && step_ % o_.train.val_every == 0) || last;
       const double val = val_now ? validate() : -1;
       if (last) result_.val_loss = val;
-      log(steps.back(), val);
+      log(steps.back(), val, iteration_start);
       if (o_.checkpoint.every > 0 && step_ % o_.checkpoint.every == 0 && !last) save();
+      iteration_start = now_seconds();
     }
   }
   if (step_ > result_.first_step) save();

@@ -93,7 +93,7 @@ class Trainer {
   void take_local_chunks();
   // Tokens per optimizer step over every rank (each counted once).
   double tokens_per_step() const;
-  void log(const StepStats& s, double val);
+  void log(const StepStats& s, double val, double iteration_start);
   double mfu(double tokens_per_second) const;
   void finish_result(const std::vector<StepStats>& steps);
   void print_summary(bool stopped) const;
@@ -121,6 +121,7 @@ class Trainer {
   std::unique_ptr<MetricsLogger> metrics_;
   GemmPeak peak_;
   std::vector<int32_t> tokens_, targets_, full_tokens_, full_targets_;
+  std::vector<float> earlier_grads_;  // with --accum: the step's earlier micro-batches' gradients, summed
   int64_t step_ = 0;
   TrainResult result_;
 };
