@@ -168,7 +168,7 @@ class TrainCommands : public CommandFamily {
                      "time). Across hosts: hosts that do not answer after a fault are left out, "
                      "a lost host answering again is taken back at the next checkpoint, one "
                      "lost twice stays out. On one machine: a crash takes --shrink-by ranks. "
-                     "The global batch is kept (-B scaled)")
+                     "The global batch is kept: each rank keeps -B and --accum takes up the lost ranks' rows")
         ->check(at_least(0))
         ->capture_default_str();
     launch_->add_option("--shrink-by", l.shrink_by,

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Chaos soak: zaya-tiny under `anvil launch` on two hosts (network
-# namespaces, 2 ranks each, Open MPI over TCP, tests/parallel/netns_hosts.sh)
-# for MINUTES, a random fault every EVERY seconds, then the same run
-# uninterrupted at the same global batch on one host (4 ranks) to compare:
+# namespaces, SLOTS ranks each (default 1: one per core of a 2-core machine),
+# Open MPI over TCP, tests/parallel/netns_hosts.sh) for MINUTES, a random
+# fault every EVERY seconds, then the same run uninterrupted at the same
+# layout (2 x SLOTS ranks on one host) to compare:
 #   kill       kill -9 of a random rank
 #   hang       SIGSTOP of a random rank (never continued)
 #   link-down  the second host's veth down for 15 s (a second time: the
@@ -13,10 +14,11 @@
 # journal's causes, goodput (productive step time / wall time; target >= 85%)
 # and the final checkpoint against the uninterrupted run's (anvil ckpt diff:
 # bit for bit when the layout never changed). Needs root (netns, tmpfs).
-# Usage: bench/chaos_soak.sh [MINUTES=20] [EVERY=120] [SEED=1]
+# While one host is out, its ranks' rows are the survivors' extra --accum.
+# Usage: bench/chaos_soak.sh [MINUTES=20] [EVERY=120] [SEED=1] [SLOTS=1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-minutes=${1:-20}; every=${2:-120}; seed=${3:-1}
+minutes=${1:-20}; every=${2:-120}; seed=${3:-1}; slots=${4:-1}
 anvil=$PWD/build/anvil src=$PWD
 . tests/parallel/netns_hosts.sh
 netns_possible || { echo "chaos_soak: needs root and ip netns" >&2; exit 2; }
@@ -33,16 +35,17 @@ mkdir -p "$out"
 mount -t tmpfs -o size=256m anvil-soak "$out"
 words_text "$work/text.txt" 200000
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-# About 60 ms a step on 4 ranks over TCP here: the steps for MINUTES.
-steps=${ANVIL_SOAK_STEPS:-$((minutes * 60 * 1000 / 60))}
+# About STEP_MS a step on 2 ranks over TCP on 2 cores: the steps for MINUTES.
+step_ms=${ANVIL_SOAK_STEP_MS:-60}
+steps=${ANVIL_SOAK_STEPS:-$((minutes * 60 * 1000 / step_ms))}
 args="--config $src/tests/configs/zaya-tiny.json --set vocab_size=256 -T 64 --steps $steps \
   --lr 1e-3 --warmup 20 --schedule constant --data $work/text.txt --peak-gflops 1 --log-every 1000 \
   --ckpt-every 50 --keep 3 --on-save-error continue"
 mpi="--mca plm_rsh_agent $src/tests/parallel/netns_agent.sh --mca btl tcp,self \
 --mca btl_tcp_if_include $a1/24 --mca oob_tcp_if_include $a1/24 -x OMP_NUM_THREADS -x ANVIL_NETNS_MAP"
-echo "chaos_soak: $steps steps on $a1:2,$a2:2, a fault every $every s, seed $seed; work $work"
+echo "chaos_soak: $steps steps on $a1:$slots,$a2:$slots, a fault every $every s, seed $seed; work $work"
 ip netns exec "$h1" unshare --uts sh -c "hostname $h1 && exec $anvil launch \
-  --hosts $a1:2,$a2:2 --min-ranks 2 --hang-timeout 10 --probe-timeout 1 --probe-every 2 \
+  --hosts $a1:$slots,$a2:$slots --min-ranks $slots --hang-timeout 10 --probe-timeout 1 --probe-every 2 \
   --max-restarts 1000 --backoff 0.5 --inject nan@$((steps / 7)) --mpirun-args='$mpi' \
   -- $args -B 8 --out $out" > "$work/launch.log" 2>&1 &
 launcher=$!
@@ -77,14 +80,15 @@ final=$(ls -d "$out"/step-* | tail -1)
 cp -r "$final" "$work/final"
 echo "chaos_soak: the uninterrupted run"
 straight_t0=$(date +%s.%N)
-timeout 7200 mpirun --oversubscribe -np 4 "$anvil" train $args -B 8 --out "$work/straight" \
+timeout 7200 mpirun --oversubscribe -np $((2 * slots)) "$anvil" train $args -B 8 --out "$work/straight" \
   > "$work/straight.log" 2>&1 || { tail -20 "$work/straight.log"; exit 1; }
 straight_t1=$(date +%s.%N)
 python3 - "$out/journal.jsonl" "$work/straight/metrics.jsonl" "$straight_t0" "$straight_t1" <<'PY'
 import collections, json, sys
 events = [json.loads(l) for l in open(sys.argv[1])]
-straight_useful = sum(json.loads(l).get("seconds", 0) for l in open(sys.argv[2]))
-print(f"the uninterrupted run (4 ranks, one host, plain mpirun): goodput "
+straight_useful = sum(m.get("iteration_s", m.get("seconds", 0))
+                     for m in map(json.loads, open(sys.argv[2])))
+print(f"the uninterrupted run (one host, plain mpirun): goodput "
       f"{100 * straight_useful / (float(sys.argv[4]) - float(sys.argv[3])):.1f}% (start-up, saves and per-step "
       f"overheads outside the step times)")
 faults = collections.Counter(e["cause"] for e in events if e["event"] == "fault")

@@ -142,7 +142,7 @@ TEST(Trainer, MuonTrainsAndResumesExactly) {
 // zaya-tiny, 10 steps of 4 rows.
 TrainOptions zaya_tiny() {
   auto o = tiny("");
-  o.model.config = std::string(ANVIL_SOURCE_DIR) + "/configs/zaya-tiny.json";
+  o.model.config = ANVIL_SOURCE_DIR "/configs/zaya-tiny.json";
   o.train.batch = 4;
   o.train.accum = 1;
   o.train.steps = 10;
@@ -243,6 +243,36 @@ TEST(Trainer, ResumesWithANewAccumOnlyWhenAsked) {
   plain.checkpoint.resume = "latest";
   plain.train.accum = 3;
   EXPECT_EQ(run_training(plain).first_step, 6);
+}
+
+// The same rows per step split another way (a smaller micro-batch, more
+// accumulation: what an elastic restart on fewer ranks does) continues the
+// trajectory: the losses are the uninterrupted run's up to rounding.
+TEST(Trainer, ResumesTheSameRowsPerStepSplitAnotherWay) {
+  const std::string dir = testing::TempDir() + "/split_run";
+  fs::remove_all(dir);
+  auto straight = tiny("");
+  straight.train.steps = 8;
+  const auto want = run_training(straight).losses;
+  auto first = tiny(dir);
+  first.train.steps = 4;
+  run_training(first);
+  auto split = tiny(dir);
+  split.checkpoint.resume = "latest";
+  split.train.steps = 8;
+  split.train.batch = 1;  // 2 x 2 rows per step before, 1 x 4 now
+  split.train.accum = 4;
+  const auto r = run_training(split);
+  EXPECT_EQ(r.first_step, 4);
+  ASSERT_EQ(r.losses.size(), 4u);
+  for (size_t i = 0; i < r.losses.size(); ++i)
+    EXPECT_NEAR(r.losses[i], want[4 + i], 1e-6 * want[4 + i]) << "step " << 5 + i;
+  // Another count of rows per step is a ramp: refused without being asked.
+  auto other = tiny(dir);
+  other.checkpoint.resume = "latest";
+  other.train.steps = 10;
+  other.train.batch = 1;  // 1 x 2
+  EXPECT_THROW(run_training(other), InputError);
 }
 
 TEST(Trainer, PruningAfterAResumeFromAnOlderStepKeepsTheNewCheckpoint) {

@@ -142,14 +142,17 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-// Sum of the per-step seconds in metrics.jsonl: the steps of the final
-// trajectory (a resume drops the lines past its step).
+// Sum of the per-step iteration seconds in metrics.jsonl (the step and the
+// work every step of an uninterrupted run also does: the stop vote,
+// validation, the metrics line; not checkpoint saves): the steps of the
+// final trajectory (a resume drops the lines past its step).
 double useful_seconds(const fs::path& metrics) {
   std::ifstream f(metrics);
   double total = 0;
   for (std::string line; std::getline(f, line);) {
     try {
-      total += json::parse(line).value("seconds", 0.0);
+      const json m = json::parse(line);
+      total += m.value("iteration_s", m.value("seconds", 0.0));
     } catch (const json::exception&) {
     }
   }
@@ -186,8 +189,11 @@ class Supervisor {
     }
     const std::string batch_text =
         arg_value(args_, "-B").empty() ? arg_value(args_, "--batch") : arg_value(args_, "-B");
-    // Rows per step over the data-parallel replicas (np / cp of them).
-    rows_ = (batch_text.empty() ? 4 : std::stoll(batch_text)) * (o.np / cp_);
+    const std::string accum_text = arg_value(args_, "--accum");
+    // The launch's micro-batch, and its rows per step over the data-parallel
+    // replicas (np / cp of them): what every later layout keeps.
+    batch_ = batch_text.empty() ? 4 : std::stoll(batch_text);
+    rows_ = batch_ * (accum_text.empty() ? 1 : std::stoll(accum_text)) * (o.np / cp_);
   }
 
   // The first attempt's command line, for --dry-run.
@@ -398,11 +404,26 @@ class Supervisor {
     return ranks;
   }
 
-  // -B for np_ ranks at the launch's global batch; false when it does not split.
+  // -B and --accum for np_ ranks at the launch's rows per step: the launch's
+  // micro-batch (so a rank's activation memory does not grow) with more
+  // accumulation on fewer replicas, or the largest smaller micro-batch that
+  // splits the replica's rows; false when the rows do not split over the
+  // replicas.
   bool rescale_batch() {
     if (np_ % cp_ != 0 || rows_ % (np_ / cp_) != 0) return false;
-    args_ = with_value(args_, "-B", "--batch", std::to_string(rows_ / (np_ / cp_)));
+    const int64_t per_replica = rows_ / (np_ / cp_);
+    int64_t batch = std::min(batch_, per_replica);
+    while (per_replica % batch != 0) --batch;
+    args_ = with_value(args_, "-B", "--batch", std::to_string(batch));
+    args_ = with_value(args_, "--accum", "--accum", std::to_string(per_replica / batch));
     return true;
+  }
+
+  // The journal's words for the current split: micro-batch and accumulation.
+  json split() const {
+    return {{"batch", std::stoll(arg_value(args_, "-B").empty() ? arg_value(args_, "--batch")
+                                                                 : arg_value(args_, "-B"))},
+            {"accum", std::stoll(arg_value(args_, "--accum"))}};
   }
 
   // The journal's recovery events as the heartbeats move.
@@ -470,8 +491,10 @@ class Supervisor {
       rescale_batch();
     } else {
       for (const auto& h : hosts_) lost_.erase(h.name);
-      log({{"event", "grow"}, {"attempt", attempt}, {"np", np_}, {"hosts", host_list(hosts_)},
-           {"checkpoint", newest_checkpoint()}, {"stop_s", now_seconds() - end.detected}});
+      json grow = {{"event", "grow"}, {"attempt", attempt}, {"np", np_}, {"hosts", host_list(hosts_)},
+                   {"checkpoint", newest_checkpoint()}, {"stop_s", now_seconds() - end.detected}};
+      grow.update(split());
+      log(grow);
     }
     pending_restart_from_ = end.detected;
     pending_cause_ = "grow";
@@ -576,8 +599,9 @@ class Supervisor {
       np_ = n;
       rescale_batch();
       next_probe_ = now_seconds() + o_.probe_every_s;
-      log({{"event", "shrink"}, {"np", np_}, {"cp", cp_}, {"hosts", host_list(hosts_)},
-           {"batch", rows_ / (np_ / cp_)}});
+      json shrink = {{"event", "shrink"}, {"np", np_}, {"cp", cp_}, {"hosts", host_list(hosts_)}};
+      shrink.update(split());
+      log(shrink);
     }
     // One machine: a smaller grid keeps the context-parallel groups whole:
     // np - shrink_by must be a multiple of cp, and the rows must split over
@@ -588,7 +612,9 @@ class Supervisor {
         smaller % cp_ == 0 && rows_ % (smaller / cp_) == 0) {
       np_ = smaller;
       rescale_batch();
-      log({{"event", "shrink"}, {"np", np_}, {"cp", cp_}, {"batch", rows_ / (np_ / cp_)}});
+      json shrink = {{"event", "shrink"}, {"np", np_}, {"cp", cp_}};
+      shrink.update(split());
+      log(shrink);
     }
     const double backoff = std::min(60.0, o_.backoff_s * std::pow(2.0, in_a_row_ - 1));
     log({{"event", "backoff"}, {"seconds", backoff}});
@@ -603,7 +629,7 @@ class Supervisor {
   int np_;
   int cp_;  // context-parallel ranks per group (the train arguments' --cp)
   std::vector<std::string> args_;
-  int64_t rows_ = 0;
+  int64_t batch_ = 4, rows_ = 0;  // the launch's micro-batch and rows per step
   LaunchResult r_;
   std::ofstream journal_;
   double t_start_ = now_seconds();
@@ -631,10 +657,11 @@ std::vector<std::string> with_value(std::vector<std::string> args, const std::st
       args[i + 1] = value;
       return args;
     }
-    if (args[i].rfind(flag + "=", 0) == 0) {
-      args[i] = flag + "=" + value;
-      return args;
-    }
+    for (const auto& f : {flag, alias})
+      if (args[i].rfind(f + "=", 0) == 0) {
+        args[i] = f + "=" + value;
+        return args;
+      }
   }
   args.push_back(flag);
   args.push_back(value);

@@ -74,25 +74,30 @@ void CheckpointManager::check_continues(const ResumePoint& p, const RunRecord& r
                      ": the checkpoint's model config differs from model.config with "
                      "the given model.set overrides");
   if (p.weights_only) return;
-  // The weights are replicated, so any rank count continues the trajectory
-  // whose micro-batch holds the same global rows (batch x ranks).
+  // The weights are replicated and a step's rows depend only on their count
+  // (data/batches.hpp), so any split of the same rows per step (batch x
+  // ranks x accum) continues the trajectory: fewer ranks with more
+  // accumulation after an elastic restart, or more ranks with less.
   const auto saved_accum = p.state.at("accum").get<int64_t>();
-  const auto saved_rows = p.state.at("batch").get<int64_t>() * p.state.value("world", int64_t{1});
+  const auto saved_split = p.state.at("batch").get<int64_t>() * p.state.value("world", int64_t{1});
+  const auto saved_rows = saved_split * saved_accum;
+  const auto rows = run.batch * run.world * run.accum;
   if (p.state.value("precision", "fp32") != run.precision ||
       p.state.value("optimizer", "adamw") != run.optimizer)
     throw InputError(what + ": model.dtype and optimizer.name must match the checkpoint's");
   if (!o_.resume_new_phase &&
-      (p.state.at("seed").get<uint64_t>() != run.seed || saved_rows != run.batch * run.world ||
-       p.state.at("seq").get<int64_t>() != run.seq ||
-       (saved_accum != run.accum && !o_.resume_new_accum))) {
-    throw InputError(what +
-                     ": train.seed, train.batch x ranks, train.seq, train.accum, model.dtype and "
-                     "optimizer.name must match the checkpoint's to continue its trajectory (a "
-                     "different train.accum: add checkpoint.resume_new_accum)");
+      (p.state.at("seed").get<uint64_t>() != run.seed || p.state.at("seq").get<int64_t>() != run.seq ||
+       (saved_rows != rows && !o_.resume_new_accum))) {
+    throw InputError(what + ": train.seed, train.seq and the rows per step (train.batch x ranks x " +
+                     "train.accum, " + std::to_string(saved_rows) + " in the checkpoint, " +
+                     std::to_string(rows) + " here), model.dtype and optimizer.name must match " +
+                     "the checkpoint's to continue its trajectory (another global batch: add " +
+                     "checkpoint.resume_new_accum)");
   }
-  if (saved_accum != run.accum && !o_.resume_new_phase && report_)
-    std::printf("global batch ramp: accum %lld -> %lld\n", static_cast<long long>(saved_accum),
-                static_cast<long long>(run.accum));
+  if (saved_rows != rows && !o_.resume_new_phase && report_)
+    std::printf("global batch ramp: %lld -> %lld rows per step (accum %lld -> %lld)\n",
+                static_cast<long long>(saved_rows), static_cast<long long>(rows),
+                static_cast<long long>(saved_accum), static_cast<long long>(run.accum));
 }
 
 void CheckpointManager::save(int64_t step, ckpt::ShardedSave save, const RunRecord& run,

@@ -50,8 +50,9 @@ class CheckpointManager {
   // of --out; damaged newer ones are named on stderr and skipped), or none.
   // Its state.json must describe `run`: the same model config (a new phase
   // may change rope_theta and seq_len), precision and optimizer, and unless
-  // a new phase or a weights-only import, the same seed, batch x ranks,
-  // sequence length and accumulation (another accum with resume_new_accum).
+  // a new phase or a weights-only import, the same seed, sequence length
+  // and rows per step (batch x ranks x accum, split any way; another count
+  // with resume_new_accum).
   std::optional<ResumePoint> resume_point(const RunRecord& run) const;
 
   // Starts writing the checkpoint of `step`: this rank's pieces (`save`'s

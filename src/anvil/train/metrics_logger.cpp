@@ -114,6 +114,7 @@ json MetricsLogger::record(const StepStats& s, const StepReport& r) const {
   if (!phase_.name.empty()) m["phase"] = phase_.name;
   if (r.val_loss >= 0) m["val_loss"] = r.val_loss;
   if (s.save_wait_seconds > 1e-4) m["save_wait_s"] = s.save_wait_seconds;
+  if (r.iteration_seconds > 0) m["iteration_s"] = r.iteration_seconds;
   if (world_ > 1) {
     m["ranks"] = world_;
     m["comm_s"] = s.comm_seconds;

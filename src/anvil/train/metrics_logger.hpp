@@ -35,6 +35,7 @@ struct StepReport {
   double val_loss = -1;        // -1: not validated at this step
   double tokens_per_step = 0;  // over every rank
   double mfu = 0;
+  double iteration_seconds = 0;  // the step with its loop's stop vote, validation and logging
   nlohmann::json model_metrics;                           // the model's own (router loads ...)
   std::string model_note;                                 // its progress-line fragment
   std::vector<double> rank_rss, rank_comm, rank_exposed;  // data parallel
