@@ -32,15 +32,18 @@ cleanup() {
 trap cleanup EXIT
 netns_hosts_up soak
 mkdir -p "$out"
-mount -t tmpfs -o size=256m anvil-soak "$out"
+mount -t tmpfs -o size=1g anvil-soak "$out"
 words_text "$work/text.txt" 200000
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-# About STEP_MS a step on 2 ranks over TCP on 2 cores: the steps for MINUTES.
-step_ms=${ANVIL_SOAK_STEP_MS:-60}
+# About STEP_MS a step (1 rank per host over TCP on 2 cores: ~30 ms; 2 per
+# host, oversubscribed: ~60 ms): the steps for MINUTES; a checkpoint every
+# CKPT steps (a few seconds).
+step_ms=${ANVIL_SOAK_STEP_MS:-$((slots == 1 ? 30 : 60))}
+ckpt=${ANVIL_SOAK_CKPT:-$((slots == 1 ? 200 : 50))}
 steps=${ANVIL_SOAK_STEPS:-$((minutes * 60 * 1000 / step_ms))}
 args="--config $src/tests/configs/zaya-tiny.json --set vocab_size=256 -T 64 --steps $steps \
-  --lr 1e-3 --warmup 20 --schedule constant --data $work/text.txt --peak-gflops 1 --log-every 1000 \
-  --ckpt-every 50 --keep 3 --on-save-error continue"
+  --lr 1e-3 --warmup 20 --schedule constant --data $work/text.txt --peak-gflops 1 --log-every 10000 \
+  --ckpt-every $ckpt --keep 3 --on-save-error continue"
 mpi="--mca plm_rsh_agent $src/tests/parallel/netns_agent.sh --mca btl tcp,self \
 --mca btl_tcp_if_include $a1/24 --mca oob_tcp_if_include $a1/24 -x OMP_NUM_THREADS -x ANVIL_NETNS_MAP"
 echo "chaos_soak: $steps steps on $a1:$slots,$a2:$slots, a fault every $every s, seed $seed; work $work"
