@@ -21,7 +21,8 @@ srcs=(src/anvil/base/files.cpp src/anvil/base/checksum.cpp src/anvil/base/json_t
       src/anvil/model/params.cpp src/anvil/model/config.cpp
       src/anvil/data/tokens.cpp src/anvil/data/tokenizer.cpp src/anvil/data/tokenizer_json.cpp
       src/anvil/data/batches.cpp src/anvil/train/options.cpp src/anvil/train/recipe_file.cpp
-      src/anvil/optim/adamw.cpp src/anvil/ft/faults.cpp src/anvil/tensor/arena.cpp)
+      src/anvil/optim/adamw.cpp src/anvil/optim/square_sum.cpp src/anvil/ft/faults.cpp
+      src/anvil/tensor/arena.cpp)
 flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
        -fno-sanitize-recover=undefined -fopenmp -Isrc -Ifuzz)
 # The readers once (objects reused by every harness; rebuilt when a source is newer).
