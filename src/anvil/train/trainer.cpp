@@ -330,6 +330,7 @@ std::array<double, 2> Trainer::forward_backward_step() {
       if (m == 0) {
         std::copy(g, g + n, e);
       } else {
+#pragma omp parallel for simd schedule(static)
         for (int64_t i = 0; i < n; ++i) e[i] = e[i] + g[i];
       }
     }
