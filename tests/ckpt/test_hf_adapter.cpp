@@ -89,6 +89,14 @@ TEST(HfAdapter, ImportRefusesWhatAnvilCannotCompute) {
   json k = j;
   k.erase("hidden_size");
   refused(k, "no number hidden_size");
+  for (const json& bad : {json(1.26667e33), json(64.5), json(18446744073709551615u)}) {
+    k = j;
+    k["hidden_size"] = bad;
+    refused(k, "hidden_size: expected an integer, got " + bad.dump());
+  }
+  k = j;
+  k["hidden_size"] = 64.0;  // an exporter's float with an integral value is read
+  EXPECT_EQ(config_from_hf_keys(llama, {k}, "c.json").d_model, 64);
   k = j;
   k["hidden_act"] = "gelu";
   refused(k, "hidden_act \"gelu\" (expected silu)");

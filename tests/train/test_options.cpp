@@ -89,6 +89,18 @@ TEST(TrainOptions, RunFilesRefuseUnknownKeysAndWrongTypes) {
         o.update_from_json({{"train", {{"batch", "four"}}}}, "run.json");
       },
       {"run.json: train.batch: expected a value like 4, got \"four\""});
+  // A number that no integer option's type holds (a float, out of range, or
+  // negative for an unsigned) is refused, never cast.
+  for (const auto& [key, bad] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"seed", 1.26667e33}, {"seed", -1}, {"batch", 2.5}, {"batch", 18446744073709551615u},
+           {"threads", int64_t{1} << 40}, {"threads", -(int64_t{1} << 40)}}) {
+    expect_input_error([&] { o.update_from_json({{"train", {{key, bad}}}}, "run.json"); },
+                       {"run.json: train." + key + ": expected a value like", bad.dump()});
+  }
+  o.update_from_json({{"train", {{"seed", 18446744073709551615u}, {"val_fraction", 1}}}},
+                     "run.json");
+  EXPECT_EQ(o.train.seed, 18446744073709551615u);
+  EXPECT_EQ(o.train.val_fraction, 1.0);
   const std::string file = testing::TempDir() + "/options_not_json.json";
   write_file_atomic(file, "{\"train\": ");
   expect_input_error([&] { load_train_options(file); }, {file + ": not valid JSON"});

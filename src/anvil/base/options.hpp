@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -106,11 +107,33 @@ void option_from_json(const OptionInfo& info, T& value, const nlohmann::json& in
   if (s == in.end()) return;
   const auto v = s->find(info.name);
   if (v == s->end()) return;
+  const auto wrong = [&] {
+    return InputError(origin + ": " + info.key() + ": expected a value like " +
+                      nlohmann::json(value).dump() + ", got " + v->dump());
+  };
+  // nlohmann converts any number to any arithmetic type with a plain cast,
+  // which is undefined for a float out of an integer's range (1e33 into a
+  // uint64_t): an integer option takes only an integer in its type's range.
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (!v->is_number_integer()) throw wrong();
+    if (v->is_number_unsigned()) {
+      const auto u = v->get<std::uint64_t>();
+      if (u > static_cast<std::uint64_t>(std::numeric_limits<T>::max())) throw wrong();
+    } else {
+      const auto i = v->get<std::int64_t>();
+      if (i < 0 ? (std::is_unsigned_v<T> ||
+                   i < static_cast<std::int64_t>(std::numeric_limits<T>::min()))
+                : static_cast<std::uint64_t>(i) >
+                      static_cast<std::uint64_t>(std::numeric_limits<T>::max()))
+        throw wrong();
+    }
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!v->is_number()) throw wrong();
+  }
   try {
     value = v->get<T>();
   } catch (const nlohmann::json::exception&) {
-    throw InputError(origin + ": " + info.key() + ": expected a value like " +
-                     nlohmann::json(value).dump() + ", got " + v->dump());
+    throw wrong();
   }
 }
 

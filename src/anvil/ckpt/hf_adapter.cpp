@@ -3,6 +3,9 @@
 // share.
 #include "anvil/ckpt/hf_adapter.hpp"
 
+#include <cmath>
+#include <cstdint>
+
 #include "anvil/base/error.hpp"
 
 namespace anvil::ckpt {
@@ -61,19 +64,31 @@ std::function<void(model::ModelConfig&)> hf_fixed(model::Family family, model::M
   };
 }
 
+int64_t hf_integer(const json& v, const std::string& key) {
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    throw InputError(key + ": expected an integer, got " + v.dump());
+  if (v.is_number_integer()) return v.get<int64_t>();
+  // 2^63 is exactly representable: the range check is exact.
+  if (v.is_number_float() && std::isfinite(v.get<double>()) &&
+      v.get<double>() == std::trunc(v.get<double>()) && v.get<double>() >= -0x1p63 &&
+      v.get<double>() < 0x1p63)
+    return static_cast<int64_t>(v.get<double>());
+  throw InputError(key + ": expected an integer, got " + v.dump());
+}
+
 HfKey hf_required(const std::string& key, int64_t model::ModelConfig::*field) {
   return {key, [field](const model::ModelConfig& c) { return json(c.*field); },
           [key, field](model::ModelConfig& c, const json& v, const HfSource&) {
             if (!v.is_number()) throw InputError("no number " + key);
-            c.*field = v.get<int64_t>();
+            c.*field = hf_integer(v, key);
           }};
 }
 
 HfKey hf_optional(const std::string& key, int64_t model::ModelConfig::*field,
                   std::function<int64_t(const model::ModelConfig&)> fallback) {
   return {key, [field](const model::ModelConfig& c) { return json(c.*field); },
-          [field, fallback](model::ModelConfig& c, const json& v, const HfSource&) {
-            c.*field = v.is_number() ? v.get<int64_t>() : fallback(c);
+          [key, field, fallback](model::ModelConfig& c, const json& v, const HfSource&) {
+            c.*field = v.is_number() ? hf_integer(v, key) : fallback(c);
           }};
 }
 

@@ -98,6 +98,10 @@ std::function<void(model::ModelConfig&)> hf_fixed(model::Family family, model::M
                                                   std::function<void(model::ModelConfig&)> more);
 
 // Key builders for the tables. A required number: "no number KEY" when absent.
+// An integer key's value: an integer, or a float with an integral value in
+// int64's range (some exporters write 12.0); anything else is an InputError
+// naming `key`.
+int64_t hf_integer(const nlohmann::json& v, const std::string& key);
 HfKey hf_required(const std::string& key, int64_t model::ModelConfig::*field);
 // An optional integer, real or bool: `fallback` of the config read so far when absent.
 HfKey hf_optional(const std::string& key, int64_t model::ModelConfig::*field,

@@ -92,7 +92,7 @@ std::vector<HfKey> zaya_keys() {
   keys.push_back({"num_hidden_layers", [](const C& c) { return json(c.n_layers); },
                   [](C& c, const json& v, const HfSource& s) {
                     if (!v.is_number()) throw InputError("no number num_hidden_layers");
-                    c.n_layers = v.get<int64_t>();
+                    c.n_layers = hf_integer(v, "num_hidden_layers");
                     if (!s.original) return;
                     if (c.n_layers % 2 != 0)
                       throw InputError("num_hidden_layers " + std::to_string(c.n_layers) +
