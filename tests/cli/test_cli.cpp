@@ -868,6 +868,10 @@ TEST(Cli, EvalScoresPerplexityAndMultipleChoice) {
                                     << "\n";
   expect_usage_error("eval --checkpoint " + dir + "/run --task " + dir + "/bad.jsonl",
                      "bad.jsonl: line 1");
+  std::ofstream(dir + "/bad.jsonl") << R"({"context": "x", "choices": ["a", "b"], "gold": 1e33})"
+                                    << "\n";
+  expect_usage_error("eval --checkpoint " + dir + "/run --task " + dir + "/bad.jsonl",
+                     "bad.jsonl: line 1: gold: expected an integer in [0, 1], got 1e+33");
   std::ofstream(dir + "/bad.jsonl") << "{not json\n";
   expect_usage_error("eval --checkpoint " + dir + "/run --task " + dir + "/bad.jsonl",
                      "bad.jsonl: line 1");

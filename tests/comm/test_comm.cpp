@@ -20,6 +20,7 @@
 
 #include "anvil/base/bf16.hpp"
 #include "anvil/base/error.hpp"
+#include "anvil/base/files.hpp"
 #include "anvil/comm/async.hpp"
 #include "anvil/comm/check.hpp"
 #include "anvil/comm/communicator.hpp"
@@ -168,6 +169,17 @@ TEST(Tuning, TableFileRoundTripAndErrors) {
   ASSERT_EQ(back.rows.size(), 2u);
   EXPECT_EQ(back.rows[0].algo, Algo::ring);
   EXPECT_EQ(back.rows[1].max_bytes, 1 << 30);
+  // A rank count or size that is not an integer in range is refused, not cast.
+  write_file_atomic(path, R"({"format": "anvil-comm-tuning", "rows": [
+      {"op": "allreduce", "ranks": 1e33, "max_bytes": 64, "algo": "ring"}]})");
+  try {
+    TuningTable::load(path);
+    ADD_FAILURE() << "a float rank count was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("rows[0].ranks: expected an integer in [1, 1048576]"),
+              std::string::npos)
+        << e.what();
+  }
   std::filesystem::remove(path);
   EXPECT_THROW(TuningTable::load("/nonexistent/tuning.json"), InputError);
 }

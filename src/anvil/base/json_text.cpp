@@ -46,4 +46,14 @@ nlohmann::json parse_json_unique(std::string_view text, const std::string& what)
   return j;
 }
 
+int64_t json_integer(const nlohmann::json& v, const std::string& what, int64_t lo, int64_t hi) {
+  const bool fits = v.is_number_unsigned()
+                        ? hi >= 0 && v.get<uint64_t>() <= static_cast<uint64_t>(hi)
+                        : v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+  if (!fits)
+    throw InputError(what + ": expected an integer in [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "], got " + v.dump());
+  return v.get<int64_t>();
+}
+
 }  // namespace anvil

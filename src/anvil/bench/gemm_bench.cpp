@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -16,6 +17,7 @@
 #include "anvil/base/cpu.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
+#include "anvil/base/json_text.hpp"
 #include "anvil/base/process.hpp"
 #include "anvil/base/threads.hpp"
 #include "anvil/bench/gpu_bench.hpp"
@@ -97,8 +99,8 @@ json case_json(const GemmCase& c) {
 }
 
 GemmCase case_from_json(const json& j) {
-  return GemmCase{j.at("label").get<std::string>(), j.at("m").get<int64_t>(),
-                  j.at("n").get<int64_t>(),         j.at("k").get<int64_t>(),
+  const auto dim = [&](const char* k) { return json_integer(j.at(k), k, 1, INT32_MAX); };
+  return GemmCase{j.at("label").get<std::string>(), dim("m"), dim("n"), dim("k"),
                   j.at("trans_a").get<bool>(),      j.at("trans_b").get<bool>()};
 }
 
@@ -112,9 +114,12 @@ json timing_json(const TimingPolicy& t) {
 TimingPolicy timing_from_json(const json& j) {
   TimingPolicy t;
   t.min_seconds = j.at("min_seconds").get<double>();
-  t.min_samples = j.at("min_samples").get<int>();
-  t.max_samples = j.at("max_samples").get<int>();
-  t.warmup = j.at("warmup").get<int>();
+  const auto count = [&](const char* k) {
+    return static_cast<int>(json_integer(j.at(k), k, 0, INT32_MAX));
+  };
+  t.min_samples = count("min_samples");
+  t.max_samples = count("max_samples");
+  t.warmup = count("warmup");
   return t;
 }
 

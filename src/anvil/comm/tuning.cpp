@@ -1,9 +1,11 @@
 #include "anvil/comm/tuning.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "anvil/base/error.hpp"
+#include "anvil/base/json_text.hpp"
 #include "anvil/base/files.hpp"
 
 namespace anvil::comm {
@@ -38,7 +40,8 @@ TuningTable TuningTable::load(const std::string& path) {
       const Algo a = parse_algo(r.at("algo").get<std::string>(), where + ".algo");
       if (a == Algo::automatic) throw InputError(where + ".algo: auto cannot choose itself");
       t.rows.push_back({parse_op(r.at("op").get<std::string>(), where + ".op"),
-                        r.at("ranks").get<int>(), r.at("max_bytes").get<int64_t>(), a});
+                        static_cast<int>(json_integer(r.at("ranks"), where + ".ranks", 1, 1 << 20)),
+                        json_integer(r.at("max_bytes"), where + ".max_bytes", 0, INT64_MAX), a});
     } catch (const nlohmann::json::exception& e) {
       throw InputError(where + ": expected op, ranks, max_bytes, algo (" + e.what() + ")");
     }

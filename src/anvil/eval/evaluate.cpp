@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "anvil/base/error.hpp"
+#include "anvil/base/json_text.hpp"
 #include "anvil/base/table.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/ckpt/sharded.hpp"
@@ -68,9 +69,10 @@ std::vector<std::vector<Question>> read_tasks(const EvalOptions& o, const data::
         const json j = json::parse(line);
         std::string context = j.at("context").get<std::string>();
         const auto choices = j.at("choices").get<std::vector<std::string>>();
-        q.gold = j.at("gold").get<int>();
-        if (choices.size() < 2 || q.gold < 0 || q.gold >= static_cast<int>(choices.size()))
-          throw InputError(where + ": expected >= 2 choices and 0 <= gold < their count");
+        if (choices.size() < 2)
+          throw InputError(where + ": expected >= 2 choices");
+        q.gold = static_cast<int>(json_integer(j.at("gold"), where + ": gold", 0,
+                                               static_cast<int64_t>(choices.size()) - 1));
         for (const std::string& given : choices) {
           // lm-eval: a context's trailing whitespace moves to the continuation.
           std::string ctx = context, choice = given;
