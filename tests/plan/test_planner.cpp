@@ -79,6 +79,12 @@ TEST(Planner, ZeroOneShardsOptimizerStateAndExpertParallelShardsExperts) {
   // AdamW: 8 bytes of state per parameter; bf16 weights keep an fp32 master.
   EXPECT_NEAR(plain.optimizer, 8 * all.total(), 1);
   EXPECT_NEAR(plain.weights, 6 * all.total(), 1);
+  EXPECT_NEAR(plain.gradients, 4 * all.total(), 1);
+  // Accumulating keeps the earlier micro-batches' sum: a second fp32 buffer.
+  Layout accum = l;
+  accum.global_batch = 16;
+  ASSERT_EQ(accum.accumulation(), 2);
+  EXPECT_NEAR(memory_per_rank(c, accum).gradients, 8 * all.total(), 1);
   l.recompute = true;
   EXPECT_LT(memory_per_rank(c, l).activations, plain.activations / 4);
 }

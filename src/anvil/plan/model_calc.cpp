@@ -249,6 +249,10 @@ MemoryPerRank memory_per_rank(const model::ModelConfig& c, const Layout& l) {
     m.weights = shard(m.weights);
     m.gradients = shard(m.gradients);
   }
+  // Accumulating over micro-batches, the trainer computes each one's
+  // gradients alone and keeps the earlier ones' sum beside them (so a step's
+  // sum does not depend on how its rows are split): a second gradient buffer.
+  if (l.accumulation() > 1) m.gradients *= 2;
   m.optimizer = state;
 
   // Activations saved for backward, elements per token per layer.

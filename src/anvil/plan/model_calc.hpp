@@ -95,7 +95,7 @@ AttentionWork step_attention(const model::ModelConfig& config, const Layout& lay
 // Bytes per rank.
 struct MemoryPerRank {
   double weights = 0;      // fp32 master weights (+ a bf16 copy when dtype is bf16)
-  double gradients = 0;    // fp32
+  double gradients = 0;    // fp32 (twice over when accumulating: the earlier micro-batches' sum)
   double optimizer = 0;    // AdamW m, v; Muon momentum (sharded by ZeRO-1)
   double activations = 0;  // saved for backward, one micro-batch
   double activations_no_recompute = 0;
