@@ -40,9 +40,10 @@ words_text() {
 import random, sys
 random.seed(7)
 words = "the and of to in that he was for it with as his on be at by had not are but from or".split()
-text = []
-while sum(len(w) + 1 for w in text) < int(sys.argv[2]):
+text, size = [], 0
+while size < int(sys.argv[2]):
     text.append(random.choice(words) + ("." if random.random() < 0.1 else ""))
+    size += len(text[-1]) + 1
 open(sys.argv[1], "w").write(" ".join(text))
 PY
 }
