@@ -54,6 +54,13 @@ TrainOptions tiny(const std::string& run_dir) {
   return o;
 }
 
+// tiny(run_dir) resuming from its newest checkpoint.
+TrainOptions resumed(const std::string& run_dir) {
+  TrainOptions o = tiny(run_dir);
+  o.checkpoint.resume = "latest";
+  return o;
+}
+
 using test_support::expect_input_error;
 
 // Every file under `dir` with its contents: equal snapshots, nothing written
@@ -131,8 +138,7 @@ TEST(Trainer, MuonTrainsAndResumesExactly) {
   const std::string dir = testing::TempDir() + "/resume_muon";
   const auto joined = run_in_two_halves(o, dir, 3);
   EXPECT_EQ(joined, whole.losses);  // momentum buffers are in the checkpoint
-  auto adamw = tiny(dir);
-  adamw.checkpoint.resume = "latest";
+  auto adamw = resumed(dir);
   EXPECT_THROW(run_training(adamw), InputError);
   auto bad = tiny("");
   bad.optimizer.name = "sgd";
@@ -207,12 +213,10 @@ TEST(Trainer, KeepsTheNewestCheckpointsAndRefusesMismatchedResumes) {
                                             "train.json"}));
   EXPECT_EQ(ckpt::resolve_checkpoint(dir), dir + "/step-00000008");
 
-  auto other_shape = tiny(dir);
-  other_shape.checkpoint.resume = "latest";
+  auto other_shape = resumed(dir);
   other_shape.model.set.push_back("ffn_hidden=96");
   EXPECT_THROW(run_training(other_shape), InputError);
-  auto other_batch = tiny(dir);
-  other_batch.checkpoint.resume = "latest";
+  auto other_batch = resumed(dir);
   other_batch.train.batch = 3;
   EXPECT_THROW(run_training(other_batch), InputError);
   auto nothing = tiny(dir);
@@ -226,8 +230,7 @@ TEST(Trainer, ResumesWithANewAccumOnlyWhenAsked) {
   auto first = tiny(dir);
   first.train.steps = 4;
   run_training(first);
-  auto ramp = tiny(dir);
-  ramp.checkpoint.resume = "latest";
+  auto ramp = resumed(dir);
   ramp.train.accum = 3;
   ramp.train.steps = 6;
   EXPECT_THROW(run_training(ramp), InputError);
@@ -239,8 +242,7 @@ TEST(Trainer, ResumesWithANewAccumOnlyWhenAsked) {
   // Its checkpoint records the new accum: a plain resume at accum 3 follows.
   const auto state = nlohmann::json::parse(ckpt::read_state_json(ckpt::resolve_checkpoint(dir)));
   EXPECT_EQ(state.at("accum").get<int64_t>(), 3);
-  auto plain = tiny(dir);
-  plain.checkpoint.resume = "latest";
+  auto plain = resumed(dir);
   plain.train.accum = 3;
   EXPECT_EQ(run_training(plain).first_step, 6);
 }
@@ -257,8 +259,7 @@ TEST(Trainer, ResumesTheSameRowsPerStepSplitAnotherWay) {
   auto first = tiny(dir);
   first.train.steps = 4;
   run_training(first);
-  auto split = tiny(dir);
-  split.checkpoint.resume = "latest";
+  auto split = resumed(dir);
   split.train.steps = 8;
   split.train.batch = 1;  // 2 x 2 rows per step before, 1 x 4 now
   split.train.accum = 4;
@@ -268,8 +269,7 @@ TEST(Trainer, ResumesTheSameRowsPerStepSplitAnotherWay) {
   for (size_t i = 0; i < r.losses.size(); ++i)
     EXPECT_NEAR(r.losses[i], want[4 + i], 1e-6 * want[4 + i]) << "step " << 5 + i;
   // Another count of rows per step is a ramp: refused without being asked.
-  auto other = tiny(dir);
-  other.checkpoint.resume = "latest";
+  auto other = resumed(dir);
   other.train.steps = 10;
   other.train.batch = 1;  // 1 x 2
   EXPECT_THROW(run_training(other), InputError);
@@ -315,8 +315,7 @@ TEST(Trainer, ResumeTruncatesMetricsToTheResumedStepAndKeepsTheOldFile) {
   const std::string first = read_file(metrics);
   ASSERT_EQ(metric_steps(metrics), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
   // Continuing from the end appends: nothing to drop, nothing rotated.
-  auto more = tiny(dir);
-  more.checkpoint.resume = "latest";
+  auto more = resumed(dir);
   more.train.steps = 9;
   more.optimizer.schedule.total = 9;
   more.checkpoint.keep = 0;
@@ -402,14 +401,12 @@ TEST(Trainer, BadTokenFilesAndStateJsonAreOneLineErrorsThatWriteNothing) {
   for (const auto& [text, problem] : cases) {
     write_file_atomic(state, text);
     const auto before = snapshot(run);
-    auto resume = tiny(run);
-    resume.checkpoint.resume = "latest";
+    auto resume = resumed(run);
     expect_input_error([&] { run_training(resume); }, {state + ": ", problem});
     EXPECT_EQ(snapshot(run), before) << problem;
   }
   write_file_atomic(state, good);
-  auto resume = tiny(run);
-  resume.checkpoint.resume = "latest";
+  auto resume = resumed(run);
   EXPECT_EQ(run_training(resume).first_step, 2);
 }
 
