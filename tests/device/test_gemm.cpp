@@ -216,6 +216,45 @@ TEST(Gemm, OpenBlasBf16WidensForSgemmAndMatchesReferenceOn200RandomShapes) {
   run_random_cases(GemmBackend::openblas, true, 200, 8);
 }
 
+// Segments: fp32 on OpenBLAS; bf16 on oneDNN with the token dimension left
+// to run time where bf16 is native (the emulated fallback elsewhere, and in
+// CI's ANVIL_BF16=emulated run).
+TEST(Gemm, SegmentsMatchReferenceOn200RandomShapes) {
+  run_random_cases(GemmBackend::segments, true, 200, 9);
+  run_random_cases(GemmBackend::segments, false, 100, 10);
+}
+
+// ZAYA1's expert GEMMs: the weight shape fixed, the row count different on
+// every call (forward and input gradient: m; weight gradient: k, with A
+// transposed and C accumulated). One primitive serves them all, so each call
+// must run on its own row count, in any order.
+TEST(Gemm, SegmentsRunEachCallOnItsOwnRowCount) {
+  std::mt19937 rng(11);
+  const int64_t n = 96, width = 80;
+  const int64_t rows[] = {1, 64, 7, 130, 33, 2, 129, 64, 200};
+  for (const bool weight_gradient : {false, true}) {
+    for (const int64_t r : rows) {
+      Case c{};
+      c.ta = weight_gradient;
+      c.tb = !weight_gradient;
+      c.m = weight_gradient ? width : r;
+      c.k = weight_gradient ? r : width;
+      c.n = n;
+      c.lda = width;  // A as stored: r x width
+      c.ldb = weight_gradient ? n : width;      // B: r x n (gradient) or n x width
+      c.ldc = n;
+      c.alpha = 1.0f;
+      c.beta = weight_gradient ? 1.0f : 0.0f;
+      const std::string what = std::string(weight_gradient ? "dW" : "forward") +
+                               " rows=" + std::to_string(r);
+      expect_gemm_matches(c, small_integers(static_cast<size_t>(rows_a(c) * c.lda), rng),
+                          small_integers(static_cast<size_t>(rows_b(c) * c.ldb), rng),
+                          small_integers(static_cast<size_t>(c.m * c.ldc), rng),
+                          GemmBackend::segments, true, 0.0, what);
+    }
+  }
+}
+
 TEST(Gemm, ParsesBackendNames) {
   EXPECT_EQ(parse_gemm_backend("onednn", "--backend"), GemmBackend::onednn);
   EXPECT_THROW(parse_gemm_backend("mkl", "--backend"), std::exception);

@@ -174,6 +174,8 @@ std::string to_string(GemmBackend backend) {
       return "reference";
     case GemmBackend::emulated:
       return "emulated";
+    case GemmBackend::segments:
+      return "segments";
   }
   return "?";
 }
@@ -201,6 +203,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
       }
       return blas_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     case GemmBackend::openblas:
+    case GemmBackend::segments:
       return blas_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     case GemmBackend::onednn:
       return detail::onednn_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -228,6 +231,12 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
       return detail::onednn_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     case GemmBackend::emulated:
       return emulated_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    case GemmBackend::segments:
+      if (bf16_path() == Bf16Path::native) {
+        return detail::onednn_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                                   /*any_rows=*/true);
+      }
+      [[fallthrough]];
     case GemmBackend::openblas:  // Debian's OpenBLAS has no bf16 GEMM: widened for its sgemm
       return emulated_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
                            GemmBackend::openblas);

@@ -25,6 +25,9 @@ enum class GemmBackend {
   onednn,     // fp32 and bf16
   reference,  // naive triple loop with double accumulation: the test oracle
   emulated,   // bf16: inputs widened to fp32 in bounded blocks, then `automatic`; fp32: automatic
+  segments,   // the token dimension (m; k when A is transposed) changes every call, as in MoE
+              // expert segments: fp32 on OpenBLAS; bf16 on oneDNN with that dimension left to
+              // run time (one primitive for every row count) where bf16 is native, else openblas
 };
 
 enum class Bf16Path { native, emulated };

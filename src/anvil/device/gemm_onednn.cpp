@@ -16,13 +16,17 @@ using dnnl::memory;
 
 // oneDNN fixes a primitive's thread count when it is created, so the thread
 // count is part of the key: a primitive made for 1 thread would run on 1.
+// With any_rows the token dimension (the rows of A as stored: m, or k when A
+// is transposed) is left to run time and is -1 in the key: one primitive
+// serves every row count (oneDNN then runs its JIT GEMM, not brgemm).
 struct Key {
-  bool bf16, trans_a, trans_b;
+  bool bf16, trans_a, trans_b, any_rows;
   int64_t m, n, k, lda, ldb, ldc;
   float alpha, beta;
   int threads;
   auto tie() const {
-    return std::tie(bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, threads);
+    return std::tie(bf16, trans_a, trans_b, any_rows, m, n, k, lda, ldb, ldc, alpha, beta,
+                    threads);
   }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
@@ -32,18 +36,34 @@ struct Entry {
   memory::desc a, b, c, scratchpad;
 };
 
+struct Descs {
+  memory::desc a, b, c;
+};
+
+// Row-major strides; a transposed operand is the same buffer read column-wise.
+Descs descs(const Key& key, int64_t m, int64_t k) {
+  const auto dt = key.bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  return {memory::desc({m, k}, dt,
+                       key.trans_a ? memory::dims{1, key.lda} : memory::dims{key.lda, 1}),
+          memory::desc({k, key.n}, dt,
+                       key.trans_b ? memory::dims{1, key.ldb} : memory::dims{key.ldb, 1}),
+          memory::desc({m, key.n}, memory::data_type::f32, memory::dims{key.ldc, 1})};
+}
+
 class OneDnn {
  public:
   OneDnn() : engine_(dnnl::engine::kind::cpu, 0) {}
 
-  void run(const Key& key, const void* a, const void* b, float* c) {
+  // m and k are the call's own (the key's may be -1: see Key::any_rows).
+  void run(const Key& key, int64_t m, int64_t k, const void* a, const void* b, float* c) {
     // Held by a shared_ptr: another thread's lookup may clear the cache meanwhile.
     const std::shared_ptr<const Entry> e = lookup(key);
     // One stream per calling thread: creating one per call costs microseconds.
     thread_local dnnl::stream stream(engine_);
-    memory ma(e->a, engine_, const_cast<void*>(a));
-    memory mb(e->b, engine_, const_cast<void*>(b));
-    memory mc(e->c, engine_, c);
+    const Descs d = key.any_rows ? descs(key, m, k) : Descs{e->a, e->b, e->c};
+    memory ma(d.a, engine_, const_cast<void*>(a));
+    memory mb(d.b, engine_, const_cast<void*>(b));
+    memory mc(d.c, engine_, c);
     // Each calling thread's own scratchpad: oneDNN's library-managed one is
     // shared by every primitive of the process, so two threads executing at
     // once (Muon's batched bf16 GEMMs) would overwrite each other's.
@@ -63,13 +83,9 @@ class OneDnn {
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     if (cache_.size() >= kCapacity) cache_.clear();  // shapes in a run are few
-    const auto dt = key.bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-    // Row-major strides; a transposed operand is the same buffer read column-wise.
-    const memory::desc a({key.m, key.k}, dt,
-                         key.trans_a ? memory::dims{1, key.lda} : memory::dims{key.lda, 1});
-    const memory::desc b({key.k, key.n}, dt,
-                         key.trans_b ? memory::dims{1, key.ldb} : memory::dims{key.ldb, 1});
-    const memory::desc c({key.m, key.n}, memory::data_type::f32, memory::dims{key.ldc, 1});
+    const Descs d = descs(key, key.m < 0 ? DNNL_RUNTIME_DIM_VAL : key.m,
+                          key.k < 0 ? DNNL_RUNTIME_DIM_VAL : key.k);
+    const memory::desc &a = d.a, &b = d.b, &c = d.c;
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
@@ -101,17 +117,19 @@ OneDnn& onednn() {
 void onednn_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                  int64_t ldc) {
-  onednn().run(
-      Key{false, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, omp_get_max_threads()}, a,
-      b, c);
+  onednn().run(Key{false, trans_a, trans_b, false, m, n, k, lda, ldb, ldc, alpha, beta,
+                   omp_get_max_threads()},
+               m, k, a, b, c);
 }
 
 void onednn_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float beta, float* c,
-                 int64_t ldc) {
-  onednn().run(
-      Key{true, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, omp_get_max_threads()}, a, b,
-      c);
+                 int64_t ldc, bool any_rows) {
+  // The token dimension: rows of A as stored, m (A) or k (A^T, whose k rows B shares).
+  const int64_t km = any_rows && !trans_a ? -1 : m, kk = any_rows && trans_a ? -1 : k;
+  onednn().run(Key{true, trans_a, trans_b, any_rows, km, n, kk, lda, ldb, ldc, alpha, beta,
+                   omp_get_max_threads()},
+               m, k, a, b, c);
 }
 
 }  // namespace anvil::device::detail

@@ -6,10 +6,10 @@
 namespace anvil::model {
 namespace {
 
-// Expert segments change their row counts every step; oneDNN would build a
-// primitive per exact shape (and thrash its cache), so they run on OpenBLAS
-// (in bf16: their bf16 inputs widened for OpenBLAS's sgemm).
-constexpr auto kSegmentGemm = device::GemmBackend::openblas;
+// Expert segments change their row counts every step: fp32 runs on OpenBLAS;
+// bf16 on oneDNN with the row count left to run time, one primitive per
+// weight shape (where bf16 is emulated: widened for OpenBLAS's sgemm).
+constexpr auto kSegmentGemm = device::GemmBackend::segments;
 
 }  // namespace
 
