@@ -135,7 +135,9 @@ fi
 if want torch; then
   if [ -x .venv/bin/python ]; then
     say "torch: bench/torch_compare.sh $rounds"
+    stat_mark torch begin
     bench/torch_compare.sh "$rounds" > "$out/torch.txt"
+    stat_mark torch end
     cp bench/results/torch_compare.json "$out/torch.json"
   else
     say "torch: skipped (no .venv: run scripts/install-deps.sh)"
@@ -267,7 +269,8 @@ print("| figure | measured | target | met | date | CPU steal |")
 print("|---|---:|---:|:-:|---|---:|")
 for name, sec in res["sections"].items():
     for label, c in sec["checks"].items():
-        fmt = (lambda v: f"{100 * v:.1f}%") if ("MFU" in label or "%" in label or "gap" in label) else (lambda v: f"{v:.2f}x")
+        fmt = (lambda v: f"{100 * v:.2f}%") if "gap" in label else (lambda v: f"{100 * v:.1f}%") \
+            if ("MFU" in label or "%" in label) else (lambda v: f"{v:.2f}x")
         op = ">=" if ("gap" not in label and "Muon" not in label) else "<="
         steal = f"{sec['cpu_steal_pct']:.1f}%" if "cpu_steal_pct" in sec else "-"
         print(f"| {label} | {fmt(c['value'])} | {op} {fmt(c['target'])} | {'yes' if c['met'] else 'no'} | {sec['date']} | {steal} |")
