@@ -404,5 +404,32 @@ TEST(MixedPrecision, Bf16LinearIsTheFp32ProductOfBf16RoundedInputs) {
                std::logic_error);
 }
 
+// zero and copy_rows on both sides of the parallel threshold, with odd sizes
+// (the threads' cuts round to cache lines), touch exactly their ranges.
+TEST(Memory, ZeroAndCopyRowsTouchExactlyTheirRanges) {
+  for (const int64_t n : {int64_t{1}, int64_t{1000}, kParallelBytes / 4 - 1, kParallelBytes / 4 + 17,
+                          int64_t{3} * kParallelBytes / 4 + 5}) {
+    std::vector<float> v(static_cast<size_t>(n) + 2, 7.0f);
+    zero(v.data() + 1, n);
+    EXPECT_EQ(v.front(), 7.0f);
+    EXPECT_EQ(v.back(), 7.0f);
+    EXPECT_TRUE(std::all_of(v.begin() + 1, v.end() - 1, [](float x) { return x == 0.0f; })) << n;
+  }
+  std::vector<unsigned char> b(kParallelBytes + 131, 9);
+  zero_bytes(b.data() + 3, static_cast<int64_t>(b.size()) - 5);
+  EXPECT_EQ(b[2], 9);
+  EXPECT_EQ(b[b.size() - 2], 9);
+  EXPECT_EQ(std::count(b.begin(), b.end(), 0), static_cast<long>(b.size()) - 5);
+  for (const int64_t rows : {int64_t{3}, int64_t{4099}}) {
+    const int64_t cols = 37, src_stride = 50, dst_stride = 41;
+    const std::vector<float> src = random_vector(static_cast<size_t>(rows * src_stride), 5);
+    std::vector<float> dst(static_cast<size_t>(rows * dst_stride), -1.0f);
+    copy_rows(dst.data(), dst_stride, src.data(), src_stride, rows, cols);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < dst_stride; ++c)
+        ASSERT_EQ(dst[r * dst_stride + c], c < cols ? src[r * src_stride + c] : -1.0f) << r << "," << c;
+  }
+}
+
 }  // namespace
 }  // namespace anvil::kernels

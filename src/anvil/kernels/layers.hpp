@@ -91,6 +91,19 @@ void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N
 // ---- residual: out = a + b ----
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 
+// ---- zeroing and row copies, split over the threads ----
+// A serial memset of a layer's gradient scratch leaves every other core
+// waiting at the next parallel region; above kParallelBytes these split the
+// work in contiguous static blocks (below it the fork costs more than it saves).
+inline constexpr int64_t kParallelBytes = 256 * 1024;
+// dst[0, n) = 0.
+void zero(float* dst, int64_t n);
+void zero_bytes(void* dst, int64_t bytes);
+// dst row r (`dst_stride` floats apart) = the first `cols` floats of src row
+// r (`src_stride` apart), r in [0, rows).
+void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+               int64_t cols);
+
 // ---- RoPE, NeoX (rotate-half) layout, on the first `rotary_dim` dims of each head ----
 // x rows hold `n_heads` heads of `head_dim`; `row_stride` floats between rows;
 // position of row n is n % T (+ pos0 for decode). In place; backward rotates

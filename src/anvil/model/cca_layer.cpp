@@ -101,6 +101,7 @@ void CcaLayer::forward(float* out, const float* x, const CcaParams& p) {
   }
   float* vcur = sc_.d_v;  // free until backward
   kernels::linear_forward(vcur, x, w(p.wv1), nullptr, N_, H, d, low_scratch_);
+#pragma omp parallel for schedule(static) if (N_ * W * 4 >= kernels::kParallelBytes)
   for (int64_t n = 0; n < N_; ++n) {
     float* v = qkv_ + n * W + (Hq + Hkv) * d;
     std::memcpy(v, vcur + n * d, d * sizeof(float));  // kv head 0: this token
@@ -120,9 +121,7 @@ void CcaLayer::forward(float* out, const float* x, const CcaParams& p) {
   float* normed = sc_.d_qk_pre;  // free until backward
   kernels::l2norm_heads_forward(normed, norms_, qk_pre_, nullptr, N_, Hq, d, C);
   kernels::l2norm_heads_forward(normed + Cq, norms_ + N_ * Hq, qk_pre_ + Cq, p.temp, N_, Hkv, d, C);
-  for (int64_t n = 0; n < N_; ++n) {
-    std::memcpy(qkv_ + n * W, normed + n * C, C * sizeof(float));
-  }
+  kernels::copy_rows(qkv_, W, normed, C, N_, C);
   // 6-9. RoPE, attention, output projection.
   rope(qkv_, false);
   if (cp_)
@@ -137,7 +136,7 @@ void CcaLayer::backward(float* dx, const CcaParams& g, const float* dout, const 
   const int64_t H = s_.hidden, C = s_.channels(), d = s_.head_dim;
   const int64_t Hq = s_.q_heads, Hkv = s_.kv_heads, Cq = s_.q_latent();
   const int64_t W = (Hq + 2 * Hkv) * d;
-  auto zero = [](float* v, int64_t n) { std::fill(v, v + n, 0.0f); };
+  using kernels::zero;
   zero(sc_.d_att, N_ * Cq);
   kernels::linear_backward(sc_.d_att, g.wo, nullptr, dout, att_, w(p.wo), N_, Cq, H, low_scratch_);
   if (cp_)
@@ -147,9 +146,7 @@ void CcaLayer::backward(float* dx, const CcaParams& g, const float* dout, const 
   rope(sc_.d_qkv, true);
   // L2 norm backward: gather the q | k gradients into C-wide rows first.
   float* d_normed = sc_.d_conv;  // free until the mean-skip backward
-  for (int64_t n = 0; n < N_; ++n) {
-    std::memcpy(d_normed + n * C, sc_.d_qkv + n * W, C * sizeof(float));
-  }
+  kernels::copy_rows(d_normed, C, sc_.d_qkv, W, N_, C);
   zero(sc_.d_qk_pre, N_ * C);
   kernels::l2norm_heads_backward(sc_.d_qk_pre, nullptr, d_normed, qk_pre_, norms_, nullptr, N_, Hq,
                                  d, C);
@@ -168,13 +165,14 @@ void CcaLayer::backward(float* dx, const CcaParams& g, const float* dout, const 
   if (cp_) cp_->halo_backward(sc_.d_u, C, du_halo_, C, 2);
   kernels::linear_backward(dx, g.wqk, nullptr, sc_.d_u, x, w(p.wqk), N_, H, C, low_scratch_);
   // Values: head 0 came from x_t Wv1^T, head 1 from x_{t-1} Wv2^T.
-  for (int64_t n = 0; n < N_; ++n) {
-    std::memcpy(sc_.d_v + n * d, sc_.d_qkv + n * W + (Hq + Hkv) * d, d * sizeof(float));
-  }
+  kernels::copy_rows(sc_.d_v, d, sc_.d_qkv + (Hq + Hkv) * d, W, N_, d);
   kernels::linear_backward(dx, g.wv1, nullptr, sc_.d_v, x, w(p.wv1), N_, H, d, low_scratch_);
-  zero(sc_.d_v, N_ * d);
+#pragma omp parallel for schedule(static) if (N_ * d * 4 >= kernels::kParallelBytes)
   for (int64_t n = 0; n < N_; ++n) {
-    if ((n + 1) % S_ == 0) continue;  // a chunk's last token: see the halo below
+    if ((n + 1) % S_ == 0) {  // a chunk's last token: see the halo below
+      std::fill(sc_.d_v + n * d, sc_.d_v + (n + 1) * d, 0.0f);
+      continue;
+    }
     std::memcpy(sc_.d_v + n * d, sc_.d_qkv + (n + 1) * W + (Hq + Hkv + 1) * d, d * sizeof(float));
   }
   if (cp_) {  // a chunk's first row's previous value came from the chunk before it

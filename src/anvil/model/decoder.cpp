@@ -287,7 +287,7 @@ void Decoder::norm_backward(float* dinp, float* dw, float* db, const float* dout
 }
 
 void Decoder::zero_grads() {
-  std::memset(grads_.f(), 0, grads_.arena.capacity());
+  kernels::zero_bytes(grads_.f(), static_cast<int64_t>(grads_.arena.capacity()));
 }
 
 void Decoder::run_forward(const int32_t* tokens, int64_t B, int64_t T) {

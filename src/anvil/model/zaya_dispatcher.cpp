@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "anvil/kernels/layers.hpp"
 #include "anvil/kernels/moe.hpp"
 
 namespace anvil::model {
@@ -72,7 +73,7 @@ void LocalDispatcher::send() {
 }
 
 void LocalDispatcher::send_grads(const float* dys, float* dxs) {
-  std::fill(dxs, dxs + sorted_rows_ * s_.hidden, 0.0f);
+  kernels::zero(dxs, sorted_rows_ * s_.hidden);
   grads_.dy = dys;
   grads_.dx = dxs;
 }

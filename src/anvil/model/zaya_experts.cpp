@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "anvil/kernels/layers.hpp"
+
 namespace anvil::model {
 namespace {
 
@@ -37,8 +39,8 @@ void experts_backward(const ExpertGrads& d, const ExpertRows& r, const ZayaMoeSh
                       const ZayaExpertParams& g, const ZayaExpertParams& p,
                       const kernels::Bf16Weights* low) {
   const int64_t H = s.hidden, F = s.expert_ffn, rows = r.rows();
-  std::fill(d.dact, d.dact + rows * F, 0.0f);
-  std::fill(d.dfc1, d.dfc1 + rows * 2 * F, 0.0f);
+  kernels::zero(d.dact, rows * F);
+  kernels::zero(d.dfc1, rows * 2 * F);
   for (int64_t e = 0; e < r.experts; ++e) {
     const int64_t b = r.offsets[e], n = r.offsets[e + 1] - b;
     if (n == 0) continue;

@@ -353,7 +353,7 @@ ZayaMoeParams ZayaModel::moe_params(int64_t n, float* base) const {
 }
 
 void ZayaModel::zero_grads() {
-  std::fill(grads_f(), grads_f() + registry_.total(), 0.0f);
+  kernels::zero(grads_f(), registry_.total());
 }
 
 void ZayaModel::run_forward(const int32_t* tokens) {
@@ -438,7 +438,7 @@ double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets
   // Backward's buffers are carved with the activations: no allocation (and
   // no page faults) per step; the accumulating ones are cleared here.
   const auto zeroed = [](float* v, int64_t n) {
-    std::fill(v, v + n, 0.0f);
+    kernels::zero(v, n);
     return v;
   };
   float* d_lnf = zeroed(back_.d_lnf, NH);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "anvil/kernels/layers.hpp"
 #include "anvil/kernels/moe.hpp"
 
 namespace anvil::model {
@@ -52,7 +53,7 @@ void ZayaMoeLayer::backward(float* dx, float* drstate_prev, const ZayaMoeParams&
   // Combine, experts, dispatch, then the router: only through the gates.
   float* dys = back_.dys;
   float* dgate = back_.dgate;
-  std::fill(dys, dys + dispatcher_->sorted_rows() * H, 0.0f);
+  kernels::zero(dys, dispatcher_->sorted_rows() * H);
   std::fill(dgate, dgate + N_ * k, 0.0f);
   kernels::moe_combine_backward(dys, dgate, dx, dout, dispatcher_->outputs(), x, router_.gates(),
                                 dispatcher_->slots(), s_.skip_identity, N_, k, H);

@@ -79,7 +79,7 @@ void ZayaRouter::backward(float* dx, float* drstate_prev, const ZayaRouterParams
                           const float* rstate_prev, const ZayaRouterParams& p, float loss_scale) {
   const int64_t R = s_.router_dim, E = s_.experts, K = E + 1, H = s_.hidden;
   auto zeroed = [](float* v, int64_t n) {
-    std::fill(v, v + n, 0.0f);
+    kernels::zero(v, n);
     return v;
   };
   float* dlogits = zeroed(back_.dlogits, N_ * K);
@@ -95,9 +95,9 @@ void ZayaRouter::backward(float* dx, float* drstate_prev, const ZayaRouterParams
   kernels::linear_backward(d2, g.mlp4_w, nullptr, dlogits, z2_, p.mlp4_w, N_, R, K);
   kernels::gelu_erf_backward(da, a2_, d2, N_ * R);
   kernels::linear_backward(d1, g.mlp2_w, g.mlp2_b, da, z1_, p.mlp2_w, N_, R, R);
-  std::fill(da, da + N_ * R, 0.0f);
+  kernels::zero(da, N_ * R);
   kernels::gelu_erf_backward(da, a1_, d1, N_ * R);
-  std::fill(d2, d2 + N_ * R, 0.0f);  // now dz0
+  kernels::zero(d2, N_ * R);  // now dz0
   kernels::linear_backward(d2, g.mlp0_w, g.mlp0_b, da, z0_, p.mlp0_w, N_, R, R);
   kernels::rmsnorm_backward(dh, g.norm_w, d2, h_, p.norm_w, rstd_, N_, R);
   if (drstate_out != nullptr) {
