@@ -171,6 +171,13 @@ void BenchCommands::add_gemm(CLI::App* bench) {
                    "Seconds timed per shape (median of the calls is reported)")
       ->check(in_range(0.001, 60))
       ->capture_default_str();
+  gemm_
+      ->add_option("--passes", g.passes,
+                   "Sweep the shapes this many times (--min-time each pass) and pool each "
+                   "shape's samples, so a slow spell of the machine hits every shape alike "
+                   "(CPU; baselines on the last pass)")
+      ->check(at_least(1))
+      ->capture_default_str();
   gemm_->add_option("--profile", gemm_profile_,
                     "Record the measured shapes in this hardware profile (from anvil hw "
                     "--profile); anvil plan prices those GEMMs at the measured rate (grid: the "

@@ -26,7 +26,13 @@
 # Collectives are predicted twice: from the round's profile (another bench
 # comm run) and from the measurement's own run keeping only the profile's
 # sizes, which isolates the interpolation from run-to-run spread.
-# COLLECTIVES_ONLY=1 skips the GEMMs and the training (a quick check).
+# RESULT=FILE writes the JSON there instead of bench/results/plan_validation.json.
+# COLLECTIVES_ONLY=1 skips the GEMMs and the training (a quick check);
+# STEPS_ONLY=1 skips the held-out collective sweep (the profile's own sweep
+# stays: the 2-rank cases are priced from it).
+# GEMM rates pool 3 passes over the shapes (--passes 3, 0.05 s each): a
+# slow spell of this shared VM (tens of seconds at half speed) otherwise
+# lands on a run of neighbouring grid shapes and moves whole cells by 2x.
 # Usage: [KEEP=DIR | ANALYSE=DIR] bench/plan_validation.sh [ROUNDS (default 3)] [STEPS (default 6)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -110,21 +116,24 @@ for r in $(seq "${FIRST_ROUND:-1}" "$rounds"); do
   "$anvil" hw --profile "$grid" --min-time 0.1 > /dev/null
   cp "$grid" "$out/same-$r.json"  # the measurement pass's own profile, below
   [ -n "${COLLECTIVES_ONLY:-}" ] ||
-    "$anvil" bench gemm --preset grid --dtype f32,bf16 --baselines none --min-time 0.03 \
-      --profile "$grid" > /dev/null
+    "$anvil" bench gemm --preset grid --dtype f32,bf16 --baselines none --min-time 0.05 \
+      --passes 3 --profile "$grid" > /dev/null
   "$anvil" bench comm --np 2 $comm_ops $profile_sweep --profile "$grid" > /dev/null
   cp "$grid" "$shapes"
   while IFS='|' read -r name kind config B T prec np sets; do
     [ "$kind" = in ] && [ -z "${COLLECTIVES_ONLY:-}" ] || continue
     dtype=f32; [ "$prec" = bf16 ] && dtype=bf16
     "$anvil" bench gemm --preset model --config "configs/$config.json" --tokens $((B * T)) \
-      --backward --dtype "$dtype" --baselines none --min-time 0.05 --profile "$shapes" > /dev/null
+      --backward --dtype "$dtype" --baselines none --min-time 0.05 --passes 3 \
+      --profile "$shapes" > /dev/null
   done <<< "$cases"
+  if [ -z "${STEPS_ONLY:-}" ]; then
   echo "round $r/$rounds: collectives at held-out sizes" >&2
   refined=$(refined_sizes "$grid")
   "$anvil" bench comm --np 2 $comm_ops $comm_sweep ${refined:+--add-sizes "$refined"} --json \
     --profile "$out/same-$r.json" > "$out/comm-$r.json"
   keep_profile_sizes "$out/same-$r.json" "$grid"
+  fi
   while IFS='|' read -r name kind config B T prec np sets; do
     [ -z "${COLLECTIVES_ONLY:-}" ] || continue
     echo "round $r/$rounds: train $name ($np rank(s), B=$B T=$T $prec, $steps steps)" >&2
@@ -145,6 +154,7 @@ for r in $(seq "${FIRST_ROUND:-1}" "$rounds"); do
       "$anvil" plan --hw "$shapes" "${pflags[@]}" > "$out/plan-shapes-$name-$r.json"
     fi
   done <<< "$cases"
+  [ -z "${STEPS_ONLY:-}" ] || continue
   comm_sizes=$(/usr/bin/python3 -c 'import json, sys
 print(",".join(str(b) for b in sorted({p["bytes"] for p in json.load(open(sys.argv[1]))["points"]})))' \
     "$out/comm-$r.json")
@@ -159,9 +169,10 @@ print(",".join(str(b) for b in sorted({p["bytes"] for p in json.load(open(sys.ar
   done
 done
 mkdir -p bench/results
-/usr/bin/python3 - "$out" "$rounds" "$cases" <<'PY'
+result=${RESULT:-bench/results/plan_validation.json}
+/usr/bin/python3 - "$out" "$rounds" "$cases" "$result" <<'PY'
 import json, statistics as st, sys
-out, rounds, cases = sys.argv[1], int(sys.argv[2]), sys.argv[3].splitlines()
+out, rounds, cases, result = sys.argv[1], int(sys.argv[2]), sys.argv[3].splitlines(), sys.argv[4]
 R = range(1, rounds + 1)
 load = lambda f: json.load(open(f"{out}/{f}"))
 rows = []
@@ -209,9 +220,10 @@ grid_sizes = {x for i, x in enumerate(sweep) if x not in held_out}
 # bench comm run, earlier: in-sample sizes show the run-to-run spread) and the
 # measurement's own run keeping only the profile's sizes (interpolation alone).
 # A refined size exists only in the rounds whose profile refined there.
+steps_only = not os.path.exists(f"{out}/comm-1.json")
 print(f"{'collective':<16}{'algo':>6}{'bytes':>11}{'sample':>10}{'measured us':>13}"
       f"{'other run':>11}{'pred/meas':>11}{'same run':>10}{'pred/meas':>11}")
-for op in ("allreduce", "reduce_scatter", "allgather"):
+for op in () if steps_only else ("allreduce", "reduce_scatter", "allgather"):
     for algo in ("shm", "ring"):
         pred = {b: {r: {p["bytes"]: p["predicted_us"] for p in load(f"pcomm-{b}-{op}-{algo}-{r}.json")}
                     for r in R} for b in ("grid", "same")}
@@ -248,6 +260,6 @@ for kind, bound in (("step", 0.15), ("collective", 0.20), ("collective (same run
             print(f"{kind:<22}{sample:>9}: {within}/{len(sel)} within {bound:.0%}, "
                   f"median |error| {st.median(errs):.1%}, max {max(errs):.1%}")
 json.dump({"rounds": rounds, "summary": summary, "rows": rows},
-          open("bench/results/plan_validation.json.tmp", "w"), indent=2)
+          open(result + ".tmp", "w"), indent=2)
 PY
-mv bench/results/plan_validation.json.tmp bench/results/plan_validation.json
+mv "$result.tmp" "$result"

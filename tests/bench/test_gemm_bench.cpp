@@ -169,8 +169,29 @@ TEST(GemmBench, RunsEveryShapeDtypeAndThreadCount) {
   EXPECT_EQ(r.to_table().rows().size(), 8u);
 }
 
+// --passes pools each shape's calls over the sweeps: one row per shape as
+// with one pass, at least min_samples calls from every pass behind it.
+TEST(GemmBench, PassesPoolEachShapesSamplesIntoOneRow) {
+  GemmBenchOptions o;
+  o.sizes = {8, 16, 24};
+  o.baselines = {"naive"};
+  o.threads = {1};
+  o.timing.min_seconds = 0.001;
+  o.passes = 3;
+  const auto r = run_gemm_bench(o);
+  ASSERT_EQ(r.rows.size(), 3u);
+  for (const auto& row : r.rows) {
+    EXPECT_GT(row.gflops, 0);
+    EXPECT_GE(row.gflops_best, row.gflops);
+    EXPECT_EQ(row.baseline_gflops.count("naive"), 1u);  // the last pass times the baselines
+  }
+}
+
 TEST(GemmBench, RejectsBadOptions) {
   GemmBenchOptions o;
+  o.passes = 0;
+  EXPECT_THROW(run_gemm_bench(o), InputError);
+  o = GemmBenchOptions{};
   o.dtypes = {"f16"};
   EXPECT_THROW(run_gemm_bench(o), InputError);
   o = GemmBenchOptions{};

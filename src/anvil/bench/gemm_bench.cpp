@@ -311,16 +311,18 @@ OtherBf16 other_bf16_path(GemmBenchResult& result) {
 }
 
 // One shape in this process: anvil's GEMM and the in-process baselines.
+// `earlier`: this shape's samples from the earlier passes, pooled with this one's.
 void time_in_process(GemmRow& row, const GemmBenchOptions& o,
                      const std::set<std::string>& baselines, const OtherBf16& other,
-                     bool any_bf16) {
+                     bool any_bf16, const Samples& earlier) {
   const GemmCase& g = row.shape;
   const std::string& dtype = row.dtype;
   Operands ops(g, any_bf16);
   auto rate = [&](GemmBackend backend, const TimingPolicy& timing) {
     return gflops_of(g, time_calls([&] { ops.run(g, dtype, backend); }, timing).median());
   };
-  const Samples s = time_calls([&] { ops.run(g, dtype, GemmBackend::automatic); }, o.timing);
+  Samples s = time_calls([&] { ops.run(g, dtype, GemmBackend::automatic); }, o.timing);
+  s.seconds.insert(s.seconds.end(), earlier.seconds.begin(), earlier.seconds.end());
   row.gflops = gflops_of(g, s.median());
   row.gflops_best = gflops_of(g, s.best());
   if (dtype == "f32" && baselines.count("openblas"))
@@ -368,6 +370,7 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
       throw InputError("--dtype: the CPU GEMM bench measures f32 and bf16, got '" + d +
                        "' (tf32, fp16 and fp8 are for --device cuda)");
   }
+  if (o.passes < 1) throw InputError("--passes: expected >= 1, got " + std::to_string(o.passes));
   const std::set<std::string> baselines = checked_baselines(o);
   std::vector<int> threads = o.threads;
   if (threads.empty()) threads = {cpu_info().logical_cpus};
@@ -389,8 +392,30 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
     result.baseline_notes["naive"] = "reference triple loop (double accumulation), shapes up to " +
                                      fmt(o.naive_max_flops / 1e9, 3) + " GFLOP";
   }
-  const size_t total = cases.size() * threads.size() * o.dtypes.size();
+  const size_t per_pass = cases.size() * threads.size() * o.dtypes.size();
+  const size_t total = per_pass * static_cast<size_t>(o.passes);
   size_t done = 0;
+  // The earlier passes time anvil's GEMM alone; the last adds the baselines.
+  std::vector<Samples> earlier(per_pass);
+  for (int pass = 0; pass + 1 < o.passes; ++pass) {
+    size_t i = 0;
+    for (const auto& dtype : o.dtypes) {
+      for (int t : threads) {
+        set_num_threads(t);
+        for (const GemmCase& g : cases) {
+          progress_line(o.progress, done++, total,
+                        "pass " + std::to_string(pass + 1) + " " + dtype + " " +
+                            std::to_string(t) + "T " + dims_text(g));
+          Operands ops(g, any_bf16);
+          const Samples s =
+              time_calls([&] { ops.run(g, dtype, GemmBackend::automatic); }, o.timing);
+          auto& pooled = earlier[i++].seconds;
+          pooled.insert(pooled.end(), s.seconds.begin(), s.seconds.end());
+        }
+      }
+    }
+  }
+  size_t i = 0;
   for (const auto& dtype : o.dtypes) {
     for (int t : threads) {
       set_num_threads(t);
@@ -399,7 +424,7 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
         progress_line(o.progress, done++, total,
                       dtype + " " + std::to_string(t) + "T " + dims_text(g));
         GemmRow row{g, dtype, t, 0, 0, 0, {}, kNaN};
-        time_in_process(row, o, baselines, other, any_bf16);
+        time_in_process(row, o, baselines, other, any_bf16, earlier[i++]);
         // (our buffers are freed before a child allocates its own)
         for (auto& [name, child] : children) {
           if (dtype != "f32") break;

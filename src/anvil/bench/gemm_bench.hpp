@@ -48,6 +48,10 @@ struct GemmBenchOptions {
   std::vector<std::string> baselines = {"library", "env", "openblas", "onednn", "naive"};
   double naive_max_flops = 2.0 * 256 * 256 * 256;
   TimingPolicy timing;
+  // Sweep the cases this many times and pool each case's samples (CPU; the
+  // baselines are timed on the last pass only): a slow spell of a shared
+  // machine then lands on every shape alike instead of on a few.
+  int passes = 1;
   bool progress = false;  // a live line on stderr
   device::DeviceKind device = device::DeviceKind::cpu;  // cuda: gpu_bench.hpp
   int algos = 8;  // cuda: cuBLASLt's top heuristic algorithms timed for the best-algo column
