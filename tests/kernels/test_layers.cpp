@@ -407,8 +407,8 @@ TEST(MixedPrecision, Bf16LinearIsTheFp32ProductOfBf16RoundedInputs) {
 // zero and copy_rows on both sides of the parallel threshold, with odd sizes
 // (the threads' cuts round to cache lines), touch exactly their ranges.
 TEST(Memory, ZeroAndCopyRowsTouchExactlyTheirRanges) {
-  for (const int64_t n : {int64_t{1}, int64_t{1000}, kParallelBytes / 4 - 1, kParallelBytes / 4 + 17,
-                          int64_t{3} * kParallelBytes / 4 + 5}) {
+  for (const int64_t n : {int64_t{1}, int64_t{1000}, kParallelBytes / 4 - 1,
+                          kParallelBytes / 4 + 17, int64_t{3} * kParallelBytes / 4 + 5}) {
     std::vector<float> v(static_cast<size_t>(n) + 2, 7.0f);
     zero(v.data() + 1, n);
     EXPECT_EQ(v.front(), 7.0f);
@@ -427,7 +427,8 @@ TEST(Memory, ZeroAndCopyRowsTouchExactlyTheirRanges) {
     copy_rows(dst.data(), dst_stride, src.data(), src_stride, rows, cols);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < dst_stride; ++c)
-        ASSERT_EQ(dst[r * dst_stride + c], c < cols ? src[r * src_stride + c] : -1.0f) << r << "," << c;
+        ASSERT_EQ(dst[r * dst_stride + c], c < cols ? src[r * src_stride + c] : -1.0f)
+            << r << "," << c;
   }
 }
 

@@ -313,8 +313,8 @@ OtherBf16 other_bf16_path(GemmBenchResult& result) {
 // One shape in this process: anvil's GEMM and the in-process baselines.
 // `earlier`: this shape's samples from the earlier passes, pooled with this one's.
 void time_in_process(GemmRow& row, const GemmBenchOptions& o,
-                     const std::set<std::string>& baselines, const OtherBf16& other,
-                     bool any_bf16, const Samples& earlier) {
+                     const std::set<std::string>& baselines, const OtherBf16& other, bool any_bf16,
+                     const Samples& earlier) {
   const GemmCase& g = row.shape;
   const std::string& dtype = row.dtype;
   Operands ops(g, any_bf16);
@@ -395,46 +395,40 @@ GemmBenchResult run_gemm_bench(const GemmBenchOptions& o) {
   const size_t per_pass = cases.size() * threads.size() * o.dtypes.size();
   const size_t total = per_pass * static_cast<size_t>(o.passes);
   size_t done = 0;
-  // The earlier passes time anvil's GEMM alone; the last adds the baselines.
+  // Every pass times anvil's GEMM; the last pools the earlier passes' calls
+  // with its own and adds the baselines.
   std::vector<Samples> earlier(per_pass);
-  for (int pass = 0; pass + 1 < o.passes; ++pass) {
+  for (int pass = 0; pass < o.passes; ++pass) {
+    const bool last = pass + 1 == o.passes;
+    const std::string label = last ? "" : "pass " + std::to_string(pass + 1) + " ";
     size_t i = 0;
     for (const auto& dtype : o.dtypes) {
       for (int t : threads) {
         set_num_threads(t);
-        for (const GemmCase& g : cases) {
+        for (size_t ci = 0; ci < cases.size(); ++ci, ++i) {
+          const GemmCase& g = cases[ci];
           progress_line(o.progress, done++, total,
-                        "pass " + std::to_string(pass + 1) + " " + dtype + " " +
-                            std::to_string(t) + "T " + dims_text(g));
-          Operands ops(g, any_bf16);
-          const Samples s =
-              time_calls([&] { ops.run(g, dtype, GemmBackend::automatic); }, o.timing);
-          auto& pooled = earlier[i++].seconds;
-          pooled.insert(pooled.end(), s.seconds.begin(), s.seconds.end());
-        }
-      }
-    }
-  }
-  size_t i = 0;
-  for (const auto& dtype : o.dtypes) {
-    for (int t : threads) {
-      set_num_threads(t);
-      for (size_t ci = 0; ci < cases.size(); ++ci) {
-        const GemmCase& g = cases[ci];
-        progress_line(o.progress, done++, total,
-                      dtype + " " + std::to_string(t) + "T " + dims_text(g));
-        GemmRow row{g, dtype, t, 0, 0, 0, {}, kNaN};
-        time_in_process(row, o, baselines, other, any_bf16, earlier[i++]);
-        // (our buffers are freed before a child allocates its own)
-        for (auto& [name, child] : children) {
-          if (dtype != "f32") break;
-          try {
-            row.baseline_gflops[name] = child->measure(ci, t);
-          } catch (const std::exception& e) {
-            result.baseline_notes[name] = std::string("failed: ") + e.what();
+                        label + dtype + " " + std::to_string(t) + "T " + dims_text(g));
+          if (!last) {
+            Operands ops(g, any_bf16);
+            const Samples s =
+                time_calls([&] { ops.run(g, dtype, GemmBackend::automatic); }, o.timing);
+            earlier[i].seconds.insert(earlier[i].seconds.end(), s.seconds.begin(), s.seconds.end());
+            continue;
           }
+          GemmRow row{g, dtype, t, 0, 0, 0, {}, kNaN};
+          time_in_process(row, o, baselines, other, any_bf16, earlier[i]);
+          // (our buffers are freed before a child allocates its own)
+          for (auto& [name, child] : children) {
+            if (dtype != "f32") break;
+            try {
+              row.baseline_gflops[name] = child->measure(ci, t);
+            } catch (const std::exception& e) {
+              result.baseline_notes[name] = std::string("failed: ") + e.what();
+            }
+          }
+          result.rows.push_back(std::move(row));
         }
-        result.rows.push_back(std::move(row));
       }
     }
   }

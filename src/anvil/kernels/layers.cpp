@@ -334,19 +334,24 @@ void zero_bytes(void* dst, int64_t bytes) {
 #pragma omp parallel
   {
     const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-    // Cache-line-aligned cuts, so no two threads write one line.
-    const int64_t b0 = bytes * id / nt / 64 * 64, b1 = id + 1 == nt ? bytes : bytes * (id + 1) / nt / 64 * 64;
+    // Cuts at multiples of 64 bytes from dst: whole cache lines per thread
+    // when dst is line-aligned, as arena buffers are.
+    const auto cut = [&](int64_t j) { return j == nt ? bytes : bytes * j / nt / 64 * 64; };
+    const int64_t b0 = cut(id), b1 = cut(id + 1);
     std::memset(p + b0, 0, static_cast<size_t>(b1 - b0));
   }
 }
 
-void zero(float* dst, int64_t n) { zero_bytes(dst, n * static_cast<int64_t>(sizeof(float))); }
+void zero(float* dst, int64_t n) {
+  zero_bytes(dst, n * static_cast<int64_t>(sizeof(float)));
+}
 
 void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
                int64_t cols) {
   const size_t row_bytes = static_cast<size_t>(cols) * sizeof(float);
 #pragma omp parallel for schedule(static) if (rows * cols * 4 >= kParallelBytes)
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_stride, src + r * src_stride, row_bytes);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(dst + r * dst_stride, src + r * src_stride, row_bytes);
 }
 
 namespace {
