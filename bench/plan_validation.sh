@@ -128,11 +128,11 @@ for r in $(seq "${FIRST_ROUND:-1}" "$rounds"); do
       --profile "$shapes" > /dev/null
   done <<< "$cases"
   if [ -z "${STEPS_ONLY:-}" ]; then
-  echo "round $r/$rounds: collectives at held-out sizes" >&2
-  refined=$(refined_sizes "$grid")
-  "$anvil" bench comm --np 2 $comm_ops $comm_sweep ${refined:+--add-sizes "$refined"} --json \
-    --profile "$out/same-$r.json" > "$out/comm-$r.json"
-  keep_profile_sizes "$out/same-$r.json" "$grid"
+    echo "round $r/$rounds: collectives at held-out sizes" >&2
+    refined=$(refined_sizes "$grid")
+    "$anvil" bench comm --np 2 $comm_ops $comm_sweep ${refined:+--add-sizes "$refined"} --json \
+      --profile "$out/same-$r.json" > "$out/comm-$r.json"
+    keep_profile_sizes "$out/same-$r.json" "$grid"
   fi
   while IFS='|' read -r name kind config B T prec np sets; do
     [ -z "${COLLECTIVES_ONLY:-}" ] || continue

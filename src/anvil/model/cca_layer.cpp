@@ -101,7 +101,7 @@ void CcaLayer::forward(float* out, const float* x, const CcaParams& p) {
   }
   float* vcur = sc_.d_v;  // free until backward
   kernels::linear_forward(vcur, x, w(p.wv1), nullptr, N_, H, d, low_scratch_);
-#pragma omp parallel for schedule(static) if (N_ * W * 4 >= kernels::kParallelBytes)
+#pragma omp parallel for schedule(static) if (N_ * 2 * d * 4 >= kernels::kParallelBytes)
   for (int64_t n = 0; n < N_; ++n) {
     float* v = qkv_ + n * W + (Hq + Hkv) * d;
     std::memcpy(v, vcur + n * d, d * sizeof(float));  // kv head 0: this token

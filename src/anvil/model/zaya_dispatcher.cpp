@@ -3,8 +3,6 @@
 // experts as they are.
 #include "anvil/model/zaya_dispatcher.hpp"
 
-#include <algorithm>
-
 #include "anvil/kernels/layers.hpp"
 #include "anvil/kernels/moe.hpp"
 

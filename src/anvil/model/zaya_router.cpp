@@ -2,7 +2,6 @@
 // model's activation arena; the element-wise parts are in kernels/zaya.
 #include "anvil/model/zaya_router.hpp"
 
-#include <algorithm>
 #include <cstring>
 
 #include "anvil/kernels/layers.hpp"
