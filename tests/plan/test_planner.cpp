@@ -441,8 +441,12 @@ TEST(Planner, TensorPipelineAndContextParallelSplitTheWork) {
   EXPECT_NEAR(ops["allgather cp"].bytes, 1024.0 * 2 * 1 * 64 * 2, 1e-9);  // 4 KV heads / tp 4
   EXPECT_EQ(ops["sendrecv pp"].calls, 2 * 8);
   EXPECT_EQ(ops["sendrecv pp"].ranks_per_node, 1);  // tp x cp fill a node: stages cross nodes
-  EXPECT_EQ(ops["allreduce dp"].ranks, 2);
-  EXPECT_EQ(ops["allreduce dp"].ranks_per_node, 1);
+  // Gradients are summed over every rank holding the same weights: 2
+  // replicas x 2 context-parallel ranks, two of them on each node.
+  EXPECT_EQ(l.replicas(), 4);
+  EXPECT_EQ(ops.count("allreduce dp"), 0u);
+  EXPECT_EQ(ops["allreduce dp x cp"].ranks, 4);
+  EXPECT_EQ(ops["allreduce dp x cp"].ranks_per_node, 2);
   // The pipeline bubble: (pp - 1) / (vp x micro-batches) of the stage's compute.
   PlanOptions o;
   o.layout = l;
@@ -497,6 +501,15 @@ TEST(Planner, ContextParallelCountsTheSharedKeyValueBuffersAndTheHalos) {
   EXPECT_NEAR(ops["sendrecv cp"].bytes,
               2.0 * (2 * (c.n_heads + c.n_kv_heads) + 1) * c.head_dim * 4, 1e-9);
   for (const auto& op : comm_per_step(c, one)) EXPECT_NE(op.group, "cp");
+  // The two context-parallel ranks hold the same weights: their gradients
+  // are summed (there is no other replica), and ZeRO-1 shards the optimizer
+  // state over both.
+  ASSERT_TRUE(ops.count("allreduce dp x cp"));
+  EXPECT_EQ(ops["allreduce dp x cp"].ranks, 2);
+  EXPECT_NEAR(ops["allreduce dp x cp"].bytes, local_params(c, two).total() * 4.0, 1e-6);
+  Layout sharded = two;
+  sharded.zero1 = true;
+  EXPECT_NEAR(memory_per_rank(c, sharded).optimizer * 2, memory_per_rank(c, two).optimizer, 1e-6);
 }
 
 TEST(Planner, FsdpShardsWeightsAndGathersThemPerMicroBatch) {

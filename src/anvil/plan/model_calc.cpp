@@ -86,9 +86,9 @@ void validate_layout(const model::ModelConfig& c, const Layout& l) {
     throw InputError("--optimizer: expected adamw or muon, got '" + l.optimizer + "'");
   if (l.ep > 1 && c.n_experts == 0)
     throw InputError("--ep " + std::to_string(l.ep) + ": config " + c.name + " has no experts");
-  if (l.dp() % l.ep != 0)
+  if (l.replicas() % l.ep != 0)
     throw InputError("--ep " + std::to_string(l.ep) + ": expected a divisor of the " +
-                     std::to_string(l.dp()) + " ranks (nodes x gpus per node)");
+                     std::to_string(l.replicas()) + " data- and context-parallel ranks");
   if (c.n_experts > 0 && c.n_experts % l.ep != 0)
     throw InputError("--ep " + std::to_string(l.ep) + ": expected a divisor of n_experts " +
                      std::to_string(c.n_experts));
@@ -237,10 +237,10 @@ MemoryPerRank memory_per_rank(const model::ModelConfig& c, const Layout& l) {
   const double muon_params = l.optimizer == "muon" ? p.matrices : 0.0;
   double replicated_share = p.replicated / p.total();
   double state = (adam_params * 8.0 + muon_params * 4.0);
-  const double dp = static_cast<double>(l.dp());
+  const double dp = static_cast<double>(l.replicas());
   const double expert_dp = dp / static_cast<double>(l.ep);
-  // Over the data-parallel replicas: replicated parameters over all dp
-  // ranks, the experts over their dp / ep replicas.
+  // Over the ranks holding the same weights (dp x cp): replicated parameters
+  // over all of them, the experts over their dp x cp / ep replicas.
   auto shard = [&](double bytes) {
     return bytes * replicated_share / dp + bytes * (1 - replicated_share) / expert_dp;
   };
@@ -296,13 +296,14 @@ std::vector<CommOp> comm_per_step(const model::ModelConfig& c, const Layout& l) 
   const LocalParams p = local_params(c, l);
   const double weight_bytes = bytes_of(l.dtype);
   // Tensor and context parallel groups fill a node first; data-parallel
-  // replicas and pipeline stages span nodes.
-  const int64_t inner = std::min(l.devices_per_node, l.tp * l.cp);
-  const int64_t dp_per_node = std::max<int64_t>(1, l.devices_per_node / inner);
+  // replicas and pipeline stages span nodes. A node holds devices / tp of
+  // the ranks that share weights (its cp ranks and dp replicas).
+  const int64_t replicas_per_node =
+      std::max<int64_t>(1, l.devices_per_node / std::min(l.devices_per_node, l.tp));
   const int64_t micro = l.accumulation();
   auto gradients = [&](const std::string& group, int64_t ranks, double params) {
     if (ranks < 2 || params <= 0) return;
-    const int64_t per_node = std::min(ranks, dp_per_node);
+    const int64_t per_node = std::min(ranks, replicas_per_node);
     if (l.fsdp) {
       // Weights gathered for forward and again for backward, every micro-batch.
       out.push_back({"allgather", group, "parameters (forward + backward)", ranks,
@@ -319,11 +320,14 @@ std::vector<CommOp> comm_per_step(const model::ModelConfig& c, const Layout& l) 
           {"allreduce", group, "gradients (fp32)", ranks, params * 4.0, 1, true, per_node});
     }
   };
+  // Gradients are summed over every rank holding the same weights: the
+  // data-parallel replicas and their context-parallel ranks.
+  const std::string group = l.cp > 1 ? "dp x cp" : "dp";
   if (l.ep == 1) {
-    gradients("dp", l.dp(), p.replicated + p.expert);
+    gradients(group, l.replicas(), p.replicated + p.expert);
   } else {
-    gradients("dp", l.dp(), p.replicated);
-    gradients("expert-dp", l.dp() / l.ep, p.expert);
+    gradients(group, l.replicas(), p.replicated);
+    gradients("expert-" + group, l.replicas() / l.ep, p.expert);
   }
   const int64_t tokens = l.micro_batch * l.seq / l.cp;
   const int64_t stage_layers = std::max<int64_t>(1, c.n_layers / l.pp);
@@ -331,7 +335,7 @@ std::vector<CommOp> comm_per_step(const model::ModelConfig& c, const Layout& l) 
     // Dispatch and combine in forward, and both again in backward, per MoE layer.
     const double bytes = as_double(tokens * c.top_k * c.d_model) * bytes_of(l.dtype);
     out.push_back({"alltoall", "ep", "token dispatch + combine", l.ep, bytes,
-                   4 * stage_layers * micro, false, std::min(l.ep, dp_per_node)});
+                   4 * stage_layers * micro, false, std::min(l.ep, replicas_per_node)});
   }
   if (l.tp > 1) {
     // Sequence parallel: an all-gather before and a reduce-scatter after the

@@ -29,7 +29,7 @@ struct Layout {
   int64_t pp = 1;      // pipeline stages (1F1B; balanced layers per stage)
   int64_t vp = 1;      // virtual stages per rank (interleaved 1F1B): bubble / vp
   int64_t cp = 1;      // context parallel: each rank holds seq / cp tokens of a sequence
-  bool zero1 = false;  // optimizer state sharded over the data-parallel group
+  bool zero1 = false;  // optimizer state sharded over the replicas (dp x cp)
   bool fsdp = false;   // ZeRO-3 / FSDP: weights, gradients and optimizer state sharded
   int64_t global_batch = 1;         // sequences per optimizer step, all ranks
   int64_t micro_batch = 1;          // sequences per forward/backward on one rank
@@ -49,6 +49,10 @@ struct Layout {
   std::vector<double> expert_shares;
   int64_t world() const { return nodes * devices_per_node; }
   int64_t dp() const { return world() / (tp * pp * cp); }
+  // Ranks holding the same weights: the data-parallel replicas and, within
+  // each, the context-parallel ranks (which see other tokens of the same
+  // sequences). Gradients are summed and ZeRO / FSDP shard over these.
+  int64_t replicas() const { return dp() * cp; }
   int64_t model_parallel() const { return tp * pp; }  // ways the weights are split (not FSDP)
   int64_t accumulation() const;  // micro-batches per optimizer step on one rank
 };

@@ -567,12 +567,12 @@ void predict_compute(const model::ModelConfig& c, const HwProfile& hw, const Lay
   for (const auto& part : p.compute) p.compute_s += part.seconds;
 }
 
-// Streaming over the local parameters (a 1/dp share with ZeRO-1), plus
+// Streaming over the local parameters (a 1/(dp x cp) share with ZeRO-1), plus
 // Muon's Newton-Schulz GEMMs on its share of the matrices.
 double predict_optimizer(const model::ModelConfig& c, const HwProfile& hw, const Layout& l) {
   Prediction p;
   const LocalParams lp = local_params(c, l);
-  const double owned = l.zero1 || l.fsdp ? 1.0 / static_cast<double>(l.dp()) : 1.0;
+  const double owned = l.zero1 || l.fsdp ? 1.0 / static_cast<double>(l.replicas()) : 1.0;
   const double stream = lp.total() * owned * optimizer_bytes_per_param(l.optimizer) +
                         (l.dtype != "f32" ? lp.total() * 6.0 : 0.0);
   p.optimizer_s = stream / (memory_gbs(hw) * 1e9);
@@ -784,7 +784,7 @@ std::vector<Term> model_terms(const model::ModelConfig& c, const HwProfile& hw, 
   terms.push_back({"memory-bound: optimizer step", p.optimizer_s,
                    fmt(lp.total() / 1e6, 1) + " M local parameters x " +
                        fmt(optimizer_bytes_per_param(l.optimizer), 0) + " B" +
-                       (l.zero1 || l.fsdp ? " / dp" : "") +
+                       (l.zero1 || l.fsdp ? (l.cp > 1 ? " / (dp x cp)" : " / dp") : "") +
                        (l.optimizer == "muon" ? " + Newton-Schulz GEMMs" : ""),
                    memory_source(hw)});
   std::string link_src = "measured collective fits of " + profile_origin(hw);
