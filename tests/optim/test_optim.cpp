@@ -221,6 +221,95 @@ TEST(Muon, BatchedBf16NewtonSchulzGivesTheSameBitsOnAnyLayout) {
   expect_batched_muon_same_bits_on_any_layout(true);
 }
 
+// symmetric_gram multiplies the blocks on and below the diagonal and
+// mirrors them: the same sum as a full GEMM, exactly symmetric, for 1 to 4
+// strips (r = 100, 300, 520) and a beta that scales a symmetric old value.
+TEST(Muon, SymmetricGramMatchesTheFullProduct) {
+  std::mt19937 gen(11);
+  std::normal_distribution<float> normal;
+  for (const int64_t r : {100, 300, 520}) {
+    const int64_t c = 136;
+    std::vector<float> x(static_cast<size_t>(r * c)), old(static_cast<size_t>(r * r));
+    for (auto& v : x) v = normal(gen);
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j <= i; ++j) old[i * r + j] = old[j * r + i] = normal(gen);
+    std::vector<bf16> xb(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xb[i] = to_bf16(x[i]);
+    const float alpha = 0.75f, beta = -1.5f;
+    // The reference: fp64 over the same inputs (bf16's widened exactly).
+    auto check = [&](const std::vector<float>& got, auto widen, const char* what) {
+      double worst = 0, scale = 0;
+      for (int64_t i = 0; i < r; ++i) {
+        for (int64_t j = 0; j < r; ++j) {
+          double dot = 0;
+          for (int64_t k = 0; k < c; ++k) dot += widen(i * c + k) * widen(j * c + k);
+          const double want = alpha * dot + beta * old[i * r + j];
+          worst = std::max(worst, std::abs(got[i * r + j] - want));
+          scale = std::max(scale, std::abs(want));
+          ASSERT_EQ(got[i * r + j], got[j * r + i]) << what << " r " << r;
+        }
+      }
+      EXPECT_LT(worst, 1e-5 * scale) << what << " r " << r << " strips " << gram_strip_count(r);
+    };
+    std::vector<float> got = old;
+    symmetric_gram(x.data(), r, c, alpha, beta, got.data());
+    check(
+        got, [&](int64_t i) { return static_cast<double>(x[i]); }, "fp32");
+    got = old;
+    symmetric_gram(xb.data(), r, c, alpha, beta, got.data());
+    check(
+        got, [&](int64_t i) { return static_cast<double>(to_float(xb[i])); }, "bf16");
+  }
+  EXPECT_EQ(gram_strip_count(100), 1);
+  EXPECT_EQ(gram_strip_count(300), 2);
+  EXPECT_EQ(gram_strip_count(520), 4);
+  EXPECT_DOUBLE_EQ(gram_flop_share(512), 5.0 / 8);
+}
+
+// The iteration on symmetric_gram against the same iteration on full GEMMs
+// (fp64, written out here) for a matrix wide enough to be cut into strips.
+TEST(Muon, NewtonSchulzMatchesAPlainGemmIteration) {
+  const int64_t m = 260, n = 300;
+  std::vector<float> g(m * n), got(m * n);
+  std::mt19937 gen(13);
+  std::normal_distribution<float> normal;
+  for (auto& v : g) v = normal(gen);
+  std::vector<float> x(m * n), y(m * n), a(m * m), b(m * m);
+  optim::newton_schulz(got.data(), g.data(), m, n, 5, x.data(), y.data(), a.data(), b.data());
+  std::vector<double> X(g.begin(), g.end()), A(m * m), B(m * m), Y(m * n);
+  double norm = 0;
+  for (double v : X) norm += v * v;
+  for (double& v : X) v /= std::sqrt(norm) + 1e-7;
+  const double ka = 3.4445, kb = -4.7750, kc = 2.0315;
+  for (int s = 0; s < 5; ++s) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < m; ++j) {
+        double d = 0;
+        for (int64_t k = 0; k < n; ++k) d += X[i * n + k] * X[j * n + k];
+        A[i * m + j] = d;
+      }
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < m; ++j) {
+        double d = 0;
+        for (int64_t k = 0; k < m; ++k) d += A[i * m + k] * A[k * m + j];
+        B[i * m + j] = kb * A[i * m + j] + kc * d;
+      }
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double d = 0;
+        for (int64_t k = 0; k < m; ++k) d += B[i * m + k] * X[k * n + j];
+        Y[i * n + j] = ka * X[i * n + j] + d;
+      }
+    std::swap(X, Y);
+  }
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    num += (got[i] - X[i]) * (got[i] - X[i]);
+    den += X[i] * X[i];
+  }
+  EXPECT_LT(std::sqrt(num / den), 1e-4);
+}
+
 TEST(Muon, NewtonSchulzInBf16StaysCloseToFp32) {
   // A 64 x 96 Gaussian: the bf16 iteration rounds each GEMM's inputs to 8
   // mantissa bits; the iterate stays fp32, so it ends within a few bf16 ulps.

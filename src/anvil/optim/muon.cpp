@@ -48,7 +48,39 @@ void round_to_bf16(bf16* out, const float* in, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
 }
 
+template <typename T>
+void gram_strips(const T* x, int64_t r, int64_t c, float alpha, float beta, float* out,
+                 device::GemmBackend backend) {
+  const int64_t strips = gram_strip_count(r);
+  for (int64_t s = 0; s < strips; ++s) {
+    const int64_t lo = r * s / strips, hi = r * (s + 1) / strips;
+    // Rows lo..hi against rows 0..hi: the strip's blocks left of and on the diagonal.
+    device::gemm(false, true, hi - lo, hi, c, alpha, x + lo * c, c, x, c, beta, out + lo * r, r,
+                 backend);
+  }
+  // The upper triangle from the lower, in tiles that stay in cache.
+  constexpr int64_t kTile = 64;
+  for (int64_t i0 = 0; i0 < r; i0 += kTile) {
+    for (int64_t j0 = i0; j0 < r; j0 += kTile) {
+      for (int64_t i = i0; i < std::min(r, i0 + kTile); ++i) {
+        for (int64_t j = std::max(j0, i + 1); j < std::min(r, j0 + kTile); ++j)
+          out[i * r + j] = out[j * r + i];
+      }
+    }
+  }
+}
+
 }  // namespace
+
+void symmetric_gram(const float* x, int64_t r, int64_t c, float alpha, float beta, float* out,
+                    device::GemmBackend backend) {
+  gram_strips(x, r, c, alpha, beta, out, backend);
+}
+
+void symmetric_gram(const bf16* x, int64_t r, int64_t c, float alpha, float beta, float* out,
+                    device::GemmBackend backend) {
+  gram_strips(x, r, c, alpha, beta, out, backend);
+}
 
 void newton_schulz(float* out, const float* g, int64_t rows, int64_t cols, int steps, float* x,
                    float* y, float* a, float* b, device::GemmBackend backend) {
@@ -56,9 +88,9 @@ void newton_schulz(float* out, const float* g, int64_t rows, int64_t cols, int s
   const bool transposed = ns_start(x, g, rows, cols);
   const int64_t r = transposed ? cols : rows, c = transposed ? rows : cols;
   for (int s = 0; s < steps; ++s) {
-    device::gemm(false, true, r, r, c, 1.0f, x, c, x, c, 0.0f, a, r, backend);  // A = X X^T
+    symmetric_gram(x, r, c, 1.0f, 0.0f, a, backend);  // A = X X^T
     std::memcpy(b, a, static_cast<size_t>(r * r) * sizeof(float));
-    device::gemm(false, false, r, r, r, kC, a, r, a, r, kB, b, r, backend);  // B = b A + c A A
+    symmetric_gram(a, r, r, kC, kB, b, backend);  // B = b A + c A A (A A = A A^T)
     std::memcpy(y, x, static_cast<size_t>(r * c) * sizeof(float));
     device::gemm(false, false, r, c, r, 1.0f, b, r, x, c, kA, y, c, backend);  // Y = a X + B X
     std::swap(x, y);
@@ -73,10 +105,10 @@ void newton_schulz_bf16(float* out, const float* g, int64_t rows, int64_t cols, 
   const int64_t r = transposed ? cols : rows, c = transposed ? rows : cols;
   for (int s = 0; s < steps; ++s) {
     round_to_bf16(xb, x, r * c);
-    device::gemm(false, true, r, r, c, 1.0f, xb, c, xb, c, 0.0f, a, r, backend);  // A = X X^T
+    symmetric_gram(xb, r, c, 1.0f, 0.0f, a, backend);  // A = X X^T
     std::memcpy(b, a, static_cast<size_t>(r * r) * sizeof(float));
     round_to_bf16(ab, a, r * r);
-    device::gemm(false, false, r, r, r, kC, ab, r, ab, r, kB, b, r, backend);  // B = b A + c A A
+    symmetric_gram(ab, r, r, kC, kB, b, backend);  // B = b A + c A A (A A = A A^T)
     std::memcpy(y, x, static_cast<size_t>(r * c) * sizeof(float));
     round_to_bf16(ab, b, r * r);
     device::gemm(false, false, r, c, r, 1.0f, ab, r, xb, c, kA, y, c, backend);  // Y = a X + B X

@@ -15,8 +15,11 @@
 // matrix gets the same bits on any number of ranks. With ns_bf16 a batched
 // matrix runs its bf16 GEMMs single-threaded too: oneDNN's AVX512_BF16
 // kernels on the native path, widened to fp32 for OpenBLAS on the emulated.
+// X X^T and A A (A symmetric) are multiplied below the diagonal only
+// (symmetric_gram), ~1/3 fewer FLOPs per iteration for a square matrix.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -88,6 +91,28 @@ class Muon {
   tensor::Arena scratch_;
   std::vector<Scratch> work_;
 };
+
+// out [r, r] = alpha X X^T + beta out for X [r, c] (row-major, leading
+// dimension c), exactly symmetric. Only the blocks on and below the diagonal
+// are multiplied (horizontal strips of X against the rows up to the strip's
+// end, ~(k + 1) / 2k of the FLOPs with k strips of at least kGramStripRows
+// rows) and the upper triangle is mirrored from the lower one; beta scales
+// the lower triangle of the old `out`, so an `out` that is symmetric on entry
+// (or a multiple of one) gives the same sum as a full GEMM would.
+inline constexpr int64_t kGramStripRows = 128;
+inline constexpr int64_t kGramMaxStrips = 4;  // past it the strips' GEMMs get too thin to gain
+constexpr int64_t gram_strip_count(int64_t r) {
+  return std::clamp<int64_t>(r / kGramStripRows, 1, kGramMaxStrips);
+}
+// The share of a full r x r x c GEMM's FLOPs that symmetric_gram multiplies.
+constexpr double gram_flop_share(int64_t r) {
+  const auto k = static_cast<double>(gram_strip_count(r));
+  return (k + 1) / (2 * k);
+}
+void symmetric_gram(const float* x, int64_t r, int64_t c, float alpha, float beta, float* out,
+                    device::GemmBackend backend = device::GemmBackend::automatic);
+void symmetric_gram(const bf16* x, int64_t r, int64_t c, float alpha, float beta, float* out,
+                    device::GemmBackend backend = device::GemmBackend::automatic);
 
 // out [rows, cols] = the Newton–Schulz approximation of U V^T for
 // G = U S V^T (G [rows, cols], row-major), with `steps` iterations. Scratch:

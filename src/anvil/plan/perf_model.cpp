@@ -9,6 +9,7 @@
 
 #include "anvil/base/error.hpp"
 #include "anvil/base/table.hpp"
+#include "anvil/optim/muon.hpp"
 
 namespace anvil::plan {
 namespace {
@@ -584,7 +585,10 @@ double predict_optimizer(const model::ModelConfig& c, const HwProfile& hw, const
       const int64_t a = std::min(g.shape.n, g.shape.k), b = std::max(g.shape.n, g.shape.k);
       const GemmPrice xxt = price_gemm(hw, "f32", a, a, b);
       const GemmPrice aa = price_gemm(hw, "f32", a, a, a);
-      p.optimizer_s += 5.0 * (2 * xxt.seconds + aa.seconds) * static_cast<double>(g.count) * owned;
+      // X X^T and A A below the diagonal only (optim::symmetric_gram), B X in full.
+      const double gram = optim::gram_flop_share(a);
+      p.optimizer_s += 5.0 * ((1 + gram) * xxt.seconds + gram * aa.seconds) *
+                       static_cast<double>(g.count) * owned;
     }
   }
 
