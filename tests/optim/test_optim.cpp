@@ -221,9 +221,10 @@ TEST(Muon, BatchedBf16NewtonSchulzGivesTheSameBitsOnAnyLayout) {
   expect_batched_muon_same_bits_on_any_layout(true);
 }
 
-// symmetric_gram multiplies the blocks on and below the diagonal and
-// mirrors them: the same sum as a full GEMM, exactly symmetric, for 1 to 4
-// strips (r = 100, 300, 520) and a beta that scales a symmetric old value.
+// symmetric_gram multiplies the lower triangle (OpenBLAS's ssyrk, or the
+// blocks on and below the diagonal) and mirrors it: the same sum as a full
+// GEMM, exactly symmetric, for 1 to 4 strips (r = 100, 300, 520: edge tiles
+// in the mirror too) and a beta that scales a symmetric old value.
 TEST(Muon, SymmetricGramMatchesTheFullProduct) {
   std::mt19937 gen(11);
   std::normal_distribution<float> normal;
@@ -253,8 +254,11 @@ TEST(Muon, SymmetricGramMatchesTheFullProduct) {
     };
     std::vector<float> got = old;
     symmetric_gram(x.data(), r, c, alpha, beta, got.data());
-    check(
-        got, [&](int64_t i) { return static_cast<double>(x[i]); }, "fp32");
+    auto exact = [&](int64_t i) { return static_cast<double>(x[i]); };
+    check(got, exact, "fp32");  // OpenBLAS's ssyrk
+    got = old;
+    symmetric_gram(x.data(), r, c, alpha, beta, got.data(), device::GemmBackend::onednn);
+    check(got, exact, "fp32 strips");
     got = old;
     symmetric_gram(xb.data(), r, c, alpha, beta, got.data());
     check(

@@ -15,14 +15,17 @@ namespace {
 constexpr int kRowMajor = 101;
 constexpr int kNoTrans = 111;
 constexpr int kTrans = 112;
+constexpr int kLower = 122;
 
 using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int,
                          float, float*, int);
+using SsyrkFn = void (*)(int, int, int, int, int, float, const float*, int, float, float*, int);
 using StringFn = char* (*)();
 
 struct Blas {
   BlasInfo info;
   SgemmFn sgemm = nullptr;
+  SsyrkFn ssyrk = nullptr;  // optional
 };
 
 std::string env_or_empty(const char* name) {
@@ -95,6 +98,7 @@ Blas load() {
                       "); install libopenblas0-openmp or set ANVIL_BLAS_LIBRARY");
   }
   blas.sgemm = reinterpret_cast<SgemmFn>(::dlsym(handle, "cblas_sgemm"));
+  blas.ssyrk = reinterpret_cast<SsyrkFn>(::dlsym(handle, "cblas_ssyrk"));
   auto get_config = reinterpret_cast<StringFn>(::dlsym(handle, "openblas_get_config"));
   auto get_corename = reinterpret_cast<StringFn>(::dlsym(handle, "openblas_get_corename"));
   if (!blas.sgemm) throw SystemError("BLAS library '" + path + "' has no cblas_sgemm");
@@ -136,6 +140,14 @@ void blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
   blas().sgemm(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans,
                static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
                static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+bool blas_ssyrk_lower(int64_t n, int64_t k, float alpha, const float* a, int64_t lda, float beta,
+                      float* c, int64_t ldc) {
+  if (!blas().ssyrk) return false;
+  blas().ssyrk(kRowMajor, kLower, kNoTrans, static_cast<int>(n), static_cast<int>(k), alpha, a,
+               static_cast<int>(lda), beta, c, static_cast<int>(ldc));
+  return true;
 }
 
 }  // namespace anvil::device

@@ -43,4 +43,10 @@ void blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                 int64_t ldc);
 
+// Row-major C = alpha A A^T + beta C on the lower triangle of C [n, n] (A
+// [n, k]; the upper triangle is not touched), straight from the library.
+// False, with nothing done, when the library has no cblas_ssyrk.
+bool blas_ssyrk_lower(int64_t n, int64_t k, float alpha, const float* a, int64_t lda, float beta,
+                      float* c, int64_t ldc);
+
 }  // namespace anvil::device

@@ -93,18 +93,20 @@ class Muon {
 };
 
 // out [r, r] = alpha X X^T + beta out for X [r, c] (row-major, leading
-// dimension c), exactly symmetric. Only the blocks on and below the diagonal
-// are multiplied (horizontal strips of X against the rows up to the strip's
-// end, ~(k + 1) / 2k of the FLOPs with k strips of at least kGramStripRows
-// rows) and the upper triangle is mirrored from the lower one; beta scales
-// the lower triangle of the old `out`, so an `out` that is symmetric on entry
-// (or a multiple of one) gives the same sum as a full GEMM would.
+// dimension c), exactly symmetric. Only the lower triangle is multiplied and
+// the upper one is mirrored from it: fp32 on OpenBLAS (automatic or openblas
+// backend) through its ssyrk; otherwise horizontal strips of X against the
+// rows up to each strip's end, the blocks on and below the diagonal, (k + 1)
+// / 2k of the FLOPs with k strips of at least kGramStripRows rows. beta
+// scales the lower triangle of the old `out`, so an `out` that is symmetric
+// on entry (or a multiple of one) gives the same sum as a full GEMM would.
 inline constexpr int64_t kGramStripRows = 128;
 inline constexpr int64_t kGramMaxStrips = 4;  // past it the strips' GEMMs get too thin to gain
 constexpr int64_t gram_strip_count(int64_t r) {
   return std::clamp<int64_t>(r / kGramStripRows, 1, kGramMaxStrips);
 }
-// The share of a full r x r x c GEMM's FLOPs that symmetric_gram multiplies.
+// The share of a full r x r x c GEMM's FLOPs that symmetric_gram's strips
+// multiply (ssyrk: about (r + 1) / 2r).
 constexpr double gram_flop_share(int64_t r) {
   const auto k = static_cast<double>(gram_strip_count(r));
   return (k + 1) / (2 * k);
