@@ -3,11 +3,13 @@
 # --optimizer muon against the step with AdamW, interleaved, medians of
 # ROUNDS. The difference is Muon's update (momentum, Newton-Schulz, weight
 # update) minus AdamW's on the same matrices; dividing the Newton-Schulz
-# FLOPs (5 iterations of 4 r^2 c + 2 r^3 per r x c matrix, r <= c, every
-# muon-group matrix: the 2-D weights inside the blocks) by it gives a lower
-# bound on the rate its GEMMs ran at, printed against the sgemm peak the
-# trainer measured at start. OTHER=path/to/anvil times a second binary's
-# Muon step in the same rounds (e.g. one built before a change). Muon with
+# FLOPs as full GEMMs would do them (5 iterations of 4 r^2 c + 2 r^3 per
+# r x c matrix, r <= c, every muon-group matrix: the 2-D weights inside the
+# blocks) by it gives a lower bound on the full-GEMM-equivalent rate, printed
+# against the sgemm peak the trainer measured at start (anvil multiplies the
+# symmetric X X^T and A A below the diagonal only, so this rate can pass the
+# peak). OTHER=path/to/anvil times a second binary's Muon steps, fp32 and
+# bf16, in the same rounds (e.g. one built before a change). Muon with
 # --muon-bf16 (bf16 inputs to the Newton-Schulz GEMMs) is timed too.
 # ACCUM=N accumulates N micro-batches of 8 x 256 per step (default 1): the
 # optimizer's cost is per step, so its share falls as the global batch grows.
@@ -28,11 +30,11 @@ flags=(--config configs/zaya-small.json -B 8 -T 256 --accum "$accum" --steps "$s
 "$anvil" train --config configs/zaya-small.json -B 8 -T 256 --steps 1 --out "$out/ckpt" \
   --log-every 1000 > /dev/null
 for r in $(seq 1 "$rounds"); do
-  for v in adamw muon muon-bf16 ${OTHER:+other}; do
+  for v in adamw muon muon-bf16 ${OTHER:+other other-bf16}; do
     echo "round $r/$rounds: $v" >&2
     bin=$anvil; opt=$v; extra=()
-    [ "$v" = other ] && { bin=$OTHER; opt=muon; }
-    [ "$v" = muon-bf16 ] && { opt=muon; extra=(--muon-bf16); }
+    [[ "$v" == other* ]] && { bin=$OTHER; opt=muon; }
+    [[ "$v" == *-bf16 ]] && { opt=muon; extra=(--muon-bf16); }
     "$bin" train "${flags[@]}" --optimizer "$opt" "${extra[@]}" --json-out "$out/$v-$r.json" \
       < /dev/null > /dev/null
   done
@@ -55,19 +57,23 @@ def med(v):
             if os.path.exists(f"{out}/{v}-{i}.json")]
     return (st.median(st.median(x["step_seconds"][1:]) for x in runs),
             st.median(x["peak_gflops"] for x in runs)) if runs else (None, None)
-(adam, peak), (muon, _), (muon16, _), (other, _) = med("adamw"), med("muon"), med("muon-bf16"), med("other")
+(adam, peak), (muon, _), (muon16, _) = med("adamw"), med("muon"), med("muon-bf16")
+(other, _), (other16, _) = med("other"), med("other-bf16")
 accum = int(sys.argv[3])
 print(f"zaya-small B=8 T=256 accum {accum} ({8 * 256 * accum} tokens per step), 2 threads; "
       f"medians of {rounds} rounds; sgemm peak {peak:.1f} GFLOP/s")
-print(f"{len(shapes)} muon-group matrices, Newton-Schulz {ns / 1e9:.1f} GFLOP per step")
+print(f"{len(shapes)} muon-group matrices, Newton-Schulz {ns / 1e9:.1f} GFLOP per step as full GEMMs")
 print(f"AdamW step {adam:.3f} s, Muon step {muon:.3f} s: Muon / AdamW {muon / adam:.2f}x")
 rate = ns / (muon - adam) / 1e9
-print(f"Newton-Schulz at >= {rate:.1f} GFLOP/s = {100 * rate / peak:.1f}% of the sgemm peak")
+print(f"Newton-Schulz at >= {rate:.1f} GFLOP/s full-GEMM-equivalent = {100 * rate / peak:.1f}% of the sgemm peak")
 rate16 = ns / (muon16 - adam) / 1e9
 print(f"Muon with --muon-bf16 (bf16 Newton-Schulz GEMMs): step {muon16:.3f} s, Muon / AdamW "
-      f"{muon16 / adam:.2f}x; Newton-Schulz at >= {rate16:.1f} GFLOP/s = "
+      f"{muon16 / adam:.2f}x; Newton-Schulz at >= {rate16:.1f} GFLOP/s full-GEMM-equivalent = "
       f"{100 * rate16 / peak:.1f}% of the fp32 sgemm peak")
 if other:
     print(f"OTHER binary's Muon step {other:.3f} s (this build {other / muon:.2f}x faster); "
           f"its Newton-Schulz >= {ns / (other - adam) / 1e9:.1f} GFLOP/s")
+if other16:
+    print(f"OTHER binary's Muon step with --muon-bf16 {other16:.3f} s (this build "
+          f"{other16 / muon16:.2f}x faster); its Newton-Schulz >= {ns / (other16 - adam) / 1e9:.1f} GFLOP/s")
 PY
