@@ -5,16 +5,27 @@
 // libm's scalar expf/tanhf measured ~10% of a GPT-2 training step.
 // The clamps are float compares: GCC if-converts them, and so vectorises
 // the loop, only under -fno-trapping-math (CMakeLists.txt sets it).
+// exp, tanh and sigmoid are also device functions (ANVIL_HD): the CUDA
+// kernels' GELU and SiLU (bodies.hpp) use the same polynomial.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 
+#include "anvil/device/gpu_compat.hpp"
+
+// `omp declare simd` for the host compiler only.
+#if ANVIL_DEVICE_CODE
+#define ANVIL_SIMD_FN
+#else
+#define ANVIL_SIMD_FN _Pragma("omp declare simd")
+#endif
+
 namespace anvil::kernels {
 
-#pragma omp declare simd
-inline float fast_exp(float x) {
+ANVIL_SIMD_FN
+ANVIL_HD inline float fast_exp(float x) {
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
   // Round to nearest by the 1.5 * 2^23 trick: a plain add the vectoriser
   // keeps in registers (roundf is a libm call unless -ffast-math).
@@ -29,26 +40,32 @@ inline float fast_exp(float x) {
   p = p * r + 1.0f;
   p = p * r + 1.0f;
   const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  const float scale = __int_as_float(bits);
+#else
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
+#endif
   return p * scale;
 }
 
-#pragma omp declare simd
-inline float fast_tanh(float x) {
+ANVIL_SIMD_FN
+ANVIL_HD inline float fast_tanh(float x) {
   const float e = fast_exp(2.0f * x);
   return 1.0f - 2.0f / (e + 1.0f);
 }
 
-#pragma omp declare simd
-inline float fast_sigmoid(float x) {
+ANVIL_SIMD_FN
+ANVIL_HD inline float fast_sigmoid(float x) {
   return 1.0f / (1.0f + fast_exp(-x));
 }
 
-// max(init, x[0..n)). GCC vectorises no max reduction without
-// -ffinite-math-only (std::max is a compare and a select, not an
-// associative op), so the running maxima are 16 lanes kept by hand; x86's
-// max is exactly `a > b ? a : b`, which the lane loop compiles to.
+#if !ANVIL_DEVICE_CODE
+// CPU loops only (not in CUDA translation units): max(init, x[0..n)).
+// GCC vectorises no max reduction without -ffinite-math-only (std::max is
+// a compare and a select, not an associative op), so the running maxima
+// are 16 lanes kept by hand; x86's max is exactly `a > b ? a : b`, which
+// the lane loop compiles to.
 inline float max_of(const float* x, int64_t n, float init) {
   constexpr int64_t kLanes = 16;
   float lane[kLanes];
@@ -63,5 +80,6 @@ inline float max_of(const float* x, int64_t n, float init) {
   for (; j < n; ++j) mx = std::max(mx, x[j]);
   return mx;
 }
+#endif
 
 }  // namespace anvil::kernels

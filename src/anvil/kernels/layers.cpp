@@ -11,8 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "anvil/kernels/fast_math.hpp"
 #include "anvil/device/gemm.hpp"
+#include "anvil/kernels/bodies.hpp"
+#include "anvil/kernels/fast_math.hpp"
 #include "anvil/kernels/layers.hpp"
 
 namespace anvil::kernels {
@@ -101,7 +102,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
     const float s = 1.0f / std::sqrt(v + eps);
     float* o = out + n * C;
 #pragma omp simd
-    for (int64_t i = 0; i < C; ++i) o[i] = (x[i] - m) * s * weight[i] + bias[i];
+    for (int64_t i = 0; i < C; ++i) o[i] = body::layernorm(x[i], m, s, weight[i], bias[i]);
     mean[n] = m;
     rstd[n] = s;
   }
@@ -137,7 +138,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
         const float dnorm = weight[i] * d[i];
         db[i] += d[i];
         dw[i] += norm * d[i];
-        dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        dx[i] += body::layernorm_dx(dnorm, norm, dnorm_mean, dnorm_norm_mean, s);
       }
     }
   }
@@ -156,7 +157,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
     const float s = 1.0f / std::sqrt(ss / static_cast<float>(C) + eps);
     float* o = out + n * C;
 #pragma omp simd
-    for (int64_t i = 0; i < C; ++i) o[i] = x[i] * s * weight[i];
+    for (int64_t i = 0; i < C; ++i) o[i] = body::rmsnorm(x[i], s, weight[i]);
     rstd[n] = s;
   }
 }
@@ -181,7 +182,7 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
       for (int64_t i = 0; i < C; ++i) {
         const float norm = x[i] * s;
         dw[i] += norm * d[i];
-        dx[i] += (weight[i] * d[i] - norm * dot) * s;
+        dx[i] += body::rmsnorm_dx(norm, weight[i], d[i], s, dot);
       }
     }
   }
@@ -266,29 +267,14 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
   sums.add_to(dbias, 0);
 }
 
-namespace {
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr float kGeluCubic = 0.044715f;
-}  // namespace
-
 void gelu_forward(float* out, const float* inp, int64_t n) {
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    out[i] = 0.5f * x * (1.0f + fast_tanh(u));
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = body::gelu(inp[i]);
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    const float t = fast_tanh(u);
-    const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    dinp[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
-  }
+  for (int64_t i = 0; i < n; ++i) dinp[i] += dout[i] * body::gelu_slope(inp[i]);
 }
 
 void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F) {
@@ -298,7 +284,7 @@ void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F) {
     const float* u = g + F;
     float* o = out + n * F;
 #pragma omp simd
-    for (int64_t i = 0; i < F; ++i) o[i] = g[i] * fast_sigmoid(g[i]) * u[i];
+    for (int64_t i = 0; i < F; ++i) o[i] = body::swiglu(g[i], u[i]);
   }
 }
 
@@ -311,12 +297,7 @@ void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N
     float* dg = dinp + n * 2 * F;
     float* du = dg + F;
 #pragma omp simd
-    for (int64_t i = 0; i < F; ++i) {
-      const float sig = fast_sigmoid(g[i]);
-      const float silu = g[i] * sig;
-      du[i] += d[i] * silu;
-      dg[i] += d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
-    }
+    for (int64_t i = 0; i < F; ++i) body::swiglu_grads_add(g[i], u[i], d[i], dg + i, du + i);
   }
 }
 
@@ -361,10 +342,8 @@ void rope_apply(float* x, int64_t N, int64_t T, int64_t pos0, int64_t n_heads, i
                 int64_t rotary_dim, int64_t row_stride, float theta, float sign) {
   const int64_t half = rotary_dim / 2;
   std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) {
-    inv_freq[i] = static_cast<float>(
-        1.0 / std::pow(static_cast<double>(theta), static_cast<double>(2 * i) / rotary_dim));
-  }
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[i] = body::rope_inv_freq(static_cast<int>(i), static_cast<int>(rotary_dim), theta);
   // One table of angles per position (not per row): a sequence's rows share it.
   const int64_t P = std::min(N, T);
   std::vector<float> cs(static_cast<size_t>(P * half)), sn(static_cast<size_t>(P * half));
@@ -382,11 +361,7 @@ void rope_apply(float* x, int64_t N, int64_t T, int64_t pos0, int64_t n_heads, i
     const float* s = sn.data() + (n % T) * half;
     for (int64_t h = 0; h < n_heads; ++h) {
       float* v = x + n * row_stride + h * head_dim;
-      for (int64_t i = 0; i < half; ++i) {
-        const float a = v[i], b = v[i + half];
-        v[i] = a * c[i] - b * s[i];
-        v[i + half] = b * c[i] + a * s[i];
-      }
+      for (int64_t i = 0; i < half; ++i) body::rope_pair(v + i, v + i + half, c[i], s[i]);
     }
   }
 }

@@ -7,8 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "anvil/kernels/fast_math.hpp"
 #include "anvil/device/gemm.hpp"
+#include "anvil/kernels/bodies.hpp"
+#include "anvil/kernels/fast_math.hpp"
 #include "anvil/kernels/layers.hpp"
 
 namespace anvil::kernels {
@@ -63,8 +64,8 @@ double classifier_loss(float* dx, float* dweight, const float* x, MatmulWeight w
       if (dx != nullptr) {
         const float inv = grad_scale / sum;
 #pragma omp simd
-        for (int64_t j = 0; j < V; ++j) logits[j] *= inv;
-        logits[target] -= grad_scale;
+        for (int64_t j = 0; j < V; ++j) logits[j] = body::cross_entropy_dlogit(logits[j], inv);
+        logits[target] = body::cross_entropy_target(logits[target], grad_scale);
       }
     }
     for (int64_t r = 0; r < rows; ++r) {

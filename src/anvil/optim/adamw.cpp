@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "anvil/base/error.hpp"
+#include "anvil/kernels/bodies.hpp"
 #include "anvil/optim/square_sum.hpp"
 
 namespace anvil::optim {
@@ -56,21 +57,18 @@ void AdamW::update(float* params, const float* grads, float lr, int64_t step, fl
   float* v = reinterpret_cast<float*>(v_.base());
   for (const Piece& piece : pieces_) {
     const model::ParamSpec& s = *piece.spec;
-    const float plr = lr * s.lr_scale, step_size = plr / bc1;
-    const float decay = s.weight_decay ? 1.0f - plr * config_.weight_decay : 1.0f;
+    const float plr = lr * s.lr_scale;
+    const kernels::body::AdamWStep st{
+        b1,        b2,       eps,
+        plr / bc1, bc2_sqrt, s.weight_decay ? 1.0f - plr * config_.weight_decay : 1.0f};
     float* p = params + piece.begin;
     const float* g = grads + piece.begin;
     float* ms = m + piece.local;
     float* vs = v + piece.local;
     const int64_t n = piece.end - piece.begin;
 #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const float gi = g[i] * grad_scale;
-      p[i] *= decay;
-      ms[i] = b1 * ms[i] + (1.0f - b1) * gi;
-      vs[i] = b2 * vs[i] + (1.0f - b2) * gi * gi;
-      p[i] -= step_size * ms[i] / (std::sqrt(vs[i]) / bc2_sqrt + eps);
-    }
+    for (int64_t i = 0; i < n; ++i)
+      kernels::body::adamw(p + i, ms + i, vs + i, g[i] * grad_scale, st);
   }
 }
 

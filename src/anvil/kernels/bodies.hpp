@@ -1,0 +1,114 @@
+// The per-element arithmetic of the dense layers, written once for both the
+// CPU kernels (layers.cpp, the AdamW update, the classifier loss) and the
+// CUDA kernels (gpu_layers.cu): GELU, SwiGLU, the norms' output and input
+// gradient, a RoPE pair, the AdamW update and the loss gradient of one
+// logit. The CPU loops around them are vectorised (`omp simd` inlines them);
+// the GPU runs one thread per element or a block per row around the same
+// calls, so the CPU tests check the GPU's arithmetic (test_bodies.cpp, and
+// every layer test through layers.cpp).
+//
+// Reductions (a row's mean, a norm's dot products, a softmax's max and sum)
+// are not bodies: each device reduces in its own order, and the tests allow
+// for it.
+#pragma once
+
+#include <cmath>
+
+#include "anvil/device/gpu_compat.hpp"
+#include "anvil/kernels/fast_math.hpp"
+
+namespace anvil::kernels::body {
+
+inline constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+inline constexpr float kGeluCubic = 0.044715f;
+
+// GELU, tanh form (GPT-2's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+ANVIL_HD inline float gelu(float x) {
+  const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  return 0.5f * x * (1.0f + fast_tanh(u));
+}
+
+// d gelu(x) / dx.
+ANVIL_HD inline float gelu_slope(float x) {
+  const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  const float t = fast_tanh(u);
+  const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
+// SwiGLU of one gate g and one up value u: silu(g) u.
+ANVIL_HD inline float swiglu(float g, float u) {
+  return g * fast_sigmoid(g) * u;
+}
+
+// Adds its gradients for an output gradient d to *dg and *du.
+ANVIL_HD inline void swiglu_grads_add(float g, float u, float d, float* dg, float* du) {
+  const float sig = fast_sigmoid(g);
+  const float silu = g * sig;
+  *du += d * silu;
+  *dg += d * u * sig * (1.0f + g * (1.0f - sig));
+}
+
+// LayerNorm's output of x, given its row's mean and 1 / sqrt(var + eps).
+ANVIL_HD inline float layernorm(float x, float mean, float rstd, float w, float b) {
+  return (x - mean) * rstd * w + b;
+}
+
+// LayerNorm's input gradient of one element: dnorm = w * dout, norm =
+// (x - mean) * rstd; dnorm_mean and dnorm_norm_mean are the row means of
+// dnorm and dnorm * norm.
+ANVIL_HD inline float layernorm_dx(float dnorm, float norm, float dnorm_mean, float dnorm_norm_mean,
+                                   float rstd) {
+  return (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rstd;
+}
+
+// RMSNorm's output of x, given its row's 1 / sqrt(mean(x^2) + eps).
+ANVIL_HD inline float rmsnorm(float x, float rstd, float w) {
+  return x * rstd * w;
+}
+
+// RMSNorm's input gradient of one element: norm = x * rstd, dot is the row
+// mean of w * dout * norm.
+ANVIL_HD inline float rmsnorm_dx(float norm, float w, float d, float rstd, float dot) {
+  return (w * d - norm * dot) * rstd;
+}
+
+// RoPE's inverse frequency of pair i of a rotary_dim-wide rotation, in
+// double as the CPU's table computes it, then rounded.
+ANVIL_HD inline float rope_inv_freq(int i, int rotary_dim, float theta) {
+  return static_cast<float>(
+      1.0 / pow(static_cast<double>(theta), static_cast<double>(2 * i) / rotary_dim));
+}
+
+// Rotates the pair (a, b) = (x[i], x[i + half]) by the angle whose cosine is
+// c and sine s (the backward passes -s).
+ANVIL_HD inline void rope_pair(float* a, float* b, float c, float s) {
+  const float x = *a, y = *b;
+  *a = x * c - y * s;
+  *b = y * c + x * s;
+}
+
+// One AdamW element: decoupled decay, then the moments, then the step.
+// step_size = lr / (1 - beta1^t), bc2_sqrt = sqrt(1 - beta2^t),
+// decay = 1 - lr * weight_decay (1 where the parameter has none).
+struct AdamWStep {
+  float beta1, beta2, eps, step_size, bc2_sqrt, decay;
+};
+ANVIL_HD inline void adamw(float* p, float* m, float* v, float g, const AdamWStep& s) {
+  *p *= s.decay;
+  *m = s.beta1 * *m + (1.0f - s.beta1) * g;
+  *v = s.beta2 * *v + (1.0f - s.beta2) * g * g;
+  *p -= s.step_size * *m / (sqrtf(*v) / s.bc2_sqrt + s.eps);
+}
+
+// The loss gradient of one logit of a cross-entropy row, scaled: e is
+// exp(logit - max) (the row's softmax numerator), inv = scale / row sum.
+// The target's then has the scale taken off (cross_entropy_target).
+ANVIL_HD inline float cross_entropy_dlogit(float e, float inv) {
+  return e * inv;
+}
+ANVIL_HD inline float cross_entropy_target(float dlogit, float scale) {
+  return dlogit - scale;
+}
+
+}  // namespace anvil::kernels::body
