@@ -1,0 +1,347 @@
+// gpu_layers.hpp on CUDA. Element-wise kernels are grid-stride loops over
+// bodies.hpp's functions; row kernels run one 256-thread block per row:
+// each thread sums its strided share of the row, then the block halves over
+// shared memory (the order test_bodies.cpp reproduces on the CPU).
+// Parameter gradients of the norms are column sums, one thread per column
+// adding the rows in order, so they are deterministic (no atomics).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "anvil/base/error.hpp"
+#include "anvil/kernels/bodies.hpp"
+#include "anvil/kernels/gpu_layers.hpp"
+
+namespace anvil::kernels::gpu {
+namespace {
+
+constexpr int kThreads = 256;  // every kernel's block; the row reductions assume it
+
+void launched(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throw SystemError(std::string(what) + " launch failed: " + cudaGetErrorName(e) + " (" +
+                      cudaGetErrorString(e) + ")");
+}
+
+cudaStream_t as_stream(void* s) {
+  return static_cast<cudaStream_t>(s);
+}
+
+// Blocks for a grid-stride loop over n elements.
+unsigned blocks_for(int64_t n) {
+  return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65535));
+}
+
+__device__ int64_t first_index() {
+  return blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+}
+__device__ int64_t grid_stride() {
+  return int64_t{gridDim.x} * blockDim.x;
+}
+
+// The block's sum of every thread's v (all threads get it).
+__device__ float block_sum(float v) {
+  __shared__ float lane[kThreads];
+  lane[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) lane[threadIdx.x] += lane[threadIdx.x + half];
+    __syncthreads();
+  }
+  const float total = lane[0];
+  __syncthreads();  // lane is reused by the next reduction
+  return total;
+}
+
+__device__ float block_max(float v) {
+  __shared__ float lane[kThreads];
+  lane[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) lane[threadIdx.x] = fmaxf(lane[threadIdx.x], lane[threadIdx.x + half]);
+    __syncthreads();
+  }
+  const float total = lane[0];
+  __syncthreads();
+  return total;
+}
+
+__global__ void embedding_kernel(float* out, const int32_t* tokens, const float* wte,
+                                 const float* wpe, int64_t N, int64_t T, int64_t C) {
+  for (int64_t i = first_index(); i < N * C; i += grid_stride()) {
+    const int64_t n = i / C, c = i % C;
+    float x = wte[int64_t{tokens[n]} * C + c];
+    if (wpe != nullptr) x += wpe[(n % T) * C + c];
+    out[i] = x;
+  }
+}
+
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
+                                         const float* w, const float* b, int64_t C, float eps) {
+  const float* x = inp + blockIdx.x * C;
+  float part = 0.0f;
+  for (int64_t i = threadIdx.x; i < C; i += kThreads) part += x[i];
+  const float m = block_sum(part) / static_cast<float>(C);
+  part = 0.0f;
+  for (int64_t i = threadIdx.x; i < C; i += kThreads) part += (x[i] - m) * (x[i] - m);
+  const float s = 1.0f / sqrtf(block_sum(part) / static_cast<float>(C) + eps);
+  float* o = out + blockIdx.x * C;
+  for (int64_t i = threadIdx.x; i < C; i += kThreads)
+    o[i] = body::layernorm(x[i], m, s, w[i], b[i]);
+  if (threadIdx.x == 0) {
+    mean[blockIdx.x] = m;
+    rstd[blockIdx.x] = s;
+  }
+}
+
+__global__ void layernorm_dx_kernel(float* dinp, const float* dout, const float* inp,
+                                    const float* w, const float* mean, const float* rstd,
+                                    int64_t C) {
+  const float* x = inp + blockIdx.x * C;
+  const float* d = dout + blockIdx.x * C;
+  const float m = mean[blockIdx.x], s = rstd[blockIdx.x];
+  float part_dn = 0.0f, part_dnn = 0.0f;
+  for (int64_t i = threadIdx.x; i < C; i += kThreads) {
+    const float dn = w[i] * d[i];
+    part_dn += dn;
+    part_dnn += dn * (x[i] - m) * s;
+  }
+  const float dn_mean = block_sum(part_dn) / static_cast<float>(C);
+  const float dnn_mean = block_sum(part_dnn) / static_cast<float>(C);
+  float* dx = dinp + blockIdx.x * C;
+  for (int64_t i = threadIdx.x; i < C; i += kThreads)
+    dx[i] += body::layernorm_dx(w[i] * d[i], (x[i] - m) * s, dn_mean, dnn_mean, s);
+}
+
+// dweight[c] += sum_n norm(n, c) * dout(n, c); dbias[c] += sum_n dout(n, c).
+// mean null: RMSNorm (norm = x * rstd), and dbias is not written.
+__global__ void norm_params_kernel(float* dweight, float* dbias, const float* dout,
+                                   const float* inp, const float* mean, const float* rstd,
+                                   int64_t N, int64_t C) {
+  for (int64_t c = first_index(); c < C; c += grid_stride()) {
+    float dw = 0.0f, db = 0.0f;
+    for (int64_t n = 0; n < N; ++n) {
+      const float d = dout[n * C + c];
+      const float centred = mean != nullptr ? inp[n * C + c] - mean[n] : inp[n * C + c];
+      dw += centred * rstd[n] * d;
+      db += d;
+    }
+    dweight[c] += dw;
+    if (dbias != nullptr) dbias[c] += db;
+  }
+}
+
+__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* w,
+                                       int64_t C, float eps) {
+  const float* x = inp + blockIdx.x * C;
+  float part = 0.0f;
+  for (int64_t i = threadIdx.x; i < C; i += kThreads) part += x[i] * x[i];
+  const float s = 1.0f / sqrtf(block_sum(part) / static_cast<float>(C) + eps);
+  float* o = out + blockIdx.x * C;
+  for (int64_t i = threadIdx.x; i < C; i += kThreads) o[i] = body::rmsnorm(x[i], s, w[i]);
+  if (threadIdx.x == 0) rstd[blockIdx.x] = s;
+}
+
+__global__ void rmsnorm_dx_kernel(float* dinp, const float* dout, const float* inp, const float* w,
+                                  const float* rstd, int64_t C) {
+  const float* x = inp + blockIdx.x * C;
+  const float* d = dout + blockIdx.x * C;
+  const float s = rstd[blockIdx.x];
+  float part = 0.0f;
+  for (int64_t i = threadIdx.x; i < C; i += kThreads) part += w[i] * d[i] * x[i] * s;
+  const float dot = block_sum(part) / static_cast<float>(C);
+  float* dx = dinp + blockIdx.x * C;
+  for (int64_t i = threadIdx.x; i < C; i += kThreads)
+    dx[i] += body::rmsnorm_dx(x[i] * s, w[i], d[i], s, dot);
+}
+
+__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = body::gelu(inp[i]);
+}
+
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    dinp[i] += dout[i] * body::gelu_slope(inp[i]);
+}
+
+__global__ void swiglu_forward_kernel(float* out, const float* inp, int64_t N, int64_t F) {
+  for (int64_t i = first_index(); i < N * F; i += grid_stride()) {
+    const int64_t n = i / F, f = i % F;
+    const float* g = inp + n * 2 * F;
+    out[i] = body::swiglu(g[f], g[F + f]);
+  }
+}
+
+__global__ void swiglu_backward_kernel(float* dinp, const float* dout, const float* inp, int64_t N,
+                                       int64_t F) {
+  for (int64_t i = first_index(); i < N * F; i += grid_stride()) {
+    const int64_t n = i / F, f = i % F;
+    const float* g = inp + n * 2 * F;
+    float* dg = dinp + n * 2 * F;
+    body::swiglu_grads_add(g[f], g[F + f], dout[i], dg + f, dg + F + f);
+  }
+}
+
+__global__ void residual_kernel(float* out, const float* a, const float* b, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = a[i] + b[i];
+}
+
+__global__ void rope_kernel(float* x, int64_t N, int64_t T, int64_t pos0, int64_t n_heads,
+                            int64_t head_dim, int64_t rotary_dim, int64_t row_stride, float theta,
+                            float sign) {
+  const int64_t half = rotary_dim / 2;
+  for (int64_t idx = first_index(); idx < N * n_heads * half; idx += grid_stride()) {
+    const int64_t i = idx % half, h = (idx / half) % n_heads, n = idx / (half * n_heads);
+    const float angle =
+        static_cast<float>(pos0 + n % T) *
+        body::rope_inv_freq(static_cast<int>(i), static_cast<int>(rotary_dim), theta);
+    float* v = x + n * row_stride + h * head_dim;
+    body::rope_pair(v + i, v + i + half, cosf(angle), sign * sinf(angle));
+  }
+}
+
+__global__ void cross_entropy_kernel(float* logits, float* row_loss, const int32_t* targets,
+                                     int64_t V, float grad_scale) {
+  float* row = logits + blockIdx.x * V;
+  const int32_t target = targets[blockIdx.x];
+  float part = -INFINITY;
+  for (int64_t j = threadIdx.x; j < V; j += kThreads) part = fmaxf(part, row[j]);
+  const float mx = block_max(part);
+  // Every thread reads the target's logit before any thread writes the row.
+  const float target_logit = target >= 0 ? row[target] - mx : 0.0f;
+  part = 0.0f;
+  for (int64_t j = threadIdx.x; j < V; j += kThreads) part += fast_exp(row[j] - mx);
+  const float sum = block_sum(part);  // its barriers order the reads above before the writes
+  if (target < 0) {
+    for (int64_t j = threadIdx.x; j < V; j += kThreads) row[j] = 0.0f;
+    if (threadIdx.x == 0) row_loss[blockIdx.x] = 0.0f;
+    return;
+  }
+  const float inv = grad_scale / sum;
+  for (int64_t j = threadIdx.x; j < V; j += kThreads) {
+    const float p = body::cross_entropy_dlogit(fast_exp(row[j] - mx), inv);
+    row[j] = j == target ? body::cross_entropy_target(p, grad_scale) : p;
+  }
+  if (threadIdx.x == 0) row_loss[blockIdx.x] = logf(sum) - target_logit;
+}
+
+__global__ void adamw_kernel(float* p, float* m, float* v, const float* g, int64_t n,
+                             body::AdamWStep step, float grad_scale) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    body::adamw(p + i, m + i, v + i, g[i] * grad_scale, step);
+}
+
+// Rows per launch: gridDim.x's limit.
+constexpr int64_t kMaxRows = 2147483647;
+
+void check_rows(int64_t N, const char* what) {
+  if (N > kMaxRows)
+    throw InputError(std::string(what) + ": expected at most 2^31 - 1 rows, got " +
+                     std::to_string(N));
+}
+
+}  // namespace
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                       int64_t N, int64_t T, int64_t C, void* stream) {
+  embedding_kernel<<<blocks_for(N * C), kThreads, 0, as_stream(stream)>>>(out, tokens, wte, wpe, N,
+                                                                          T, C);
+  launched("embedding_forward");
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int64_t C, float eps, void* stream) {
+  check_rows(N, "layernorm_forward");
+  if (N == 0) return;
+  layernorm_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, as_stream(stream)>>>(
+      out, mean, rstd, inp, weight, bias, C, eps);
+  launched("layernorm_forward");
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int64_t N, int64_t C, void* stream) {
+  check_rows(N, "layernorm_backward");
+  if (N == 0) return;
+  layernorm_dx_kernel<<<static_cast<unsigned>(N), kThreads, 0, as_stream(stream)>>>(
+      dinp, dout, inp, weight, mean, rstd, C);
+  launched("layernorm_backward (input)");
+  norm_params_kernel<<<blocks_for(C), kThreads, 0, as_stream(stream)>>>(dweight, dbias, dout, inp,
+                                                                        mean, rstd, N, C);
+  launched("layernorm_backward (parameters)");
+}
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
+                     int64_t C, float eps, void* stream) {
+  check_rows(N, "rmsnorm_forward");
+  if (N == 0) return;
+  rmsnorm_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, as_stream(stream)>>>(
+      out, rstd, inp, weight, C, eps);
+  launched("rmsnorm_forward");
+}
+
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int64_t N, int64_t C, void* stream) {
+  check_rows(N, "rmsnorm_backward");
+  if (N == 0) return;
+  rmsnorm_dx_kernel<<<static_cast<unsigned>(N), kThreads, 0, as_stream(stream)>>>(dinp, dout, inp,
+                                                                                  weight, rstd, C);
+  launched("rmsnorm_backward (input)");
+  norm_params_kernel<<<blocks_for(C), kThreads, 0, as_stream(stream)>>>(dweight, nullptr, dout, inp,
+                                                                        nullptr, rstd, N, C);
+  launched("rmsnorm_backward (parameters)");
+}
+
+void gelu_forward(float* out, const float* inp, int64_t n, void* stream) {
+  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, inp, n);
+  launched("gelu_forward");
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, void* stream) {
+  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dinp, inp, dout, n);
+  launched("gelu_backward");
+}
+
+void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F, void* stream) {
+  swiglu_forward_kernel<<<blocks_for(N * F), kThreads, 0, as_stream(stream)>>>(out, inp, N, F);
+  launched("swiglu_forward");
+}
+
+void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N, int64_t F,
+                     void* stream) {
+  swiglu_backward_kernel<<<blocks_for(N * F), kThreads, 0, as_stream(stream)>>>(dinp, dout, inp, N,
+                                                                                F);
+  launched("swiglu_backward");
+}
+
+void residual_forward(float* out, const float* a, const float* b, int64_t n, void* stream) {
+  residual_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, a, b, n);
+  launched("residual_forward");
+}
+
+void rope_apply(float* x, int64_t N, int64_t T, int64_t pos0, int64_t n_heads, int64_t head_dim,
+                int64_t rotary_dim, int64_t row_stride, float theta, float sign, void* stream) {
+  rope_kernel<<<blocks_for(N * n_heads * (rotary_dim / 2)), kThreads, 0, as_stream(stream)>>>(
+      x, N, T, pos0, n_heads, head_dim, rotary_dim, row_stride, theta, sign);
+  launched("rope_apply");
+}
+
+void cross_entropy(float* logits, float* row_loss, const int32_t* targets, int64_t N, int64_t V,
+                   float grad_scale, void* stream) {
+  check_rows(N, "cross_entropy");
+  if (N == 0) return;
+  cross_entropy_kernel<<<static_cast<unsigned>(N), kThreads, 0, as_stream(stream)>>>(
+      logits, row_loss, targets, V, grad_scale);
+  launched("cross_entropy");
+}
+
+void adamw_update(float* params, float* m, float* v, const float* grads, int64_t n,
+                  const body::AdamWStep& step, float grad_scale, void* stream) {
+  adamw_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(params, m, v, grads, n, step,
+                                                                  grad_scale);
+  launched("adamw_update");
+}
+
+}  // namespace anvil::kernels::gpu

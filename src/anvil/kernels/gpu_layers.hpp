@@ -1,0 +1,55 @@
+// The dense layers' element-wise and per-row kernels on CUDA: the GPU side
+// of layers.hpp's embedding, norms, activations, residual and RoPE, the
+// classifier's cross-entropy over logits already in device memory, and the
+// AdamW update. Their arithmetic is bodies.hpp's (shared with the CPU
+// layers, tested on the CPU); row reductions are one thread block per row,
+// halving over shared memory. Every pointer is device memory; `stream` is
+// the device::Stream's native() handle (a cudaStream_t). The layouts are
+// layers.hpp's. A build without CUDA compiles gpu_layers_absent.cpp, where
+// every call throws with the reason.
+#pragma once
+
+#include <cstdint>
+
+#include "anvil/kernels/bodies.hpp"
+
+namespace anvil::kernels::gpu {
+
+// out[n, :] = wte[tokens[n], :] + wpe[n % T, :] (wpe may be null).
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                       int64_t N, int64_t T, int64_t C, void* stream);
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int64_t C, float eps, void* stream);
+// dinp += the input gradient; dweight, dbias += the parameter gradients
+// (column sums in row order: deterministic).
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int64_t N, int64_t C, void* stream);
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
+                     int64_t C, float eps, void* stream);
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int64_t N, int64_t C, void* stream);
+
+void gelu_forward(float* out, const float* inp, int64_t n, void* stream);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, void* stream);
+void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F, void* stream);
+void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N, int64_t F,
+                     void* stream);
+void residual_forward(float* out, const float* a, const float* b, int64_t n, void* stream);
+
+// In place on rows `row_stride` floats apart; sign -1 for the backward.
+void rope_apply(float* x, int64_t N, int64_t T, int64_t pos0, int64_t n_heads, int64_t head_dim,
+                int64_t rotary_dim, int64_t row_stride, float theta, float sign, void* stream);
+
+// Per row of [N, V] logits: row_loss[n] = logsumexp - logits[target] (0 for
+// a negative target), and the logits replaced by their loss gradient times
+// grad_scale (zero for a negative target).
+void cross_entropy(float* logits, float* row_loss, const int32_t* targets, int64_t N, int64_t V,
+                   float grad_scale, void* stream);
+
+// One AdamW step over n parameters with the step's constants (bodies.hpp).
+void adamw_update(float* params, float* m, float* v, const float* grads, int64_t n,
+                  const body::AdamWStep& step, float grad_scale, void* stream);
+
+}  // namespace anvil::kernels::gpu
