@@ -704,6 +704,39 @@ std::map<int64_t, double> losses_of(const std::string& run) {
 
 }  // namespace
 
+// Checkpoints are device-neutral: state.json names the device that wrote
+// them, and a checkpoint a GPU run wrote (here: the saver's own output with
+// the tag a `--device cuda` run puts there) resumes on the CPU on the
+// trajectory of the run that never stopped. An unknown device is refused.
+TEST(Cli, ACheckpointWrittenOnAGpuResumesOnTheCpu) {
+  const std::string dir = fresh_dir("cli_device");
+  {
+    std::ofstream text(dir + "/text.txt");
+    for (int i = 0; i < 300; ++i) text << "a device-neutral checkpoint " << i << "\n";
+  }
+  const std::string train = "train --config " + std::string(ANVIL_SOURCE_DIR) +
+                            "/tests/configs/gpt2-tiny.json --set vocab_size=256 --data " + dir +
+                            "/text.txt -B 2 -T 16 --schedule constant --peak-gflops 1 --out " + dir;
+  ASSERT_EQ(run_anvil(train + "/straight --steps 6", false).status, 0);
+  ASSERT_EQ(run_anvil(train + "/gpu --steps 3", false).status, 0);
+  const std::string state_path = dir + "/gpu/step-00000003/state.json";
+  auto state = nlohmann::json::parse(std::ifstream(state_path));
+  EXPECT_EQ(state["device"], "cpu");
+  state["device"] = "cuda";
+  std::filesystem::copy(dir + "/gpu", dir + "/tpu", std::filesystem::copy_options::recursive);
+  std::ofstream(state_path) << state.dump(2);
+  const CliRun r = run_anvil(train + "/gpu --steps 6 --resume latest", false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("checkpoint written on cuda, continuing on cpu"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(losses_of(dir + "/gpu"), losses_of(dir + "/straight"));
+
+  state["device"] = "tpu";
+  std::ofstream(dir + "/tpu/step-00000003/state.json") << state.dump(2);
+  expect_usage_error(train + "/tpu --steps 6 --resume latest",
+                     "state.json: device is \"tpu\" (expected \"cpu\" or \"cuda\")");
+}
+
 TEST(Cli, RecipeRunsItsPhasesAndResumesMidPhaseOnTheSameLosses) {
   const std::string dir = fresh_dir("cli_recipe");
   const std::string src = ANVIL_SOURCE_DIR;

@@ -143,6 +143,8 @@ nlohmann::json read_state(const std::string& checkpoint_dir) {
   for (const char* key : {"precision", "optimizer", "data", "tokenizer"}) {
     field(key, is_string, "a string", false);
   }
+  auto is_device = [](const nlohmann::json& v) { return v == "cpu" || v == "cuda"; };
+  field("device", is_device, "\"cpu\" or \"cuda\"", false);
   return s;
 }
 

@@ -25,6 +25,7 @@ std::string state_json(const RunRecord& run, int64_t step, const json& extra_sta
             {"data", run.data},
             {"tokenizer", run.tokenizer},
             {"phase", run.phase},
+            {"device", run.device},
             {"schedule",
              {{"kind", run.schedule.kind},
               {"lr", run.schedule.lr},
@@ -94,6 +95,10 @@ void CheckpointManager::check_continues(const ResumePoint& p, const RunRecord& r
                      "the checkpoint's to continue its trajectory (another global batch: add " +
                      "checkpoint.resume_new_accum)");
   }
+  const std::string saved_device = p.state.value("device", "cpu");
+  if (saved_device != run.device && report_)
+    std::printf("checkpoint written on %s, continuing on %s (its pieces are fp32 on any device)\n",
+                saved_device.c_str(), run.device.c_str());
   if (saved_rows != rows && !o_.resume_new_phase && report_)
     std::printf("global batch ramp: %lld -> %lld rows per step (accum %lld -> %lld)\n",
                 static_cast<long long>(saved_rows), static_cast<long long>(rows),
