@@ -14,11 +14,13 @@ enum class Epilogue { none, bias, gelu, bias_gelu };
 
 std::string to_string(Epilogue e);
 
-// GELU, tanh approximation (GPT-2's "gelu_new", cuBLASLt's GELU epilogue).
+// GELU, tanh approximation (GPT-2's "gelu_new", cuBLASLt's GELU epilogue):
+// 0.5 x (1 + tanh(kGeluBeta (x + kGeluKappa x^3))). The layers' GELU
+// (kernels/bodies.hpp) uses the same constants with a vectorisable tanh.
+inline constexpr float kGeluBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+inline constexpr float kGeluKappa = 0.044715f;
 ANVIL_HD inline float gelu_tanh(float x) {
-  const float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
-  const float kKappa = 0.044715f;
-  return 0.5f * x * (1.0f + tanhf(kBeta * (x + kKappa * x * x * x)));
+  return 0.5f * x * (1.0f + tanhf(kGeluBeta * (x + kGeluKappa * x * x * x)));
 }
 
 // One output element after the epilogue: `acc` is alpha * sum + beta * c,

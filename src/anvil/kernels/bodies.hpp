@@ -14,25 +14,26 @@
 
 #include <cmath>
 
+#include "anvil/device/epilogue.hpp"
 #include "anvil/device/gpu_compat.hpp"
 #include "anvil/kernels/fast_math.hpp"
 
 namespace anvil::kernels::body {
 
-inline constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-inline constexpr float kGeluCubic = 0.044715f;
+using device::kGeluBeta;
+using device::kGeluKappa;
 
-// GELU, tanh form (GPT-2's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// GELU, tanh form (GPT-2's, device/epilogue.hpp's gelu_tanh) on fast_tanh.
 ANVIL_HD inline float gelu(float x) {
-  const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  const float u = kGeluBeta * (x + kGeluKappa * x * x * x);
   return 0.5f * x * (1.0f + fast_tanh(u));
 }
 
 // d gelu(x) / dx.
 ANVIL_HD inline float gelu_slope(float x) {
-  const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  const float u = kGeluBeta * (x + kGeluKappa * x * x * x);
   const float t = fast_tanh(u);
-  const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+  const float du = kGeluBeta * (1.0f + 3.0f * kGeluKappa * x * x);
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
 }
 

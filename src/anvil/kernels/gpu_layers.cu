@@ -41,13 +41,21 @@ __device__ int64_t grid_stride() {
   return int64_t{gridDim.x} * blockDim.x;
 }
 
-// The block's sum of every thread's v (all threads get it).
-__device__ float block_sum(float v) {
+struct Add {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct Max {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// The block's reduction of every thread's v by op (all threads get it).
+template <class Op>
+__device__ float block_reduce(float v, Op op) {
   __shared__ float lane[kThreads];
   lane[threadIdx.x] = v;
   __syncthreads();
   for (unsigned half = kThreads / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) lane[threadIdx.x] += lane[threadIdx.x + half];
+    if (threadIdx.x < half) lane[threadIdx.x] = op(lane[threadIdx.x], lane[threadIdx.x + half]);
     __syncthreads();
   }
   const float total = lane[0];
@@ -55,17 +63,11 @@ __device__ float block_sum(float v) {
   return total;
 }
 
+__device__ float block_sum(float v) {
+  return block_reduce(v, Add{});
+}
 __device__ float block_max(float v) {
-  __shared__ float lane[kThreads];
-  lane[threadIdx.x] = v;
-  __syncthreads();
-  for (unsigned half = kThreads / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) lane[threadIdx.x] = fmaxf(lane[threadIdx.x], lane[threadIdx.x + half]);
-    __syncthreads();
-  }
-  const float total = lane[0];
-  __syncthreads();
-  return total;
+  return block_reduce(v, Max{});
 }
 
 __global__ void embedding_kernel(float* out, const int32_t* tokens, const float* wte,
