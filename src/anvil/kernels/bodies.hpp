@@ -112,4 +112,16 @@ ANVIL_HD inline float cross_entropy_target(float dlogit, float scale) {
   return dlogit - scale;
 }
 
+// Attention written as a softmax over explicit scores (the unfused path,
+// kernels/device_layers.hpp): a query row's probability of one key is
+// exp(scale * score - lse); its score gradient from the probability p, the
+// probability's gradient dp and the row's dot = sum_j p_j dp_j is
+// p (dp - dot) times the score scale.
+ANVIL_HD inline float softmax_probability(float score, float scale, float lse) {
+  return fast_exp(scale * score - lse);
+}
+ANVIL_HD inline float softmax_dscore(float p, float dp, float dot, float scale) {
+  return p * (dp - dot) * scale;
+}
+
 }  // namespace anvil::kernels::body

@@ -80,6 +80,52 @@ __global__ void embedding_kernel(float* out, const int32_t* tokens, const float*
   }
 }
 
+__global__ void embedding_backward_kernel(float* dwte, float* dwpe, const float* dout,
+                                          const int32_t* tokens, int64_t N, int64_t T, int64_t C) {
+  for (int64_t c = first_index(); c < C; c += grid_stride()) {
+    for (int64_t n = 0; n < N; ++n) {
+      const float d = dout[n * C + c];
+      dwte[int64_t{tokens[n]} * C + c] += d;
+      if (dwpe != nullptr) dwpe[(n % T) * C + c] += d;
+    }
+  }
+}
+
+__global__ void bias_backward_kernel(float* dbias, const float* dout, int64_t N, int64_t OC) {
+  for (int64_t j = first_index(); j < OC; j += grid_stride()) {
+    float sum = 0.0f;
+    for (int64_t n = 0; n < N; ++n) sum += dout[n * OC + j];
+    dbias[j] += sum;
+  }
+}
+
+// One block per score row; keys after the row's position get probability 0.
+__global__ void causal_softmax_forward_kernel(float* scores, float* lse, int64_t T, float scale) {
+  float* row = scores + blockIdx.x * T;
+  const int64_t last = blockIdx.x % T;
+  float part = -INFINITY;
+  for (int64_t j = threadIdx.x; j <= last; j += kThreads) part = fmaxf(part, scale * row[j]);
+  const float mx = block_max(part);
+  part = 0.0f;
+  for (int64_t j = threadIdx.x; j <= last; j += kThreads) part += fast_exp(scale * row[j] - mx);
+  const float l = mx + logf(block_sum(part));
+  for (int64_t j = threadIdx.x; j < T; j += kThreads)
+    row[j] = j <= last ? body::softmax_probability(row[j], scale, l) : 0.0f;
+  if (threadIdx.x == 0) lse[blockIdx.x] = l;
+}
+
+__global__ void causal_softmax_backward_kernel(float* dprobs, const float* probs, int64_t T,
+                                               float scale) {
+  float* d = dprobs + blockIdx.x * T;
+  const float* p = probs + blockIdx.x * T;
+  const int64_t last = blockIdx.x % T;
+  float part = 0.0f;
+  for (int64_t j = threadIdx.x; j <= last; j += kThreads) part += p[j] * d[j];
+  const float dot = block_sum(part);
+  for (int64_t j = threadIdx.x; j < T; j += kThreads)
+    d[j] = j <= last ? body::softmax_dscore(p[j], d[j], dot, scale) : 0.0f;
+}
+
 __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
                                          const float* w, const float* b, int64_t C, float eps) {
   const float* x = inp + blockIdx.x * C;
@@ -251,6 +297,36 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
   embedding_kernel<<<blocks_for(N * C), kThreads, 0, as_stream(stream)>>>(out, tokens, wte, wpe, N,
                                                                           T, C);
   launched("embedding_forward");
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                        int64_t N, int64_t T, int64_t C, void* stream) {
+  embedding_backward_kernel<<<blocks_for(C), kThreads, 0, as_stream(stream)>>>(dwte, dwpe, dout,
+                                                                               tokens, N, T, C);
+  launched("embedding_backward");
+}
+
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC, void* stream) {
+  bias_backward_kernel<<<blocks_for(OC), kThreads, 0, as_stream(stream)>>>(dbias, dout, N, OC);
+  launched("bias_backward");
+}
+
+void causal_softmax_forward(float* scores, float* lse, int64_t rows, int64_t T, float scale,
+                            void* stream) {
+  check_rows(rows, "causal_softmax_forward");
+  if (rows == 0) return;
+  causal_softmax_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, as_stream(stream)>>>(
+      scores, lse, T, scale);
+  launched("causal_softmax_forward");
+}
+
+void causal_softmax_backward(float* dprobs, const float* probs, int64_t rows, int64_t T,
+                             float scale, void* stream) {
+  check_rows(rows, "causal_softmax_backward");
+  if (rows == 0) return;
+  causal_softmax_backward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, as_stream(stream)>>>(
+      dprobs, probs, T, scale);
+  launched("causal_softmax_backward");
 }
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,

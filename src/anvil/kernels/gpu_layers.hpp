@@ -19,6 +19,11 @@ namespace anvil::kernels::gpu {
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                        int64_t N, int64_t T, int64_t C, void* stream);
 
+// dwte[tokens[n], :] += dout[n, :]; dwpe[n % T, :] += dout[n, :] (wpe may
+// be null). One thread per column adds the rows in order: deterministic.
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                        int64_t N, int64_t T, int64_t C, void* stream);
+
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t N, int64_t C, float eps, void* stream);
 // dinp += the input gradient; dweight, dbias += the parameter gradients
@@ -37,6 +42,16 @@ void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F, void* st
 void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N, int64_t F,
                      void* stream);
 void residual_forward(float* out, const float* a, const float* b, int64_t n, void* stream);
+
+// dbias[j] += the column sum of dout [N, OC], rows in order.
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC, void* stream);
+
+// device_layers.hpp's causal softmax over stacked [T]-wide score rows (row r
+// is query position r % T), in place, and its backward.
+void causal_softmax_forward(float* scores, float* lse, int64_t rows, int64_t T, float scale,
+                            void* stream);
+void causal_softmax_backward(float* dprobs, const float* probs, int64_t rows, int64_t T,
+                             float scale, void* stream);
 
 // In place on rows `row_stride` floats apart; sign -1 for the backward.
 void rope_apply(float* x, int64_t N, int64_t T, int64_t pos0, int64_t n_heads, int64_t head_dim,

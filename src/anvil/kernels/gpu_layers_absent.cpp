@@ -16,6 +16,19 @@ void embedding_forward(float*, const int32_t*, const float*, const float*, int64
                        int64_t, void*) {
   absent();
 }
+void embedding_backward(float*, float*, const float*, const int32_t*, int64_t, int64_t, int64_t,
+                        void*) {
+  absent();
+}
+void bias_backward(float*, const float*, int64_t, int64_t, void*) {
+  absent();
+}
+void causal_softmax_forward(float*, float*, int64_t, int64_t, float, void*) {
+  absent();
+}
+void causal_softmax_backward(float*, const float*, int64_t, int64_t, float, void*) {
+  absent();
+}
 void layernorm_forward(float*, float*, float*, const float*, const float*, const float*, int64_t,
                        int64_t, float, void*) {
   absent();

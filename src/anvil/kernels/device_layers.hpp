@@ -1,0 +1,70 @@
+// The dense layers on either device: each call takes the device::Stream
+// its memory belongs to and runs the CPU layer (layers.hpp, or a loop here)
+// on a CPU stream or the CUDA kernel (gpu_layers.hpp) on a CUDA stream.
+// model::DeviceDecoder is written against these and device::GemmEngine
+// only, so the same orchestration runs in CPU tests and on a GPU.
+// Semantics are layers.hpp's: backward calls ADD into the gradients they
+// write, rows are tokens, matrices row-major.
+//
+// Beyond layers.hpp: the column sums of a bias gradient, the causal softmax
+// of an unfused attention (scores in memory, one [T, T] block per head) and
+// its backward, and the per-row cross-entropy over logits in memory.
+#pragma once
+
+#include <cstdint>
+
+#include "anvil/device/runtime.hpp"
+
+namespace anvil::kernels::dev {
+
+void embedding_forward(device::Stream& s, float* out, const int32_t* tokens, const float* wte,
+                       const float* wpe, int64_t B, int64_t T, int64_t C);
+// dwte[tokens[n]] += dout[n]; dwpe[n % T] += dout[n] (wpe may be null).
+// Deterministic: the rows are added in order.
+void embedding_backward(device::Stream& s, float* dwte, float* dwpe, const float* dout,
+                        const int32_t* tokens, int64_t B, int64_t T, int64_t C);
+
+void layernorm_forward(device::Stream& s, float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int64_t N, int64_t C, float eps);
+void layernorm_backward(device::Stream& s, float* dinp, float* dweight, float* dbias,
+                        const float* dout, const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int64_t N, int64_t C);
+void rmsnorm_forward(device::Stream& s, float* out, float* rstd, const float* inp,
+                     const float* weight, int64_t N, int64_t C, float eps);
+void rmsnorm_backward(device::Stream& s, float* dinp, float* dweight, const float* dout,
+                      const float* inp, const float* weight, const float* rstd, int64_t N,
+                      int64_t C);
+
+void gelu_forward(device::Stream& s, float* out, const float* inp, int64_t n);
+void gelu_backward(device::Stream& s, float* dinp, const float* inp, const float* dout, int64_t n);
+void swiglu_forward(device::Stream& s, float* out, const float* inp, int64_t N, int64_t F);
+void swiglu_backward(device::Stream& s, float* dinp, const float* dout, const float* inp, int64_t N,
+                     int64_t F);
+void residual_forward(device::Stream& s, float* out, const float* a, const float* b, int64_t n);
+
+// RoPE on the heads of rows `row_stride` floats apart (layers.hpp's
+// rope_forward), or its backward.
+void rope(device::Stream& s, float* x, int64_t N, int64_t T, int64_t pos0, int64_t n_heads,
+          int64_t head_dim, int64_t rotary_dim, int64_t row_stride, float theta, bool backward);
+
+// dbias[j] += sum over n of dout[n, j] (rows in order).
+void bias_backward(device::Stream& s, float* dbias, const float* dout, int64_t N, int64_t OC);
+
+// `rows` rows of T scores each; row r is query position r % T (rows of
+// several heads stacked). In place: scores[r, j] becomes the causal
+// softmax probability of key j <= r % T of `scale` * scores (0 for j
+// after it), and lse[r] the log-sum-exp of the scaled scores j <= r % T.
+void causal_softmax_forward(device::Stream& s, float* scores, float* lse, int64_t rows, int64_t T,
+                            float scale);
+// In place: dprobs (the probabilities' gradient) becomes the raw scores'
+// gradient, p (dp - sum_j p_j dp_j) * scale (0 after the diagonal).
+void causal_softmax_backward(device::Stream& s, float* dprobs, const float* probs, int64_t rows,
+                             int64_t T, float scale);
+
+// Per row of [N, V] logits (gpu_layers.hpp's cross_entropy): row_loss[n] =
+// logsumexp - logits[target] (0 for a negative target), and the logits
+// replaced by their loss gradient times grad_scale.
+void cross_entropy(device::Stream& s, float* logits, float* row_loss, const int32_t* targets,
+                   int64_t N, int64_t V, float grad_scale);
+
+}  // namespace anvil::kernels::dev

@@ -1,0 +1,476 @@
+// The dense decoder on a device: decoder.cpp's passes, step for step, over
+// device memory, with the GEMMs on a GemmEngine and the other layers in
+// kernels/device_layers.hpp.
+#include "anvil/model/device_decoder.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <stdexcept>
+
+#include "anvil/base/error.hpp"
+#include "anvil/kernels/device_layers.hpp"
+#include "anvil/model/decoder.hpp"
+
+namespace anvil::model {
+namespace {
+
+namespace dev = kernels::dev;
+
+// Classifier rows per chunk: the V-wide logits exist for this many rows.
+constexpr int64_t kChunk = 1024;
+
+struct Sizes {
+  int64_t L, N, T, C, Hq, Q, A, F, F2, V, chunk;
+  bool training;
+};
+
+Sizes sizes(const ModelConfig& c, int64_t B, int64_t T, bool training) {
+  const int64_t Q = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim;
+  const int64_t F2 = c.mlp == Mlp::swiglu ? 2 * c.ffn_hidden : c.ffn_hidden;
+  return {c.n_layers,
+          B * T,
+          T,
+          c.d_model,
+          c.n_heads,
+          Q,
+          c.n_heads * c.head_dim,
+          c.ffn_hidden,
+          F2,
+          c.vocab_size,
+          std::min(B * T, kChunk),
+          training};
+}
+
+// The activation buffers in carving order; `take(n)` returns n floats (4-byte
+// elements: the token and target rows are int32). One function defines both
+// the plan and the memory.
+template <typename Take>
+void layout(Take take, const Sizes& s, std::vector<float*>* x,
+            std::vector<std::array<float*, 12>>* layers, std::array<float*, 16>* rest) {
+  const int64_t N = s.N;
+  for (int64_t l = 0; l <= s.L; ++l) x->push_back(take(N * s.C));
+  for (int64_t l = 0; l < s.L; ++l) {
+    if (!s.training && l > 0) {  // inference keeps one layer's activations
+      layers->push_back(layers->front());
+      continue;
+    }
+    layers->push_back({take(N * s.C), take(N), take(N), take(N * s.Q), take(N * s.A),
+                       take(s.Hq * N), take(N * s.C), take(N * s.C), take(N), take(N),
+                       take(N * s.F2), take(N * s.F)});
+  }
+  const int64_t per_row_scores = s.Hq * s.T * s.T;  // one batch row's heads at a time
+  (*rest)[0] = take(N * s.C);                       // lnf
+  (*rest)[1] = take(N);
+  (*rest)[2] = take(N);
+  (*rest)[3] = take(s.chunk * s.V);  // logits
+  (*rest)[4] = take(N);              // row losses
+  (*rest)[5] = take(per_row_scores);
+  (*rest)[6] = take(N);  // tokens (int32)
+  (*rest)[7] = take(N);  // targets (int32)
+  if (s.training) {
+    (*rest)[8] = take(per_row_scores);  // score gradients
+    (*rest)[9] = take(N * s.C);         // d_res
+    (*rest)[10] = take(N * s.C);        // d_ln
+    (*rest)[11] = take(N * s.Q);
+    (*rest)[12] = take(N * s.A);
+    (*rest)[13] = take(N * s.F2);
+    (*rest)[14] = take(N * s.F);
+    (*rest)[15] = take(N * s.C);  // d_lnf
+  }
+}
+
+size_t activation_bytes(const Sizes& s) {
+  device::ArenaPlan plan;
+  std::vector<float*> x;
+  std::vector<std::array<float*, 12>> layers;
+  std::array<float*, 16> rest{};
+  layout(
+      [&](int64_t n) -> float* {
+        plan.add(static_cast<size_t>(n) * sizeof(float));
+        return nullptr;
+      },
+      s, &x, &layers, &rest);
+  return plan.total();
+}
+
+size_t param_bytes(const ParamRegistry& r) {
+  return device::ArenaPlan::rounded(static_cast<size_t>(r.total()) * sizeof(float));
+}
+
+device::ArenaPlan one_request(size_t bytes) {
+  device::ArenaPlan plan;
+  plan.add(bytes);
+  return plan;
+}
+
+}  // namespace
+
+MemoryPlan DeviceDecoder::plan_for(const ModelConfig& config, int64_t B, int64_t T, bool training) {
+  MemoryPlan p;
+  p.parameters = param_bytes(decoder_registry(config));
+  p.gradients = training ? p.parameters : 0;
+  p.activations = activation_bytes(sizes(config, B, T, training));
+  return p;
+}
+
+DeviceDecoder::DeviceDecoder(const ModelConfig& config, int64_t B, int64_t T, bool training,
+                             device::DeviceKind kind, bool tf32)
+    : config_(config),
+      registry_(decoder_registry(config)),
+      plan_(plan_for(config, B, T, training)),
+      B_(B),
+      T_(T),
+      C_(config.d_model),
+      Hq_(config.n_heads),
+      Hkv_(config.n_kv_heads),
+      D_(config.head_dim),
+      Q_((config.n_heads + 2 * config.n_kv_heads) * config.head_dim),
+      F_(config.ffn_hidden),
+      F2_(config.mlp == Mlp::swiglu ? 2 * config.ffn_hidden : config.ffn_hidden),
+      V_(config.vocab_size),
+      L_(config.n_layers),
+      rotary_(config.rotary_dim == 0 ? config.head_dim : config.rotary_dim),
+      chunk_(std::min(B * T, kChunk)),
+      training_(training),
+      gemm_type_(tf32 && kind == device::DeviceKind::cuda ? Dtype::tf32 : Dtype::fp32),
+      stream_((device::require(kind, "--device"), kind)),
+      engine_(device::make_gemm_engine(kind)) {
+  if (T > config.seq_len) {
+    throw InputError("sequence length " + std::to_string(T) + " exceeds the config's seq_len " +
+                     std::to_string(config.seq_len));
+  }
+  params_ = device::DeviceArena(kind, "parameters", one_request(plan_.parameters));
+  if (training) grads_ = device::DeviceArena(kind, "gradients", one_request(plan_.gradients));
+  const Sizes s = sizes(config, B, T, training);
+  device::ArenaPlan act_plan;
+  act_plan.add(plan_.activations);
+  acts_ = device::DeviceArena(kind, "activations", act_plan);
+  std::vector<std::array<float*, 12>> layers;
+  std::array<float*, 16> rest{};
+  layout([&](int64_t n) { return acts_.take<float>(n); }, s, &x_, &layers, &rest);
+  for (const auto& a : layers)
+    acts_by_layer_.push_back(
+        {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11]});
+  lnf_ = rest[0];
+  lnf_mean_ = rest[1];
+  lnf_rstd_ = rest[2];
+  logits_ = rest[3];
+  row_loss_ = rest[4];
+  scores_ = rest[5];
+  tokens_ = reinterpret_cast<int32_t*>(rest[6]);
+  targets_ = reinterpret_cast<int32_t*>(rest[7]);
+  dscores_ = rest[8];
+  d_res_ = rest[9];
+  d_ln_ = rest[10];
+  d_qkv_ = rest[11];
+  d_att_ = rest[12];
+  d_fch_ = rest[13];
+  d_fca_ = rest[14];
+  d_lnf_ = rest[15];
+  dparams_ = params_.take<float>(registry_.total());
+  if (training) dgrads_ = grads_.take<float>(registry_.total());
+  for (int64_t l = 0; l < L_; ++l) {
+    param_layers_.push_back(layer(l, dparams_));
+    if (training) grad_layers_.push_back(layer(l, dgrads_));
+  }
+  host_params_.assign(static_cast<size_t>(registry_.total()), 0.0f);
+  if (training) host_grads_.assign(static_cast<size_t>(registry_.total()), 0.0f);
+  host_row_loss_.resize(static_cast<size_t>(B * T));
+  host_targets_.resize(static_cast<size_t>(B * T));
+  if (training) zero_grads();
+}
+
+DeviceDecoder::~DeviceDecoder() = default;
+
+const float* DeviceDecoder::param(const std::string& name, const float* base) const {
+  const ParamSpec* s = registry_.find(name);
+  return s == nullptr || base == nullptr ? nullptr : base + s->offset;
+}
+
+DeviceDecoder::Layer DeviceDecoder::layer(int64_t l, const float* base) const {
+  const bool swiglu = config_.mlp == Mlp::swiglu;
+  auto p = [&](const char* rest) { return param(layer_param_name(l, rest), base); };
+  return {p("input_layernorm.weight"),
+          p("input_layernorm.bias"),
+          p("self_attn.q_proj.weight"),
+          p("self_attn.q_proj.bias"),
+          p("self_attn.o_proj.weight"),
+          p("self_attn.o_proj.bias"),
+          p("post_attention_layernorm.weight"),
+          p("post_attention_layernorm.bias"),
+          p(swiglu ? "mlp.gate_proj.weight" : "mlp.up_proj.weight"),
+          p(swiglu ? "mlp.gate_proj.bias" : "mlp.up_proj.bias"),
+          p("mlp.down_proj.weight"),
+          p("mlp.down_proj.bias")};
+}
+
+void DeviceDecoder::zero_grads() {
+  if (!training_) return;
+  std::fill(host_grads_.begin(), host_grads_.end(), 0.0f);
+  device::zero(dgrads_, static_cast<size_t>(registry_.total()) * sizeof(float), stream_);
+}
+
+void DeviceDecoder::upload_params() {
+  if (!params_stale_) return;
+  device::copy(dparams_, host_params_.data(), host_params_.size() * sizeof(float),
+               device::CopyKind::host_to_device, stream_);
+  params_stale_ = false;
+}
+
+void DeviceDecoder::check_batch(const int32_t* tokens, const int32_t* targets, int64_t B,
+                                int64_t T) const {
+  if (B > B_ || T > T_ || B < 1 || T < 1) {
+    throw InputError("forward: batch " + std::to_string(B) + "x" + std::to_string(T) +
+                     " exceeds the planned " + std::to_string(B_) + "x" + std::to_string(T_));
+  }
+  for (int64_t i = 0; i < B * T; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= V_) {
+      throw InputError("token " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
+                       " is outside the vocabulary [0, " + std::to_string(V_) + ")");
+    }
+    // A kernel must never index logits[target] past the row (negative: not scored).
+    if (targets[i] >= V_) {
+      throw std::out_of_range("classifier: target " + std::to_string(targets[i]) + " at position " +
+                              std::to_string(i) + " is outside the vocabulary [0, " +
+                              std::to_string(V_) + ")");
+    }
+  }
+}
+
+void DeviceDecoder::upload_batch(const int32_t* tokens, const int32_t* targets, int64_t N) {
+  const size_t bytes = static_cast<size_t>(N) * sizeof(int32_t);
+  device::copy(tokens_, tokens, bytes, device::CopyKind::host_to_device, stream_);
+  std::copy(targets, targets + N, host_targets_.begin());
+  device::copy(targets_, targets, bytes, device::CopyKind::host_to_device, stream_);
+}
+
+void DeviceDecoder::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+                         int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                         int64_t ldc) {
+  device::GemmDesc d;
+  d.trans_a = ta;
+  d.trans_b = tb;
+  d.m = m;
+  d.n = n;
+  d.k = k;
+  d.lda = lda;
+  d.ldb = ldb;
+  d.ldc = ldc;
+  d.type = gemm_type_;
+  d.beta = beta;
+  engine_->run(d, a, b, c, nullptr, stream_);
+}
+
+void DeviceDecoder::linear_forward(float* out, const float* inp, const float* w, const float* bias,
+                                   int64_t N, int64_t IC, int64_t OC) {
+  device::GemmDesc d;
+  d.trans_b = true;
+  d.m = N;
+  d.n = OC;
+  d.k = IC;
+  d.type = gemm_type_;
+  d.epilogue = bias != nullptr ? device::Epilogue::bias : device::Epilogue::none;
+  engine_->run(d, inp, w, out, bias, stream_);
+}
+
+void DeviceDecoder::linear_backward(float* dinp, float* dw, float* dbias, const float* dout,
+                                    const float* inp, const float* w, int64_t N, int64_t IC,
+                                    int64_t OC) {
+  if (dinp != nullptr) gemm(false, false, N, IC, OC, dout, OC, w, IC, 0.0f, dinp, IC);
+  gemm(true, false, OC, IC, N, dout, OC, inp, IC, 1.0f, dw, IC);
+  if (dbias != nullptr) dev::bias_backward(stream_, dbias, dout, N, OC);
+}
+
+void DeviceDecoder::norm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* w, const float* b, int64_t N) {
+  const auto eps = static_cast<float>(config_.norm_eps);
+  if (config_.norm == Norm::layernorm)
+    dev::layernorm_forward(stream_, out, mean, rstd, inp, w, b, N, C_, eps);
+  else
+    dev::rmsnorm_forward(stream_, out, rstd, inp, w, N, C_, eps);
+}
+
+void DeviceDecoder::norm_backward(float* dinp, float* dw, float* db, const float* dout,
+                                  const float* inp, const float* w, const float* mean,
+                                  const float* rstd, int64_t N) {
+  if (config_.norm == Norm::layernorm)
+    dev::layernorm_backward(stream_, dinp, dw, db, dout, inp, w, mean, rstd, N, C_);
+  else
+    dev::rmsnorm_backward(stream_, dinp, dw, dout, inp, w, rstd, N, C_);
+}
+
+void DeviceDecoder::rope(float* x, int64_t N, int64_t T, bool backward) {
+  const auto theta = static_cast<float>(config_.rope_theta);
+  dev::rope(stream_, x, N, T, 0, Hq_, D_, rotary_, Q_, theta, backward);
+  dev::rope(stream_, x + Hq_ * D_, N, T, 0, Hkv_, D_, rotary_, Q_, theta, backward);
+}
+
+// Per batch row: S_h = Q_h K_g^T (T x T, one block per head), the causal
+// softmax in place, then out_h = P_h V_g. Query head h reads kv head
+// g = h / (Hq / Hkv).
+void DeviceDecoder::attention_forward(const Acts& a, int64_t B, int64_t T) {
+  const int64_t A = Hq_ * D_, group = Hq_ / Hkv_;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D_));
+  for (int64_t b = 0; b < B; ++b) {
+    const float* rows = a.qkv + b * T * Q_;
+    for (int64_t h = 0; h < Hq_; ++h) {
+      const float* k = rows + (Hq_ + h / group) * D_;
+      gemm(false, true, T, T, D_, rows + h * D_, Q_, k, Q_, 0.0f, scores_ + h * T * T, T);
+    }
+    dev::causal_softmax_forward(stream_, scores_, a.lse + b * Hq_ * T, Hq_ * T, T, scale);
+    for (int64_t h = 0; h < Hq_; ++h) {
+      const float* v = rows + (Hq_ + Hkv_ + h / group) * D_;
+      gemm(false, false, T, D_, T, scores_ + h * T * T, T, v, Q_, 0.0f, a.att + b * T * A + h * D_,
+           A);
+    }
+  }
+}
+
+// dP = dO V^T; dS = P (dP - rowsum(P dP)) * scale; dQ = dS K; dK += dS^T Q;
+// dV += P^T dO, with P recomputed as the forward computed it.
+void DeviceDecoder::attention_backward(const Acts& a, const float* datt, float* dqkv, int64_t B,
+                                       int64_t T) {
+  const int64_t A = Hq_ * D_, group = Hq_ / Hkv_;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D_));
+  device::zero(dqkv, static_cast<size_t>(B * T * Q_) * sizeof(float), stream_);
+  for (int64_t b = 0; b < B; ++b) {
+    const float* rows = a.qkv + b * T * Q_;
+    float* drows = dqkv + b * T * Q_;
+    const float* dout = datt + b * T * A;
+    for (int64_t h = 0; h < Hq_; ++h) {
+      const int64_t g = h / group;
+      gemm(false, true, T, T, D_, rows + h * D_, Q_, rows + (Hq_ + g) * D_, Q_, 0.0f,
+           scores_ + h * T * T, T);
+      gemm(false, true, T, T, D_, dout + h * D_, A, rows + (Hq_ + Hkv_ + g) * D_, Q_, 0.0f,
+           dscores_ + h * T * T, T);
+    }
+    dev::causal_softmax_forward(stream_, scores_, a.lse + b * Hq_ * T, Hq_ * T, T, scale);
+    dev::causal_softmax_backward(stream_, dscores_, scores_, Hq_ * T, T, scale);
+    for (int64_t h = 0; h < Hq_; ++h) {
+      const int64_t g = h / group;
+      const float* ds = dscores_ + h * T * T;
+      gemm(false, false, T, D_, T, ds, T, rows + (Hq_ + g) * D_, Q_, 0.0f, drows + h * D_, Q_);
+      gemm(true, false, T, D_, T, ds, T, rows + h * D_, Q_, 1.0f, drows + (Hq_ + g) * D_, Q_);
+      gemm(true, false, T, D_, T, scores_ + h * T * T, T, dout + h * D_, A, 1.0f,
+           drows + (Hq_ + Hkv_ + g) * D_, Q_);
+    }
+  }
+}
+
+void DeviceDecoder::run_forward(int64_t B, int64_t T) {
+  const int64_t N = B * T;
+  const float* P = dparams_;
+  dev::embedding_forward(stream_, x_[0], tokens_, param("model.embed_tokens.weight", P),
+                         param("model.embed_positions.weight", P), B, T, C_);
+  for (int64_t l = 0; l < L_; ++l) {
+    const Layer& p = param_layers_[static_cast<size_t>(l)];
+    const Acts& a = acts_by_layer_[static_cast<size_t>(l)];
+    norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_[l], p.ln1_w, p.ln1_b, N);
+    linear_forward(a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C_, Q_);
+    if (config_.position == Position::rope) rope(a.qkv, N, T, false);
+    attention_forward(a, B, T);
+    linear_forward(a.mid, a.att, p.o_w, p.o_b, N, Hq_ * D_, C_);
+    dev::residual_forward(stream_, a.mid, a.mid, x_[l], N * C_);
+    norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, p.ln2_w, p.ln2_b, N);
+    linear_forward(a.fch, a.ln2, p.up_w, p.up_b, N, C_, F2_);
+    if (config_.mlp == Mlp::swiglu)
+      dev::swiglu_forward(stream_, a.fca, a.fch, N, F_);
+    else
+      dev::gelu_forward(stream_, a.fca, a.fch, N * F_);
+    linear_forward(x_[l + 1], a.fca, p.down_w, p.down_b, N, F_, C_);
+    dev::residual_forward(stream_, x_[l + 1], x_[l + 1], a.mid, N * C_);
+  }
+  norm_forward(lnf_, lnf_mean_, lnf_rstd_, x_[L_], param("model.norm.weight", P),
+               param("model.norm.bias", P), N);
+}
+
+double DeviceDecoder::classifier(float* dx, int64_t N, float grad_scale) {
+  const char* name = config_.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  const float* w = param(name, dparams_);
+  float* dw = dx != nullptr ? const_cast<float*>(param(name, dgrads_)) : nullptr;
+  for (int64_t r0 = 0; r0 < N; r0 += chunk_) {
+    const int64_t rows = std::min(chunk_, N - r0);
+    gemm(false, true, rows, V_, C_, lnf_ + r0 * C_, C_, w, C_, 0.0f, logits_, V_);
+    dev::cross_entropy(stream_, logits_, row_loss_ + r0, targets_ + r0, rows, V_,
+                       dx != nullptr ? grad_scale : 0.0f);
+    if (dx == nullptr) continue;
+    gemm(false, false, rows, C_, V_, logits_, V_, w, C_, 0.0f, dx + r0 * C_, C_);
+    gemm(true, false, V_, C_, rows, logits_, V_, lnf_ + r0 * C_, C_, 1.0f, dw, C_);
+  }
+  device::copy(host_row_loss_.data(), row_loss_, static_cast<size_t>(N) * sizeof(float),
+               device::CopyKind::device_to_host, stream_);
+  stream_.synchronize();
+  double loss = 0;
+  for (int64_t n = 0; n < N; ++n) loss += host_row_loss_[static_cast<size_t>(n)];
+  return loss;
+}
+
+double DeviceDecoder::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
+                              int64_t* scored) {
+  check_batch(tokens, targets, B, T);
+  upload_params();
+  upload_batch(tokens, targets, B * T);
+  run_forward(B, T);
+  const double loss = classifier(nullptr, B * T, 0.0f);
+  if (scored != nullptr)
+    *scored = std::count_if(targets, targets + B * T, [](int32_t t) { return t >= 0; });
+  return loss;
+}
+
+double DeviceDecoder::forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B,
+                                       int64_t T, float grad_scale, int64_t* scored) {
+  if (!training_) throw InputError("forward_backward on a decoder built for inference");
+  check_batch(tokens, targets, B, T);
+  upload_params();
+  upload_batch(tokens, targets, B * T);
+  run_forward(B, T);
+  const double loss = classifier(d_lnf_, B * T, grad_scale);
+  run_backward(B, T);
+  device::copy(host_grads_.data(), dgrads_, host_grads_.size() * sizeof(float),
+               device::CopyKind::device_to_host, stream_);
+  stream_.synchronize();
+  if (scored != nullptr)
+    *scored = std::count_if(targets, targets + B * T, [](int32_t t) { return t >= 0; });
+  grads_ready_from(0);
+  return loss;
+}
+
+void DeviceDecoder::run_backward(int64_t B, int64_t T) {
+  const int64_t N = B * T;
+  const float* P = dparams_;
+  float* G = dgrads_;
+  auto mut = [](const float* p) { return const_cast<float*>(p); };
+  auto zero = [&](float* p, int64_t n) {
+    device::zero(p, static_cast<size_t>(n) * sizeof(float), stream_);
+  };
+  zero(d_res_, N * C_);
+  norm_backward(d_res_, mut(param("model.norm.weight", G)), mut(param("model.norm.bias", G)),
+                d_lnf_, x_[L_], param("model.norm.weight", P), lnf_mean_, lnf_rstd_, N);
+  for (int64_t l = L_ - 1; l >= 0; --l) {
+    const Layer& p = param_layers_[static_cast<size_t>(l)];
+    const Layer& g = grad_layers_[static_cast<size_t>(l)];
+    const Acts& a = acts_by_layer_[static_cast<size_t>(l)];
+    // x[l+1] = mid + down(act(up(norm2(mid))))
+    linear_backward(d_fca_, mut(g.down_w), mut(g.down_b), d_res_, a.fca, p.down_w, N, F_, C_);
+    zero(d_fch_, N * F2_);
+    if (config_.mlp == Mlp::swiglu)
+      dev::swiglu_backward(stream_, d_fch_, d_fca_, a.fch, N, F_);
+    else
+      dev::gelu_backward(stream_, d_fch_, a.fch, d_fca_, N * F_);
+    linear_backward(d_ln_, mut(g.up_w), mut(g.up_b), d_fch_, a.ln2, p.up_w, N, C_, F2_);
+    norm_backward(d_res_, mut(g.ln2_w), mut(g.ln2_b), d_ln_, a.mid, p.ln2_w, a.ln2_mean, a.ln2_rstd,
+                  N);
+    // mid = x[l] + o(attention(rope(qkv(norm1(x[l])))))
+    linear_backward(d_att_, mut(g.o_w), mut(g.o_b), d_res_, a.att, p.o_w, N, Hq_ * D_, C_);
+    attention_backward(a, d_att_, d_qkv_, B, T);
+    if (config_.position == Position::rope) rope(d_qkv_, N, T, true);
+    linear_backward(d_ln_, mut(g.qkv_w), mut(g.qkv_b), d_qkv_, a.ln1, p.qkv_w, N, C_, Q_);
+    norm_backward(d_res_, mut(g.ln1_w), mut(g.ln1_b), d_ln_, x_[l], p.ln1_w, a.ln1_mean, a.ln1_rstd,
+                  N);
+  }
+  dev::embedding_backward(stream_, mut(param("model.embed_tokens.weight", G)),
+                          mut(param("model.embed_positions.weight", G)), d_res_, tokens_, B, T, C_);
+}
+
+}  // namespace anvil::model

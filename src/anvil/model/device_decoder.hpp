@@ -1,0 +1,115 @@
+// The dense decoder (decoder.hpp's GPT-2 and Llama shapes, the same
+// registry, so the same checkpoints) with its memory on a device: what
+// `anvil train --device cuda` trains. Parameters, gradients and activations
+// live in device arenas planned once; the matmuls run on the device's
+// GemmEngine (cuBLASLt on CUDA), the other layers through
+// kernels/device_layers.hpp, attention unfused (per head: scores by GEMM, a
+// causal softmax kernel, then the value GEMM; backward recomputes the
+// probabilities from the saved log-sum-exp rows' inputs). On a CPU device
+// the same code runs on the CPU engine and layers, which is how the tests
+// check it against Decoder without a GPU.
+//
+// The trainer's optimizer, gradient reduction and checkpoints work on host
+// arrays: params() and grads() are host copies. A forward uploads the
+// parameters when params() was taken mutably since the last upload;
+// forward_backward downloads the gradients it accumulated when it ends.
+// fp32 only (TF32 off by default); bf16 on a device is not built.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "anvil/device/gemm_engine.hpp"
+#include "anvil/device/runtime.hpp"
+#include "anvil/model/config.hpp"
+#include "anvil/model/params.hpp"
+#include "anvil/model/trainable.hpp"
+#include "anvil/tensor/arena.hpp"
+
+namespace anvil::model {
+
+class DeviceDecoder : public TrainableModel {
+ public:
+  // B x T: the largest micro-batch. `tf32`: matmuls in TensorFloat-32 on
+  // CUDA (ignored on the CPU). InputError for a config the dense family
+  // does not build or a sequence past its seq_len; SystemError when the
+  // device cannot be used or allocated.
+  DeviceDecoder(const ModelConfig& config, int64_t B, int64_t T, bool training,
+                device::DeviceKind kind, bool tf32 = false);
+  ~DeviceDecoder() override;
+
+  // The device memory the model holds (parameters, gradients, activations).
+  static MemoryPlan plan_for(const ModelConfig& config, int64_t B, int64_t T, bool training);
+
+  const ParamRegistry& registry() const override { return registry_; }
+  float* params() override {
+    params_stale_ = true;
+    return host_params_.data();
+  }
+  float* grads() override { return host_grads_.data(); }
+  const MemoryPlan& plan() const override { return plan_; }
+  void zero_grads() override;
+  double forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
+                 int64_t* scored) override;
+  double forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
+                          float grad_scale, int64_t* scored) override;
+  device::DeviceKind kind() const { return stream_.kind(); }
+
+ private:
+  struct Layer {
+    const float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *o_w, *o_b, *ln2_w, *ln2_b, *up_w, *up_b, *down_w,
+        *down_b;
+  };
+  struct Acts {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *lse, *mid, *ln2, *ln2_mean, *ln2_rstd, *fch,
+        *fca;
+  };
+  Layer layer(int64_t l, const float* base) const;
+  const float* param(const std::string& name, const float* base) const;
+  void check_batch(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) const;
+  void upload_batch(const int32_t* tokens, const int32_t* targets, int64_t N);
+  void upload_params();
+  // out[N, OC] = inp[N, IC] W^T (+ bias), W [OC, IC].
+  void linear_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N,
+                      int64_t IC, int64_t OC);
+  // dinp = dout W (when dinp); dW += dout^T inp; dbias += column sums.
+  void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                       const float* w, int64_t N, int64_t IC, int64_t OC);
+  void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+            const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+  void norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                    const float* b, int64_t N);
+  void norm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                     const float* w, const float* mean, const float* rstd, int64_t N);
+  void rope(float* x, int64_t N, int64_t T, bool backward);
+  void attention_forward(const Acts& a, int64_t B, int64_t T);
+  void attention_backward(const Acts& a, const float* datt, float* dqkv, int64_t B, int64_t T);
+  void run_forward(int64_t B, int64_t T);
+  // Classifier and loss over the N rows, chunked; with dx the gradients too.
+  double classifier(float* dx, int64_t N, float grad_scale);
+  void run_backward(int64_t B, int64_t T);
+
+  ModelConfig config_;
+  ParamRegistry registry_;
+  MemoryPlan plan_;
+  int64_t B_, T_, C_, Hq_, Hkv_, D_, Q_, F_, F2_, V_, L_, rotary_, chunk_;
+  bool training_;
+  Dtype gemm_type_;
+  device::Stream stream_;
+  std::unique_ptr<device::GemmEngine> engine_;
+  device::DeviceArena params_, grads_, acts_;
+  float *dparams_ = nullptr, *dgrads_ = nullptr;  // the arenas' floats
+  std::vector<float> host_params_, host_grads_, host_row_loss_;
+  bool params_stale_ = true;
+  std::vector<int32_t> host_targets_;
+  int32_t *tokens_ = nullptr, *targets_ = nullptr;
+  std::vector<float*> x_;
+  std::vector<Acts> acts_by_layer_;
+  std::vector<Layer> param_layers_, grad_layers_;
+  float *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *row_loss_, *scores_, *dscores_;
+  float *d_res_, *d_ln_, *d_qkv_, *d_att_, *d_fch_, *d_fca_, *d_lnf_;
+};
+
+}  // namespace anvil::model

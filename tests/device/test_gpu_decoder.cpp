@@ -1,0 +1,142 @@
+// The GPU training path (CTest label `gpu`): device_layers.hpp's kernels on
+// a CUDA stream against the same calls on a CPU stream, and the device
+// decoder on CUDA against itself on the CPU device (which the CPU tests
+// check against Decoder): the loss and every gradient of gpt2-tiny and
+// llama-tiny. Skipped with the reason where no GPU can be used.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "anvil/device/runtime.hpp"
+#include "anvil/kernels/device_layers.hpp"
+#include "anvil/model/config.hpp"
+#include "anvil/model/device_decoder.hpp"
+
+namespace anvil::model {
+namespace {
+
+using device::DeviceBuffer;
+using device::DeviceKind;
+using device::Stream;
+
+class GpuDecoder : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string why = device::cuda_unavailable_reason();
+    if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;
+  }
+};
+
+std::vector<float> values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+template <class T>
+DeviceBuffer on_device(const std::vector<T>& host, Stream& stream) {
+  DeviceBuffer b(DeviceKind::cuda, std::max<size_t>(1, host.size() * sizeof(T)), "test");
+  device::upload(host, b.data(), stream);
+  return b;
+}
+
+double max_gap(const std::vector<float>& got, const std::vector<float>& want, double floor) {
+  double gap = 0, scale = floor;
+  for (size_t i = 0; i < got.size(); ++i) {
+    gap = std::max(gap, std::fabs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+  }
+  return gap / scale;
+}
+
+TEST_F(GpuDecoder, SoftmaxEmbeddingAndBiasKernelsMatchTheCpuStream) {
+  Stream gpu(DeviceKind::cuda), cpu(DeviceKind::cpu);
+  const int64_t T = 300, heads = 3, rows = heads * T;
+  std::vector<float> scores = values(rows * T, 1), lse(rows);
+  auto d_scores = on_device(scores, gpu);
+  DeviceBuffer d_lse(DeviceKind::cuda, rows * 4, "lse");
+  kernels::dev::causal_softmax_forward(cpu, scores.data(), lse.data(), rows, T, 0.125f);
+  kernels::dev::causal_softmax_forward(gpu, d_scores.as<float>(), d_lse.as<float>(), rows, T,
+                                       0.125f);
+  EXPECT_LT(max_gap(device::download<float>(d_scores.data(), rows * T, gpu), scores, 1e-6), 1e-5);
+  EXPECT_LT(max_gap(device::download<float>(d_lse.data(), rows, gpu), lse, 1e-6), 1e-5);
+
+  std::vector<float> dp = values(rows * T, 2);
+  auto d_dp = on_device(dp, gpu);
+  kernels::dev::causal_softmax_backward(cpu, dp.data(), scores.data(), rows, T, 0.125f);
+  kernels::dev::causal_softmax_backward(gpu, d_dp.as<float>(), d_scores.as<float>(), rows, T,
+                                        0.125f);
+  EXPECT_LT(max_gap(device::download<float>(d_dp.data(), rows * T, gpu), dp, 1e-6), 1e-4);
+
+  const int64_t B = 2, S = 50, C = 70, V = 40;
+  std::vector<int32_t> tokens(B * S);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7) % V);
+  const std::vector<float> dout = values(B * S * C, 3);
+  std::vector<float> dwte = values(V * C, 4), dwpe = values(S * C, 5), dbias = values(C, 6);
+  auto g_tokens = on_device(tokens, gpu), g_dout = on_device(dout, gpu);
+  auto g_dwte = on_device(dwte, gpu), g_dwpe = on_device(dwpe, gpu),
+       g_dbias = on_device(dbias, gpu);
+  kernels::dev::embedding_backward(cpu, dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, S,
+                                   C);
+  kernels::dev::embedding_backward(gpu, g_dwte.as<float>(), g_dwpe.as<float>(), g_dout.as<float>(),
+                                   g_tokens.as<int32_t>(), B, S, C);
+  kernels::dev::bias_backward(cpu, dbias.data(), dout.data(), B * S, C);
+  kernels::dev::bias_backward(gpu, g_dbias.as<float>(), g_dout.as<float>(), B * S, C);
+  EXPECT_LT(max_gap(device::download<float>(g_dwte.data(), V * C, gpu), dwte, 1e-6), 1e-5);
+  EXPECT_LT(max_gap(device::download<float>(g_dwpe.data(), S * C, gpu), dwpe, 1e-6), 1e-5);
+  EXPECT_LT(max_gap(device::download<float>(g_dbias.data(), C, gpu), dbias, 1e-6), 1e-5);
+}
+
+// tests/configs' gpt2-tiny and llama-tiny, inline: the GPU check runs this
+// binary from a bundle without the source tree.
+ModelConfig tiny(const std::string& name) {
+  const char* gpt2 =
+      R"({"name": "gpt2-tiny", "d_model": 48, "n_layers": 2, "n_heads": 3, "n_kv_heads": 3, "head_dim": 16, "vocab_size": 67, "seq_len": 70, "ffn_hidden": 96, "mlp": "gelu", "norm": "layernorm", "position": "learned", "attention": "mha", "tied_embeddings": true})";
+  const char* llama =
+      R"({"name": "llama-tiny", "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "head_dim": 16, "vocab_size": 61, "seq_len": 70, "ffn_hidden": 80, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "attention": "gqa", "tied_embeddings": false, "bias": false, "rotary_dim": 8})";
+  return parse_model_config(name == "gpt2-tiny" ? gpt2 : llama, name);
+}
+
+// One training micro-batch on CUDA and on the CPU device from the same
+// weights: the loss within `loss_tol`, every gradient within `grad_tol` of
+// the largest gradient entry.
+void expect_cuda_matches_cpu(const std::string& name, bool tf32, double loss_tol, double grad_tol) {
+  const ModelConfig c = tiny(name);
+  const int64_t B = 2, T = 64;
+  DeviceDecoder gpu(c, B, T, true, DeviceKind::cuda, tf32);
+  DeviceDecoder cpu(c, B, T, true, DeviceKind::cpu);
+  gpu.registry().initialize(gpu.params(), 3);
+  cpu.registry().initialize(cpu.params(), 3);
+  std::mt19937 rng(9);
+  std::vector<int32_t> tokens(B * T), targets(B * T);
+  for (int64_t i = 0; i < B * T; ++i) {
+    tokens[i] = static_cast<int32_t>(rng() % c.vocab_size);
+    targets[i] = i % 5 == 0 ? -1 : static_cast<int32_t>(rng() % c.vocab_size);
+  }
+  int64_t s1 = 0, s2 = 0;
+  const double want = cpu.forward_backward(tokens.data(), targets.data(), B, T, 0.5f, &s1);
+  const double got = gpu.forward_backward(tokens.data(), targets.data(), B, T, 0.5f, &s2);
+  EXPECT_EQ(s1, s2);
+  EXPECT_LE(std::fabs(got - want), loss_tol * std::fabs(want))
+      << name << ": " << got << " vs " << want;
+  const size_t n = static_cast<size_t>(cpu.registry().total());
+  const std::vector<float> g(gpu.grads(), gpu.grads() + n), w(cpu.grads(), cpu.grads() + n);
+  EXPECT_LT(max_gap(g, w, 0.0), grad_tol) << name;
+}
+
+TEST_F(GpuDecoder, Gpt2AndLlamaTinyMatchTheCpuDeviceInFp32) {
+  expect_cuda_matches_cpu("gpt2-tiny", false, 1e-5, 1e-4);
+  expect_cuda_matches_cpu("llama-tiny", false, 1e-5, 1e-4);
+}
+
+TEST_F(GpuDecoder, Tf32StaysWithinTf32Rounding) {
+  expect_cuda_matches_cpu("gpt2-tiny", true, 2e-3, 2e-2);
+}
+
+}  // namespace
+}  // namespace anvil::model

@@ -1,0 +1,211 @@
+// The device decoder on the CPU device: the same orchestration a GPU runs
+// (device arenas, the GEMM engine, device_layers.hpp, unfused attention),
+// checked against Decoder on the same weights and batch: loss, every
+// gradient, the scored count, several micro-batches, a smaller batch than
+// planned, and the refusals. Plus device_layers.hpp's softmax and
+// cross-entropy loops against direct formulas.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "anvil/base/error.hpp"
+#include "anvil/kernels/device_layers.hpp"
+#include "anvil/model/config.hpp"
+#include "anvil/model/decoder.hpp"
+#include "anvil/model/device_decoder.hpp"
+#include "support/gradient_check.hpp"
+
+namespace anvil::model {
+namespace {
+
+ModelConfig tiny(const std::string& name, std::vector<std::string> overrides = {}) {
+  return load_model_config(std::string(ANVIL_SOURCE_DIR) + "/tests/configs/" + name + ".json",
+                           overrides);
+}
+
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+};
+
+Batch random_batch(int64_t n, int64_t V, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(V) - 1);
+  Batch b;
+  for (int64_t i = 0; i < n; ++i) {
+    b.tokens.push_back(tok(gen));
+    b.targets.push_back(i % 7 == 3 ? -1 : tok(gen));  // some rows not scored
+  }
+  return b;
+}
+
+double max_abs(const float* a, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(static_cast<double>(a[i])));
+  return m;
+}
+
+// max |a - b| over max |b|, tight enough that a dropped term fails. `floor`
+// stands in for a tensor whose exact gradient is zero (k_proj's bias: a
+// shift of every key's score by the same amount leaves softmax unchanged),
+// where both sides hold rounding noise.
+double relative_gap(const float* a, const float* b, int64_t n, double floor) {
+  double gap = 0;
+  for (int64_t i = 0; i < n; ++i) gap = std::max(gap, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return gap / std::max(max_abs(b, n), floor);
+}
+
+// Every parameter tensor's gradient against Decoder's, one by one.
+void expect_same_training_step(const ModelConfig& c, int64_t B, int64_t T, int micro_batches) {
+  Decoder ref(c, B, T, true);
+  DeviceDecoder dev(c, B, T, true, device::DeviceKind::cpu);
+  ref.registry().initialize(ref.params(), 7);
+  dev.registry().initialize(dev.params(), 7);
+  ref.zero_grads();
+  dev.zero_grads();
+  for (int m = 0; m < micro_batches; ++m) {
+    const Batch b = random_batch(B * T, c.vocab_size, 11 + m);
+    int64_t ref_scored = 0, dev_scored = 0;
+    const double ref_loss =
+        ref.forward_backward(b.tokens.data(), b.targets.data(), B, T, 0.25f, &ref_scored);
+    const double dev_loss =
+        dev.forward_backward(b.tokens.data(), b.targets.data(), B, T, 0.25f, &dev_scored);
+    EXPECT_EQ(dev_scored, ref_scored);
+    EXPECT_NEAR(dev_loss, ref_loss, 2e-5 * std::fabs(ref_loss)) << "micro-batch " << m;
+  }
+  const double floor = 1e-3 * max_abs(ref.grads(), ref.registry().total());
+  for (const ParamSpec& p : ref.registry().specs()) {
+    EXPECT_LT(relative_gap(dev.grads() + p.offset, ref.grads() + p.offset, p.numel, floor), 2e-4)
+        << c.name << " " << p.name;
+  }
+}
+
+TEST(DeviceDecoder, Gpt2TinyTrainingStepMatchesTheDecoder) {
+  expect_same_training_step(tiny("gpt2-tiny"), 2, 20, 1);
+}
+
+TEST(DeviceDecoder, LlamaTinyWithGqaAndRopeMatchesTheDecoderOverMicroBatches) {
+  expect_same_training_step(tiny("llama-tiny"), 2, 24, 2);
+}
+
+TEST(DeviceDecoder, BiasesAndAnUntiedHeadMatchTheDecoder) {
+  expect_same_training_step(tiny("llama-tiny", {"bias=true", "tied_embeddings=true"}), 1, 17, 1);
+}
+
+TEST(DeviceDecoder, ASmallerBatchThanPlannedAndUpdatedWeightsAreSeen) {
+  const auto c = tiny("gpt2-tiny");
+  Decoder ref(c, 1, 9, false);
+  DeviceDecoder dev(c, 3, 30, false, device::DeviceKind::cpu);
+  EXPECT_EQ(dev.plan().gradients, 0u);
+  const Batch b = random_batch(9, c.vocab_size, 3);
+  for (int round = 0; round < 2; ++round) {
+    // Writing through params() must reach the device copy before the next forward.
+    ref.registry().initialize(ref.params(), 20 + round);
+    dev.registry().initialize(dev.params(), 20 + round);
+    int64_t s1 = 0, s2 = 0;
+    const double want = ref.forward(b.tokens.data(), b.targets.data(), 1, 9, &s1);
+    const double got = dev.forward(b.tokens.data(), b.targets.data(), 1, 9, &s2);
+    EXPECT_NEAR(got, want, 2e-5 * std::fabs(want));
+    EXPECT_EQ(s1, s2);
+  }
+}
+
+TEST(DeviceDecoder, RefusesWhatTheDecoderRefuses) {
+  const auto c = tiny("gpt2-tiny");
+  DeviceDecoder dev(c, 1, 8, true, device::DeviceKind::cpu);
+  Batch b = random_batch(8, c.vocab_size, 5);
+  int64_t scored = 0;
+  b.tokens[2] = static_cast<int32_t>(c.vocab_size);
+  EXPECT_THROW(dev.forward(b.tokens.data(), b.targets.data(), 1, 8, &scored), InputError);
+  b.tokens[2] = 0;
+  EXPECT_THROW(dev.forward(b.tokens.data(), b.targets.data(), 2, 8, &scored), InputError);
+  b.targets[4] = static_cast<int32_t>(c.vocab_size);
+  EXPECT_THROW(dev.forward_backward(b.tokens.data(), b.targets.data(), 1, 8, 1.0f, &scored),
+               std::out_of_range);
+  EXPECT_THROW(DeviceDecoder(c, 1, c.seq_len + 1, true, device::DeviceKind::cpu), InputError);
+  EXPECT_THROW(DeviceDecoder(tiny("zaya-tiny"), 1, 8, true, device::DeviceKind::cpu), InputError);
+  DeviceDecoder inference(c, 1, 8, false, device::DeviceKind::cpu);
+  b.targets[4] = 0;
+  EXPECT_THROW(inference.forward_backward(b.tokens.data(), b.targets.data(), 1, 8, 1.0f, &scored),
+               InputError);
+}
+
+TEST(DeviceDecoder, ArenasAreThePlan) {
+  const auto c = tiny("llama-tiny");
+  const MemoryPlan p = DeviceDecoder::plan_for(c, 2, 16, true);
+  DeviceDecoder dev(c, 2, 16, true, device::DeviceKind::cpu);
+  EXPECT_EQ(dev.plan().parameters, p.parameters);
+  EXPECT_EQ(dev.plan().activations, p.activations);
+  EXPECT_EQ(p.gradients, p.parameters);
+  EXPECT_LT(DeviceDecoder::plan_for(c, 2, 16, false).activations, p.activations);
+}
+
+TEST(DeviceLayers, CausalSoftmaxAndItsBackwardMatchTheFormulas) {
+  const int64_t T = 5, heads = 2, rows = heads * T;
+  const float scale = 0.7f;
+  std::vector<float> scores = test_support::random_vector(rows * T, 1);
+  const std::vector<float> raw = scores;
+  std::vector<float> lse(rows);
+  device::Stream s;
+  kernels::dev::causal_softmax_forward(s, scores.data(), lse.data(), rows, T, scale);
+  std::vector<float> dp = test_support::random_vector(rows * T, 2);
+  const std::vector<float> dp_in = dp;
+  kernels::dev::causal_softmax_backward(s, dp.data(), scores.data(), rows, T, scale);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t last = r % T;
+    double mx = -1e30, sum = 0;
+    for (int64_t j = 0; j <= last; ++j) mx = std::max(mx, double{scale} * raw[r * T + j]);
+    for (int64_t j = 0; j <= last; ++j) sum += std::exp(scale * raw[r * T + j] - mx);
+    EXPECT_NEAR(lse[r], mx + std::log(sum), 1e-5);
+    double dot = 0;
+    for (int64_t j = 0; j <= last; ++j) {
+      const double p = std::exp(scale * raw[r * T + j] - mx) / sum;
+      dot += p * dp_in[r * T + j];
+    }
+    for (int64_t j = 0; j < T; ++j) {
+      if (j > last) {
+        EXPECT_EQ(scores[r * T + j], 0.0f);
+        EXPECT_EQ(dp[r * T + j], 0.0f);
+        continue;
+      }
+      const double p = std::exp(scale * raw[r * T + j] - mx) / sum;
+      EXPECT_NEAR(scores[r * T + j], p, 1e-6 + 1e-5 * p);
+      const double ds = p * (dp_in[r * T + j] - dot) * scale;
+      EXPECT_NEAR(dp[r * T + j], ds, 1e-6 + 1e-4 * std::fabs(ds));
+    }
+  }
+}
+
+TEST(DeviceLayers, CrossEntropyRowsAndBiasColumnSums) {
+  const int64_t N = 3, V = 6;
+  std::vector<float> logits = test_support::random_vector(N * V, 3, 2.0f);
+  const std::vector<float> raw = logits;
+  const std::vector<int32_t> targets = {2, -1, 5};
+  std::vector<float> loss(N);
+  device::Stream s;
+  kernels::dev::cross_entropy(s, logits.data(), loss.data(), targets.data(), N, V, 0.5f);
+  for (int64_t n = 0; n < N; ++n) {
+    double mx = -1e30, sum = 0;
+    for (int64_t j = 0; j < V; ++j) mx = std::max(mx, double{raw[n * V + j]});
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(raw[n * V + j] - mx);
+    for (int64_t j = 0; j < V; ++j) {
+      const double p = std::exp(raw[n * V + j] - mx) / sum;
+      const double want = targets[n] < 0 ? 0.0 : 0.5 * (p - (j == targets[n] ? 1.0 : 0.0));
+      EXPECT_NEAR(logits[n * V + j], want, 1e-6);
+    }
+    const double want_loss = targets[n] < 0 ? 0.0 : mx + std::log(sum) - raw[n * V + targets[n]];
+    EXPECT_NEAR(loss[n], want_loss, 1e-5);
+  }
+  std::vector<float> dbias = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f};
+  kernels::dev::bias_backward(s, dbias.data(), raw.data(), N, V);
+  for (int64_t j = 0; j < V; ++j) {
+    const double want = (j + 1) + raw[j] + raw[V + j] + raw[2 * V + j];
+    EXPECT_NEAR(dbias[j], want, 1e-5);
+  }
+}
+
+}  // namespace
+}  // namespace anvil::model
