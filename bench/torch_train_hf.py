@@ -3,7 +3,7 @@
 transformers model (the directory `anvil ckpt export --hf` wrote, so the
 architecture and the starting weights are anvil's) with torch.optim.AdamW
 on random tokens, in eager mode or under torch.compile, fp32 or autocast
-bf16, and prints one JSON line: median seconds per step and tokens/s over
+bf16, on the CPU or a CUDA GPU (scripts/gpu-check.sh), and prints one JSON line: median seconds per step and tokens/s over
 the timed steps, and the seconds the first (compiling) step took.
 
 The step is what anvil's is: forward, cross-entropy over B x T next tokens,
@@ -32,16 +32,22 @@ def main():
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
                    help="fp32, or bf16 under torch.autocast (fp32 master weights)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where it trains (cuda: TF32 off unless --tf32)")
+    p.add_argument("--tf32", action="store_true", help="cuda: TensorFloat-32 matmuls")
     p.add_argument("--experts", default="eager",
                    help="transformers' experts_implementation for MoE models")
     a = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(a.threads)
+    if a.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32
+        torch.backends.cudnn.allow_tf32 = a.tf32
     kw = {"dtype": torch.float32, "attn_implementation": "sdpa"}
     cfg = json.load(open(f"{a.model}/config.json"))
     if "num_experts" in cfg:
         kw["experts_implementation"] = a.experts
-    model = AutoModelForCausalLM.from_pretrained(a.model, **kw)
+    model = AutoModelForCausalLM.from_pretrained(a.model, **kw).to(a.device)
     model.train()
     V = model.config.vocab_size
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
@@ -49,7 +55,7 @@ def main():
 
     def step(idx):
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
             logits = fwd(input_ids=idx[:, :-1]).logits
         loss = F.cross_entropy(logits.float().reshape(-1, V), idx[:, 1:].reshape(-1))
         loss.backward()
@@ -59,9 +65,11 @@ def main():
 
     times, first = [], 0.0
     for s in range(a.steps + 1):
-        idx = torch.randint(0, V, (a.B, a.T + 1))
+        idx = torch.randint(0, V, (a.B, a.T + 1), device=a.device)
+        if a.device == "cuda":
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
-        loss = step(idx)
+        loss = step(idx)  # .item() waits for the GPU
         dt = time.perf_counter() - t0
         if s == 0:
             first = dt
@@ -70,7 +78,9 @@ def main():
     med = statistics.median(times)
     print(json.dumps({"seconds_per_step": med, "tokens_per_second": a.B * a.T / med,
                       "first_step_seconds": first, "steps": a.steps, "loss": loss,
-                      "dtype": a.dtype, "compile": a.compile, "experts": a.experts,
+                      "dtype": a.dtype, "compile": a.compile, "device": a.device,
+                      "peak_memory_bytes": (torch.cuda.max_memory_allocated()
+                                            if a.device == "cuda" else None), "experts": a.experts,
                       "torch": torch.__version__}))
 
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "anvil/device/runtime.hpp"
 #include "cli/cli_run.hpp"
 
 namespace {
@@ -708,6 +709,21 @@ std::map<int64_t, double> losses_of(const std::string& run) {
 // them, and a checkpoint a GPU run wrote (here: the saver's own output with
 // the tag a `--device cuda` run puts there) resumes on the CPU on the
 // trajectory of the run that never stopped. An unknown device is refused.
+// --device cuda refuses, before any work, what its path does not build
+// and a machine or binary that cannot run it (this CI machine: no driver,
+// or a build without CUDA).
+TEST(Cli, TrainOnCudaRefusesWhatItCannotRunWithOneLine) {
+  const std::string dir = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/";
+  const std::string gpt = " --config " + dir + "gpt2-tiny.json --steps 1";
+  expect_usage_error("train --config " + dir + "zaya-tiny.json --device cuda", "zaya1");
+  expect_usage_error("train" + gpt + " --device cuda --dtype bf16", "--dtype");
+  expect_usage_error("train" + gpt + " --device cuda --hw-profile x.json", "--hw-profile");
+  expect_usage_error("train" + gpt + " --device tpu", "--device");
+  expect_usage_error("train" + gpt + " --tf32", "--tf32");
+  if (!anvil::device::cuda_unavailable_reason().empty())  // no driver, or no CUDA in the build
+    expect_usage_error("train" + gpt + " --device cuda", "--device");
+}
+
 TEST(Cli, ACheckpointWrittenOnAGpuResumesOnTheCpu) {
   const std::string dir = fresh_dir("cli_device");
   {

@@ -364,4 +364,29 @@ TEST(DataParallel, Zaya1TinyWithMuonOn2And4RanksMatchesOneRank) {
   }
 }
 
+// The GPU trainer's model (model/device_decoder.hpp) on the CPU device:
+// ANVIL_CPU_MODEL=device trains through the same orchestration --device
+// cuda runs (device arenas, the GEMM engine, unfused attention, host copies
+// of parameters and gradients for the optimizer), here on one and two
+// ranks, against the CPU decoder's run. Attention sums in another order
+// (explicit scores instead of online softmax), so this is a tolerance, not
+// bit-exactness: losses within 1e-5 relative (measured within 1e-6 over
+// the 20 steps), weights within 1e-5 in norm (measured < 1e-6).
+TEST(DataParallel, TheDeviceDecoderOnTheCpuTrainsTheDecodersTrajectory) {
+  const std::string llama = " --config " ANVIL_SOURCE_DIR
+                            "/tests/configs/llama-tiny.json --set vocab_size=256 -T 32 --lr 3e-3 "
+                            "--warmup 2 --val-batches 12 --steps 20";
+  const TrainRun gpt = train(1, "cpu-model-gpt", kGpt + " -B 12");
+  const TrainRun lla = train(1, "cpu-model-llama", llama + " -B 12");
+  ::setenv("ANVIL_CPU_MODEL", "device", 1);
+  const TrainRun gpt_dev = train(1, "device-model-gpt", kGpt + " -B 12");
+  const TrainRun lla_dev = train(1, "device-model-llama", llama + " -B 12");
+  const TrainRun gpt_dev2 = train(2, "device-model-gpt-2", kGpt + " -B 6 --zero");
+  ::unsetenv("ANVIL_CPU_MODEL");
+  expect_same_trajectory(gpt_dev, gpt, 1e-5, "gpt2-tiny, device decoder", 1e-4, 1e-5);
+  expect_same_trajectory(lla_dev, lla, 1e-5, "llama-tiny, device decoder", 1e-4, 1e-5);
+  expect_same_trajectory(gpt_dev2, gpt, 1e-5, "gpt2-tiny, device decoder on 2 ranks with ZeRO-1",
+                         1e-4, 1e-5);
+}
+
 }  // namespace

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "anvil/device/runtime.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/context_parallel.hpp"
 #include "anvil/model/gemm_shapes.hpp"
@@ -29,8 +30,10 @@
 namespace anvil::model {
 
 // How to build a model: the largest micro-batch, whether it trains, the
-// GEMM precision, and for a family with experts their balancing and the
-// experts this process holds. A family ignores what it has no use for.
+// GEMM precision, the device its memory lives on, and for a family with
+// experts their balancing and the experts this process holds. A family
+// ignores what it has no use for; one without a path for the device
+// refuses it (InputError).
 struct ModelOptions {
   int64_t batch = 1;
   int64_t seq = 1;
@@ -42,6 +45,9 @@ struct ModelOptions {
   // Context parallelism (context_parallel.hpp): the group this rank splits
   // each sequence with; `seq` stays the whole sequence. Null: C = 1.
   ContextGroup* context = nullptr;
+  // cuda: the dense family's DeviceDecoder (device_decoder.hpp), fp32, C = 1.
+  device::DeviceKind device = device::DeviceKind::cpu;
+  bool tf32 = false;  // cuda: matmuls in TensorFloat-32
 };
 
 // A model that decodes one token at a time with a cache (`anvil generate`).

@@ -1,12 +1,34 @@
 // The "dense" family: the pre-norm decoder of the GPT-2 and Llama shapes
-// (decoder.hpp), its parameters counted from the registry it trains with.
+// (decoder.hpp; device_decoder.hpp on a GPU), its parameters counted from
+// the registry it trains with.
 #include <memory>
 
+#include "anvil/base/env_choice.hpp"
 #include "anvil/model/decoder.hpp"
+#include "anvil/model/device_decoder.hpp"
 #include "anvil/model/family.hpp"
 
 namespace anvil::model {
 namespace {
+
+// Whether a model is the DeviceDecoder: on a GPU always; on the CPU when
+// ANVIL_CPU_MODEL=device asks for it (the GPU path's orchestration on the
+// CPU's engine and layers, for tests; default: decoder).
+bool device_model(const ModelOptions& o) {
+  if (o.device != device::DeviceKind::cpu) return true;
+  static const bool on_cpu = env_choice("ANVIL_CPU_MODEL", {"decoder", "device"}) == "device";
+  return on_cpu;
+}
+
+// What the DeviceDecoder does not build, as the InputError naming it.
+void check_device_model(const ModelOptions& o) {
+  const std::string where =
+      o.device == device::DeviceKind::cpu ? "ANVIL_CPU_MODEL=device" : "--device cuda";
+  if (o.precision != Precision::fp32)
+    throw InputError(where + ": the device decoder trains fp32 only (expected --dtype fp32)");
+  if (o.context != nullptr && o.context->size() > 1)
+    throw InputError(where + ": the device decoder has no context parallelism (expected --cp 1)");
+}
 
 class DenseFamily final : public ModelFamily {
  public:
@@ -17,12 +39,17 @@ class DenseFamily final : public ModelFamily {
   }
 
   MemoryPlan memory_plan(const ModelConfig& config, const ModelOptions& o) const override {
+    if (device_model(o)) return DeviceDecoder::plan_for(config, o.batch, o.seq, o.training);
     return Decoder::plan_for(config, o.batch, o.seq, o.training, o.precision,
                              o.context ? o.context->size() : 1);
   }
 
   std::unique_ptr<TrainableModel> make_model(const ModelConfig& config,
                                              const ModelOptions& o) const override {
+    if (device_model(o)) {
+      check_device_model(o);
+      return std::make_unique<DeviceDecoder>(config, o.batch, o.seq, o.training, o.device, o.tf32);
+    }
     return std::make_unique<Decoder>(config, o.batch, o.seq, o.training, o.precision, o.context);
   }
 

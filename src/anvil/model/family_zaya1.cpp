@@ -83,6 +83,10 @@ class Zaya1Family final : public ModelFamily {
 
   std::unique_ptr<TrainableModel> make_model(const ModelConfig& config,
                                              const ModelOptions& o) const override {
+    if (o.device != device::DeviceKind::cpu)
+      throw InputError("--device " + device::to_string(o.device) +
+                       ": zaya1 has no GPU path yet (the dense family, gpt2 and llama configs, "
+                       "trains on cuda)");
     return std::make_unique<ZayaModel>(config, o.batch, o.seq, o.balancing, o.experts, o.precision,
                                        o.dispatcher, o.context);
   }

@@ -1,5 +1,6 @@
 #include "anvil/train/gemm_peak.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -8,8 +9,8 @@
 #include <vector>
 
 #include "anvil/base/bf16.hpp"
-#include "anvil/base/cpu.hpp"
 #include "anvil/base/clock.hpp"
+#include "anvil/base/cpu.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
 #include "anvil/base/table.hpp"
@@ -17,6 +18,7 @@
 #include "anvil/bench/measure.hpp"
 #include "anvil/device/blas.hpp"
 #include "anvil/device/gemm.hpp"
+#include "anvil/device/gemm_engine.hpp"
 #include "anvil/plan/hw_profile.hpp"
 
 namespace anvil::train {
@@ -140,6 +142,38 @@ GemmPeak gemm_peak(double given, const std::string& hw_profile, model::Precision
     if (!path.empty() && write_cache(path, cache)) where += ", cached in " + path;
   }
   return {median, where, false};
+}
+
+GemmPeak device_gemm_peak(double given, device::DeviceKind kind, Dtype type) {
+  if (given > 0) return {given, "given"};
+  constexpr int64_t n = 4096;
+  constexpr int kWarm = 3, kTimed = 20;
+  auto engine = device::make_gemm_engine(kind);
+  device::Stream stream(kind);
+  device::ArenaPlan plan;
+  for (int i = 0; i < 3; ++i) plan.add(static_cast<size_t>(n * n) * sizeof(float));
+  device::DeviceArena arena(kind, "GEMM peak operands", plan);
+  float* a = arena.take<float>(n * n);
+  float* b = arena.take<float>(n * n);
+  float* c = arena.take<float>(n * n);
+  device::upload(std::vector<float>(static_cast<size_t>(n * n), 0.5f), a, stream);
+  device::upload(std::vector<float>(static_cast<size_t>(n * n), 0.25f), b, stream);
+  device::GemmDesc d;
+  d.m = d.n = d.k = n;
+  d.type = type;
+  std::vector<double> ms;
+  device::Event start(kind), stop(kind);
+  for (int i = 0; i < kWarm + kTimed; ++i) {
+    start.record(stream);
+    engine->run(d, a, b, c, nullptr, stream);
+    stop.record(stream);
+    stop.synchronize();
+    if (i >= kWarm) ms.push_back(device::Event::elapsed_ms(start, stop));
+  }
+  std::sort(ms.begin(), ms.end());
+  const double gflops = d.flops() / (ms[ms.size() / 2] * 1e-3) / 1e9;
+  return {gflops, "measured now (" + to_string(type) + " 4096^3 GEMMs on " + engine->name() +
+                      ", median of " + std::to_string(kTimed) + ")"};
 }
 
 }  // namespace anvil::train

@@ -11,6 +11,8 @@
 
 #include <string>
 
+#include "anvil/base/dtype.hpp"
+#include "anvil/device/runtime.hpp"
 #include "anvil/model/precision.hpp"
 
 namespace anvil::train {
@@ -26,6 +28,12 @@ struct GemmPeak {
 // else ~/.cache/anvil (gemm-peak.json); a cache that cannot be written is
 // only not kept.
 GemmPeak gemm_peak(double given, const std::string& hw_profile, model::Precision precision);
+
+// On a GPU (--device cuda): `given` > 0 wins; else 4096^3 GEMMs of `type`
+// (fp32 or tf32) on the device's GEMM engine, timed with events: the median
+// of 20 calls after 3 unmeasured ones. Not cached (it takes well under a
+// second).
+GemmPeak device_gemm_peak(double given, device::DeviceKind kind, Dtype type);
 
 // Drops the cached rate of `precision` here (a run went faster than it).
 void forget_cached_peak(model::Precision precision);

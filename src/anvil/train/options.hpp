@@ -24,6 +24,8 @@ struct ModelOptions {
   std::string config;
   std::vector<std::string> set;
   std::string dtype = "fp32";
+  std::string device = "cpu";
+  bool tf32 = false;
   template <class V>
   void describe(V& v) {
     v({.name = "config", .help = "Model config JSON (configs/*.json)"}, config);
@@ -35,6 +37,15 @@ struct ModelOptions {
                "float32, bfloat16",
        .aliases = {"--precision"}},
       dtype);
+    v({.name = "device",
+       .help = "Where the model trains: cpu, or cuda (one GPU per process; the dense family "
+               "(gpt2, llama configs), fp32; the optimizer and gradient reduction run on a host "
+               "copy of the parameters and gradients)"},
+      device, one_of({"cpu", "cuda"}));
+    v({.name = "tf32",
+       .help = "With --device cuda: matmuls in TensorFloat-32 (fp32 storage, 10-bit mantissa "
+               "products); default off, exact fp32"},
+      tf32);
   }
 };
 

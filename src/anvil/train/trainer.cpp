@@ -19,6 +19,7 @@
 #include "anvil/base/threads.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/device/gemm.hpp"
+#include "anvil/device/runtime.hpp"
 #include "anvil/model/family.hpp"
 #include "anvil/model/gemm_shapes.hpp"
 #include "anvil/parallel/context_group.hpp"
@@ -79,6 +80,36 @@ std::string job_nonce(int rank, parallel::DataParallelGroup* dp) {
   return std::to_string(nonce);
 }
 
+// --device cuda's refusals, before any work: what the GPU path does not
+// build, then whether this binary and machine can run it at all.
+void check_device(const TrainOptions& o, const model::ModelConfig& config) {
+  if (o.model.device == "cpu") {
+    if (o.model.tf32) throw InputError("model.tf32: expected --device cuda (TF32 is a GPU mode)");
+    return;
+  }
+  const model::ModelFamily& family = model::model_family(config);
+  if (family.has_experts())
+    throw InputError("model.device: cuda trains the dense family (gpt2, llama configs); " +
+                     family.name() + " (" + config.name + ") has no GPU path yet");
+  if (o.model.dtype != "fp32")
+    throw InputError("model.dtype: " + o.model.dtype +
+                     " with --device cuda is not built yet (expected fp32)");
+  if (!o.metrics.hw_profile.empty())
+    throw InputError(
+        "metrics.hw_profile: with --device cuda the MFU peak is measured on the GPU "
+        "or given (expected --peak-gflops, or no peak option)");
+  if (o.parallel.cp > 1)
+    throw InputError(
+        "parallel.cp: context parallelism with --device cuda is not built yet "
+        "(expected 1)");
+  if (!device::cuda_built())
+    throw InputError(
+        "model.device: cuda: this anvil was built without CUDA (ANVIL_CUDA=off, or "
+        "no nvcc at build time)");
+  const std::string why = device::cuda_unavailable_reason();
+  if (!why.empty()) throw InputError("model.device: cuda: no CUDA device can be used: " + why);
+}
+
 TrainOptions finished(TrainOptions o) {
   o.finish();
   if (o.model.config.empty())
@@ -110,6 +141,7 @@ Trainer::Trainer(const TrainOptions& options, parallel::DataParallelGroup* dp)
     throw InputError("train.seq: expected 1.." + std::to_string(config_.seq_len) +
                      " (the config's seq_len), got " + std::to_string(T_));
   }
+  check_device(o_, config_);
   if (cp_ > 1) {
     if (dp_ == nullptr || world_ % cp_ != 0)
       throw InputError("parallel.cp: expected a run under mpirun with a multiple of " +
@@ -139,8 +171,13 @@ Trainer::Trainer(const TrainOptions& options, parallel::DataParallelGroup* dp)
   }
   // Every rank reads a given peak or profile (a bad profile fails everywhere
   // alike); only rank 0, which reports MFU, measures one.
-  if (rank_ == 0 || o_.metrics.peak_gflops > 0 || !o_.metrics.hw_profile.empty())
+  if (o_.model.device == "cuda") {
+    if (rank_ == 0 || o_.metrics.peak_gflops > 0)
+      peak_ = device_gemm_peak(o_.metrics.peak_gflops, device::DeviceKind::cuda,
+                               o_.model.tf32 ? Dtype::tf32 : Dtype::fp32);
+  } else if (rank_ == 0 || o_.metrics.peak_gflops > 0 || !o_.metrics.hw_profile.empty()) {
     peak_ = gemm_peak(o_.metrics.peak_gflops, o_.metrics.hw_profile, precision_);
+  }
   result_.world = world_;
   result_.peak_gflops = peak_.gflops;
   result_.peak_source = peak_.source;
@@ -170,6 +207,8 @@ void Trainer::build_model() {
   const model::ModelFamily& family = model::model_family(config_);
   model::ModelOptions build{B_, T_, /*training=*/true, precision_, o_.balancing, {}, {}};
   build.context = context_.get();
+  build.device = device::parse_device(o_.model.device, "model.device");
+  build.tf32 = o_.model.tf32;
   if (ep > 1) {
     if (!family.has_experts())
       throw InputError("parallel.ep: expert parallelism needs a model with experts (" +
@@ -206,6 +245,7 @@ RunRecord Trainer::record() const {
   r.seq = T_;
   r.accum = o_.train.accum;
   r.precision = o_.model.dtype;
+  r.device = o_.model.device;
   r.optimizer = o_.optimizer.name;
   r.data = o_.train.data;
   r.tokenizer = batches_.tokenizer();
@@ -237,12 +277,17 @@ void Trainer::print_plan() const {
                 cp_, 2 * cp_, static_cast<long long>(T_ / (2 * cp_)),
                 static_cast<long long>(T_local_));
   }
+  if (o_.model.device == "cuda")
+    std::printf(", on cuda (%s%s)", device::gpu_properties(0).name.c_str(),
+                o_.model.tf32 ? ", TF32 matmuls" : "");
   std::printf(
-      "\nmemory plan%s: parameters %s | gradients %s | optimizer %s | activations %s | "
+      "\nmemory plan%s%s: parameters %s | gradients %s | optimizer %s | activations %s | "
       "total %s\n",
-      world_ > 1 ? " per rank" : "", human_bytes(plan.parameters).c_str(),
-      human_bytes(plan.gradients).c_str(), human_bytes(result_.optimizer_bytes).c_str(),
-      human_bytes(plan.activations).c_str(), human_bytes(result_.planned_bytes).c_str());
+      world_ > 1 ? " per rank" : "",
+      o_.model.device == "cuda" ? " (parameters, gradients, activations on the GPU)" : "",
+      human_bytes(plan.parameters).c_str(), human_bytes(plan.gradients).c_str(),
+      human_bytes(result_.optimizer_bytes).c_str(), human_bytes(plan.activations).c_str(),
+      human_bytes(result_.planned_bytes).c_str());
   std::printf("data: %s (%s); %.3f GFLOP/token; MFU against a %s GEMM peak of %.1f GFLOP/s (%s)\n",
               o_.train.data.empty() ? "random tokens" : o_.train.data.c_str(),
               batches_.tokenizer().c_str(), result_.flops_per_token / 1e9, o_.model.dtype.c_str(),
