@@ -82,6 +82,8 @@ TEST(DeviceSeam, ParsesDevicesAndSaysWhyCudaIsUnavailable) {
     EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
   }
   EXPECT_THROW(make_gemm_engine(DeviceKind::cuda), SystemError);
+  EXPECT_THROW(select_gpu(0), SystemError);
+  EXPECT_EQ(gpu_for_rank(5), 0);  // no GPU: every rank's is 0, and selecting it fails
 }
 
 // The STREAM bodies on the CPU: exactly the arithmetic STREAM defines.

@@ -19,6 +19,7 @@ const char* kReason = "this anvil was built without CUDA (ANVIL_CUDA=off, or no 
 bool built() { return false; }
 std::string unavailable_reason() { return kReason; }
 int device_count() { return 0; }
+void select(int) { absent(); }
 GpuProperties properties(int) { absent(); }
 void* allocate(size_t, const std::string&) { absent(); }
 void release(void*) {}

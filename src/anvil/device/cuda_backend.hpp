@@ -23,6 +23,7 @@ namespace anvil::device::cuda {
 bool built();
 std::string unavailable_reason();
 int device_count();
+void select(int ordinal);
 GpuProperties properties(int ordinal);
 
 void* allocate(size_t bytes, const std::string& name);

@@ -85,6 +85,10 @@ int device_count() {
   return count;
 }
 
+void select(int ordinal) {
+  check(cudaSetDevice(ordinal), "cudaSetDevice");
+}
+
 GpuProperties properties(int ordinal) {
   cudaDeviceProp p{};
   check(cudaGetDeviceProperties(&p, ordinal), "cudaGetDeviceProperties");

@@ -34,6 +34,19 @@ GpuProperties gpu_properties(int ordinal) {
   return cuda::properties(ordinal);
 }
 
+void select_gpu(int ordinal) {
+  require(DeviceKind::cuda, "--device");
+  cuda::select(ordinal);
+}
+
+int gpu_for_rank(int rank) {
+  int local = rank;
+  if (const char* env = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); env != nullptr && *env != '\0')
+    local = std::atoi(env);
+  const int count = gpu_count();
+  return count > 0 ? local % count : 0;
+}
+
 // Stream ---------------------------------------------------------------------
 
 Stream::Stream(DeviceKind kind) : kind_(kind) {

@@ -57,6 +57,12 @@ struct GpuProperties {
 
 int gpu_count();  // 0 where none can be used
 GpuProperties gpu_properties(int ordinal = 0);
+// Makes GPU `ordinal` this thread's current device: the one its later
+// streams, buffers and GEMM engines use (cudaSetDevice).
+void select_gpu(int ordinal);
+// The GPU a process of a multi-process run takes: its rank on the node
+// (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, else `rank`) modulo the GPUs.
+int gpu_for_rank(int rank);
 
 class Stream {
  public:

@@ -209,6 +209,7 @@ void Trainer::build_model() {
   build.context = context_.get();
   build.device = device::parse_device(o_.model.device, "model.device");
   build.tf32 = o_.model.tf32;
+  if (build.device == device::DeviceKind::cuda) device::select_gpu(device::gpu_for_rank(rank_));
   if (ep > 1) {
     if (!family.has_experts())
       throw InputError("parallel.ep: expert parallelism needs a model with experts (" +
@@ -278,7 +279,8 @@ void Trainer::print_plan() const {
                 static_cast<long long>(T_local_));
   }
   if (o_.model.device == "cuda")
-    std::printf(", on cuda (%s%s)", device::gpu_properties(0).name.c_str(),
+    std::printf(", on cuda (GPU %d: %s%s)", device::gpu_for_rank(rank_),
+                device::gpu_properties(device::gpu_for_rank(rank_)).name.c_str(),
                 o_.model.tf32 ? ", TF32 matmuls" : "");
   std::printf(
       "\nmemory plan%s%s: parameters %s | gradients %s | optimizer %s | activations %s | "
