@@ -4,9 +4,9 @@
 # and `bench membw` at a reduced sweep, `bench comm` (NCCL) on one rank,
 # `hw --profile`, the PyTorch baselines (bench/gpu_vs_torch.py: torch.matmul
 # and copy_ against anvil, interleaved, medians of 3), and training on the GPU:
-# gpt2-tiny and llama-tiny 20 steps on the CPU and on CUDA (fp32, TF32 off;
-# losses within 1e-4 relative, bench/loss_parity.py), then gpt2-124m
-# (B=16, T=1024, fp32) for 30 steps next to PyTorch training the same model
+# gpt2-tiny and llama-tiny 20 steps on the CPU and on CUDA (fp32 with TF32
+# off: losses within 1e-4 relative; bf16: within 2e-2; bench/loss_parity.py),
+# then gpt2-124m (B=16, T=1024, bf16) for 30 steps next to PyTorch training the same model
 # exported from anvil (bench/torch_train_hf.py --device cuda --compile),
 # writing every log and JSON to OUT. Exits non-zero when any step fails.
 # About 7 minutes on one H200.
@@ -89,17 +89,22 @@ fi
 # Training: the CPU's losses against the GPU's on the same batches.
 tiny="-T 64 -B 4 --steps 20 --lr 3e-3 --warmup 2 --log-every 5 --peak-gflops 1"
 for m in gpt2-tiny llama-tiny; do
-  step "train-$m" 120 "anvil train --config $repo/tests/configs/$m.json $tiny --json-out $out/train-$m-cpu.json && \
-    anvil train --config $repo/tests/configs/$m.json $tiny --device cuda --json-out $out/train-$m-cuda.json && \
-    ${py:-python3} $repo/bench/loss_parity.py $out/train-$m-cpu.json $out/train-$m-cuda.json \
-      --tol 1e-4 --label $m-fp32 | tee $out/train-$m-parity.json"
+  for dt in fp32:1e-4 bf16:2e-2; do
+    d=${dt%%:*} tol=${dt#*:}
+    step "train-$m-$d" 120 "anvil train --config $repo/tests/configs/$m.json $tiny --dtype $d \
+      --json-out $out/train-$m-$d-cpu.json && \
+      anvil train --config $repo/tests/configs/$m.json $tiny --dtype $d --device cuda \
+      --json-out $out/train-$m-$d-cuda.json && \
+      ${py:-python3} $repo/bench/loss_parity.py $out/train-$m-$d-cpu.json \
+      $out/train-$m-$d-cuda.json --tol $tol --label $m-$d | tee $out/train-$m-$d-parity.json"
+  done
 done
-step train-gpt2-124m 240 "anvil train --config $repo/configs/gpt2-124m.json --device cuda -B 16 -T 1024 \
-  --steps 30 --log-every 5 --out $work/gpt2-124m --json-out $out/train-gpt2-124m.json"
+step train-gpt2-124m 240 "anvil train --config $repo/configs/gpt2-124m.json --device cuda --dtype bf16 \
+  -B 16 -T 1024 --steps 30 --log-every 5 --out $work/gpt2-124m --json-out $out/train-gpt2-124m.json"
 if [[ -n $py ]] && "$py" -c "import torch, transformers; assert torch.cuda.is_available()" 2>/dev/null; then
   step torch-train-gpt2-124m 240 "anvil ckpt export --checkpoint $work/gpt2-124m --out $work/gpt2-124m-hf && \
     $py $repo/bench/torch_train_hf.py --model $work/gpt2-124m-hf --device cuda --compile \
-      -B 16 -T 1024 --steps 10 > $out/torch-train-gpt2-124m.json"
+      --dtype bf16 -B 16 -T 1024 --steps 10 > $out/torch-train-gpt2-124m.json"
 else
   echo "skipped torch-train-gpt2-124m: no python3 with CUDA PyTorch and transformers" | \
     tee "$out/torch-train-gpt2-124m.log"

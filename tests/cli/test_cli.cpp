@@ -716,7 +716,6 @@ TEST(Cli, TrainOnCudaRefusesWhatItCannotRunWithOneLine) {
   const std::string dir = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/";
   const std::string gpt = " --config " + dir + "gpt2-tiny.json --steps 1";
   expect_usage_error("train --config " + dir + "zaya-tiny.json --device cuda", "zaya1");
-  expect_usage_error("train" + gpt + " --device cuda --dtype bf16", "--dtype");
   expect_usage_error("train" + gpt + " --device cuda --hw-profile x.json", "--hw-profile");
   expect_usage_error("train" + gpt + " --device tpu", "--device");
   expect_usage_error("train" + gpt + " --tf32", "--tf32");

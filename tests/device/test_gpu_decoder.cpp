@@ -105,11 +105,12 @@ ModelConfig tiny(const std::string& name) {
 // One training micro-batch on CUDA and on the CPU device from the same
 // weights: the loss within `loss_tol`, every gradient within `grad_tol` of
 // the largest gradient entry.
-void expect_cuda_matches_cpu(const std::string& name, bool tf32, double loss_tol, double grad_tol) {
+void expect_cuda_matches_cpu(const std::string& name, Precision precision, bool tf32,
+                             double loss_tol, double grad_tol) {
   const ModelConfig c = tiny(name);
   const int64_t B = 2, T = 64;
-  DeviceDecoder gpu(c, B, T, true, DeviceKind::cuda, tf32);
-  DeviceDecoder cpu(c, B, T, true, DeviceKind::cpu);
+  DeviceDecoder gpu(c, B, T, true, DeviceKind::cuda, precision, tf32);
+  DeviceDecoder cpu(c, B, T, true, DeviceKind::cpu, precision);
   gpu.registry().initialize(gpu.params(), 3);
   cpu.registry().initialize(cpu.params(), 3);
   std::mt19937 rng(9);
@@ -130,12 +131,19 @@ void expect_cuda_matches_cpu(const std::string& name, bool tf32, double loss_tol
 }
 
 TEST_F(GpuDecoder, Gpt2AndLlamaTinyMatchTheCpuDeviceInFp32) {
-  expect_cuda_matches_cpu("gpt2-tiny", false, 1e-5, 1e-4);
-  expect_cuda_matches_cpu("llama-tiny", false, 1e-5, 1e-4);
+  expect_cuda_matches_cpu("gpt2-tiny", Precision::fp32, false, 1e-5, 1e-4);
+  expect_cuda_matches_cpu("llama-tiny", Precision::fp32, false, 1e-5, 1e-4);
 }
 
 TEST_F(GpuDecoder, Tf32StaysWithinTf32Rounding) {
-  expect_cuda_matches_cpu("gpt2-tiny", true, 2e-3, 2e-2);
+  expect_cuda_matches_cpu("gpt2-tiny", Precision::fp32, true, 2e-3, 2e-2);
+}
+
+// The same bf16-rounded inputs on both devices; only the summation order
+// of the fp32 accumulations differs.
+TEST_F(GpuDecoder, Bf16MatchesTheCpuDeviceInBf16) {
+  expect_cuda_matches_cpu("gpt2-tiny", Precision::bf16, false, 1e-4, 1e-3);
+  expect_cuda_matches_cpu("llama-tiny", Precision::bf16, false, 1e-4, 1e-3);
 }
 
 }  // namespace

@@ -59,9 +59,10 @@ double relative_gap(const float* a, const float* b, int64_t n, double floor) {
 }
 
 // Every parameter tensor's gradient against Decoder's, one by one.
-void expect_same_training_step(const ModelConfig& c, int64_t B, int64_t T, int micro_batches) {
-  Decoder ref(c, B, T, true);
-  DeviceDecoder dev(c, B, T, true, device::DeviceKind::cpu);
+void expect_same_training_step(const ModelConfig& c, int64_t B, int64_t T, int micro_batches,
+                               Precision precision = Precision::fp32) {
+  Decoder ref(c, B, T, true, precision);
+  DeviceDecoder dev(c, B, T, true, device::DeviceKind::cpu, precision);
   ref.registry().initialize(ref.params(), 7);
   dev.registry().initialize(dev.params(), 7);
   ref.zero_grads();
@@ -93,6 +94,14 @@ TEST(DeviceDecoder, LlamaTinyWithGqaAndRopeMatchesTheDecoderOverMicroBatches) {
 
 TEST(DeviceDecoder, BiasesAndAnUntiedHeadMatchTheDecoder) {
   expect_same_training_step(tiny("llama-tiny", {"bias=true", "tied_embeddings=true"}), 1, 17, 1);
+}
+
+// bf16 converts the same tensors at the same points as Decoder (weights
+// once per upload, each GEMM's activation and gradient inputs), so the two
+// agree as closely as in fp32.
+TEST(DeviceDecoder, Bf16MatmulsMatchTheDecodersBf16) {
+  expect_same_training_step(tiny("gpt2-tiny"), 2, 20, 2, Precision::bf16);
+  expect_same_training_step(tiny("llama-tiny"), 2, 24, 1, Precision::bf16);
 }
 
 TEST(DeviceDecoder, ASmallerBatchThanPlannedAndUpdatedWeightsAreSeen) {
@@ -141,6 +150,11 @@ TEST(DeviceDecoder, ArenasAreThePlan) {
   EXPECT_EQ(dev.plan().activations, p.activations);
   EXPECT_EQ(p.gradients, p.parameters);
   EXPECT_LT(DeviceDecoder::plan_for(c, 2, 16, false).activations, p.activations);
+  EXPECT_EQ(p.low_precision, 0u);
+  DeviceDecoder mixed(c, 2, 16, true, device::DeviceKind::cpu, Precision::bf16);
+  EXPECT_EQ(mixed.plan().low_precision,
+            DeviceDecoder::plan_for(c, 2, 16, true, Precision::bf16).low_precision);
+  EXPECT_GE(mixed.plan().low_precision, static_cast<size_t>(mixed.registry().total()) * 2);
 }
 
 TEST(DeviceLayers, CausalSoftmaxAndItsBackwardMatchTheFormulas) {

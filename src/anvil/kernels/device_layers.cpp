@@ -20,6 +20,13 @@ bool on_cpu(const device::Stream& s) {
 
 }  // namespace
 
+void convert_to_bf16(device::Stream& s, bf16* dst, const float* src, int64_t n) {
+  if (on_cpu(s))
+    kernels::convert_to_bf16(dst, src, n);
+  else
+    gpu::convert_to_bf16(&dst->bits, src, n, s.native());
+}
+
 void embedding_forward(device::Stream& s, float* out, const int32_t* tokens, const float* wte,
                        const float* wpe, int64_t B, int64_t T, int64_t C) {
   if (on_cpu(s))

@@ -13,9 +13,13 @@
 
 #include <cstdint>
 
+#include "anvil/base/bf16.hpp"
 #include "anvil/device/runtime.hpp"
 
 namespace anvil::kernels::dev {
+
+// dst = bf16(src), round to nearest even (the GEMM inputs of mixed precision).
+void convert_to_bf16(device::Stream& s, bf16* dst, const float* src, int64_t n);
 
 void embedding_forward(device::Stream& s, float* out, const int32_t* tokens, const float* wte,
                        const float* wpe, int64_t B, int64_t T, int64_t C);

@@ -80,6 +80,18 @@ __global__ void embedding_kernel(float* out, const int32_t* tokens, const float*
   }
 }
 
+__global__ void convert_to_bf16_kernel(uint16_t* dst, const float* src, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    uint32_t u = __float_as_uint(src[i]);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+      dst[i] = static_cast<uint16_t>((u >> 16) | 0x40u);
+      continue;
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    dst[i] = static_cast<uint16_t>(u >> 16);
+  }
+}
+
 __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const float* dout,
                                           const int32_t* tokens, int64_t N, int64_t T, int64_t C) {
   for (int64_t c = first_index(); c < C; c += grid_stride()) {
@@ -297,6 +309,11 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
   embedding_kernel<<<blocks_for(N * C), kThreads, 0, as_stream(stream)>>>(out, tokens, wte, wpe, N,
                                                                           T, C);
   launched("embedding_forward");
+}
+
+void convert_to_bf16(uint16_t* dst, const float* src, int64_t n, void* stream) {
+  convert_to_bf16_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dst, src, n);
+  launched("convert_to_bf16");
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,

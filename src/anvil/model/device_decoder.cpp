@@ -94,6 +94,13 @@ size_t activation_bytes(const Sizes& s) {
   return plan.total();
 }
 
+// Elements in each bf16 scratch buffer: the widest linear input or output
+// over N rows, or a classifier chunk's input rows and logits.
+int64_t scratch_elements(const Sizes& s) {
+  const int64_t width = std::max({s.C, s.Q, s.A, s.F2});
+  return std::max(s.N * width, s.chunk * std::max(s.C, s.V));
+}
+
 size_t param_bytes(const ParamRegistry& r) {
   return device::ArenaPlan::rounded(static_cast<size_t>(r.total()) * sizeof(float));
 }
@@ -106,19 +113,28 @@ device::ArenaPlan one_request(size_t bytes) {
 
 }  // namespace
 
-MemoryPlan DeviceDecoder::plan_for(const ModelConfig& config, int64_t B, int64_t T, bool training) {
+MemoryPlan DeviceDecoder::plan_for(const ModelConfig& config, int64_t B, int64_t T, bool training,
+                                   Precision precision) {
   MemoryPlan p;
-  p.parameters = param_bytes(decoder_registry(config));
+  const ParamRegistry r = decoder_registry(config);
+  p.parameters = param_bytes(r);
   p.gradients = training ? p.parameters : 0;
-  p.activations = activation_bytes(sizes(config, B, T, training));
+  const Sizes s = sizes(config, B, T, training);
+  p.activations = activation_bytes(s);
+  if (precision == Precision::bf16) {
+    device::ArenaPlan low;
+    low.add(static_cast<size_t>(r.total()) * sizeof(bf16));
+    for (int i = 0; i < 2; ++i) low.add(static_cast<size_t>(scratch_elements(s)) * sizeof(bf16));
+    p.low_precision = low.total();
+  }
   return p;
 }
 
 DeviceDecoder::DeviceDecoder(const ModelConfig& config, int64_t B, int64_t T, bool training,
-                             device::DeviceKind kind, bool tf32)
+                             device::DeviceKind kind, Precision precision, bool tf32)
     : config_(config),
       registry_(decoder_registry(config)),
-      plan_(plan_for(config, B, T, training)),
+      plan_(plan_for(config, B, T, training, precision)),
       B_(B),
       T_(T),
       C_(config.d_model),
@@ -174,6 +190,14 @@ DeviceDecoder::DeviceDecoder(const ModelConfig& config, int64_t B, int64_t T, bo
     param_layers_.push_back(layer(l, dparams_));
     if (training) grad_layers_.push_back(layer(l, dgrads_));
   }
+  if (precision == Precision::bf16) {
+    device::ArenaPlan low;
+    low.add(plan_.low_precision);
+    low_ = device::DeviceArena(kind, "bf16 weights and scratch", low);
+    weights_bf16_ = low_.take<bf16>(registry_.total());
+    scratch_a_ = low_.take<bf16>(scratch_elements(s));
+    scratch_b_ = low_.take<bf16>(scratch_elements(s));
+  }
   host_params_.assign(static_cast<size_t>(registry_.total()), 0.0f);
   if (training) host_grads_.assign(static_cast<size_t>(registry_.total()), 0.0f);
   host_row_loss_.resize(static_cast<size_t>(B * T));
@@ -215,6 +239,7 @@ void DeviceDecoder::upload_params() {
   if (!params_stale_) return;
   device::copy(dparams_, host_params_.data(), host_params_.size() * sizeof(float),
                device::CopyKind::host_to_device, stream_);
+  if (mixed()) dev::convert_to_bf16(stream_, weights_bf16_, dparams_, registry_.total());
   params_stale_ = false;
 }
 
@@ -245,9 +270,9 @@ void DeviceDecoder::upload_batch(const int32_t* tokens, const int32_t* targets, 
   device::copy(targets_, targets, bytes, device::CopyKind::host_to_device, stream_);
 }
 
-void DeviceDecoder::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
-                         int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                         int64_t ldc) {
+void DeviceDecoder::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void* a,
+                         int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                         Dtype type) {
   device::GemmDesc d;
   d.trans_a = ta;
   d.trans_b = tb;
@@ -257,7 +282,7 @@ void DeviceDecoder::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, cons
   d.lda = lda;
   d.ldb = ldb;
   d.ldc = ldc;
-  d.type = gemm_type_;
+  d.type = type;
   d.beta = beta;
   engine_->run(d, a, b, c, nullptr, stream_);
 }
@@ -271,14 +296,28 @@ void DeviceDecoder::linear_forward(float* out, const float* inp, const float* w,
   d.k = IC;
   d.type = gemm_type_;
   d.epilogue = bias != nullptr ? device::Epilogue::bias : device::Epilogue::none;
-  engine_->run(d, inp, w, out, bias, stream_);
+  if (!mixed()) {
+    engine_->run(d, inp, w, out, bias, stream_);
+    return;
+  }
+  dev::convert_to_bf16(stream_, scratch_a_, inp, N * IC);
+  d.type = Dtype::bf16;
+  engine_->run(d, scratch_a_, low(w), out, bias, stream_);
 }
 
 void DeviceDecoder::linear_backward(float* dinp, float* dw, float* dbias, const float* dout,
                                     const float* inp, const float* w, int64_t N, int64_t IC,
                                     int64_t OC) {
-  if (dinp != nullptr) gemm(false, false, N, IC, OC, dout, OC, w, IC, 0.0f, dinp, IC);
-  gemm(true, false, OC, IC, N, dout, OC, inp, IC, 1.0f, dw, IC);
+  if (mixed()) {
+    dev::convert_to_bf16(stream_, scratch_b_, dout, N * OC);
+    dev::convert_to_bf16(stream_, scratch_a_, inp, N * IC);
+    if (dinp != nullptr)
+      gemm(false, false, N, IC, OC, scratch_b_, OC, low(w), IC, 0.0f, dinp, IC, Dtype::bf16);
+    gemm(true, false, OC, IC, N, scratch_b_, OC, scratch_a_, IC, 1.0f, dw, IC, Dtype::bf16);
+  } else {
+    if (dinp != nullptr) gemm(false, false, N, IC, OC, dout, OC, w, IC, 0.0f, dinp, IC, gemm_type_);
+    gemm(true, false, OC, IC, N, dout, OC, inp, IC, 1.0f, dw, IC, gemm_type_);
+  }
   if (dbias != nullptr) dev::bias_backward(stream_, dbias, dout, N, OC);
 }
 
@@ -316,13 +355,14 @@ void DeviceDecoder::attention_forward(const Acts& a, int64_t B, int64_t T) {
     const float* rows = a.qkv + b * T * Q_;
     for (int64_t h = 0; h < Hq_; ++h) {
       const float* k = rows + (Hq_ + h / group) * D_;
-      gemm(false, true, T, T, D_, rows + h * D_, Q_, k, Q_, 0.0f, scores_ + h * T * T, T);
+      gemm(false, true, T, T, D_, rows + h * D_, Q_, k, Q_, 0.0f, scores_ + h * T * T, T,
+           gemm_type_);
     }
     dev::causal_softmax_forward(stream_, scores_, a.lse + b * Hq_ * T, Hq_ * T, T, scale);
     for (int64_t h = 0; h < Hq_; ++h) {
       const float* v = rows + (Hq_ + Hkv_ + h / group) * D_;
       gemm(false, false, T, D_, T, scores_ + h * T * T, T, v, Q_, 0.0f, a.att + b * T * A + h * D_,
-           A);
+           A, gemm_type_);
     }
   }
 }
@@ -341,19 +381,21 @@ void DeviceDecoder::attention_backward(const Acts& a, const float* datt, float* 
     for (int64_t h = 0; h < Hq_; ++h) {
       const int64_t g = h / group;
       gemm(false, true, T, T, D_, rows + h * D_, Q_, rows + (Hq_ + g) * D_, Q_, 0.0f,
-           scores_ + h * T * T, T);
+           scores_ + h * T * T, T, gemm_type_);
       gemm(false, true, T, T, D_, dout + h * D_, A, rows + (Hq_ + Hkv_ + g) * D_, Q_, 0.0f,
-           dscores_ + h * T * T, T);
+           dscores_ + h * T * T, T, gemm_type_);
     }
     dev::causal_softmax_forward(stream_, scores_, a.lse + b * Hq_ * T, Hq_ * T, T, scale);
     dev::causal_softmax_backward(stream_, dscores_, scores_, Hq_ * T, T, scale);
     for (int64_t h = 0; h < Hq_; ++h) {
       const int64_t g = h / group;
       const float* ds = dscores_ + h * T * T;
-      gemm(false, false, T, D_, T, ds, T, rows + (Hq_ + g) * D_, Q_, 0.0f, drows + h * D_, Q_);
-      gemm(true, false, T, D_, T, ds, T, rows + h * D_, Q_, 1.0f, drows + (Hq_ + g) * D_, Q_);
+      gemm(false, false, T, D_, T, ds, T, rows + (Hq_ + g) * D_, Q_, 0.0f, drows + h * D_, Q_,
+           gemm_type_);
+      gemm(true, false, T, D_, T, ds, T, rows + h * D_, Q_, 1.0f, drows + (Hq_ + g) * D_, Q_,
+           gemm_type_);
       gemm(true, false, T, D_, T, scores_ + h * T * T, T, dout + h * D_, A, 1.0f,
-           drows + (Hq_ + Hkv_ + g) * D_, Q_);
+           drows + (Hq_ + Hkv_ + g) * D_, Q_, gemm_type_);
     }
   }
 }
@@ -391,12 +433,25 @@ double DeviceDecoder::classifier(float* dx, int64_t N, float grad_scale) {
   float* dw = dx != nullptr ? const_cast<float*>(param(name, dgrads_)) : nullptr;
   for (int64_t r0 = 0; r0 < N; r0 += chunk_) {
     const int64_t rows = std::min(chunk_, N - r0);
-    gemm(false, true, rows, V_, C_, lnf_ + r0 * C_, C_, w, C_, 0.0f, logits_, V_);
+    const float* x = lnf_ + r0 * C_;
+    if (mixed()) {
+      dev::convert_to_bf16(stream_, scratch_a_, x, rows * C_);
+      gemm(false, true, rows, V_, C_, scratch_a_, C_, low(w), C_, 0.0f, logits_, V_, Dtype::bf16);
+    } else {
+      gemm(false, true, rows, V_, C_, x, C_, w, C_, 0.0f, logits_, V_, gemm_type_);
+    }
     dev::cross_entropy(stream_, logits_, row_loss_ + r0, targets_ + r0, rows, V_,
                        dx != nullptr ? grad_scale : 0.0f);
     if (dx == nullptr) continue;
-    gemm(false, false, rows, C_, V_, logits_, V_, w, C_, 0.0f, dx + r0 * C_, C_);
-    gemm(true, false, V_, C_, rows, logits_, V_, lnf_ + r0 * C_, C_, 1.0f, dw, C_);
+    if (mixed()) {
+      dev::convert_to_bf16(stream_, scratch_b_, logits_, rows * V_);
+      gemm(false, false, rows, C_, V_, scratch_b_, V_, low(w), C_, 0.0f, dx + r0 * C_, C_,
+           Dtype::bf16);
+      gemm(true, false, V_, C_, rows, scratch_b_, V_, scratch_a_, C_, 1.0f, dw, C_, Dtype::bf16);
+    } else {
+      gemm(false, false, rows, C_, V_, logits_, V_, w, C_, 0.0f, dx + r0 * C_, C_, gemm_type_);
+      gemm(true, false, V_, C_, rows, logits_, V_, x, C_, 1.0f, dw, C_, gemm_type_);
+    }
   }
   device::copy(host_row_loss_.data(), row_loss_, static_cast<size_t>(N) * sizeof(float),
                device::CopyKind::device_to_host, stream_);

@@ -13,7 +13,11 @@
 // arrays: params() and grads() are host copies. A forward uploads the
 // parameters when params() was taken mutably since the last upload;
 // forward_backward downloads the gradients it accumulated when it ends.
-// fp32 only (TF32 off by default); bf16 on a device is not built.
+// fp32 (TF32 off by default), or bf16 as Decoder does it: every matmul of
+// the linear layers and the classifier on bf16 inputs (a bf16 copy of the
+// weights refreshed with each upload, activations and output gradients
+// converted into two scratch buffers) with fp32 accumulation and output;
+// master weights, gradients, norms, attention and the loss stay fp32.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +29,7 @@
 #include "anvil/device/runtime.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/params.hpp"
+#include "anvil/model/precision.hpp"
 #include "anvil/model/trainable.hpp"
 #include "anvil/tensor/arena.hpp"
 
@@ -32,16 +37,17 @@ namespace anvil::model {
 
 class DeviceDecoder : public TrainableModel {
  public:
-  // B x T: the largest micro-batch. `tf32`: matmuls in TensorFloat-32 on
-  // CUDA (ignored on the CPU). InputError for a config the dense family
-  // does not build or a sequence past its seq_len; SystemError when the
-  // device cannot be used or allocated.
+  // B x T: the largest micro-batch. `tf32`: the fp32 matmuls (attention's
+  // too, in bf16) in TensorFloat-32 on CUDA (ignored on the CPU). InputError for a config the dense
+  // family does not build or a sequence past its seq_len; SystemError when the device cannot be
+  // used or allocated.
   DeviceDecoder(const ModelConfig& config, int64_t B, int64_t T, bool training,
-                device::DeviceKind kind, bool tf32 = false);
+                device::DeviceKind kind, Precision precision = Precision::fp32, bool tf32 = false);
   ~DeviceDecoder() override;
 
   // The device memory the model holds (parameters, gradients, activations).
-  static MemoryPlan plan_for(const ModelConfig& config, int64_t B, int64_t T, bool training);
+  static MemoryPlan plan_for(const ModelConfig& config, int64_t B, int64_t T, bool training,
+                             Precision precision = Precision::fp32);
 
   const ParamRegistry& registry() const override { return registry_; }
   float* params() override {
@@ -77,8 +83,13 @@ class DeviceDecoder : public TrainableModel {
   // dinp = dout W (when dinp); dW += dout^T inp; dbias += column sums.
   void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                        const float* w, int64_t N, int64_t IC, int64_t OC);
-  void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-            const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+  // C = A B (+ beta C) in the fp32 GEMM type (fp32 or tf32), or in bf16
+  // when `type` says so (A and B bf16, C fp32).
+  void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+            const void* b, int64_t ldb, float beta, float* c, int64_t ldc, Dtype type);
+  // The bf16 copy of a weight in the parameter arena (bf16 only).
+  const bf16* low(const float* w) const { return weights_bf16_ + (w - dparams_); }
+  bool mixed() const { return weights_bf16_ != nullptr; }
   void norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                     const float* b, int64_t N);
   void norm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
@@ -99,7 +110,9 @@ class DeviceDecoder : public TrainableModel {
   Dtype gemm_type_;
   device::Stream stream_;
   std::unique_ptr<device::GemmEngine> engine_;
-  device::DeviceArena params_, grads_, acts_;
+  device::DeviceArena params_, grads_, acts_, low_;
+  bf16* weights_bf16_ = nullptr;  // bf16 only: the weights' copy and two scratch buffers
+  bf16 *scratch_a_ = nullptr, *scratch_b_ = nullptr;
   float *dparams_ = nullptr, *dgrads_ = nullptr;  // the arenas' floats
   std::vector<float> host_params_, host_grads_, host_row_loss_;
   bool params_stale_ = true;

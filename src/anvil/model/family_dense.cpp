@@ -22,12 +22,11 @@ bool device_model(const ModelOptions& o) {
 
 // What the DeviceDecoder does not build, as the InputError naming it.
 void check_device_model(const ModelOptions& o) {
-  const std::string where =
-      o.device == device::DeviceKind::cpu ? "ANVIL_CPU_MODEL=device" : "--device cuda";
-  if (o.precision != Precision::fp32)
-    throw InputError(where + ": the device decoder trains fp32 only (expected --dtype fp32)");
-  if (o.context != nullptr && o.context->size() > 1)
-    throw InputError(where + ": the device decoder has no context parallelism (expected --cp 1)");
+  if (o.context != nullptr && o.context->size() > 1) {
+    throw InputError(std::string(o.device == device::DeviceKind::cpu ? "ANVIL_CPU_MODEL=device"
+                                                                     : "--device cuda") +
+                     ": the device decoder has no context parallelism (expected --cp 1)");
+  }
 }
 
 class DenseFamily final : public ModelFamily {
@@ -39,7 +38,8 @@ class DenseFamily final : public ModelFamily {
   }
 
   MemoryPlan memory_plan(const ModelConfig& config, const ModelOptions& o) const override {
-    if (device_model(o)) return DeviceDecoder::plan_for(config, o.batch, o.seq, o.training);
+    if (device_model(o))
+      return DeviceDecoder::plan_for(config, o.batch, o.seq, o.training, o.precision);
     return Decoder::plan_for(config, o.batch, o.seq, o.training, o.precision,
                              o.context ? o.context->size() : 1);
   }
@@ -48,7 +48,8 @@ class DenseFamily final : public ModelFamily {
                                              const ModelOptions& o) const override {
     if (device_model(o)) {
       check_device_model(o);
-      return std::make_unique<DeviceDecoder>(config, o.batch, o.seq, o.training, o.device, o.tf32);
+      return std::make_unique<DeviceDecoder>(config, o.batch, o.seq, o.training, o.device,
+                                             o.precision, o.tf32);
     }
     return std::make_unique<Decoder>(config, o.batch, o.seq, o.training, o.precision, o.context);
   }

@@ -91,9 +91,6 @@ void check_device(const TrainOptions& o, const model::ModelConfig& config) {
   if (family.has_experts())
     throw InputError("model.device: cuda trains the dense family (gpt2, llama configs); " +
                      family.name() + " (" + config.name + ") has no GPU path yet");
-  if (o.model.dtype != "fp32")
-    throw InputError("model.dtype: " + o.model.dtype +
-                     " with --device cuda is not built yet (expected fp32)");
   if (!o.metrics.hw_profile.empty())
     throw InputError(
         "metrics.hw_profile: with --device cuda the MFU peak is measured on the GPU "
