@@ -73,6 +73,11 @@ class EvalCommands : public CommandFamily {
     eval_->add_option("--limit", e.limit, "Questions per task (0: all)")
         ->check(at_least(0))
         ->capture_default_str();
+    eval_
+        ->add_option("--device", e.device,
+                     "Where the model runs: cpu, or cuda (the dense family, fp32; GPU 0)")
+        ->check(one_of({"cpu", "cuda"}))
+        ->capture_default_str();
     eval_output_.add_to(eval_, /*with_csv=*/false);
     add_threads(eval_, threads_);
   }

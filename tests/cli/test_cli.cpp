@@ -623,7 +623,9 @@ TEST(Cli, BadTokenFilesCheckpointsAndStateJsonAreOneLineStatus2AndWriteNothing) 
       {"rank-00000.safetensors", flipped, "checksum mismatch"},
       {"rank-00000.safetensors", shard.substr(0, data_start + 16), "beyond the file's"},
       {"index.json", index.substr(0, index.size() / 2), "not valid JSON"},
-      {"index.json", "{\"format\": \"anvil-checkpoint\", \"version\": 2, \"step\": 2, \"world\": 1, \"tensors\": {}}",
+      {"index.json",
+       "{\"format\": \"anvil-checkpoint\", \"version\": 2, \"step\": 2, \"world\": 1, \"tensors\": "
+       "{}}",
        "no tensor model.embed_tokens.weight"},
   };
   std::vector<Case> all = cases;
@@ -924,4 +926,44 @@ TEST(Cli, EvalScoresPerplexityAndMultipleChoice) {
   expect_usage_error("eval --checkpoint " + dir + "/run --task " + dir + "/bad.jsonl",
                      "bad.jsonl: line 1");
   expect_usage_error("eval --checkpoint " + dir + "/run", "--data");
+}
+
+// anvil eval through the GPU path's model on the CPU device
+// (ANVIL_CPU_MODEL=device) scores what the CPU decoder scores; --device
+// cuda where no GPU can be used, or with a bad name, is refused in one line.
+TEST(Cli, EvalThroughTheDeviceModelMatchesTheCpuDecoder) {
+  const std::string dir = fresh_dir("cli_eval_device");
+  const std::string src = ANVIL_SOURCE_DIR;
+  ASSERT_EQ(
+      run_anvil("data tokenize --text " + src + "/README.md --out " + dir + "/readme.tok", true)
+          .status,
+      0);
+  ASSERT_EQ(
+      run_anvil("train --config " + src + "/tests/configs/gpt2-tiny.json --set vocab_size=256 " +
+                    "-B 2 -T 32 --steps 3 --peak-gflops 1 --data " + dir + "/readme.tok --out " +
+                    dir + "/run",
+                false)
+          .status,
+      0);
+  std::ofstream(dir + "/task.jsonl")
+      << R"({"context": "1 + 1 =", "choices": [" 2", " 3", " 11"], "gold": 0})"
+      << "\n";
+  const std::string args = "eval --checkpoint " + dir + "/run --data readme=" + dir +
+                           "/readme.tok --rows 4 --seq 32 --task " + dir + "/task.jsonl --json";
+  const CliRun cpu = run_anvil(args, false);
+  ::setenv("ANVIL_CPU_MODEL", "device", 1);
+  const CliRun dev = run_anvil(args, false);
+  ::unsetenv("ANVIL_CPU_MODEL");
+  ASSERT_EQ(cpu.status, 0) << cpu.out;
+  ASSERT_EQ(dev.status, 0) << dev.out;
+  const auto a = nlohmann::json::parse(cpu.out), b = nlohmann::json::parse(dev.out);
+  const double want = a["perplexity"][0]["loss"].get<double>();
+  EXPECT_NEAR(b["perplexity"][0]["loss"].get<double>(), want, 1e-5 * want);
+  EXPECT_EQ(b["tasks"][0]["acc"], a["tasks"][0]["acc"]);
+  expect_usage_error("eval --checkpoint " + dir + "/run --data " + dir + "/readme.tok --device tpu",
+                     "--device");
+  if (!anvil::device::cuda_unavailable_reason().empty())
+    expect_usage_error(
+        "eval --checkpoint " + dir + "/run --data " + dir + "/readme.tok --device cuda",
+        "--device");
 }

@@ -15,6 +15,7 @@
 #include "anvil/data/batches.hpp"
 #include "anvil/data/tokenizer.hpp"
 #include "anvil/data/tokens.hpp"
+#include "anvil/device/runtime.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/family.hpp"
 
@@ -38,12 +39,14 @@ int64_t utf8_chars(const std::string& s) {
   return n;
 }
 
-// A model for rows of up to T tokens, with its weights.
+// A model for rows of up to T tokens on `device`, with its weights.
 std::unique_ptr<model::TrainableModel> load_model(const std::string& dir,
-                                                  const model::ModelConfig& c, int64_t T) {
+                                                  const model::ModelConfig& c, int64_t T,
+                                                  device::DeviceKind device) {
   model::ModelOptions options;
   options.seq = T;
   options.training = false;
+  options.device = device;
   auto m = model::model_family(c).make_model(c, options);
   ckpt::load_weights(dir, m->registry(), m->params(), m->extra_state());
   return m;
@@ -126,6 +129,16 @@ EvalResult evaluate(const EvalOptions& o) {
   const model::ModelConfig config =
       model::parse_model_config(state.at("config").dump(), dir + "/state.json");
   r.tokenizer = state.value("tokenizer", "random");
+  // A device that cannot run is refused before any work, as anvil train does.
+  const device::DeviceKind device = device::parse_device(o.device, "--device");
+  if (device == device::DeviceKind::cuda) {
+    if (model::model_family(config).has_experts())
+      throw InputError("--device: cuda evaluates the dense family (gpt2, llama configs); " +
+                       config.name + " has no GPU path yet");
+    const std::string why = device::cuda_unavailable_reason();
+    if (!why.empty()) throw InputError("--device: cuda: no CUDA device can be used: " + why);
+    device::select_gpu(0);
+  }
   const int64_t T = o.seq > 0 ? o.seq : config.seq_len;
   if (T > config.seq_len || T < 2)
     throw InputError("--seq: expected 2.." + std::to_string(config.seq_len) +
@@ -137,7 +150,7 @@ EvalResult evaluate(const EvalOptions& o) {
   const auto tasks = read_tasks(o, text, config, longest);
   const int64_t rows_T = o.data.empty() ? 0 : T;
   const int64_t model_T = std::max(rows_T, std::min(longest, config.seq_len));
-  const auto model = load_model(dir, config, model_T);
+  const auto model = load_model(dir, config, model_T, device);
   std::vector<int32_t> tokens(static_cast<size_t>(model_T)), targets(tokens.size());
 
   // Perplexity per source, over its held-out tail.

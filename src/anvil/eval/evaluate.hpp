@@ -29,6 +29,7 @@ struct EvalOptions {
   int64_t rows = 16;           // perplexity rows per source
   int64_t seq = 0;             // 0: the config's seq_len
   int64_t limit = 0;           // questions per task (0: all)
+  std::string device = "cpu";  // cpu | cuda (the dense family; docs/gpu.md)
 };
 
 struct SourceResult {
