@@ -201,7 +201,6 @@ DeviceDecoder::DeviceDecoder(const ModelConfig& config, int64_t B, int64_t T, bo
   host_params_.assign(static_cast<size_t>(registry_.total()), 0.0f);
   if (training) host_grads_.assign(static_cast<size_t>(registry_.total()), 0.0f);
   host_row_loss_.resize(static_cast<size_t>(B * T));
-  host_targets_.resize(static_cast<size_t>(B * T));
   if (training) zero_grads();
 }
 
@@ -266,7 +265,6 @@ void DeviceDecoder::check_batch(const int32_t* tokens, const int32_t* targets, i
 void DeviceDecoder::upload_batch(const int32_t* tokens, const int32_t* targets, int64_t N) {
   const size_t bytes = static_cast<size_t>(N) * sizeof(int32_t);
   device::copy(tokens_, tokens, bytes, device::CopyKind::host_to_device, stream_);
-  std::copy(targets, targets + N, host_targets_.begin());
   device::copy(targets_, targets, bytes, device::CopyKind::host_to_device, stream_);
 }
 

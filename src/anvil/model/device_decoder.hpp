@@ -116,7 +116,6 @@ class DeviceDecoder : public TrainableModel {
   float *dparams_ = nullptr, *dgrads_ = nullptr;  // the arenas' floats
   std::vector<float> host_params_, host_grads_, host_row_loss_;
   bool params_stale_ = true;
-  std::vector<int32_t> host_targets_;
   int32_t *tokens_ = nullptr, *targets_ = nullptr;
   std::vector<float*> x_;
   std::vector<Acts> acts_by_layer_;
