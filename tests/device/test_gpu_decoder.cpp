@@ -14,6 +14,7 @@
 #include "anvil/kernels/device_layers.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/device_decoder.hpp"
+#include "support/gpu_test.hpp"
 
 namespace anvil::model {
 namespace {
@@ -22,27 +23,11 @@ using device::DeviceBuffer;
 using device::DeviceKind;
 using device::Stream;
 
-class GpuDecoder : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string why = device::cuda_unavailable_reason();
-    if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;
-  }
-};
+class GpuDecoder : public test_support::GpuTest {};
+using test_support::on_device;
 
 std::vector<float> values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
-template <class T>
-DeviceBuffer on_device(const std::vector<T>& host, Stream& stream) {
-  DeviceBuffer b(DeviceKind::cuda, std::max<size_t>(1, host.size() * sizeof(T)), "test");
-  device::upload(host, b.data(), stream);
-  return b;
+  return test_support::uniform_values(n, seed);
 }
 
 double max_gap(const std::vector<float>& got, const std::vector<float>& want, double floor) {

@@ -14,6 +14,7 @@
 #include "anvil/device/runtime.hpp"
 #include "anvil/kernels/gpu_layers.hpp"
 #include "anvil/kernels/layers.hpp"
+#include "support/gpu_test.hpp"
 
 namespace anvil::kernels {
 namespace {
@@ -22,28 +23,11 @@ using device::DeviceBuffer;
 using device::DeviceKind;
 using device::Stream;
 
-class GpuLayers : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string why = device::cuda_unavailable_reason();
-    if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;
-  }
-};
+class GpuLayers : public test_support::GpuTest {};
+using test_support::on_device;
 
 std::vector<float> values(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
-// A device copy of a host vector.
-template <class T>
-DeviceBuffer on_device(const std::vector<T>& host, Stream& stream) {
-  DeviceBuffer b(DeviceKind::cuda, std::max<size_t>(1, host.size() * sizeof(T)), "test");
-  device::upload(host, b.data(), stream);
-  return b;
+  return test_support::uniform_values(n, seed, lo, hi);
 }
 
 std::vector<float> back(const DeviceBuffer& b, size_t n, Stream& stream) {

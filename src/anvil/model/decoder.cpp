@@ -290,17 +290,23 @@ void Decoder::zero_grads() {
   kernels::zero_bytes(grads_.f(), static_cast<int64_t>(grads_.arena.capacity()));
 }
 
-void Decoder::run_forward(const int32_t* tokens, int64_t B, int64_t T) {
-  if (B > B_ || T > T_ || B < 1 || T < 1) {
+void check_forward_batch(const int32_t* tokens, int64_t B, int64_t T, int64_t planned_B,
+                         int64_t planned_T, int64_t V) {
+  if (B > planned_B || T > planned_T || B < 1 || T < 1) {
     throw InputError("forward: batch " + std::to_string(B) + "x" + std::to_string(T) +
-                     " exceeds the planned " + std::to_string(B_) + "x" + std::to_string(T_));
+                     " exceeds the planned " + std::to_string(planned_B) + "x" +
+                     std::to_string(planned_T));
   }
   for (int64_t i = 0; i < B * T; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= V_) {
+    if (tokens[i] < 0 || tokens[i] >= V) {
       throw InputError("token " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
-                       " is outside the vocabulary [0, " + std::to_string(V_) + ")");
+                       " is outside the vocabulary [0, " + std::to_string(V) + ")");
     }
   }
+}
+
+void Decoder::run_forward(const int32_t* tokens, int64_t B, int64_t T) {
+  check_forward_batch(tokens, B, T, B_, T_, V_);
   if (cp_.split() && (B != B_ || T != T_)) {
     throw InputError("forward: context parallelism needs the planned batch " +
                      std::to_string(B_) + "x" + std::to_string(T_) + " (this rank's chunks)");

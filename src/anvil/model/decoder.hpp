@@ -23,6 +23,11 @@ namespace anvil::model {
 // InputError for a config of CCA attention or with experts.
 ParamRegistry decoder_registry(const ModelConfig& config);
 
+// A forward's batch against the planned B x T, and its tokens against the
+// vocabulary [0, V): InputError naming the first that is not.
+void check_forward_batch(const int32_t* tokens, int64_t B, int64_t T, int64_t planned_B,
+                         int64_t planned_T, int64_t V);
+
 class Decoder : public TrainableModel {
  public:
   // B x T: the largest micro-batch forward() will see. training=false skips

@@ -244,15 +244,8 @@ void DeviceDecoder::upload_params() {
 
 void DeviceDecoder::check_batch(const int32_t* tokens, const int32_t* targets, int64_t B,
                                 int64_t T) const {
-  if (B > B_ || T > T_ || B < 1 || T < 1) {
-    throw InputError("forward: batch " + std::to_string(B) + "x" + std::to_string(T) +
-                     " exceeds the planned " + std::to_string(B_) + "x" + std::to_string(T_));
-  }
+  check_forward_batch(tokens, B, T, B_, T_, V_);
   for (int64_t i = 0; i < B * T; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= V_) {
-      throw InputError("token " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
-                       " is outside the vocabulary [0, " + std::to_string(V_) + ")");
-    }
     // A kernel must never index logits[target] past the row (negative: not scored).
     if (targets[i] >= V_) {
       throw std::out_of_range("classifier: target " + std::to_string(targets[i]) + " at position " +
