@@ -754,6 +754,29 @@ TEST(Cli, ACheckpointWrittenOnAGpuResumesOnTheCpu) {
                      "state.json: device is \"tpu\" (expected \"cpu\" or \"cuda\")");
 }
 
+// One process steps on the device (optim/device_adamw.hpp); its moments
+// reach the checkpoint through the host mirror and go back up on resume.
+// ANVIL_CPU_MODEL=device runs that path on the CPU device.
+TEST(Cli, TheDeviceStepResumesOnTheStraightRunsLosses) {
+  const std::string dir = fresh_dir("cli_device_step");
+  {
+    std::ofstream text(dir + "/text.txt");
+    for (int i = 0; i < 300; ++i) text << "moments on the device " << i << "\n";
+  }
+  const std::string train = "train --config " + std::string(ANVIL_SOURCE_DIR) +
+                            "/tests/configs/gpt2-tiny.json --set vocab_size=256 --data " + dir +
+                            "/text.txt -B 2 -T 16 --schedule constant --peak-gflops 1 --out " + dir;
+  ::setenv("ANVIL_CPU_MODEL", "device", 1);
+  const int straight = run_anvil(train + "/straight --steps 6", false).status;
+  const int first = run_anvil(train + "/part --steps 3", false).status;
+  const CliRun resumed = run_anvil(train + "/part --steps 6 --resume latest", false);
+  ::unsetenv("ANVIL_CPU_MODEL");
+  ASSERT_EQ(straight, 0);
+  ASSERT_EQ(first, 0);
+  ASSERT_EQ(resumed.status, 0) << resumed.out;
+  EXPECT_EQ(losses_of(dir + "/part"), losses_of(dir + "/straight"));
+}
+
 TEST(Cli, RecipeRunsItsPhasesAndResumesMidPhaseOnTheSameLosses) {
   const std::string dir = fresh_dir("cli_recipe");
   const std::string src = ANVIL_SOURCE_DIR;

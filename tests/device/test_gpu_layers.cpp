@@ -14,6 +14,7 @@
 #include "anvil/device/runtime.hpp"
 #include "anvil/kernels/gpu_layers.hpp"
 #include "anvil/kernels/layers.hpp"
+#include "support/device_adamw_check.hpp"
 #include "support/gpu_test.hpp"
 
 namespace anvil::kernels {
@@ -157,6 +158,12 @@ TEST_F(GpuLayers, EmbeddingRopeAndAdamWMatchTheCpu) {
   expect_close(back(dp, n, stream), p, 1e-6f, "adamw params");
   expect_close(back(dm, n, stream), m, 1e-6f, "adamw m");
   expect_close(back(dv, n, stream), v, 1e-6f, "adamw v");
+}
+
+// The device optimizer step: AdamW within 1e-6 of the host's, the exact
+// gradient norm's bits (integer atomics in any order).
+TEST_F(GpuLayers, DeviceAdamWMatchesTheHostAdamWAndItsNormBits) {
+  test_support::expect_device_adamw_is_adamw(DeviceKind::cuda, 1e-6f);
 }
 
 TEST_F(GpuLayers, CrossEntropyMatchesTheSoftmaxOnTheCpu) {

@@ -19,6 +19,7 @@
 #include "anvil/optim/adamw.hpp"
 #include "anvil/optim/muon.hpp"
 #include "anvil/optim/square_sum.hpp"
+#include "support/device_adamw_check.hpp"
 #include "support/input_error.hpp"
 
 namespace anvil::optim {
@@ -402,6 +403,12 @@ TEST(Clipping, CoefficientIsTorchsAndAdamWAppliesIt) {
   a.update(pa.data(), g.data(), 0.1f, 1, 0.2f);
   b.update(pb.data(), scaled.data(), 0.1f, 1);
   EXPECT_EQ(pa, pb);
+}
+
+// The step `anvil train --device cuda` takes on one process, here on a CPU
+// stream: the host AdamW's bits.
+TEST(DeviceAdamW, OnACpuStreamItStepsByAdamWsBitsAndNorm) {
+  test_support::expect_device_adamw_is_adamw(device::DeviceKind::cpu, 0.0f);
 }
 
 }  // namespace

@@ -367,11 +367,11 @@ TEST(DataParallel, Zaya1TinyWithMuonOn2And4RanksMatchesOneRank) {
 // The GPU trainer's model (model/device_decoder.hpp) on the CPU device:
 // ANVIL_CPU_MODEL=device trains through the same orchestration --device
 // cuda runs (device arenas, the GEMM engine, unfused attention, host copies
-// of parameters and gradients for the optimizer), here on one and two
-// ranks, against the CPU decoder's run. Attention sums in another order
-// (explicit scores instead of online softmax), so this is a tolerance, not
-// bit-exactness: losses within 1e-5 relative (measured within 1e-6 over
-// the 20 steps), weights within 1e-5 in norm (measured < 1e-6).
+// of parameters and gradients for a host optimizer; one process steps on
+// the device), here on one and two ranks, against the CPU decoder's run. Attention sums in another
+// order (explicit scores instead of online softmax), so this is a tolerance, not bit-exactness:
+// losses within 1e-5 relative (measured within 1e-6 over the 20 steps), weights within 1e-5 in norm
+// (measured < 1e-6).
 TEST(DataParallel, TheDeviceDecoderOnTheCpuTrainsTheDecodersTrajectory) {
   const std::string llama = " --config " ANVIL_SOURCE_DIR
                             "/tests/configs/llama-tiny.json --set vocab_size=256 -T 32 --lr 3e-3 "
@@ -384,6 +384,7 @@ TEST(DataParallel, TheDeviceDecoderOnTheCpuTrainsTheDecodersTrajectory) {
   const TrainRun gpt_dev = train(1, "device-model-gpt", kGpt + " -B 12");
   const TrainRun lla_dev = train(1, "device-model-llama", llama + " -B 12");
   const TrainRun gpt_dev2 = train(2, "device-model-gpt-2", kGpt + " -B 6 --zero");
+  const TrainRun gpt_dev_acc = train(1, "device-model-gpt-accum", kGpt + " -B 6 --accum 2");
   ::unsetenv("ANVIL_CPU_MODEL");
   expect_same_trajectory(gpt_dev, gpt, 1e-5, "gpt2-tiny, device decoder", 1e-4, 1e-5);
   expect_same_trajectory(lla_dev, lla, 1e-5, "llama-tiny, device decoder", 1e-4, 1e-5);
@@ -392,6 +393,12 @@ TEST(DataParallel, TheDeviceDecoderOnTheCpuTrainsTheDecodersTrajectory) {
   expect_same_trajectory(gpt16_dev, gpt16, 2e-4, "gpt2-tiny bf16, device decoder", 2e-2, 5e-3);
   expect_same_trajectory(gpt_dev2, gpt, 1e-5, "gpt2-tiny, device decoder on 2 ranks with ZeRO-1",
                          1e-4, 1e-5);
+  // One process steps on the device (optim/device_adamw.hpp, two
+  // micro-batches summed there); two ranks reduce on the host and step with
+  // the host AdamW, sharded. The same micro-batches, the same arithmetic:
+  // the same bits.
+  expect_same_trajectory(gpt_dev_acc, gpt_dev2, 0.0,
+                         "gpt2-tiny, the device step against two ranks' host step", 0.0, 0.0);
 }
 
 }  // namespace

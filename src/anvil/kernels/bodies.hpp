@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "anvil/device/epilogue.hpp"
 #include "anvil/device/gpu_compat.hpp"
@@ -100,6 +102,24 @@ ANVIL_HD inline void adamw(float* p, float* m, float* v, float g, const AdamWSte
   *m = s.beta1 * *m + (1.0f - s.beta1) * g;
   *v = s.beta2 * *v + (1.0f - s.beta2) * g * g;
   *p -= s.step_size * *m / (sqrtf(*v) / s.bc2_sqrt + s.eps);
+}
+
+// One gradient's square in fixed point (optim/square_sum.hpp): g^2 x factor
+// (factor = 2^scale, the square at most 2^52) rounded to the nearest
+// integer. x + 2^52 for 0 <= x <= 2^52 lands on an integer step of 1, so the
+// sum's bits less 2^52's are round(x): the same integer on every device,
+// and integers add in any order to the same total.
+ANVIL_HD inline uint64_t fixed_square(float g, double factor) {
+  constexpr double kMagic = 4503599627370496.0;  // 2^52
+  const double gd = g;
+  const double x = gd * gd * factor + kMagic;  // g^2 x factor is exact: contraction changes nothing
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return static_cast<uint64_t>(__double_as_longlong(x)) - 0x4330000000000000ull;
+#else
+  uint64_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  return bits - 0x4330000000000000ull;  // 2^52's bits
+#endif
 }
 
 // The loss gradient of one logit of a cross-entropy row, scaled: e is

@@ -205,4 +205,14 @@ void cross_entropy(device::Stream& s, float* logits, float* row_loss, const int3
   }
 }
 
+void adamw(device::Stream& s, float* p, float* m, float* v, const float* g, int64_t n,
+           const body::AdamWStep& step, float grad_scale) {
+  if (!on_cpu(s)) {
+    gpu::adamw_update(p, m, v, g, n, step, grad_scale, s.native());
+    return;
+  }
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) body::adamw(p + i, m + i, v + i, g[i] * grad_scale, step);
+}
+
 }  // namespace anvil::kernels::dev

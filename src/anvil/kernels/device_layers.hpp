@@ -8,13 +8,15 @@
 //
 // Beyond layers.hpp: the column sums of a bias gradient, the causal softmax
 // of an unfused attention (scores in memory, one [T, T] block per head) and
-// its backward, and the per-row cross-entropy over logits in memory.
+// its backward, the per-row cross-entropy over logits in memory, and the
+// AdamW step.
 #pragma once
 
 #include <cstdint>
 
 #include "anvil/base/bf16.hpp"
 #include "anvil/device/runtime.hpp"
+#include "anvil/kernels/bodies.hpp"
 
 namespace anvil::kernels::dev {
 
@@ -70,5 +72,10 @@ void causal_softmax_backward(device::Stream& s, float* dprobs, const float* prob
 // replaced by their loss gradient times grad_scale.
 void cross_entropy(device::Stream& s, float* logits, float* row_loss, const int32_t* targets,
                    int64_t N, int64_t V, float grad_scale);
+
+// One AdamW step over n parameters with one piece's constants (bodies.hpp's
+// adamw), each gradient times grad_scale as it is read.
+void adamw(device::Stream& s, float* p, float* m, float* v, const float* g, int64_t n,
+           const body::AdamWStep& step, float grad_scale);
 
 }  // namespace anvil::kernels::dev

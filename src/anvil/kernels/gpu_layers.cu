@@ -293,6 +293,41 @@ __global__ void adamw_kernel(float* p, float* m, float* v, const float* g, int64
     body::adamw(p + i, m + i, v + i, g[i] * grad_scale, step);
 }
 
+// The largest |g|'s bits: unsigned order is magnitude order, with NaN's and
+// infinity's above every finite value's. One atomic per warp.
+__global__ void max_abs_bits_kernel(const float* g, int64_t n, uint32_t* bits) {
+  uint32_t mine = 0;
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    mine = max(mine, __float_as_uint(g[i]) & 0x7fffffffu);
+  for (int offset = 16; offset > 0; offset /= 2)
+    mine = max(mine, __shfl_down_sync(0xffffffffu, mine, offset));
+  if ((threadIdx.x & 31) == 0) atomicMax(bits, mine);
+}
+
+// Fixed-point squares summed as integers: a thread's low 42 bits and the
+// rest apart (each below 2^42 after the carry, so a warp's 32 stay below
+// 2^47), one pair of atomics per warp; 65535 x 8 warps x 2^42 < 2^64.
+__global__ void fixed_square_sum_kernel(const float* g, int64_t n, double factor,
+                                        unsigned long long* sums) {
+  constexpr unsigned long long kMask = (1ull << 42) - 1;
+  unsigned long long lo = 0, hi = 0;
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const unsigned long long q = body::fixed_square(g[i], factor);
+    lo += q & kMask;
+    hi += q >> 42;
+  }
+  hi += lo >> 42;
+  lo &= kMask;
+  for (int offset = 16; offset > 0; offset /= 2) {
+    lo += __shfl_down_sync(0xffffffffu, lo, offset);
+    hi += __shfl_down_sync(0xffffffffu, hi, offset);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicAdd(sums, lo & kMask);
+    atomicAdd(sums + 1, hi + (lo >> 42));
+  }
+}
+
 // Rows per launch: gridDim.x's limit.
 constexpr int64_t kMaxRows = 2147483647;
 
@@ -437,6 +472,17 @@ void adamw_update(float* params, float* m, float* v, const float* grads, int64_t
   adamw_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(params, m, v, grads, n, step,
                                                                   grad_scale);
   launched("adamw_update");
+}
+
+void max_abs_bits(const float* g, int64_t n, uint32_t* bits, void* stream) {
+  max_abs_bits_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(g, n, bits);
+  launched("max_abs_bits");
+}
+
+void fixed_square_sum(const float* g, int64_t n, double factor, unsigned long long* sums,
+                      void* stream) {
+  fixed_square_sum_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(g, n, factor, sums);
+  launched("fixed_square_sum");
 }
 
 }  // namespace anvil::kernels::gpu

@@ -71,4 +71,14 @@ void cross_entropy(float* logits, float* row_loss, const int32_t* targets, int64
 void adamw_update(float* params, float* m, float* v, const float* grads, int64_t n,
                   const body::AdamWStep& step, float grad_scale, void* stream);
 
+// The two passes of the exact gradient norm (optim/square_sum.hpp), into
+// device words the caller zeroed. max_abs_bits: the largest |g|'s float bits
+// (a NaN's or an infinity's are above every finite one's), maxed into *bits.
+// fixed_square_sum: body::fixed_square(g, factor) summed, the low 42 bits'
+// sums into sums[0] and the rest in units of 2^42 into sums[1], so that
+// sums[1] x 2^42 + sums[0] is the exact integer total in any order.
+void max_abs_bits(const float* g, int64_t n, uint32_t* bits, void* stream);
+void fixed_square_sum(const float* g, int64_t n, double factor, unsigned long long* sums,
+                      void* stream);
+
 }  // namespace anvil::kernels::gpu

@@ -73,5 +73,11 @@ void adamw_update(float*, float*, float*, const float*, int64_t, const body::Ada
                   void*) {
   absent();
 }
+void max_abs_bits(const float*, int64_t, uint32_t*, void*) {
+  absent();
+}
+void fixed_square_sum(const float*, int64_t, double, unsigned long long*, void*) {
+  absent();
+}
 
 }  // namespace anvil::kernels::gpu

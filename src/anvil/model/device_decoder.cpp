@@ -202,9 +202,36 @@ DeviceDecoder::DeviceDecoder(const ModelConfig& config, int64_t B, int64_t T, bo
   if (training) host_grads_.assign(static_cast<size_t>(registry_.total()), 0.0f);
   host_row_loss_.resize(static_cast<size_t>(B * T));
   if (training) zero_grads();
+  arrays_ = {&stream_, dparams_, dgrads_};
 }
 
 DeviceDecoder::~DeviceDecoder() = default;
+
+float* DeviceDecoder::params() {
+  if (host_params_behind_) {
+    device::copy(host_params_.data(), dparams_, host_params_.size() * sizeof(float),
+                 device::CopyKind::device_to_host, stream_);
+    stream_.synchronize();
+    host_params_behind_ = false;
+  }
+  params_stale_ = true;  // the caller may write them
+  return host_params_.data();
+}
+
+float* DeviceDecoder::grads() {
+  if (grads_on_device_) {
+    device::copy(host_grads_.data(), dgrads_, host_grads_.size() * sizeof(float),
+                 device::CopyKind::device_to_host, stream_);
+    stream_.synchronize();
+  }
+  return host_grads_.data();
+}
+
+void DeviceDecoder::params_written_on_device() {
+  host_params_behind_ = true;
+  params_stale_ = false;
+  if (mixed()) dev::convert_to_bf16(stream_, weights_bf16_, dparams_, registry_.total());
+}
 
 const float* DeviceDecoder::param(const std::string& name, const float* base) const {
   const ParamSpec* s = registry_.find(name);
@@ -230,7 +257,7 @@ DeviceDecoder::Layer DeviceDecoder::layer(int64_t l, const float* base) const {
 
 void DeviceDecoder::zero_grads() {
   if (!training_) return;
-  std::fill(host_grads_.begin(), host_grads_.end(), 0.0f);
+  if (!grads_on_device_) std::fill(host_grads_.begin(), host_grads_.end(), 0.0f);
   device::zero(dgrads_, static_cast<size_t>(registry_.total()) * sizeof(float), stream_);
 }
 
@@ -473,9 +500,11 @@ double DeviceDecoder::forward_backward(const int32_t* tokens, const int32_t* tar
   run_forward(B, T);
   const double loss = classifier(d_lnf_, B * T, grad_scale);
   run_backward(B, T);
-  device::copy(host_grads_.data(), dgrads_, host_grads_.size() * sizeof(float),
-               device::CopyKind::device_to_host, stream_);
-  stream_.synchronize();
+  if (!grads_on_device_) {
+    device::copy(host_grads_.data(), dgrads_, host_grads_.size() * sizeof(float),
+                 device::CopyKind::device_to_host, stream_);
+    stream_.synchronize();
+  }
   if (scored != nullptr)
     *scored = std::count_if(targets, targets + B * T, [](int32_t t) { return t >= 0; });
   grads_ready_from(0);

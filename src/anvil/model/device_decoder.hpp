@@ -9,10 +9,12 @@
 // the same code runs on the CPU engine and layers, which is how the tests
 // check it against Decoder without a GPU.
 //
-// The trainer's optimizer, gradient reduction and checkpoints work on host
-// arrays: params() and grads() are host copies. A forward uploads the
-// parameters when params() was taken mutably since the last upload;
-// forward_backward downloads the gradients it accumulated when it ends.
+// The trainer's gradient reduction and checkpoints work on host arrays:
+// params() and grads() are host copies. A forward uploads the parameters
+// when params() was taken mutably since the last upload; forward_backward
+// downloads the gradients it accumulated when it ends, unless an optimizer
+// steps on the device (device_arrays(), optim/device_adamw.hpp): then the
+// gradients stay there, and params() and grads() download when called.
 // fp32 (TF32 off by default), or bf16 as Decoder does it: every matmul of
 // the linear layers and the classifier on bf16 inputs (a bf16 copy of the
 // weights refreshed with each upload, activations and output gradients
@@ -50,11 +52,8 @@ class DeviceDecoder : public TrainableModel {
                              Precision precision = Precision::fp32);
 
   const ParamRegistry& registry() const override { return registry_; }
-  float* params() override {
-    params_stale_ = true;
-    return host_params_.data();
-  }
-  float* grads() override { return host_grads_.data(); }
+  float* params() override;
+  float* grads() override;
   const MemoryPlan& plan() const override { return plan_; }
   void zero_grads() override;
   double forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
@@ -62,6 +61,9 @@ class DeviceDecoder : public TrainableModel {
   double forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
                           float grad_scale, int64_t* scored) override;
   device::DeviceKind kind() const { return stream_.kind(); }
+  const DeviceArrays* device_arrays() const override { return training_ ? &arrays_ : nullptr; }
+  void keep_grads_on_device() override { grads_on_device_ = true; }
+  void params_written_on_device() override;
 
  private:
   struct Layer {
@@ -115,7 +117,10 @@ class DeviceDecoder : public TrainableModel {
   bf16 *scratch_a_ = nullptr, *scratch_b_ = nullptr;
   float *dparams_ = nullptr, *dgrads_ = nullptr;  // the arenas' floats
   std::vector<float> host_params_, host_grads_, host_row_loss_;
-  bool params_stale_ = true;
+  bool params_stale_ = true;         // the host array is newer: upload before a forward
+  bool host_params_behind_ = false;  // the device's are newer: download in params()
+  bool grads_on_device_ = false;     // an optimizer steps there: no download after backward
+  DeviceArrays arrays_{};
   int32_t *tokens_ = nullptr, *targets_ = nullptr;
   std::vector<float*> x_;
   std::vector<Acts> acts_by_layer_;

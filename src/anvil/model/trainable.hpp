@@ -18,6 +18,10 @@
 #include "anvil/model/config.hpp"
 #include "anvil/model/params.hpp"
 
+namespace anvil::device {
+class Stream;
+}
+
 namespace anvil::model {
 
 class TokenDispatcher;  // zaya_dispatcher.hpp
@@ -90,6 +94,24 @@ class TrainableModel {
     double kv = 0, halo = 0;
   };
   virtual ContextSeconds take_context_seconds() { return {}; }
+
+  // A model whose parameters and gradients live in device memory
+  // (DeviceDecoder): those arrays (the registry's flat layout) and the
+  // stream ordering the work on them, for an optimizer that steps there
+  // (optim/device_adamw.hpp). Null: params() and grads() are the model's own.
+  struct DeviceArrays {
+    device::Stream* stream;
+    float* params;
+    float* grads;
+  };
+  virtual const DeviceArrays* device_arrays() const { return nullptr; }
+  // The optimizer steps on the device from now on: backward leaves the
+  // gradients there (grads() copies them out when asked).
+  virtual void keep_grads_on_device() {}
+  // The optimizer wrote the device parameters: params() copies them out
+  // before handing out the host array, and the model refreshes what it
+  // derives from them (a bf16 copy).
+  virtual void params_written_on_device() {}
 
   // Called during forward_backward with X as soon as every gradient at
   // offset >= X is final for this micro-batch (X decreases; the last call is

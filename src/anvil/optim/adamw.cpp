@@ -49,18 +49,21 @@ AdamW::AdamW(const model::ParamRegistry& registry, AdamWConfig config, bool skip
                               sizeof(float)),
       v_("adamw.exp_avg_sq", m_.capacity()) {}
 
-void AdamW::update(float* params, const float* grads, float lr, int64_t step, float grad_scale) {
-  const float b1 = config_.beta1, b2 = config_.beta2, eps = config_.eps;
+kernels::body::AdamWStep AdamW::constants(const Piece& piece, float lr, int64_t step) const {
+  const float b1 = config_.beta1, b2 = config_.beta2;
   const float bc1 = 1.0f - std::pow(b1, static_cast<float>(step));
   const float bc2_sqrt = std::sqrt(1.0f - std::pow(b2, static_cast<float>(step)));
-  float* m = reinterpret_cast<float*>(m_.base());
-  float* v = reinterpret_cast<float*>(v_.base());
+  const model::ParamSpec& s = *piece.spec;
+  const float plr = lr * s.lr_scale;
+  return {b1,        b2,       config_.eps,
+          plr / bc1, bc2_sqrt, s.weight_decay ? 1.0f - plr * config_.weight_decay : 1.0f};
+}
+
+void AdamW::update(float* params, const float* grads, float lr, int64_t step, float grad_scale) {
+  float* m = exp_avg();
+  float* v = exp_avg_sq();
   for (const Piece& piece : pieces_) {
-    const model::ParamSpec& s = *piece.spec;
-    const float plr = lr * s.lr_scale;
-    const kernels::body::AdamWStep st{
-        b1,        b2,       eps,
-        plr / bc1, bc2_sqrt, s.weight_decay ? 1.0f - plr * config_.weight_decay : 1.0f};
+    const kernels::body::AdamWStep st = constants(piece, lr, step);
     float* p = params + piece.begin;
     const float* g = grads + piece.begin;
     float* ms = m + piece.local;

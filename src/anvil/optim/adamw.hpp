@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "anvil/kernels/bodies.hpp"
 #include "anvil/model/params.hpp"
 #include "anvil/tensor/arena.hpp"
 
@@ -43,13 +44,21 @@ class AdamW {
   std::vector<model::TensorShard> state(const std::vector<Range>& within = {});
   const std::vector<Range>& owned() const { return owned_; }
 
- private:
   // A parameter's part it updates: arena [begin, end), its moments at
   // `local` in m and v (pieces back to back).
   struct Piece {
     const model::ParamSpec* spec;
     int64_t begin, end, local;
   };
+  const std::vector<Piece>& pieces() const { return pieces_; }
+  // The moments (state_bytes() / 8 floats each), in pieces' order.
+  float* exp_avg() { return reinterpret_cast<float*>(m_.base()); }
+  float* exp_avg_sq() { return reinterpret_cast<float*>(v_.base()); }
+  // A piece's constants at step `step` (from 1) and learning rate `lr`: its
+  // lr scale and weight decay applied (optim/device_adamw.hpp steps with them too).
+  kernels::body::AdamWStep constants(const Piece& piece, float lr, int64_t step) const;
+
+ private:
   const model::ParamRegistry& registry_;
   AdamWConfig config_;
   std::vector<Range> owned_;

@@ -2,9 +2,10 @@
 
 #include <omp.h>
 
-#include <bit>
 #include <cmath>
 #include <limits>
+
+#include "anvil/kernels/bodies.hpp"
 
 namespace anvil::optim {
 
@@ -46,10 +47,6 @@ int square_scale(float max_abs) {
 
 SquareSum scaled_square_sum(const float* grads, int64_t n, int scale) {
   const double s = std::ldexp(1.0, scale);
-  // x + 2^52 for 0 <= x <= 2^52 lands on an integer step of 1: its bits less
-  // 2^52's are round(x), with plain SIMD adds on any ISA.
-  constexpr double kMagic = 4503599627370496.0;  // 2^52
-  const int64_t magic_bits = std::bit_cast<int64_t>(kMagic);
   u128 total = 0;
 #pragma omp parallel
   {
@@ -59,10 +56,7 @@ SquareSum scaled_square_sum(const float* grads, int64_t n, int scale) {
       const int64_t end = std::min(n, b + kBlock);
       uint64_t acc = 0;
 #pragma omp simd reduction(+ : acc)
-      for (int64_t i = b; i < end; ++i) {
-        const double g = grads[i];
-        acc += static_cast<uint64_t>(std::bit_cast<int64_t>(g * g * s + kMagic) - magic_bits);
-      }
+      for (int64_t i = b; i < end; ++i) acc += kernels::body::fixed_square(grads[i], s);
       mine += acc;
     }
 #pragma omp critical

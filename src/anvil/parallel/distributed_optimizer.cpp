@@ -5,6 +5,7 @@
 #include <limits>
 #include <span>
 
+#include "anvil/kernels/device_layers.hpp"
 #include "anvil/optim/square_sum.hpp"
 #include "anvil/parallel/data_parallel.hpp"
 
@@ -51,11 +52,21 @@ DistributedOptimizer::DistributedOptimizer(model::TrainableModel& model,
     muon_ = std::make_unique<optim::Muon>(registry, options.muon, dp_ ? dp_->rank() : 0,
                                           dp_ ? dp_->size() : 1, std::max(1, ep_));
   }
+  // One process, AdamW, a model on a device: the step stays there. (Data
+  // parallel reduces host gradients over MPI, and Muon runs on the host.)
+  if (const auto* arrays = model.device_arrays(); arrays && !dp_ && !use_muon && ep_ <= 1) {
+    device_ = std::make_unique<optim::DeviceAdamW>(*adamw_, *arrays->stream);
+    model.keep_grads_on_device();
+  }
 }
 
 DistributedOptimizer::~DistributedOptimizer() = default;
 
 void DistributedOptimizer::start_reduction(const float* earlier) {
+  if (device_) {  // backward's gradients are final on the device when it returns
+    earlier_ = earlier;
+    return;
+  }
   if (reducer_) reducer_->begin();
   if (!reducer_ && !earlier) return;
   earlier_ = earlier;
@@ -78,6 +89,24 @@ void DistributedOptimizer::add_earlier_from(int64_t offset) {
 }
 
 void DistributedOptimizer::stop_handing_over() {
+  if (device_) {
+    if (earlier_) {  // grads = earlier + grads, element-wise as add_earlier_from does it
+      const auto* arrays = model_.device_arrays();
+      const int64_t n = model_.registry().total();
+      if (!device_earlier_) {
+        device::ArenaPlan plan;
+        plan.add(static_cast<size_t>(n) * sizeof(float));
+        earlier_arena_ = device::DeviceArena(arrays->stream->kind(), "earlier gradients", plan);
+        device_earlier_ = earlier_arena_.take<float>(n);
+      }
+      device::copy(device_earlier_, earlier_, static_cast<size_t>(n) * sizeof(float),
+                   device::CopyKind::host_to_device, *arrays->stream);
+      kernels::dev::residual_forward(*arrays->stream, arrays->grads, device_earlier_, arrays->grads,
+                                     n);
+    }
+    earlier_ = nullptr;
+    return;
+  }
   add_earlier_from(0);  // backward's last call says 0; this only makes sure
   earlier_ = nullptr;
   model_.set_grads_ready_hook({});
@@ -88,6 +117,8 @@ ReduceTimes DistributedOptimizer::finish_reduction() {
 }
 
 double DistributedOptimizer::grad_norm() {
+  if (device_)
+    return device_->global_norm(model_.device_arrays()->grads, model_.registry().total());
   const float* g = model_.grads();
   // Every rank holds every summed gradient (no ZeRO shards, no experts of
   // its own): the norm is local, and the exact sum makes it the one-rank
@@ -116,6 +147,14 @@ double DistributedOptimizer::grad_norm() {
 }
 
 void DistributedOptimizer::update(float lr, float coef, int64_t step) {
+  if (device_) {
+    if (mirror_newer_) device_->upload();
+    mirror_newer_ = false;
+    const auto* arrays = model_.device_arrays();
+    device_->update(arrays->params, arrays->grads, lr, step, coef);
+    model_.params_written_on_device();
+    return;
+  }
   adamw_->update(model_.params(), model_.grads(), lr, step, coef);
   if (adamw_->sharded()) reducer_->gather(model_.params());
   if (muon_) {
@@ -151,6 +190,7 @@ std::vector<DistributedOptimizer::Range> DistributedOptimizer::owned() const {
 }
 
 std::vector<model::TensorShard> DistributedOptimizer::state_to_save() {
+  if (device_ && !mirror_newer_) device_->download();
   std::vector<model::TensorShard> pieces = adamw_->state(owned());
   if (muon_)
     for (auto& piece : muon_->state()) pieces.push_back(piece);
@@ -158,6 +198,7 @@ std::vector<model::TensorShard> DistributedOptimizer::state_to_save() {
 }
 
 std::vector<model::TensorShard> DistributedOptimizer::state_to_load() {
+  mirror_newer_ = device_ != nullptr;  // the loader writes the mirror; the next update uploads it
   std::vector<model::TensorShard> pieces = adamw_->state();
   if (muon_)
     for (auto& piece : muon_->state()) pieces.push_back(piece);
@@ -165,7 +206,7 @@ std::vector<model::TensorShard> DistributedOptimizer::state_to_load() {
 }
 
 size_t DistributedOptimizer::state_bytes() const {
-  return adamw_->state_bytes() + (muon_ ? muon_->state_bytes() : 0);
+  return adamw_->state_bytes() + (muon_ ? muon_->state_bytes() : 0);  // on the device too
 }
 
 }  // namespace anvil::parallel

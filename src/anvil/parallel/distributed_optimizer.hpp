@@ -3,7 +3,9 @@
 // norm, AdamW (ZeRO-1: each rank updates its blocks, then the weights are
 // all-gathered) and Muon (each matrix orthogonalised and updated by its
 // owner, then broadcast from there). On one process it is AdamW and Muon
-// over the whole arena, with the same arithmetic.
+// over the whole arena, with the same arithmetic; with AdamW on a model
+// whose arrays live on a device (TrainableModel::device_arrays) it steps
+// there (optim/device_adamw.hpp), the host AdamW its checkpoint mirror.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +13,10 @@
 #include <utility>
 #include <vector>
 
+#include "anvil/device/runtime.hpp"
 #include "anvil/model/trainable.hpp"
 #include "anvil/optim/adamw.hpp"
+#include "anvil/optim/device_adamw.hpp"
 #include "anvil/optim/muon.hpp"
 #include "anvil/optim/optimizer_options.hpp"
 #include "anvil/parallel/grad_reducer.hpp"
@@ -53,6 +57,8 @@ class DistributedOptimizer {
   std::vector<model::TensorShard> state_to_load();
   size_t state_bytes() const;
   int64_t bucket_count() const { return reducer_ ? reducer_->bucket_count() : 0; }
+  // Whether the step runs on the model's device (AdamW, one process).
+  bool on_device() const { return device_ != nullptr; }
 
  private:
   void add_earlier_from(int64_t offset);
@@ -67,6 +73,12 @@ class DistributedOptimizer {
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<optim::AdamW> adamw_;
   std::unique_ptr<optim::Muon> muon_;
+  // The device step: its optimizer, the moments' side that is newer
+  // (a load fills the mirror), and the earlier micro-batches' sum there.
+  std::unique_ptr<optim::DeviceAdamW> device_;
+  bool mirror_newer_ = false;
+  device::DeviceArena earlier_arena_;
+  float* device_earlier_ = nullptr;
 };
 
 }  // namespace anvil::parallel

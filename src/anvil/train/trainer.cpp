@@ -283,7 +283,10 @@ void Trainer::print_plan() const {
       "\nmemory plan%s%s: parameters %s | gradients %s | optimizer %s | activations %s | "
       "total %s\n",
       world_ > 1 ? " per rank" : "",
-      o_.model.device == "cuda" ? " (parameters, gradients, activations on the GPU)" : "",
+      o_.model.device != "cuda" ? ""
+      : optimizer_->on_device() ? " (all of it on the GPU; AdamW steps there)"
+                                : " (parameters, gradients, activations on the GPU; the "
+                                  "optimizer on host copies)",
       human_bytes(plan.parameters).c_str(), human_bytes(plan.gradients).c_str(),
       human_bytes(result_.optimizer_bytes).c_str(), human_bytes(plan.activations).c_str(),
       human_bytes(result_.planned_bytes).c_str());

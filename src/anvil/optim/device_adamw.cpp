@@ -1,0 +1,82 @@
+#include "anvil/optim/device_adamw.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "anvil/kernels/device_layers.hpp"
+#include "anvil/kernels/gpu_layers.hpp"
+#include "anvil/optim/square_sum.hpp"
+
+namespace anvil::optim {
+namespace {
+
+device::ArenaPlan state_plan(size_t moment_bytes) {
+  device::ArenaPlan plan;
+  plan.add(moment_bytes);
+  plan.add(moment_bytes);
+  plan.add(sizeof(uint32_t));
+  plan.add(2 * sizeof(unsigned long long));
+  return plan;
+}
+
+}  // namespace
+
+DeviceAdamW::DeviceAdamW(AdamW& mirror, device::Stream& stream)
+    : mirror_(mirror),
+      stream_(stream),
+      moment_bytes_(mirror.state_bytes() / 2),
+      arena_(stream.kind(), "adamw state", state_plan(moment_bytes_)) {
+  m_ = static_cast<float*>(arena_.take(moment_bytes_));
+  v_ = static_cast<float*>(arena_.take(moment_bytes_));
+  max_bits_ = arena_.take<uint32_t>(1);
+  sums_ = arena_.take<unsigned long long>(2);
+  upload();
+}
+
+void DeviceAdamW::update(float* params, const float* grads, float lr, int64_t step,
+                         float grad_scale) {
+  for (const AdamW::Piece& piece : mirror_.pieces()) {
+    kernels::dev::adamw(stream_, params + piece.begin, m_ + piece.local, v_ + piece.local,
+                        grads + piece.begin, piece.end - piece.begin,
+                        mirror_.constants(piece, lr, step), grad_scale);
+  }
+}
+
+double DeviceAdamW::global_norm(const float* grads, int64_t n) {
+  if (stream_.kind() == device::DeviceKind::cpu) return optim::global_norm(grads, n);
+  // The largest magnitude first: it fixes the fixed-point scale.
+  device::zero(max_bits_, sizeof(uint32_t), stream_);
+  kernels::gpu::max_abs_bits(grads, n, max_bits_, stream_.native());
+  uint32_t bits = 0;
+  device::copy(&bits, max_bits_, sizeof bits, device::CopyKind::device_to_host, stream_);
+  stream_.synchronize();
+  if (bits >= 0x7f800000u) return std::numeric_limits<double>::quiet_NaN();  // NaN or infinity
+  if (bits == 0) return 0.0;
+  float largest;
+  std::memcpy(&largest, &bits, sizeof largest);
+  const int scale = square_scale(largest);
+  device::zero(sums_, 2 * sizeof(unsigned long long), stream_);
+  kernels::gpu::fixed_square_sum(grads, n, std::ldexp(1.0, scale), sums_, stream_.native());
+  unsigned long long sums[2] = {0, 0};
+  device::copy(sums, sums_, sizeof sums, device::CopyKind::device_to_host, stream_);
+  stream_.synchronize();
+  SquareSum total;  // sums[1] x 2^42 + sums[0]: the limbs' reading of it
+  total.limbs[0] = static_cast<int64_t>(sums[0]);
+  total.limbs[1] = static_cast<int64_t>(sums[1]);
+  return std::sqrt(square_sum_value(total, scale));
+}
+
+void DeviceAdamW::download() {
+  device::copy(mirror_.exp_avg(), m_, moment_bytes_, device::CopyKind::device_to_host, stream_);
+  device::copy(mirror_.exp_avg_sq(), v_, moment_bytes_, device::CopyKind::device_to_host, stream_);
+  stream_.synchronize();
+}
+
+void DeviceAdamW::upload() {
+  device::copy(m_, mirror_.exp_avg(), moment_bytes_, device::CopyKind::host_to_device, stream_);
+  device::copy(v_, mirror_.exp_avg_sq(), moment_bytes_, device::CopyKind::host_to_device, stream_);
+  stream_.synchronize();
+}
+
+}  // namespace anvil::optim

@@ -1,0 +1,50 @@
+// AdamW over parameters and gradients that live on a device (the arenas of
+// model::DeviceDecoder), its moments in that device's memory: how
+// `anvil train --device cuda` steps on one process, with no copy of the
+// model crossing PCIe per step. The arithmetic is AdamW's (its pieces and
+// per-piece constants, kernels::dev::adamw on bodies.hpp's body) and the
+// gradient norm is global_norm's exact fixed-point sum (two device
+// reductions with integer atomics, kernels/gpu_layers.hpp), so a run steps
+// by the host optimizer's bits. On a CPU stream the same calls run on the
+// CPU, which is how the tests check it.
+//
+// A host AdamW of the same registry, unsharded, is the mirror checkpoints
+// read and write: download() fills it before a save, upload() takes it
+// after a load (and at construction).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "anvil/device/runtime.hpp"
+#include "anvil/optim/adamw.hpp"
+
+namespace anvil::optim {
+
+class DeviceAdamW {
+ public:
+  // SystemError when the device memory cannot be had.
+  DeviceAdamW(AdamW& mirror, device::Stream& stream);
+
+  // One step over the device arrays (the registry's flat layout), at `lr`,
+  // `step` from 1, each gradient times grad_scale as read.
+  void update(float* params, const float* grads, float lr, int64_t step, float grad_scale);
+  // global_norm(grads, n) of device gradients: the same bits.
+  double global_norm(const float* grads, int64_t n);
+  // The moments: device -> mirror, and mirror -> device.
+  void download();
+  void upload();
+  // Device bytes it holds (moments and the norm's words).
+  size_t device_bytes() const { return arena_.capacity(); }
+
+ private:
+  AdamW& mirror_;
+  device::Stream& stream_;
+  size_t moment_bytes_;
+  device::DeviceArena arena_;
+  float *m_ = nullptr, *v_ = nullptr;
+  uint32_t* max_bits_ = nullptr;
+  unsigned long long* sums_ = nullptr;
+};
+
+}  // namespace anvil::optim
