@@ -58,20 +58,29 @@ TEST_F(GpuDecoder, SoftmaxEmbeddingAndBiasKernelsMatchTheCpuStream) {
                                         0.125f);
   EXPECT_LT(max_gap(device::download<float>(d_dp.data(), rows * T, gpu), dp, 1e-6), 1e-4);
 
-  const int64_t B = 2, S = 50, C = 70, V = 40;
+  // 300 columns: two column tiles of the token kernel; 800 rows: chunks
+  // of 13 rows in the column sums.
+  const int64_t B = 4, S = 200, C = 300, V = 40;
   std::vector<int32_t> tokens(B * S);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7) % V);
   const std::vector<float> dout = values(B * S * C, 3);
   std::vector<float> dwte = values(V * C, 4), dwpe = values(S * C, 5), dbias = values(C, 6);
-  auto g_tokens = on_device(tokens, gpu), g_dout = on_device(dout, gpu);
+  kernels::dev::TokenGroups groups;
+  kernels::dev::group_by_token(tokens.data(), B * S, &groups);
+  auto g_tokens = on_device(tokens, gpu), g_dout = on_device(dout, gpu),
+       g_groups = on_device(groups.packed, gpu);
   auto g_dwte = on_device(dwte, gpu), g_dwpe = on_device(dwpe, gpu),
        g_dbias = on_device(dbias, gpu);
+  DeviceBuffer scratch(device::DeviceKind::cuda,
+                       kernels::dev::column_sum_scratch(C) * sizeof(float), "scratch");
   kernels::dev::embedding_backward(cpu, dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, S,
-                                   C);
+                                   C, nullptr, 0);
   kernels::dev::embedding_backward(gpu, g_dwte.as<float>(), g_dwpe.as<float>(), g_dout.as<float>(),
-                                   g_tokens.as<int32_t>(), B, S, C);
-  kernels::dev::bias_backward(cpu, dbias.data(), dout.data(), B * S, C);
-  kernels::dev::bias_backward(gpu, g_dbias.as<float>(), g_dout.as<float>(), B * S, C);
+                                   g_tokens.as<int32_t>(), B, S, C, g_groups.as<int32_t>(),
+                                   groups.count);
+  kernels::dev::bias_backward(cpu, dbias.data(), dout.data(), B * S, C, nullptr);
+  kernels::dev::bias_backward(gpu, g_dbias.as<float>(), g_dout.as<float>(), B * S, C,
+                              scratch.as<float>());
   EXPECT_LT(max_gap(device::download<float>(g_dwte.data(), V * C, gpu), dwte, 1e-6), 1e-5);
   EXPECT_LT(max_gap(device::download<float>(g_dwpe.data(), S * C, gpu), dwpe, 1e-6), 1e-5);
   EXPECT_LT(max_gap(device::download<float>(g_dbias.data(), C, gpu), dbias, 1e-6), 1e-5);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "anvil/device/runtime.hpp"
@@ -79,8 +80,9 @@ TEST_F(GpuLayers, ElementwiseKernelsMatchTheCpuLayers) {
 
 TEST_F(GpuLayers, NormsMatchTheCpuLayers) {
   Stream stream(DeviceKind::cuda);
-  for (int64_t C : {64, 300, 1024}) {
-    const int64_t N = 19;
+  // Up to 517 rows: chunks of several rows over the column sums' 8 lanes.
+  for (const auto& [N, C] : {std::pair<int64_t, int64_t>{19, 64}, {19, 300}, {517, 1024}}) {
+    DeviceBuffer scratch(DeviceKind::cuda, gpu::column_sum_scratch(2 * C) * 4, "scratch");
     const auto x = values(N * C, 5), w = values(C, 6), b = values(C, 7), d = values(N * C, 8);
     auto dx = on_device(x, stream), dw = on_device(w, stream), db = on_device(b, stream),
          dd = on_device(d, stream);
@@ -100,7 +102,7 @@ TEST_F(GpuLayers, NormsMatchTheCpuLayers) {
                        rstd.data(), N, C);
     gpu::layernorm_backward(g_in.as<float>(), g_w.as<float>(), g_b.as<float>(), dd.as<float>(),
                             dx.as<float>(), dw.as<float>(), gmean.as<float>(), grstd.as<float>(), N,
-                            C, stream.native());
+                            C, scratch.as<float>(), stream.native());
     expect_close(back(g_in, N * C, stream), gin, 1e-4f, "layernorm_backward dinp");
     expect_close(back(g_w, C, stream), gw, 1e-4f, "layernorm_backward dweight");
     expect_close(back(g_b, C, stream), gb, 1e-5f, "layernorm_backward dbias");
@@ -113,7 +115,8 @@ TEST_F(GpuLayers, NormsMatchTheCpuLayers) {
     auto r_in = on_device(rin, stream), r_w = on_device(rw, stream);
     rmsnorm_backward(rin.data(), rw.data(), d.data(), x.data(), w.data(), rstd.data(), N, C);
     gpu::rmsnorm_backward(r_in.as<float>(), r_w.as<float>(), dd.as<float>(), dx.as<float>(),
-                          dw.as<float>(), grstd.as<float>(), N, C, stream.native());
+                          dw.as<float>(), grstd.as<float>(), N, C, scratch.as<float>(),
+                          stream.native());
     expect_close(back(r_in, N * C, stream), rin, 1e-4f, "rmsnorm_backward dinp");
     expect_close(back(r_w, C, stream), rw, 1e-4f, "rmsnorm_backward dweight");
   }

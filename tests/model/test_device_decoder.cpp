@@ -193,6 +193,20 @@ TEST(DeviceLayers, CausalSoftmaxAndItsBackwardMatchTheFormulas) {
   }
 }
 
+// The GPU's embedding backward reads the rows grouped by token: distinct
+// tokens ascending, their offsets, then each token's rows in order.
+TEST(DeviceLayers, GroupByTokenListsEachTokensRowsInOrder) {
+  const std::vector<int32_t> tokens = {3, 1, 3, 0, 1, 3};
+  kernels::dev::TokenGroups g;
+  kernels::dev::group_by_token(tokens.data(), 6, &g);
+  EXPECT_EQ(g.count, 3);
+  EXPECT_EQ(g.packed,
+            (std::vector<int32_t>{0, 1, 3, /*offsets*/ 0, 1, 3, 6, /*rows*/ 3, 1, 4, 0, 2, 5}));
+  kernels::dev::group_by_token(tokens.data(), 0, &g);
+  EXPECT_EQ(g.count, 0);
+  EXPECT_EQ(g.packed, std::vector<int32_t>{0});
+}
+
 TEST(DeviceLayers, CrossEntropyRowsAndBiasColumnSums) {
   const int64_t N = 3, V = 6;
   std::vector<float> logits = test_support::random_vector(N * V, 3, 2.0f);
@@ -214,7 +228,7 @@ TEST(DeviceLayers, CrossEntropyRowsAndBiasColumnSums) {
     EXPECT_NEAR(loss[n], want_loss, 1e-5);
   }
   std::vector<float> dbias = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f};
-  kernels::dev::bias_backward(s, dbias.data(), raw.data(), N, V);
+  kernels::dev::bias_backward(s, dbias.data(), raw.data(), N, V, nullptr);
   for (int64_t j = 0; j < V; ++j) {
     const double want = (j + 1) + raw[j] + raw[V + j] + raw[2 * V + j];
     EXPECT_NEAR(dbias[j], want, 1e-5);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "anvil/kernels/bodies.hpp"
 #include "anvil/kernels/fast_math.hpp"
@@ -35,12 +36,33 @@ void embedding_forward(device::Stream& s, float* out, const int32_t* tokens, con
     gpu::embedding_forward(out, tokens, wte, wpe, B * T, T, C, s.native());
 }
 
+void group_by_token(const int32_t* tokens, int64_t N, TokenGroups* out) {
+  std::vector<int32_t> rows(static_cast<size_t>(N));
+  std::iota(rows.begin(), rows.end(), 0);
+  std::stable_sort(rows.begin(), rows.end(),
+                   [tokens](int32_t a, int32_t b) { return tokens[a] < tokens[b]; });
+  std::vector<int32_t> distinct, offsets;
+  for (int64_t i = 0; i < N; ++i) {
+    const int32_t t = tokens[rows[static_cast<size_t>(i)]];
+    if (distinct.empty() || distinct.back() != t) {
+      distinct.push_back(t);
+      offsets.push_back(static_cast<int32_t>(i));
+    }
+  }
+  offsets.push_back(static_cast<int32_t>(N));
+  out->count = static_cast<int64_t>(distinct.size());
+  out->packed = std::move(distinct);
+  out->packed.insert(out->packed.end(), offsets.begin(), offsets.end());
+  out->packed.insert(out->packed.end(), rows.begin(), rows.end());
+}
+
 void embedding_backward(device::Stream& s, float* dwte, float* dwpe, const float* dout,
-                        const int32_t* tokens, int64_t B, int64_t T, int64_t C) {
+                        const int32_t* tokens, int64_t B, int64_t T, int64_t C,
+                        const int32_t* groups, int64_t group_count) {
   if (on_cpu(s))
     kernels::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
   else
-    gpu::embedding_backward(dwte, dwpe, dout, tokens, B * T, T, C, s.native());
+    gpu::embedding_backward(dwte, dwpe, dout, groups, group_count, B * T, T, C, s.native());
 }
 
 void layernorm_forward(device::Stream& s, float* out, float* mean, float* rstd, const float* inp,
@@ -53,11 +75,12 @@ void layernorm_forward(device::Stream& s, float* out, float* mean, float* rstd, 
 
 void layernorm_backward(device::Stream& s, float* dinp, float* dweight, float* dbias,
                         const float* dout, const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int64_t N, int64_t C) {
+                        const float* rstd, int64_t N, int64_t C, float* scratch) {
   if (on_cpu(s))
     kernels::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   else
-    gpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, s.native());
+    gpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch,
+                            s.native());
 }
 
 void rmsnorm_forward(device::Stream& s, float* out, float* rstd, const float* inp,
@@ -70,11 +93,11 @@ void rmsnorm_forward(device::Stream& s, float* out, float* rstd, const float* in
 
 void rmsnorm_backward(device::Stream& s, float* dinp, float* dweight, const float* dout,
                       const float* inp, const float* weight, const float* rstd, int64_t N,
-                      int64_t C) {
+                      int64_t C, float* scratch) {
   if (on_cpu(s))
     kernels::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
   else
-    gpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, s.native());
+    gpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, scratch, s.native());
 }
 
 void gelu_forward(device::Stream& s, float* out, const float* inp, int64_t n) {
@@ -125,9 +148,14 @@ void rope(device::Stream& s, float* x, int64_t N, int64_t T, int64_t pos0, int64
   }
 }
 
-void bias_backward(device::Stream& s, float* dbias, const float* dout, int64_t N, int64_t OC) {
+int64_t column_sum_scratch(int64_t columns) {
+  return gpu::column_sum_scratch(columns);
+}
+
+void bias_backward(device::Stream& s, float* dbias, const float* dout, int64_t N, int64_t OC,
+                   float* scratch) {
   if (!on_cpu(s)) {
-    gpu::bias_backward(dbias, dout, N, OC, s.native());
+    gpu::bias_backward(dbias, dout, N, OC, scratch, s.native());
     return;
   }
   // Columns split over the threads, each summing its rows in order.

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "anvil/base/bf16.hpp"
 #include "anvil/device/runtime.hpp"
@@ -25,21 +26,35 @@ void convert_to_bf16(device::Stream& s, bf16* dst, const float* src, int64_t n);
 
 void embedding_forward(device::Stream& s, float* out, const int32_t* tokens, const float* wte,
                        const float* wpe, int64_t B, int64_t T, int64_t C);
+// The rows of a batch grouped by token, for a GPU's embedding backward:
+// `packed` holds the distinct tokens ascending (count of them), then count + 1
+// offsets, then the row numbers, each token's in order (3 N + 1 ints at most).
+struct TokenGroups {
+  std::vector<int32_t> packed;
+  int64_t count = 0;
+};
+void group_by_token(const int32_t* tokens, int64_t N, TokenGroups* out);
+
 // dwte[tokens[n]] += dout[n]; dwpe[n % T] += dout[n] (wpe may be null).
-// Deterministic: the rows are added in order.
+// Deterministic: the CPU adds the rows in order; a GPU sums each token's
+// rows in order from `groups` (group_by_token's packed ints in device
+// memory, `group_count` tokens; the CPU takes null and 0).
 void embedding_backward(device::Stream& s, float* dwte, float* dwpe, const float* dout,
-                        const int32_t* tokens, int64_t B, int64_t T, int64_t C);
+                        const int32_t* tokens, int64_t B, int64_t T, int64_t C,
+                        const int32_t* groups, int64_t group_count);
 
 void layernorm_forward(device::Stream& s, float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int64_t N, int64_t C, float eps);
+// The parameter gradients' column sums use `scratch` on a GPU (device memory,
+// column_sum_scratch(2 * C) floats; the CPU needs none and takes null).
 void layernorm_backward(device::Stream& s, float* dinp, float* dweight, float* dbias,
                         const float* dout, const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int64_t N, int64_t C);
+                        const float* rstd, int64_t N, int64_t C, float* scratch);
 void rmsnorm_forward(device::Stream& s, float* out, float* rstd, const float* inp,
                      const float* weight, int64_t N, int64_t C, float eps);
 void rmsnorm_backward(device::Stream& s, float* dinp, float* dweight, const float* dout,
                       const float* inp, const float* weight, const float* rstd, int64_t N,
-                      int64_t C);
+                      int64_t C, float* scratch);
 
 void gelu_forward(device::Stream& s, float* out, const float* inp, int64_t n);
 void gelu_backward(device::Stream& s, float* dinp, const float* inp, const float* dout, int64_t n);
@@ -53,8 +68,14 @@ void residual_forward(device::Stream& s, float* out, const float* a, const float
 void rope(device::Stream& s, float* x, int64_t N, int64_t T, int64_t pos0, int64_t n_heads,
           int64_t head_dim, int64_t rotary_dim, int64_t row_stride, float theta, bool backward);
 
-// dbias[j] += sum over n of dout[n, j] (rows in order).
-void bias_backward(device::Stream& s, float* dbias, const float* dout, int64_t N, int64_t OC);
+// The floats of scratch a GPU's column sums need for `columns` columns
+// (gpu_layers.hpp's two stages).
+int64_t column_sum_scratch(int64_t columns);
+
+// dbias[j] += sum over n of dout[n, j]: rows in order on the CPU, in two
+// deterministic stages on a GPU (column_sum_scratch(OC) floats of scratch).
+void bias_backward(device::Stream& s, float* dbias, const float* dout, int64_t N, int64_t OC,
+                   float* scratch);
 
 // `rows` rows of T scores each; row r is query position r % T (rows of
 // several heads stacked). In place: scores[r, j] becomes the causal

@@ -92,22 +92,83 @@ __global__ void convert_to_bf16_kernel(uint16_t* dst, const float* src, int64_t 
   }
 }
 
-__global__ void embedding_backward_kernel(float* dwte, float* dwpe, const float* dout,
-                                          const int32_t* tokens, int64_t N, int64_t T, int64_t C) {
-  for (int64_t c = first_index(); c < C; c += grid_stride()) {
-    for (int64_t n = 0; n < N; ++n) {
-      const float d = dout[n * C + c];
-      dwte[int64_t{tokens[n]} * C + c] += d;
-      if (dwpe != nullptr) dwpe[(n % T) * C + c] += d;
+// Block (g, column tile): token g's rows, in order, summed per column.
+__global__ void embedding_token_kernel(float* dwte, const float* dout, const int32_t* groups,
+                                       int64_t group_count, int64_t C) {
+  const int64_t c = blockIdx.y * int64_t{kThreads} + threadIdx.x;
+  if (c >= C) return;
+  const int32_t* offsets = groups + group_count;
+  const int32_t* rows = offsets + group_count + 1;
+  float sum = 0.0f;
+  for (int32_t i = offsets[blockIdx.x]; i < offsets[blockIdx.x + 1]; ++i)
+    sum += dout[int64_t{rows[i]} * C + c];
+  dwte[int64_t{groups[blockIdx.x]} * C + c] += sum;
+}
+
+// A thread per (position t, column c): the batch rows b T + t, in order.
+__global__ void embedding_position_kernel(float* dwpe, const float* dout, int64_t N, int64_t T,
+                                          int64_t C) {
+  for (int64_t i = first_index(); i < T * C; i += grid_stride()) {
+    float sum = 0.0f;
+    for (int64_t n = i / C; n < N; n += T) sum += dout[n * C + i % C];
+    dwpe[i] += sum;
+  }
+}
+
+// Two-stage column sums (gpu_layers.hpp's kColumnChunks). Stage one: block
+// (x: 32 columns, y: a chunk of rows); lane l of 8 sums rows l, l + 8, ...
+// of the chunk, lanes combined in order. For each of `sums` (1 or 2) terms
+// term(k, n, c), partial[(k * chunks + chunk) * columns + c].
+constexpr int kLanes = kThreads / 32;
+
+struct DoutTerm {  // a bias: dout itself
+  const float* dout;
+  int64_t columns;
+  __device__ float operator()(int, int64_t n, int64_t c) const { return dout[n * columns + c]; }
+};
+
+struct NormTerm {  // a norm's weight (norm(n, c) dout) and bias (dout); mean null: RMSNorm
+  const float *dout, *inp, *mean, *rstd;
+  int64_t columns;
+  __device__ float operator()(int k, int64_t n, int64_t c) const {
+    const float d = dout[n * columns + c];
+    if (k == 1) return d;
+    const float x = inp[n * columns + c];
+    return (mean != nullptr ? x - mean[n] : x) * rstd[n] * d;
+  }
+};
+
+template <int kSums, class Term>
+__global__ void column_partials_kernel(float* partial, Term term, int64_t N, int64_t columns,
+                                       int64_t rows_per_chunk) {
+  const int64_t c = blockIdx.x * int64_t{32} + (threadIdx.x & 31);
+  const int lane = static_cast<int>(threadIdx.x >> 5);
+  const int64_t begin = blockIdx.y * rows_per_chunk;
+  const int64_t end = min(N, begin + rows_per_chunk);
+  float sum[kSums] = {};
+  if (c < columns) {
+    for (int64_t n = begin + lane; n < end; n += kLanes)
+      for (int k = 0; k < kSums; ++k) sum[k] += term(k, n, c);
+  }
+  __shared__ float lanes[kSums][kLanes][32];
+  for (int k = 0; k < kSums; ++k) lanes[k][lane][threadIdx.x & 31] = sum[k];
+  __syncthreads();
+  if (lane == 0 && c < columns) {
+    for (int k = 0; k < kSums; ++k) {
+      float total = 0.0f;
+      for (int l = 0; l < kLanes; ++l) total += lanes[k][l][threadIdx.x];
+      partial[(k * int64_t{gridDim.y} + blockIdx.y) * columns + c] = total;
     }
   }
 }
 
-__global__ void bias_backward_kernel(float* dbias, const float* dout, int64_t N, int64_t OC) {
-  for (int64_t j = first_index(); j < OC; j += grid_stride()) {
-    float sum = 0.0f;
-    for (int64_t n = 0; n < N; ++n) sum += dout[n * OC + j];
-    dbias[j] += sum;
+// Stage two: out[c] += the chunks' partials of column c, in order.
+__global__ void add_partials_kernel(float* out, const float* partial, int64_t chunks,
+                                    int64_t columns) {
+  for (int64_t c = first_index(); c < columns; c += grid_stride()) {
+    float total = 0.0f;
+    for (int64_t k = 0; k < chunks; ++k) total += partial[k * columns + c];
+    out[c] += total;
   }
 }
 
@@ -173,24 +234,6 @@ __global__ void layernorm_dx_kernel(float* dinp, const float* dout, const float*
   float* dx = dinp + blockIdx.x * C;
   for (int64_t i = threadIdx.x; i < C; i += kThreads)
     dx[i] += body::layernorm_dx(w[i] * d[i], (x[i] - m) * s, dn_mean, dnn_mean, s);
-}
-
-// dweight[c] += sum_n norm(n, c) * dout(n, c); dbias[c] += sum_n dout(n, c).
-// mean null: RMSNorm (norm = x * rstd), and dbias is not written.
-__global__ void norm_params_kernel(float* dweight, float* dbias, const float* dout,
-                                   const float* inp, const float* mean, const float* rstd,
-                                   int64_t N, int64_t C) {
-  for (int64_t c = first_index(); c < C; c += grid_stride()) {
-    float dw = 0.0f, db = 0.0f;
-    for (int64_t n = 0; n < N; ++n) {
-      const float d = dout[n * C + c];
-      const float centred = mean != nullptr ? inp[n * C + c] - mean[n] : inp[n * C + c];
-      dw += centred * rstd[n] * d;
-      db += d;
-    }
-    dweight[c] += dw;
-    if (dbias != nullptr) dbias[c] += db;
-  }
 }
 
 __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* w,
@@ -337,6 +380,26 @@ void check_rows(int64_t N, const char* what) {
                      std::to_string(N));
 }
 
+// The two stages for `sums` terms over N rows and `columns` columns; outs[k]
+// (null: skipped) += the sums of term k.
+template <int kSums, class Term>
+void column_sums(float* const (&outs)[kSums], Term term, int64_t N, int64_t columns, float* scratch,
+                 cudaStream_t stream, const char* what) {
+  if (N == 0 || columns == 0) return;
+  const int64_t rows_per_chunk = (N + kColumnChunks - 1) / kColumnChunks;
+  const int64_t chunks = (N + rows_per_chunk - 1) / rows_per_chunk;
+  const dim3 grid(static_cast<unsigned>((columns + 31) / 32), static_cast<unsigned>(chunks));
+  column_partials_kernel<kSums>
+      <<<grid, kThreads, 0, stream>>>(scratch, term, N, columns, rows_per_chunk);
+  launched(what);
+  for (int k = 0; k < kSums; ++k) {
+    if (outs[k] == nullptr) continue;
+    add_partials_kernel<<<blocks_for(columns), kThreads, 0, stream>>>(
+        outs[k], scratch + k * chunks * columns, chunks, columns);
+    launched(what);
+  }
+}
+
 }  // namespace
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
@@ -351,16 +414,28 @@ void convert_to_bf16(uint16_t* dst, const float* src, int64_t n, void* stream) {
   launched("convert_to_bf16");
 }
 
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                        int64_t N, int64_t T, int64_t C, void* stream) {
-  embedding_backward_kernel<<<blocks_for(C), kThreads, 0, as_stream(stream)>>>(dwte, dwpe, dout,
-                                                                               tokens, N, T, C);
-  launched("embedding_backward");
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* groups,
+                        int64_t group_count, int64_t N, int64_t T, int64_t C, void* stream) {
+  if (N == 0 || C == 0) return;
+  check_rows(group_count, "embedding_backward");
+  const dim3 grid(static_cast<unsigned>(group_count),
+                  static_cast<unsigned>((C + kThreads - 1) / kThreads));
+  if (group_count > 0) {
+    embedding_token_kernel<<<grid, kThreads, 0, as_stream(stream)>>>(dwte, dout, groups,
+                                                                     group_count, C);
+    launched("embedding_backward (tokens)");
+  }
+  if (dwpe != nullptr) {
+    embedding_position_kernel<<<blocks_for(T * C), kThreads, 0, as_stream(stream)>>>(dwpe, dout, N,
+                                                                                     T, C);
+    launched("embedding_backward (positions)");
+  }
 }
 
-void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC, void* stream) {
-  bias_backward_kernel<<<blocks_for(OC), kThreads, 0, as_stream(stream)>>>(dbias, dout, N, OC);
-  launched("bias_backward");
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC, float* scratch,
+                   void* stream) {
+  float* const outs[1] = {dbias};
+  column_sums<1>(outs, DoutTerm{dout, OC}, N, OC, scratch, as_stream(stream), "bias_backward");
 }
 
 void causal_softmax_forward(float* scores, float* lse, int64_t rows, int64_t T, float scale,
@@ -392,15 +467,15 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int64_t N, int64_t C, void* stream) {
+                        int64_t N, int64_t C, float* scratch, void* stream) {
   check_rows(N, "layernorm_backward");
   if (N == 0) return;
   layernorm_dx_kernel<<<static_cast<unsigned>(N), kThreads, 0, as_stream(stream)>>>(
       dinp, dout, inp, weight, mean, rstd, C);
   launched("layernorm_backward (input)");
-  norm_params_kernel<<<blocks_for(C), kThreads, 0, as_stream(stream)>>>(dweight, dbias, dout, inp,
-                                                                        mean, rstd, N, C);
-  launched("layernorm_backward (parameters)");
+  float* const outs[2] = {dweight, dbias};
+  column_sums<2>(outs, NormTerm{dout, inp, mean, rstd, C}, N, C, scratch, as_stream(stream),
+                 "layernorm_backward (parameters)");
 }
 
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
@@ -413,15 +488,16 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 }
 
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                      const float* weight, const float* rstd, int64_t N, int64_t C, void* stream) {
+                      const float* weight, const float* rstd, int64_t N, int64_t C, float* scratch,
+                      void* stream) {
   check_rows(N, "rmsnorm_backward");
   if (N == 0) return;
   rmsnorm_dx_kernel<<<static_cast<unsigned>(N), kThreads, 0, as_stream(stream)>>>(dinp, dout, inp,
                                                                                   weight, rstd, C);
   launched("rmsnorm_backward (input)");
-  norm_params_kernel<<<blocks_for(C), kThreads, 0, as_stream(stream)>>>(dweight, nullptr, dout, inp,
-                                                                        nullptr, rstd, N, C);
-  launched("rmsnorm_backward (parameters)");
+  float* const outs[1] = {dweight};
+  column_sums<1>(outs, NormTerm{dout, inp, nullptr, rstd, C}, N, C, scratch, as_stream(stream),
+                 "rmsnorm_backward (parameters)");
 }
 
 void gelu_forward(float* out, const float* inp, int64_t n, void* stream) {

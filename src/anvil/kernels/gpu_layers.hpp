@@ -24,21 +24,27 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
                        int64_t N, int64_t T, int64_t C, void* stream);
 
 // dwte[tokens[n], :] += dout[n, :]; dwpe[n % T, :] += dout[n, :] (wpe may
-// be null). One thread per column adds the rows in order: deterministic.
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                        int64_t N, int64_t T, int64_t C, void* stream);
+// be null), deterministic and parallel: the rows come grouped by token
+// (`groups`, device_layers.hpp's group_by_token layout: the distinct
+// tokens, then their offsets, then the rows in order), a block per token
+// and 256 columns sums its rows in order; a thread per position and column
+// sums its batch rows in order.
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* groups,
+                        int64_t group_count, int64_t N, int64_t T, int64_t C, void* stream);
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t N, int64_t C, float eps, void* stream);
-// dinp += the input gradient; dweight, dbias += the parameter gradients
-// (column sums in row order: deterministic).
+// dinp += the input gradient; dweight, dbias += the parameter gradients,
+// column sums in two deterministic stages (column_sum_scratch(2 * C) floats
+// of `scratch`).
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int64_t N, int64_t C, void* stream);
+                        int64_t N, int64_t C, float* scratch, void* stream);
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
                      int64_t C, float eps, void* stream);
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                      const float* weight, const float* rstd, int64_t N, int64_t C, void* stream);
+                      const float* weight, const float* rstd, int64_t N, int64_t C, float* scratch,
+                      void* stream);
 
 void gelu_forward(float* out, const float* inp, int64_t n, void* stream);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, void* stream);
@@ -47,8 +53,18 @@ void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N
                      void* stream);
 void residual_forward(float* out, const float* a, const float* b, int64_t n, void* stream);
 
-// dbias[j] += the column sum of dout [N, OC], rows in order.
-void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC, void* stream);
+// Column sums over many rows, deterministic and parallel: stage one sums
+// chunks of rows (up to kColumnChunks of them, each a block of 32 columns by
+// 8 row lanes combined in order) into `scratch`, stage two adds a column's
+// chunks in order. column_sum_scratch(columns): the floats of scratch for
+// that many summed columns.
+constexpr int64_t kColumnChunks = 64;
+inline int64_t column_sum_scratch(int64_t columns) {
+  return kColumnChunks * columns;
+}
+// dbias[j] += the column sum of dout [N, OC] (column_sum_scratch(OC) floats of scratch).
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC, float* scratch,
+                   void* stream);
 
 // device_layers.hpp's causal softmax over stacked [T]-wide score rows (row r
 // is query position r % T), in place, and its backward.

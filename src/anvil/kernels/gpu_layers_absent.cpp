@@ -20,10 +20,10 @@ void convert_to_bf16(uint16_t*, const float*, int64_t, void*) {
   absent();
 }
 void embedding_backward(float*, float*, const float*, const int32_t*, int64_t, int64_t, int64_t,
-                        void*) {
+                        int64_t, void*) {
   absent();
 }
-void bias_backward(float*, const float*, int64_t, int64_t, void*) {
+void bias_backward(float*, const float*, int64_t, int64_t, float*, void*) {
   absent();
 }
 void causal_softmax_forward(float*, float*, int64_t, int64_t, float, void*) {
@@ -37,14 +37,14 @@ void layernorm_forward(float*, float*, float*, const float*, const float*, const
   absent();
 }
 void layernorm_backward(float*, float*, float*, const float*, const float*, const float*,
-                        const float*, const float*, int64_t, int64_t, void*) {
+                        const float*, const float*, int64_t, int64_t, float*, void*) {
   absent();
 }
 void rmsnorm_forward(float*, float*, const float*, const float*, int64_t, int64_t, float, void*) {
   absent();
 }
 void rmsnorm_backward(float*, float*, const float*, const float*, const float*, const float*,
-                      int64_t, int64_t, void*) {
+                      int64_t, int64_t, float*, void*) {
   absent();
 }
 void gelu_forward(float*, const float*, int64_t, void*) {

@@ -47,7 +47,7 @@ Sizes sizes(const ModelConfig& c, int64_t B, int64_t T, bool training) {
 // the plan and the memory.
 template <typename Take>
 void layout(Take take, const Sizes& s, std::vector<float*>* x,
-            std::vector<std::array<float*, 12>>* layers, std::array<float*, 16>* rest) {
+            std::vector<std::array<float*, 12>>* layers, std::array<float*, 18>* rest) {
   const int64_t N = s.N;
   for (int64_t l = 0; l <= s.L; ++l) x->push_back(take(N * s.C));
   for (int64_t l = 0; l < s.L; ++l) {
@@ -77,6 +77,10 @@ void layout(Take take, const Sizes& s, std::vector<float*>* x,
     (*rest)[13] = take(N * s.F2);
     (*rest)[14] = take(N * s.F);
     (*rest)[15] = take(N * s.C);  // d_lnf
+    // The GPU's column sums of bias and norm gradients, and the rows
+    // grouped by token for the embedding's (int32).
+    (*rest)[16] = take(kernels::dev::column_sum_scratch(std::max({s.Q, s.F2, 2 * s.C})));
+    (*rest)[17] = take(3 * N + 1);
   }
 }
 
@@ -84,7 +88,7 @@ size_t activation_bytes(const Sizes& s) {
   device::ArenaPlan plan;
   std::vector<float*> x;
   std::vector<std::array<float*, 12>> layers;
-  std::array<float*, 16> rest{};
+  std::array<float*, 18> rest{};
   layout(
       [&](int64_t n) -> float* {
         plan.add(static_cast<size_t>(n) * sizeof(float));
@@ -163,7 +167,7 @@ DeviceDecoder::DeviceDecoder(const ModelConfig& config, int64_t B, int64_t T, bo
   act_plan.add(plan_.activations);
   acts_ = device::DeviceArena(kind, "activations", act_plan);
   std::vector<std::array<float*, 12>> layers;
-  std::array<float*, 16> rest{};
+  std::array<float*, 18> rest{};
   layout([&](int64_t n) { return acts_.take<float>(n); }, s, &x_, &layers, &rest);
   for (const auto& a : layers)
     acts_by_layer_.push_back(
@@ -183,6 +187,8 @@ DeviceDecoder::DeviceDecoder(const ModelConfig& config, int64_t B, int64_t T, bo
   d_att_ = rest[12];
   d_fch_ = rest[13];
   d_fca_ = rest[14];
+  column_scratch_ = rest[16];
+  groups_ = reinterpret_cast<int32_t*>(rest[17]);
   d_lnf_ = rest[15];
   dparams_ = params_.take<float>(registry_.total());
   if (training) dgrads_ = grads_.take<float>(registry_.total());
@@ -282,10 +288,17 @@ void DeviceDecoder::check_batch(const int32_t* tokens, const int32_t* targets, i
   }
 }
 
-void DeviceDecoder::upload_batch(const int32_t* tokens, const int32_t* targets, int64_t N) {
+void DeviceDecoder::upload_batch(const int32_t* tokens, const int32_t* targets, int64_t N,
+                                 bool backward) {
   const size_t bytes = static_cast<size_t>(N) * sizeof(int32_t);
   device::copy(tokens_, tokens, bytes, device::CopyKind::host_to_device, stream_);
   device::copy(targets_, targets, bytes, device::CopyKind::host_to_device, stream_);
+  if (backward && stream_.kind() != device::DeviceKind::cpu) {
+    dev::group_by_token(tokens, N, &token_groups_);
+    device::copy(groups_, token_groups_.packed.data(),
+                 token_groups_.packed.size() * sizeof(int32_t), device::CopyKind::host_to_device,
+                 stream_);
+  }
 }
 
 void DeviceDecoder::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void* a,
@@ -336,7 +349,7 @@ void DeviceDecoder::linear_backward(float* dinp, float* dw, float* dbias, const 
     if (dinp != nullptr) gemm(false, false, N, IC, OC, dout, OC, w, IC, 0.0f, dinp, IC, gemm_type_);
     gemm(true, false, OC, IC, N, dout, OC, inp, IC, 1.0f, dw, IC, gemm_type_);
   }
-  if (dbias != nullptr) dev::bias_backward(stream_, dbias, dout, N, OC);
+  if (dbias != nullptr) dev::bias_backward(stream_, dbias, dout, N, OC, column_scratch_);
 }
 
 void DeviceDecoder::norm_forward(float* out, float* mean, float* rstd, const float* inp,
@@ -352,9 +365,10 @@ void DeviceDecoder::norm_backward(float* dinp, float* dw, float* db, const float
                                   const float* inp, const float* w, const float* mean,
                                   const float* rstd, int64_t N) {
   if (config_.norm == Norm::layernorm)
-    dev::layernorm_backward(stream_, dinp, dw, db, dout, inp, w, mean, rstd, N, C_);
+    dev::layernorm_backward(stream_, dinp, dw, db, dout, inp, w, mean, rstd, N, C_,
+                            column_scratch_);
   else
-    dev::rmsnorm_backward(stream_, dinp, dw, dout, inp, w, rstd, N, C_);
+    dev::rmsnorm_backward(stream_, dinp, dw, dout, inp, w, rstd, N, C_, column_scratch_);
 }
 
 void DeviceDecoder::rope(float* x, int64_t N, int64_t T, bool backward) {
@@ -483,7 +497,7 @@ double DeviceDecoder::forward(const int32_t* tokens, const int32_t* targets, int
                               int64_t* scored) {
   check_batch(tokens, targets, B, T);
   upload_params();
-  upload_batch(tokens, targets, B * T);
+  upload_batch(tokens, targets, B * T, /*backward=*/false);
   run_forward(B, T);
   const double loss = classifier(nullptr, B * T, 0.0f);
   if (scored != nullptr)
@@ -496,7 +510,7 @@ double DeviceDecoder::forward_backward(const int32_t* tokens, const int32_t* tar
   if (!training_) throw InputError("forward_backward on a decoder built for inference");
   check_batch(tokens, targets, B, T);
   upload_params();
-  upload_batch(tokens, targets, B * T);
+  upload_batch(tokens, targets, B * T, /*backward=*/true);
   run_forward(B, T);
   const double loss = classifier(d_lnf_, B * T, grad_scale);
   run_backward(B, T);
@@ -545,7 +559,8 @@ void DeviceDecoder::run_backward(int64_t B, int64_t T) {
                   N);
   }
   dev::embedding_backward(stream_, mut(param("model.embed_tokens.weight", G)),
-                          mut(param("model.embed_positions.weight", G)), d_res_, tokens_, B, T, C_);
+                          mut(param("model.embed_positions.weight", G)), d_res_, tokens_, B, T, C_,
+                          groups_, token_groups_.count);
 }
 
 }  // namespace anvil::model

@@ -29,6 +29,7 @@
 
 #include "anvil/device/gemm_engine.hpp"
 #include "anvil/device/runtime.hpp"
+#include "anvil/kernels/device_layers.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/params.hpp"
 #include "anvil/model/precision.hpp"
@@ -77,7 +78,9 @@ class DeviceDecoder : public TrainableModel {
   Layer layer(int64_t l, const float* base) const;
   const float* param(const std::string& name, const float* base) const;
   void check_batch(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) const;
-  void upload_batch(const int32_t* tokens, const int32_t* targets, int64_t N);
+  // The tokens and targets; for a backward on a GPU also the rows grouped
+  // by token (the embedding's gradient).
+  void upload_batch(const int32_t* tokens, const int32_t* targets, int64_t N, bool backward);
   void upload_params();
   // out[N, OC] = inp[N, IC] W^T (+ bias), W [OC, IC].
   void linear_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N,
@@ -121,7 +124,9 @@ class DeviceDecoder : public TrainableModel {
   bool host_params_behind_ = false;  // the device's are newer: download in params()
   bool grads_on_device_ = false;     // an optimizer steps there: no download after backward
   DeviceArrays arrays_{};
-  int32_t *tokens_ = nullptr, *targets_ = nullptr;
+  int32_t *tokens_ = nullptr, *targets_ = nullptr, *groups_ = nullptr;
+  kernels::dev::TokenGroups token_groups_;
+  float* column_scratch_ = nullptr;  // the GPU's two-stage column sums
   std::vector<float*> x_;
   std::vector<Acts> acts_by_layer_;
   std::vector<Layer> param_layers_, grad_layers_;
