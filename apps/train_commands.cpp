@@ -57,7 +57,9 @@ nlohmann::json summary_json(const train::TrainResult& r) {
           {"alltoall_seconds", r.alltoall_seconds},
           {"cp", r.cp},
           {"context_seconds", r.context_seconds},
-          {"context_halo_seconds", r.context_halo_seconds}};
+          {"context_halo_seconds", r.context_halo_seconds},
+          {"device_used_bytes", r.device_used_bytes},
+          {"device_total_bytes", r.device_total_bytes}};
 }
 
 class TrainCommands : public CommandFamily {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "anvil/device/runtime.hpp"
+#include "anvil/train/trainer.hpp"
 #include "cli/cli_run.hpp"
 
 namespace {
@@ -723,6 +724,19 @@ TEST(Cli, TrainOnCudaRefusesWhatItCannotRunWithOneLine) {
   expect_usage_error("train" + gpt + " --tf32", "--tf32");
   if (!anvil::device::cuda_unavailable_reason().empty())  // no driver, or no CUDA in the build
     expect_usage_error("train" + gpt + " --device cuda", "--device");
+}
+
+// A --device cuda plan past the GPU's free memory is refused with one line
+// (the check runs before any allocation; here its message).
+TEST(Cli, ADevicePlanPastTheGpusFreeMemoryIsOneLine) {
+  EXPECT_EQ(anvil::train::device_memory_shortfall(1000, 1000, 0), "");
+  const std::string why =
+      anvil::train::device_memory_shortfall(size_t{3} << 30, int64_t{1} << 30, 1);
+  EXPECT_NE(why.find("model.device: cuda: the memory plan needs 3 GiB on GPU 1, which has "
+                     "1 GiB free"),
+            std::string::npos)
+      << why;
+  EXPECT_EQ(why.find('\n'), std::string::npos);
 }
 
 TEST(Cli, ACheckpointWrittenOnAGpuResumesOnTheCpu) {

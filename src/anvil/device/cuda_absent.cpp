@@ -21,6 +21,9 @@ std::string unavailable_reason() { return kReason; }
 int device_count() { return 0; }
 void select(int) { absent(); }
 GpuProperties properties(int) { absent(); }
+void memory_info(int64_t*, int64_t*) {
+  absent();
+}
 void* allocate(size_t, const std::string&) { absent(); }
 void release(void*) {}
 void copy(void*, const void*, size_t, CopyKind, void*) { absent(); }

@@ -25,6 +25,8 @@ std::string unavailable_reason();
 int device_count();
 void select(int ordinal);
 GpuProperties properties(int ordinal);
+// The current device's free and total memory in bytes (cudaMemGetInfo).
+void memory_info(int64_t* free_bytes, int64_t* total_bytes);
 
 void* allocate(size_t bytes, const std::string& name);
 void release(void* p);

@@ -89,6 +89,13 @@ void select(int ordinal) {
   check(cudaSetDevice(ordinal), "cudaSetDevice");
 }
 
+void memory_info(int64_t* free_bytes, int64_t* total_bytes) {
+  size_t f = 0, t = 0;
+  check(cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
+  *free_bytes = static_cast<int64_t>(f);
+  *total_bytes = static_cast<int64_t>(t);
+}
+
 GpuProperties properties(int ordinal) {
   cudaDeviceProp p{};
   check(cudaGetDeviceProperties(&p, ordinal), "cudaGetDeviceProperties");

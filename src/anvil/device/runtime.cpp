@@ -39,6 +39,13 @@ void select_gpu(int ordinal) {
   cuda::select(ordinal);
 }
 
+GpuMemory gpu_memory() {
+  require(DeviceKind::cuda, "--device");
+  GpuMemory m;
+  cuda::memory_info(&m.free_bytes, &m.total_bytes);
+  return m;
+}
+
 int gpu_for_rank(int rank) {
   int local = rank;
   if (const char* env = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); env != nullptr && *env != '\0')

@@ -60,6 +60,11 @@ GpuProperties gpu_properties(int ordinal = 0);
 // Makes GPU `ordinal` this thread's current device: the one its later
 // streams, buffers and GEMM engines use (cudaSetDevice).
 void select_gpu(int ordinal);
+// The current GPU's memory now (cudaMemGetInfo): what is free, of how much.
+struct GpuMemory {
+  int64_t free_bytes = 0, total_bytes = 0;
+};
+GpuMemory gpu_memory();
 // The GPU a process of a multi-process run takes: its rank on the node
 // (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, else `rank`) modulo the GPUs.
 int gpu_for_rank(int rank);

@@ -20,6 +20,7 @@
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/device/gemm.hpp"
 #include "anvil/device/runtime.hpp"
+#include "anvil/model/device_decoder.hpp"
 #include "anvil/model/family.hpp"
 #include "anvil/model/gemm_shapes.hpp"
 #include "anvil/parallel/context_group.hpp"
@@ -199,6 +200,29 @@ Trainer::Trainer(const TrainOptions& options, parallel::DataParallelGroup* dp)
 
 Trainer::~Trainer() = default;
 
+std::string device_memory_shortfall(size_t planned_bytes, int64_t free_bytes, int gpu) {
+  if (static_cast<int64_t>(planned_bytes) <= free_bytes) return "";
+  return "model.device: cuda: the memory plan needs " + human_bytes(planned_bytes) + " on GPU " +
+         std::to_string(gpu) + ", which has " + human_bytes(static_cast<double>(free_bytes)) +
+         " free (expected a plan within it: a smaller train.batch or train.seq, or the batch "
+         "split over more GPUs under mpirun)";
+}
+
+void Trainer::check_device_memory() const {
+  const model::MemoryPlan plan =
+      model::DeviceDecoder::plan_for(config_, B_, T_local_, /*training=*/true, precision_);
+  const size_t params = plan.parameters;
+  // One process with AdamW steps on the device (parallel/distributed_optimizer.hpp):
+  // two moments, and with accumulation the earlier micro-batches' sum.
+  const bool device_step = world_ == 1 && o_.optimizer.name == "adamw";
+  size_t planned = plan.parameters + plan.gradients + plan.activations + plan.low_precision +
+                   (32u << 20);  // cuBLASLt's workspace
+  if (device_step) planned += 2 * params + (o_.train.accum > 1 ? params : 0);
+  const std::string why = device_memory_shortfall(planned, device::gpu_memory().free_bytes,
+                                                  device::gpu_for_rank(rank_));
+  if (!why.empty()) throw InputError(why);
+}
+
 void Trainer::build_model() {
   const int ep = o_.parallel.ep;
   const model::ModelFamily& family = model::model_family(config_);
@@ -206,7 +230,10 @@ void Trainer::build_model() {
   build.context = context_.get();
   build.device = device::parse_device(o_.model.device, "model.device");
   build.tf32 = o_.model.tf32;
-  if (build.device == device::DeviceKind::cuda) device::select_gpu(device::gpu_for_rank(rank_));
+  if (build.device == device::DeviceKind::cuda) {
+    device::select_gpu(device::gpu_for_rank(rank_));
+    check_device_memory();
+  }
   if (ep > 1) {
     if (!family.has_experts())
       throw InputError("parallel.ep: expert parallelism needs a model with experts (" +
@@ -590,6 +617,11 @@ void Trainer::finish_result(const std::vector<StepStats>& steps) {
                    100 * result_.mfu, result_.peak_gflops);
   }
   result_.peak_rss_bytes = peak_rss_bytes();
+  if (o_.model.device == "cuda") {
+    const device::GpuMemory m = device::gpu_memory();
+    result_.device_used_bytes = static_cast<size_t>(m.total_bytes - m.free_bytes);
+    result_.device_total_bytes = static_cast<size_t>(m.total_bytes);
+  }
   if (dp_ && world_ > 1)
     result_.rank_peak_rss_bytes = dp_->gather(static_cast<double>(result_.peak_rss_bytes));
   if (!o_.metrics.quiet && rank_ == 0) print_summary(g_stop.load());
@@ -606,6 +638,13 @@ void Trainer::print_summary(bool stopped) const {
       static_cast<long long>(step_ - r.first_step), r.tokens_per_second, 100 * r.mfu, r.peak_gflops,
       human_bytes(r.peak_rss_bytes).c_str(), world_ > 1 ? " on rank 0" : "",
       human_bytes(r.planned_bytes).c_str());
+  if (r.device_total_bytes > 0)
+    std::printf(
+        "GPU memory in use: %s of %s (CUDA's context and cuBLASLt's workspace "
+        "included; the plan %s)\n",
+        human_bytes(static_cast<double>(r.device_used_bytes)).c_str(),
+        human_bytes(static_cast<double>(r.device_total_bytes)).c_str(),
+        human_bytes(static_cast<double>(r.planned_bytes)).c_str());
   if (world_ > 1) {
     std::printf("communication per step (median): %.1f ms all-reduce, %.1f ms exposed%s\n",
                 1e3 * r.comm_seconds, 1e3 * r.exposed_seconds,

@@ -60,7 +60,17 @@ struct TrainResult {
   double context_seconds = 0;   // median per step: context parallelism's K/V and halo traffic
   double context_halo_seconds = 0;  // of which the halo exchanges
   int cp = 1;                   // ranks per context group
+  // --device cuda: the GPU's memory in use when the run ends (cudaMemGetInfo;
+  // the arenas are allocated once, so this is the peak, CUDA's context and
+  // cuBLASLt's workspace included) and the GPU's total; 0 on the CPU.
+  size_t device_used_bytes = 0, device_total_bytes = 0;
 };
+
+// The device memory a --device cuda run plans (its arenas, the device
+// optimizer's moments, the earlier micro-batches' gradient sum, the
+// cuBLASLt workspace) against what the GPU has free: "" when it fits, else
+// the one line the trainer refuses with (exit 2, before allocating).
+std::string device_memory_shortfall(size_t planned_bytes, int64_t free_bytes, int gpu);
 
 class Trainer {
  public:
@@ -83,6 +93,8 @@ class Trainer {
 
  private:
   void build_model();
+  // --device cuda: InputError when the plan does not fit the GPU's free memory.
+  void check_device_memory() const;
   void start(const std::optional<ResumePoint>& from);
   void print_plan() const;
   RunRecord record() const;
