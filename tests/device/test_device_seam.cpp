@@ -16,6 +16,7 @@
 #include "anvil/device/runtime.hpp"
 #include "anvil/device/stream_kernels.hpp"
 #include "anvil/kernels/layers.hpp"
+#include "support/batched_gemm_check.hpp"
 
 namespace anvil::device {
 namespace {
@@ -122,6 +123,12 @@ TEST(DeviceSeam, GeluBodyMatchesTheCpuLayer) {
   EXPECT_EQ(apply_epilogue(Epilogue::bias, 1.5f, 2.0f), 3.5f);
   EXPECT_EQ(apply_epilogue(Epilogue::gelu, 1.5f, 2.0f), gelu_tanh(1.5f));
   EXPECT_EQ(apply_epilogue(Epilogue::bias_gelu, 1.5f, 2.0f), gelu_tanh(3.5f));
+}
+
+// A strided batch (the GPU decoder's attention, one launch per head) gives
+// each GEMM's result, the gaps between C's matrices untouched.
+TEST(DeviceSeam, CpuGemmEngineRunsAStridedBatch) {
+  test_support::expect_strided_batch_is_each_gemm(DeviceKind::cpu, Dtype::fp32, 1e-5f);
 }
 
 // The CPU engine: device::gemm, then the epilogue, for fp32 and bf16 inputs.

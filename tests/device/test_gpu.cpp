@@ -15,6 +15,7 @@
 #include "anvil/device/gemm_engine.hpp"
 #include "anvil/device/runtime.hpp"
 #include "anvil/device/stream_kernels.hpp"
+#include "support/batched_gemm_check.hpp"
 
 namespace anvil::device {
 namespace {
@@ -80,6 +81,12 @@ void check_gemm(GemmEngine& engine, const GemmDesc& d) {
     }
   }
   EXPECT_EQ(bad, 0) << d.describe();
+}
+
+// cuBLASLt's strided batch (BATCH_COUNT, STRIDED_BATCH_OFFSET) as the GPU
+// decoder's attention uses it.
+TEST_F(Gpu, CublasLtStridedBatchIsEachGemm) {
+  test_support::expect_strided_batch_is_each_gemm(DeviceKind::cuda, Dtype::fp32, 1e-5f);
 }
 
 TEST_F(Gpu, CublasLtEveryTypeAgainstTheCpu) {

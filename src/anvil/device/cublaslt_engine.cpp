@@ -43,6 +43,7 @@ struct Lt {
   ANVIL_LT_FN(cublasLtMatmulPreferenceSetAttribute)
   ANVIL_LT_FN(cublasLtMatrixLayoutCreate)
   ANVIL_LT_FN(cublasLtMatrixLayoutDestroy)
+  ANVIL_LT_FN(cublasLtMatrixLayoutSetAttribute)
 #undef ANVIL_LT_FN
 };
 
@@ -67,6 +68,7 @@ const Lt& loaded_lt() {
     ANVIL_LT_BIND(cublasLtMatmulPreferenceSetAttribute)
     ANVIL_LT_BIND(cublasLtMatrixLayoutCreate)
     ANVIL_LT_BIND(cublasLtMatrixLayoutDestroy)
+    ANVIL_LT_BIND(cublasLtMatrixLayoutSetAttribute)
 #undef ANVIL_LT_BIND
   });
   return l;
@@ -141,7 +143,7 @@ struct Plan {
 };
 
 using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool,
-                       int, uint32_t>;
+                       int, uint32_t, int64_t, int64_t, int64_t, int64_t>;
 
 class CublasLtEngine final : public GemmEngine {
  public:
@@ -167,6 +169,7 @@ class CublasLtEngine final : public GemmEngine {
   }
 
   std::string unsupported(const GemmDesc& d) const override {
+    if (d.batch < 1 || d.batch > INT32_MAX) return "expected a batch of 1 to 2^31 - 1";
     switch (d.type) {
       case Dtype::fp32:
       case Dtype::tf32:
@@ -194,7 +197,15 @@ class CublasLtEngine final : public GemmEngine {
     if (!why.empty()) throw InputError("gemm " + d.describe() + ": " + why);
     if (has_bias(d.epilogue) && !bias)
       throw InputError("gemm " + d.describe() + ": the bias epilogue needs a bias");
-    Plan& plan = plan_for(d, alignment({a, b, c, bias}), std::max(algo + 1, 1));
+    // A batch's later matrices are aligned as the base and the stride allow.
+    const auto in = static_cast<uintptr_t>(dtype_bytes(d.type));
+    const auto out = static_cast<uintptr_t>(dtype_bytes(d.out_type()));
+    auto bytes = [](int64_t stride, uintptr_t size) {
+      return reinterpret_cast<const void*>(static_cast<uintptr_t>(stride) * size);
+    };
+    const uint32_t align = alignment(
+        {a, b, c, bias, bytes(d.stride_a, in), bytes(d.stride_b, in), bytes(d.stride_c, out)});
+    Plan& plan = plan_for(d, align, std::max(algo + 1, 1));
     if (algo >= static_cast<int>(plan.algos.size()))
       throw InputError("gemm " + d.describe() + ": algorithm " + std::to_string(algo) +
                        " of " + std::to_string(plan.algos.size()));
@@ -219,8 +230,22 @@ class CublasLtEngine final : public GemmEngine {
   }
 
   Plan& plan_for(const GemmDesc& d, uint32_t align, int want) {
-    const Key key{d.trans_a, d.trans_b, d.m, d.n, d.k, d.a_stride(), d.b_stride(), d.c_stride(),
-                  static_cast<int>(d.type), d.out_f32, static_cast<int>(d.epilogue), align};
+    const Key key{d.trans_a,
+                  d.trans_b,
+                  d.m,
+                  d.n,
+                  d.k,
+                  d.a_stride(),
+                  d.b_stride(),
+                  d.c_stride(),
+                  static_cast<int>(d.type),
+                  d.out_f32,
+                  static_cast<int>(d.epilogue),
+                  align,
+                  d.batch,
+                  d.stride_a,
+                  d.stride_b,
+                  d.stride_c};
     auto it = plans_.find(key);
     if (it == plans_.end()) it = plans_.emplace(key, build(d)).first;
     Plan& plan = *it->second;
@@ -261,6 +286,19 @@ class CublasLtEngine final : public GemmEngine {
              "lt().cublasLtMatrixLayoutCreate(B)");
     check_lt(lt().cublasLtMatrixLayoutCreate(&plan->c, out, n, m, d.c_stride()),
              "lt().cublasLtMatrixLayoutCreate(C)");
+    if (d.batch > 1) {  // strided batch: every layout gets the count and its stride
+      const auto count = static_cast<int32_t>(d.batch);
+      const std::pair<cublasLtMatrixLayout_t, int64_t> layouts[] = {
+          {plan->a, d.stride_b}, {plan->b, d.stride_a}, {plan->c, d.stride_c}};
+      for (const auto& [layout, stride] : layouts) {
+        check_lt(lt().cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                       &count, sizeof count),
+                 "set BATCH_COUNT");
+        check_lt(lt().cublasLtMatrixLayoutSetAttribute(
+                     layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+                 "set STRIDED_BATCH_OFFSET");
+      }
+    }
     return plan;
   }
 

@@ -32,6 +32,7 @@ std::string GemmDesc::describe() const {
                   " " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
                   " -> " + anvil::to_string(out_type());
   if (epilogue != Epilogue::none) s += " +" + to_string(epilogue);
+  if (batch != 1) s += " x" + std::to_string(batch);
   return s;
 }
 
@@ -75,6 +76,7 @@ class CpuGemmEngine final : public GemmEngine {
   std::string name() const override { return "cpu (" + device::to_string(backend_) + ")"; }
 
   std::string unsupported(const GemmDesc& d) const override {
+    if (d.batch < 1) return "expected a batch of at least 1";
     if (d.type != Dtype::fp32 && d.type != Dtype::bf16)
       return "the CPU engine multiplies fp32 and bf16, not " + anvil::to_string(d.type);
     if (!d.out_f32 && d.type != Dtype::fp32) return "the CPU engine writes fp32 output only";
@@ -83,10 +85,21 @@ class CpuGemmEngine final : public GemmEngine {
 
   int candidates(const GemmDesc&, int max) override { return max > 0 ? 1 : 0; }
 
-  void run(const GemmDesc& d, const void* a, const void* b, void* c, const void* bias, Stream&,
-           int) override {
+  void run(const GemmDesc& d, const void* a, const void* b, void* c, const void* bias,
+           Stream& stream, int algo) override {
     const std::string why = unsupported(d);
     if (!why.empty()) throw InputError("gemm " + d.describe() + ": " + why);
+    if (d.batch > 1) {  // one GEMM at a time, at the strides
+      GemmDesc one = d;
+      one.batch = 1;
+      const auto in = static_cast<int64_t>(dtype_bytes(d.type));
+      for (int64_t i = 0; i < d.batch; ++i) {
+        run(one, static_cast<const char*>(a) + i * d.stride_a * in,
+            static_cast<const char*>(b) + i * d.stride_b * in,
+            static_cast<float*>(c) + i * d.stride_c, bias, stream, algo);
+      }
+      return;
+    }
     float* out = static_cast<float*>(c);
     if (d.type == Dtype::fp32) {
       gemm(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, static_cast<const float*>(a),

@@ -36,6 +36,10 @@ struct GemmDesc {
   bool out_f32 = true;
   Epilogue epilogue = Epilogue::none;
   float alpha = 1.0f, beta = 0.0f;
+  // Strided batch: `batch` GEMMs of this shape, the i-th at a + i stride_a,
+  // b + i stride_b, c + i stride_c (elements), one launch on cuBLASLt.
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
 
   // The strides with the packed ones filled in.
   int64_t a_stride() const { return lda ? lda : (trans_a ? m : k); }

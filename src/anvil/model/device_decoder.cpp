@@ -59,7 +59,7 @@ void layout(Take take, const Sizes& s, std::vector<float*>* x,
                        take(s.Hq * N), take(N * s.C), take(N * s.C), take(N), take(N),
                        take(N * s.F2), take(N * s.F)});
   }
-  const int64_t per_row_scores = s.Hq * s.T * s.T;  // one batch row's heads at a time
+  const int64_t per_row_scores = s.N * s.T;         // one head's batch rows at a time
   (*rest)[0] = take(N * s.C);                       // lnf
   (*rest)[1] = take(N);
   (*rest)[2] = take(N);
@@ -303,8 +303,12 @@ void DeviceDecoder::upload_batch(const int32_t* tokens, const int32_t* targets, 
 
 void DeviceDecoder::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void* a,
                          int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc,
-                         Dtype type) {
+                         Dtype type, Batch batch) {
   device::GemmDesc d;
+  d.batch = batch.count;
+  d.stride_a = batch.a;
+  d.stride_b = batch.b;
+  d.stride_c = batch.c;
   d.trans_a = ta;
   d.trans_b = tb;
   d.m = m;
@@ -383,52 +387,48 @@ void DeviceDecoder::rope(float* x, int64_t N, int64_t T, bool backward) {
 void DeviceDecoder::attention_forward(const Acts& a, int64_t B, int64_t T) {
   const int64_t A = Hq_ * D_, group = Hq_ / Hkv_;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D_));
-  for (int64_t b = 0; b < B; ++b) {
-    const float* rows = a.qkv + b * T * Q_;
-    for (int64_t h = 0; h < Hq_; ++h) {
-      const float* k = rows + (Hq_ + h / group) * D_;
-      gemm(false, true, T, T, D_, rows + h * D_, Q_, k, Q_, 0.0f, scores_ + h * T * T, T,
-           gemm_type_);
-    }
-    dev::causal_softmax_forward(stream_, scores_, a.lse + b * Hq_ * T, Hq_ * T, T, scale);
-    for (int64_t h = 0; h < Hq_; ++h) {
-      const float* v = rows + (Hq_ + Hkv_ + h / group) * D_;
-      gemm(false, false, T, D_, T, scores_ + h * T * T, T, v, Q_, 0.0f, a.att + b * T * A + h * D_,
-           A, gemm_type_);
-    }
+  // One head at a time, its B batch rows as one strided batch (qkv rows
+  // T Q apart, scores T^2 apart): 2 GEMM launches per head, any GQA group.
+  for (int64_t h = 0; h < Hq_; ++h) {
+    const float* q = a.qkv + h * D_;
+    const float* k = a.qkv + (Hq_ + h / group) * D_;
+    const float* v = a.qkv + (Hq_ + Hkv_ + h / group) * D_;
+    gemm(false, true, T, T, D_, q, Q_, k, Q_, 0.0f, scores_, T, gemm_type_,
+         {B, T * Q_, T * Q_, T * T});
+    dev::causal_softmax_forward(stream_, scores_, a.lse + h * B * T, B * T, T, scale);
+    gemm(false, false, T, D_, T, scores_, T, v, Q_, 0.0f, a.att + h * D_, A, gemm_type_,
+         {B, T * T, T * Q_, T * A});
   }
 }
 
 // dP = dO V^T; dS = P (dP - rowsum(P dP)) * scale; dQ = dS K; dK += dS^T Q;
-// dV += P^T dO, with P recomputed as the forward computed it.
+// dV += P^T dO, with P recomputed as the forward computed it; per head, its
+// B batch rows as one strided batch.
 void DeviceDecoder::attention_backward(const Acts& a, const float* datt, float* dqkv, int64_t B,
                                        int64_t T) {
   const int64_t A = Hq_ * D_, group = Hq_ / Hkv_;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D_));
   device::zero(dqkv, static_cast<size_t>(B * T * Q_) * sizeof(float), stream_);
-  for (int64_t b = 0; b < B; ++b) {
-    const float* rows = a.qkv + b * T * Q_;
-    float* drows = dqkv + b * T * Q_;
-    const float* dout = datt + b * T * A;
-    for (int64_t h = 0; h < Hq_; ++h) {
-      const int64_t g = h / group;
-      gemm(false, true, T, T, D_, rows + h * D_, Q_, rows + (Hq_ + g) * D_, Q_, 0.0f,
-           scores_ + h * T * T, T, gemm_type_);
-      gemm(false, true, T, T, D_, dout + h * D_, A, rows + (Hq_ + Hkv_ + g) * D_, Q_, 0.0f,
-           dscores_ + h * T * T, T, gemm_type_);
-    }
-    dev::causal_softmax_forward(stream_, scores_, a.lse + b * Hq_ * T, Hq_ * T, T, scale);
-    dev::causal_softmax_backward(stream_, dscores_, scores_, Hq_ * T, T, scale);
-    for (int64_t h = 0; h < Hq_; ++h) {
-      const int64_t g = h / group;
-      const float* ds = dscores_ + h * T * T;
-      gemm(false, false, T, D_, T, ds, T, rows + (Hq_ + g) * D_, Q_, 0.0f, drows + h * D_, Q_,
-           gemm_type_);
-      gemm(true, false, T, D_, T, ds, T, rows + h * D_, Q_, 1.0f, drows + (Hq_ + g) * D_, Q_,
-           gemm_type_);
-      gemm(true, false, T, D_, T, scores_ + h * T * T, T, dout + h * D_, A, 1.0f,
-           drows + (Hq_ + Hkv_ + g) * D_, Q_, gemm_type_);
-    }
+  const Batch rows{B, T * Q_, T * Q_, T * T};  // [T, Q] row blocks -> [T, T] score blocks
+  for (int64_t h = 0; h < Hq_; ++h) {
+    const int64_t g = h / group;
+    const float* q = a.qkv + h * D_;
+    const float* k = a.qkv + (Hq_ + g) * D_;
+    const float* v = a.qkv + (Hq_ + Hkv_ + g) * D_;
+    const float* dout = datt + h * D_;
+    gemm(false, true, T, T, D_, q, Q_, k, Q_, 0.0f, scores_, T, gemm_type_, rows);
+    gemm(false, true, T, T, D_, dout, A, v, Q_, 0.0f, dscores_, T, gemm_type_,
+         {B, T * A, T * Q_, T * T});
+    dev::causal_softmax_forward(stream_, scores_, a.lse + h * B * T, B * T, T, scale);
+    dev::causal_softmax_backward(stream_, dscores_, scores_, B * T, T, scale);
+    // [T, T] score blocks times [T, Q] row blocks into [T, Q] row blocks.
+    const Batch into_rows{B, T * T, T * Q_, T * Q_};
+    gemm(false, false, T, D_, T, dscores_, T, k, Q_, 0.0f, dqkv + h * D_, Q_, gemm_type_,
+         into_rows);
+    gemm(true, false, T, D_, T, dscores_, T, q, Q_, 1.0f, dqkv + (Hq_ + g) * D_, Q_, gemm_type_,
+         into_rows);
+    gemm(true, false, T, D_, T, scores_, T, dout, A, 1.0f, dqkv + (Hq_ + Hkv_ + g) * D_, Q_,
+         gemm_type_, {B, T * T, T * A, T * Q_});
   }
 }
 

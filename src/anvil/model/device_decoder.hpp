@@ -3,9 +3,9 @@
 // `anvil train --device cuda` trains. Parameters, gradients and activations
 // live in device arenas planned once; the matmuls run on the device's
 // GemmEngine (cuBLASLt on CUDA), the other layers through
-// kernels/device_layers.hpp, attention unfused (per head: scores by GEMM, a
-// causal softmax kernel, then the value GEMM; backward recomputes the
-// probabilities from the saved log-sum-exp rows' inputs). On a CPU device
+// kernels/device_layers.hpp, attention unfused (per head, its batch rows as
+// one strided-batch GEMM: scores, a causal softmax kernel, then the value
+// GEMM; backward recomputes the probabilities). On a CPU device
 // the same code runs on the CPU engine and layers, which is how the tests
 // check it against Decoder without a GPU.
 //
@@ -90,8 +90,13 @@ class DeviceDecoder : public TrainableModel {
                        const float* w, int64_t N, int64_t IC, int64_t OC);
   // C = A B (+ beta C) in the fp32 GEMM type (fp32 or tf32), or in bf16
   // when `type` says so (A and B bf16, C fp32).
+  // `batch`: that many GEMMs, A, B and C advancing by its strides (elements).
+  struct Batch {
+    int64_t count, a, b, c;
+  };
   void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
-            const void* b, int64_t ldb, float beta, float* c, int64_t ldc, Dtype type);
+            const void* b, int64_t ldb, float beta, float* c, int64_t ldc, Dtype type,
+            Batch batch = {1, 0, 0, 0});
   // The bf16 copy of a weight in the parameter arena (bf16 only).
   const bf16* low(const float* w) const { return weights_bf16_ + (w - dparams_); }
   bool mixed() const { return weights_bf16_ != nullptr; }
