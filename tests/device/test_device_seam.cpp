@@ -125,6 +125,21 @@ TEST(DeviceSeam, GeluBodyMatchesTheCpuLayer) {
   EXPECT_EQ(apply_epilogue(Epilogue::bias_gelu, 1.5f, 2.0f), gelu_tanh(3.5f));
 }
 
+// Host memory for device copies: zeroed, aligned, moved without a copy.
+TEST(DeviceSeam, HostBufferIsZeroedAlignedAndMovable) {
+  device::HostBuffer h(DeviceKind::cpu, 1000, "host");
+  EXPECT_EQ(h.bytes(), 1000u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(h.as<char>()) % 256, 0u);
+  for (size_t i = 0; i < 1000; ++i) ASSERT_EQ(h.as<unsigned char>()[i], 0);
+  float* p = h.as<float>();
+  device::HostBuffer moved(std::move(h));
+  EXPECT_EQ(moved.as<float>(), p);
+  EXPECT_EQ(h.as<float>(), nullptr);  // NOLINT(bugprone-use-after-move): moved from is empty
+  if (!device::cuda_unavailable_reason().empty()) {  // no driver, or no CUDA in the build
+    EXPECT_THROW(device::HostBuffer(DeviceKind::cuda, 8, "x"), SystemError);
+  }
+}
+
 // A strided batch (the GPU decoder's attention, one launch per head) gives
 // each GEMM's result, the gaps between C's matrices untouched.
 TEST(DeviceSeam, CpuGemmEngineRunsAStridedBatch) {

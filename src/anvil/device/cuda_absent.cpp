@@ -26,6 +26,10 @@ void memory_info(int64_t*, int64_t*) {
 }
 void* allocate(size_t, const std::string&) { absent(); }
 void release(void*) {}
+void* allocate_pinned(size_t, const std::string&) {
+  absent();
+}
+void release_pinned(void*) {}
 void copy(void*, const void*, size_t, CopyKind, void*) { absent(); }
 void zero(void*, size_t, void*) { absent(); }
 void* stream_create() { absent(); }

@@ -30,6 +30,10 @@ void memory_info(int64_t* free_bytes, int64_t* total_bytes);
 
 void* allocate(size_t bytes, const std::string& name);
 void release(void* p);
+// Page-locked host memory (cudaHostAlloc): copies to and from it run at
+// the link's speed and asynchronously.
+void* allocate_pinned(size_t bytes, const std::string& name);
+void release_pinned(void* p);
 void copy(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream);
 void zero(void* dst, size_t bytes, void* stream);
 

@@ -141,6 +141,21 @@ void* allocate(size_t bytes, const std::string& name) {
 
 void release(void* p) { cudaFree(p); }
 
+void* allocate_pinned(size_t bytes, const std::string& name) {
+  void* p = nullptr;
+  const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw SystemError(name + ": cudaHostAlloc of " + std::to_string(bytes) +
+                      " bytes failed: " + cudaGetErrorString(e));
+  }
+  return p;
+}
+
+void release_pinned(void* p) {
+  cudaFreeHost(p);
+}
+
 void copy(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) {
   const cudaMemcpyKind k = kind == CopyKind::host_to_device   ? cudaMemcpyHostToDevice
                            : kind == CopyKind::device_to_host ? cudaMemcpyDeviceToHost

@@ -145,6 +145,42 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
+HostBuffer::HostBuffer(DeviceKind kind, size_t bytes, const std::string& name)
+    : kind_(kind), bytes_(bytes) {
+  const size_t asked = ArenaPlan::rounded(bytes == 0 ? 1 : bytes);
+  if (kind_ == DeviceKind::cuda) {
+    data_ = cuda::allocate_pinned(asked, name);
+  } else {
+    data_ = std::aligned_alloc(ArenaPlan::kAlign, asked);
+    if (!data_)
+      throw SystemError(name + ": cannot allocate " + std::to_string(bytes) + " bytes on the CPU");
+  }
+  std::memset(data_, 0, asked);
+}
+HostBuffer::~HostBuffer() {
+  release();
+}
+void HostBuffer::release() {
+  if (!data_) return;
+  if (kind_ == DeviceKind::cuda) {
+    cuda::release_pinned(data_);
+  } else {
+    std::free(data_);
+  }
+  data_ = nullptr;
+}
+HostBuffer::HostBuffer(HostBuffer&& o) noexcept
+    : kind_(o.kind_), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
+  if (this != &o) {
+    release();
+    kind_ = o.kind_;
+    data_ = std::exchange(o.data_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
 // Arenas ---------------------------------------------------------------------
 
 size_t ArenaPlan::add(size_t bytes) {

@@ -106,6 +106,31 @@ class Event {
   double cpu_seconds_ = 0;
 };
 
+// Host memory for copies to and from a device of `kind`: page-locked
+// (cudaHostAlloc) for cuda, so copies run at the link's speed; plain
+// aligned memory for the CPU. Zeroed; released on destruction.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  HostBuffer(DeviceKind kind, size_t bytes, const std::string& name);
+  ~HostBuffer();
+  HostBuffer(HostBuffer&& other) noexcept;
+  HostBuffer& operator=(HostBuffer&& other) noexcept;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  size_t bytes() const { return bytes_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void release();
+  DeviceKind kind_ = DeviceKind::cpu;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 // One allocation on a device, 256-byte aligned, released on destruction.
 class DeviceBuffer {
  public:

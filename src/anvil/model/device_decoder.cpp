@@ -204,9 +204,11 @@ DeviceDecoder::DeviceDecoder(const ModelConfig& config, int64_t B, int64_t T, bo
     scratch_a_ = low_.take<bf16>(scratch_elements(s));
     scratch_b_ = low_.take<bf16>(scratch_elements(s));
   }
-  host_params_.assign(static_cast<size_t>(registry_.total()), 0.0f);
-  if (training) host_grads_.assign(static_cast<size_t>(registry_.total()), 0.0f);
-  host_row_loss_.resize(static_cast<size_t>(B * T));
+  const auto n = static_cast<size_t>(registry_.total());
+  host_params_ = {device::HostBuffer(kind, n * sizeof(float), "host parameters"), n};
+  if (training) host_grads_ = {device::HostBuffer(kind, n * sizeof(float), "host gradients"), n};
+  const auto rows = static_cast<size_t>(B * T);
+  host_row_loss_ = {device::HostBuffer(kind, rows * sizeof(float), "host row losses"), rows};
   if (training) zero_grads();
   arrays_ = {&stream_, dparams_, dgrads_};
 }
@@ -263,7 +265,8 @@ DeviceDecoder::Layer DeviceDecoder::layer(int64_t l, const float* base) const {
 
 void DeviceDecoder::zero_grads() {
   if (!training_) return;
-  if (!grads_on_device_) std::fill(host_grads_.begin(), host_grads_.end(), 0.0f);
+  if (!grads_on_device_)
+    std::fill(host_grads_.data(), host_grads_.data() + host_grads_.size(), 0.0f);
   device::zero(dgrads_, static_cast<size_t>(registry_.total()) * sizeof(float), stream_);
 }
 
@@ -489,7 +492,7 @@ double DeviceDecoder::classifier(float* dx, int64_t N, float grad_scale) {
                device::CopyKind::device_to_host, stream_);
   stream_.synchronize();
   double loss = 0;
-  for (int64_t n = 0; n < N; ++n) loss += host_row_loss_[static_cast<size_t>(n)];
+  for (int64_t n = 0; n < N; ++n) loss += host_row_loss_.data()[n];
   return loss;
 }
 

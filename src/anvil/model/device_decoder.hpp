@@ -124,7 +124,15 @@ class DeviceDecoder : public TrainableModel {
   bf16* weights_bf16_ = nullptr;  // bf16 only: the weights' copy and two scratch buffers
   bf16 *scratch_a_ = nullptr, *scratch_b_ = nullptr;
   float *dparams_ = nullptr, *dgrads_ = nullptr;  // the arenas' floats
-  std::vector<float> host_params_, host_grads_, host_row_loss_;
+  // The host copies, in memory the device copies to and from at the link's
+  // speed (page-locked on CUDA).
+  struct HostFloats {
+    device::HostBuffer buffer;
+    size_t count = 0;
+    float* data() const { return buffer.as<float>(); }
+    size_t size() const { return count; }
+  };
+  HostFloats host_params_, host_grads_, host_row_loss_;
   bool params_stale_ = true;         // the host array is newer: upload before a forward
   bool host_params_behind_ = false;  // the device's are newer: download in params()
   bool grads_on_device_ = false;     // an optimizer steps there: no download after backward
