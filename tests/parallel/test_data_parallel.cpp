@@ -385,6 +385,7 @@ TEST(DataParallel, TheDeviceDecoderOnTheCpuTrainsTheDecodersTrajectory) {
   const TrainRun lla_dev = train(1, "device-model-llama", llama + " -B 12");
   const TrainRun gpt_dev2 = train(2, "device-model-gpt-2", kGpt + " -B 6 --zero");
   const TrainRun gpt_dev_acc = train(1, "device-model-gpt-accum", kGpt + " -B 6 --accum 2");
+  const TrainRun gpt_dev2_plain = train(2, "device-model-gpt-2-plain", kGpt + " -B 6");
   ::unsetenv("ANVIL_CPU_MODEL");
   expect_same_trajectory(gpt_dev, gpt, 1e-5, "gpt2-tiny, device decoder", 1e-4, 1e-5);
   expect_same_trajectory(lla_dev, lla, 1e-5, "llama-tiny, device decoder", 1e-4, 1e-5);
@@ -399,6 +400,10 @@ TEST(DataParallel, TheDeviceDecoderOnTheCpuTrainsTheDecodersTrajectory) {
   // the same bits.
   expect_same_trajectory(gpt_dev_acc, gpt_dev2, 0.0,
                          "gpt2-tiny, the device step against two ranks' host step", 0.0, 0.0);
+  // Two ranks without ZeRO step on their devices too, the gradients summed
+  // there (MPI on the CPU device, NCCL on GPUs): a + b is the accumulation's sum.
+  expect_same_trajectory(gpt_dev2_plain, gpt_dev_acc, 0.0,
+                         "gpt2-tiny, two ranks' device step against one rank's", 0.0, 0.0);
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
 #include "anvil/parallel/distributed_optimizer.hpp"
 
+#include <mpi.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <span>
 
+#include "anvil/base/clock.hpp"
 #include "anvil/kernels/device_layers.hpp"
 #include "anvil/optim/square_sum.hpp"
 #include "anvil/parallel/data_parallel.hpp"
@@ -36,7 +39,13 @@ DistributedOptimizer::DistributedOptimizer(model::TrainableModel& model,
     : model_(model), dp_(dp && dp->size() > 1 ? dp : nullptr), ep_(parallel.ep) {
   const bool use_muon = options.name == "muon";
   const auto& registry = model.registry();
-  if (dp_) {
+  // A model on a device with AdamW steps there (optim/device_adamw.hpp):
+  // on one process, or data parallel without ZeRO, its gradients summed on
+  // the device (NCCL; MPI on the CPU device). ZeRO-1, Muon and experts run
+  // on host copies.
+  const auto* arrays = model.device_arrays();
+  const bool device_step = arrays && !use_muon && ep_ <= 1 && (!dp_ || !parallel.zero);
+  if (dp_ && !device_step) {
     reducer_ = std::make_unique<GradReducer>(
         dp_->async(), model.grads(), registry.total(),
         std::max<int64_t>(1, static_cast<int64_t>(parallel.bucket_mib * (1 << 20) / sizeof(float))),
@@ -52,11 +61,17 @@ DistributedOptimizer::DistributedOptimizer(model::TrainableModel& model,
     muon_ = std::make_unique<optim::Muon>(registry, options.muon, dp_ ? dp_->rank() : 0,
                                           dp_ ? dp_->size() : 1, std::max(1, ep_));
   }
-  // One process, AdamW, a model on a device: the step stays there. (Data
-  // parallel reduces host gradients over MPI, and Muon runs on the host.)
-  if (const auto* arrays = model.device_arrays(); arrays && !dp_ && !use_muon && ep_ <= 1) {
+  if (device_step) {
     device_ = std::make_unique<optim::DeviceAdamW>(*adamw_, *arrays->stream);
     model.keep_grads_on_device();
+    if (dp_ && arrays->stream->kind() == device::DeviceKind::cuda) {
+      MPI_Comm mpi = dp_->comm().mpi_comm();
+      nccl_ = std::make_unique<device::DeviceCollectives>(
+          dp_->rank(), dp_->size(), device::gpu_for_rank(dp_->rank()),
+          [mpi](void* bytes, size_t n) {
+            MPI_Bcast(bytes, static_cast<int>(n), MPI_BYTE, 0, mpi);
+          });
+    }
   }
 }
 
@@ -113,6 +128,21 @@ void DistributedOptimizer::stop_handing_over() {
 }
 
 ReduceTimes DistributedOptimizer::finish_reduction() {
+  if (device_ && dp_) {  // the summed gradients on every rank's device, in place
+    const auto* arrays = model_.device_arrays();
+    const auto n = static_cast<size_t>(model_.registry().total());
+    const double t0 = now_seconds();
+    if (nccl_) {
+      nccl_->all_reduce(arrays->grads, arrays->grads, n, Dtype::fp32, device::ReduceOp::sum,
+                        *arrays->stream);
+      arrays->stream->synchronize();
+    } else {
+      dp_->comm().allreduce(arrays->grads, arrays->grads, n, comm::DType::f32, comm::ReduceOp::sum,
+                            comm::Algo::automatic);
+    }
+    const double seconds = now_seconds() - t0;
+    return {seconds, seconds, 1};  // after backward: none of it overlapped
+  }
   return reducer_ ? reducer_->finish() : ReduceTimes{};
 }
 
@@ -186,7 +216,13 @@ void DistributedOptimizer::broadcast_muon_matrices(float* data) {
 }
 
 std::vector<DistributedOptimizer::Range> DistributedOptimizer::owned() const {
-  return reducer_ ? reducer_->owned() : std::vector<Range>{{0, model_.registry().total()}};
+  if (reducer_) return reducer_->owned();
+  const auto total = static_cast<size_t>(model_.registry().total());
+  if (!dp_) return {{0, static_cast<int64_t>(total)}};
+  // The device step: every rank holds everything; each writes its block.
+  const auto begin = static_cast<int64_t>(comm::block_offset(total, dp_->size(), dp_->rank()));
+  return {
+      {begin, begin + static_cast<int64_t>(comm::block_count(total, dp_->size(), dp_->rank()))}};
 }
 
 std::vector<model::TensorShard> DistributedOptimizer::state_to_save() {

@@ -5,7 +5,9 @@
 // owner, then broadcast from there). On one process it is AdamW and Muon
 // over the whole arena, with the same arithmetic; with AdamW on a model
 // whose arrays live on a device (TrainableModel::device_arrays) it steps
-// there (optim/device_adamw.hpp), the host AdamW its checkpoint mirror.
+// there (optim/device_adamw.hpp), the host AdamW its checkpoint mirror; data
+// parallel without ZeRO then sums the gradients on the devices (NCCL
+// all-reduce after backward, not yet overlapped with it).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "anvil/device/collectives.hpp"
 #include "anvil/device/runtime.hpp"
 #include "anvil/model/trainable.hpp"
 #include "anvil/optim/adamw.hpp"
@@ -57,7 +60,8 @@ class DistributedOptimizer {
   std::vector<model::TensorShard> state_to_load();
   size_t state_bytes() const;
   int64_t bucket_count() const { return reducer_ ? reducer_->bucket_count() : 0; }
-  // Whether the step runs on the model's device (AdamW, one process).
+  // Whether the step runs on the model's device (AdamW; one process, or data parallel without
+  // ZeRO).
   bool on_device() const { return device_ != nullptr; }
 
  private:
@@ -79,6 +83,7 @@ class DistributedOptimizer {
   bool mirror_newer_ = false;
   device::DeviceArena earlier_arena_;
   float* device_earlier_ = nullptr;
+  std::unique_ptr<device::DeviceCollectives> nccl_;  // data parallel on GPUs
 };
 
 }  // namespace anvil::parallel

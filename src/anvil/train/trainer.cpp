@@ -212,9 +212,9 @@ void Trainer::check_device_memory() const {
   const model::MemoryPlan plan =
       model::DeviceDecoder::plan_for(config_, B_, T_local_, /*training=*/true, precision_);
   const size_t params = plan.parameters;
-  // One process with AdamW steps on the device (parallel/distributed_optimizer.hpp):
+  // AdamW without ZeRO steps on the device (parallel/distributed_optimizer.hpp):
   // two moments, and with accumulation the earlier micro-batches' sum.
-  const bool device_step = world_ == 1 && o_.optimizer.name == "adamw";
+  const bool device_step = (world_ == 1 || !o_.parallel.zero) && o_.optimizer.name == "adamw";
   size_t planned = plan.parameters + plan.gradients + plan.activations + plan.low_precision +
                    (32u << 20);  // cuBLASLt's workspace
   if (device_step) planned += 2 * params + (o_.train.accum > 1 ? params : 0);
@@ -289,7 +289,12 @@ void Trainer::print_plan() const {
               config_.name.c_str(), fmt(static_cast<double>(model_->registry().total()), 0).c_str(),
               static_cast<long long>(model_->registry().specs().size()), static_cast<long long>(B_),
               static_cast<long long>(T_), static_cast<long long>(o_.train.accum));
-  if (world_ > 1) {
+  if (world_ > 1 && optimizer_->on_device()) {
+    std::printf(
+        ", %d data-parallel ranks (global batch %lld rows; gradients summed on the "
+        "devices by one all-reduce after backward)",
+        dp_size_, static_cast<long long>(B_ * o_.train.accum * dp_size_));
+  } else if (world_ > 1) {
     std::printf(
         ", %d data-parallel ranks (global batch %lld rows; %d threads each; %lld gradient "
         "buckets)",
