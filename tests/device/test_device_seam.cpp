@@ -125,18 +125,18 @@ TEST(DeviceSeam, GeluBodyMatchesTheCpuLayer) {
   EXPECT_EQ(apply_epilogue(Epilogue::bias_gelu, 1.5f, 2.0f), gelu_tanh(3.5f));
 }
 
-// Host memory for device copies: zeroed, aligned, moved without a copy.
-TEST(DeviceSeam, HostBufferIsZeroedAlignedAndMovable) {
-  device::HostBuffer h(DeviceKind::cpu, 1000, "host");
+// Pinned host memory for device copies: zeroed, aligned, moved without a copy.
+TEST(DeviceSeam, PinnedHostBufferIsZeroedAlignedAndMovable) {
+  DeviceBuffer h(DeviceKind::cpu, 1000, "host", Memory::pinned_host);
   EXPECT_EQ(h.bytes(), 1000u);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(h.as<char>()) % 256, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(h.data()) % 256, 0u);
   for (size_t i = 0; i < 1000; ++i) ASSERT_EQ(h.as<unsigned char>()[i], 0);
   float* p = h.as<float>();
-  device::HostBuffer moved(std::move(h));
+  DeviceBuffer moved(std::move(h));
   EXPECT_EQ(moved.as<float>(), p);
-  EXPECT_EQ(h.as<float>(), nullptr);  // NOLINT(bugprone-use-after-move): moved from is empty
-  if (!device::cuda_unavailable_reason().empty()) {  // no driver, or no CUDA in the build
-    EXPECT_THROW(device::HostBuffer(DeviceKind::cuda, 8, "x"), SystemError);
+  EXPECT_EQ(h.data(), nullptr);              // NOLINT(bugprone-use-after-move): moved from is empty
+  if (!cuda_unavailable_reason().empty()) {  // no driver, or no CUDA in the build
+    EXPECT_THROW(DeviceBuffer(DeviceKind::cuda, 8, "x", Memory::pinned_host), SystemError);
   }
 }
 

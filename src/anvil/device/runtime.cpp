@@ -112,69 +112,41 @@ double Event::elapsed_ms(const Event& start, const Event& stop) {
 
 // DeviceBuffer ---------------------------------------------------------------
 
-DeviceBuffer::DeviceBuffer(DeviceKind kind, size_t bytes, const std::string& name)
-    : kind_(kind), bytes_(bytes) {
+DeviceBuffer::DeviceBuffer(DeviceKind kind, size_t bytes, const std::string& name, Memory memory)
+    : kind_(kind), memory_(memory), bytes_(bytes) {
   const size_t asked = ArenaPlan::rounded(bytes == 0 ? 1 : bytes);
-  if (kind_ == DeviceKind::cuda) {
+  if (kind_ == DeviceKind::cuda && memory_ == Memory::device) {
     data_ = cuda::allocate(asked, name);  // cudaMalloc: 256-byte aligned
+  } else if (kind_ == DeviceKind::cuda) {
+    data_ = cuda::allocate_pinned(asked, name);  // page-aligned
   } else {
     data_ = std::aligned_alloc(ArenaPlan::kAlign, asked);
     if (!data_)
       throw SystemError(name + ": cannot allocate " + std::to_string(bytes) + " bytes on the CPU");
   }
+  if (memory_ == Memory::pinned_host) std::memset(data_, 0, asked);
 }
 DeviceBuffer::~DeviceBuffer() { release(); }
 void DeviceBuffer::release() {
   if (!data_) return;
-  if (kind_ == DeviceKind::cuda) {
-    cuda::release(data_);
-  } else {
+  if (kind_ == DeviceKind::cpu)
     std::free(data_);
-  }
+  else if (memory_ == Memory::device)
+    cuda::release(data_);
+  else
+    cuda::release_pinned(data_);
   data_ = nullptr;
 }
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
-    : kind_(o.kind_), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+    : kind_(o.kind_),
+      memory_(o.memory_),
+      data_(std::exchange(o.data_, nullptr)),
+      bytes_(std::exchange(o.bytes_, 0)) {}
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
     release();
     kind_ = o.kind_;
-    data_ = std::exchange(o.data_, nullptr);
-    bytes_ = std::exchange(o.bytes_, 0);
-  }
-  return *this;
-}
-
-HostBuffer::HostBuffer(DeviceKind kind, size_t bytes, const std::string& name)
-    : kind_(kind), bytes_(bytes) {
-  const size_t asked = ArenaPlan::rounded(bytes == 0 ? 1 : bytes);
-  if (kind_ == DeviceKind::cuda) {
-    data_ = cuda::allocate_pinned(asked, name);
-  } else {
-    data_ = std::aligned_alloc(ArenaPlan::kAlign, asked);
-    if (!data_)
-      throw SystemError(name + ": cannot allocate " + std::to_string(bytes) + " bytes on the CPU");
-  }
-  std::memset(data_, 0, asked);
-}
-HostBuffer::~HostBuffer() {
-  release();
-}
-void HostBuffer::release() {
-  if (!data_) return;
-  if (kind_ == DeviceKind::cuda) {
-    cuda::release_pinned(data_);
-  } else {
-    std::free(data_);
-  }
-  data_ = nullptr;
-}
-HostBuffer::HostBuffer(HostBuffer&& o) noexcept
-    : kind_(o.kind_), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
-  if (this != &o) {
-    release();
-    kind_ = o.kind_;
+    memory_ = o.memory_;
     data_ = std::exchange(o.data_, nullptr);
     bytes_ = std::exchange(o.bytes_, 0);
   }

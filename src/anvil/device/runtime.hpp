@@ -106,37 +106,18 @@ class Event {
   double cpu_seconds_ = 0;
 };
 
-// Host memory for copies to and from a device of `kind`: page-locked
-// (cudaHostAlloc) for cuda, so copies run at the link's speed; plain
-// aligned memory for the CPU. Zeroed; released on destruction.
-class HostBuffer {
- public:
-  HostBuffer() = default;
-  HostBuffer(DeviceKind kind, size_t bytes, const std::string& name);
-  ~HostBuffer();
-  HostBuffer(HostBuffer&& other) noexcept;
-  HostBuffer& operator=(HostBuffer&& other) noexcept;
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  size_t bytes() const { return bytes_; }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
+// Where a DeviceBuffer lives: the device's memory, or host memory the
+// device copies to and from at the link's speed (page-locked by
+// cudaHostAlloc for cuda, zeroed; on the CPU both are plain host memory).
+enum class Memory { device, pinned_host };
 
- private:
-  void release();
-  DeviceKind kind_ = DeviceKind::cpu;
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-// One allocation on a device, 256-byte aligned, released on destruction.
+// One allocation for a device, 256-byte aligned, released on destruction.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  // Throws SystemError naming `name` when the device cannot allocate.
-  DeviceBuffer(DeviceKind kind, size_t bytes, const std::string& name);
+  // Throws SystemError naming `name` when the memory cannot be had.
+  DeviceBuffer(DeviceKind kind, size_t bytes, const std::string& name,
+               Memory memory = Memory::device);
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& other) noexcept;
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
@@ -154,6 +135,7 @@ class DeviceBuffer {
  private:
   void release();
   DeviceKind kind_ = DeviceKind::cpu;
+  Memory memory_ = Memory::device;
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };

@@ -205,10 +205,14 @@ DeviceDecoder::DeviceDecoder(const ModelConfig& config, int64_t B, int64_t T, bo
     scratch_b_ = low_.take<bf16>(scratch_elements(s));
   }
   const auto n = static_cast<size_t>(registry_.total());
-  host_params_ = {device::HostBuffer(kind, n * sizeof(float), "host parameters"), n};
-  if (training) host_grads_ = {device::HostBuffer(kind, n * sizeof(float), "host gradients"), n};
-  const auto rows = static_cast<size_t>(B * T);
-  host_row_loss_ = {device::HostBuffer(kind, rows * sizeof(float), "host row losses"), rows};
+  const auto host = [kind](size_t floats, const char* name) {
+    return HostFloats{
+        device::DeviceBuffer(kind, floats * sizeof(float), name, device::Memory::pinned_host),
+        floats};
+  };
+  host_params_ = host(n, "host parameters");
+  if (training) host_grads_ = host(n, "host gradients");
+  host_row_loss_ = host(static_cast<size_t>(B * T), "host row losses");
   if (training) zero_grads();
   arrays_ = {&stream_, dparams_, dgrads_};
 }

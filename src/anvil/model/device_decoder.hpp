@@ -127,7 +127,7 @@ class DeviceDecoder : public TrainableModel {
   // The host copies, in memory the device copies to and from at the link's
   // speed (page-locked on CUDA).
   struct HostFloats {
-    device::HostBuffer buffer;
+    device::DeviceBuffer buffer;
     size_t count = 0;
     float* data() const { return buffer.as<float>(); }
     size_t size() const { return count; }
