@@ -739,15 +739,22 @@ TEST(Cli, ADevicePlanPastTheGpusFreeMemoryIsOneLine) {
   EXPECT_EQ(why.find('\n'), std::string::npos);
 }
 
-TEST(Cli, ACheckpointWrittenOnAGpuResumesOnTheCpu) {
-  const std::string dir = fresh_dir("cli_device");
+// gpt2-tiny on 300 numbered lines of `line` in dir/text.txt, a constant
+// schedule (a 3-step run is the first half of a 6-step one); append the run
+// folder and the steps.
+std::string resumable_train(const std::string& dir, const std::string& line) {
   {
     std::ofstream text(dir + "/text.txt");
-    for (int i = 0; i < 300; ++i) text << "a device-neutral checkpoint " << i << "\n";
+    for (int i = 0; i < 300; ++i) text << line << " " << i << "\n";
   }
-  const std::string train = "train --config " + std::string(ANVIL_SOURCE_DIR) +
-                            "/tests/configs/gpt2-tiny.json --set vocab_size=256 --data " + dir +
-                            "/text.txt -B 2 -T 16 --schedule constant --peak-gflops 1 --out " + dir;
+  return "train --config " + std::string(ANVIL_SOURCE_DIR) +
+         "/tests/configs/gpt2-tiny.json --set vocab_size=256 --data " + dir +
+         "/text.txt -B 2 -T 16 --schedule constant --peak-gflops 1 --out " + dir;
+}
+
+TEST(Cli, ACheckpointWrittenOnAGpuResumesOnTheCpu) {
+  const std::string dir = fresh_dir("cli_device");
+  const std::string train = resumable_train(dir, "a device-neutral checkpoint");
   ASSERT_EQ(run_anvil(train + "/straight --steps 6", false).status, 0);
   ASSERT_EQ(run_anvil(train + "/gpu --steps 3", false).status, 0);
   const std::string state_path = dir + "/gpu/step-00000003/state.json";
@@ -773,13 +780,7 @@ TEST(Cli, ACheckpointWrittenOnAGpuResumesOnTheCpu) {
 // ANVIL_CPU_MODEL=device runs that path on the CPU device.
 TEST(Cli, TheDeviceStepResumesOnTheStraightRunsLosses) {
   const std::string dir = fresh_dir("cli_device_step");
-  {
-    std::ofstream text(dir + "/text.txt");
-    for (int i = 0; i < 300; ++i) text << "moments on the device " << i << "\n";
-  }
-  const std::string train = "train --config " + std::string(ANVIL_SOURCE_DIR) +
-                            "/tests/configs/gpt2-tiny.json --set vocab_size=256 --data " + dir +
-                            "/text.txt -B 2 -T 16 --schedule constant --peak-gflops 1 --out " + dir;
+  const std::string train = resumable_train(dir, "moments on the device");
   ::setenv("ANVIL_CPU_MODEL", "device", 1);
   const int straight = run_anvil(train + "/straight --steps 6", false).status;
   const int first = run_anvil(train + "/part --steps 3", false).status;

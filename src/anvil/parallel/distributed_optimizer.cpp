@@ -44,7 +44,7 @@ DistributedOptimizer::DistributedOptimizer(model::TrainableModel& model,
   // the device (NCCL; MPI on the CPU device). ZeRO-1, Muon and experts run
   // on host copies.
   const auto* arrays = model.device_arrays();
-  const bool device_step = arrays && !use_muon && ep_ <= 1 && (!dp_ || !parallel.zero);
+  const bool device_step = arrays && steps_on_device(options, parallel, dp_ ? dp_->size() : 1);
   if (dp_ && !device_step) {
     reducer_ = std::make_unique<GradReducer>(
         dp_->async(), model.grads(), registry.total(),
@@ -76,6 +76,11 @@ DistributedOptimizer::DistributedOptimizer(model::TrainableModel& model,
 }
 
 DistributedOptimizer::~DistributedOptimizer() = default;
+
+bool DistributedOptimizer::steps_on_device(const optim::OptimizerOptions& options,
+                                           const ParallelOptions& parallel, int ranks) {
+  return options.name == "adamw" && parallel.ep <= 1 && (ranks <= 1 || !parallel.zero);
+}
 
 void DistributedOptimizer::start_reduction(const float* earlier) {
   if (device_) {  // backward's gradients are final on the device when it returns

@@ -60,6 +60,10 @@ class DistributedOptimizer {
   std::vector<model::TensorShard> state_to_load();
   size_t state_bytes() const;
   int64_t bucket_count() const { return reducer_ ? reducer_->bucket_count() : 0; }
+  // Whether a model on a device is stepped there with these options over
+  // `ranks` data-parallel ranks (AdamW; one rank, or no ZeRO; no experts).
+  static bool steps_on_device(const optim::OptimizerOptions& options,
+                              const ParallelOptions& parallel, int ranks);
   // Whether the step runs on the model's device (AdamW; one process, or data parallel without
   // ZeRO).
   bool on_device() const { return device_ != nullptr; }

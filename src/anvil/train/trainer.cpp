@@ -214,7 +214,8 @@ void Trainer::check_device_memory() const {
   const size_t params = plan.parameters;
   // AdamW without ZeRO steps on the device (parallel/distributed_optimizer.hpp):
   // two moments, and with accumulation the earlier micro-batches' sum.
-  const bool device_step = (world_ == 1 || !o_.parallel.zero) && o_.optimizer.name == "adamw";
+  const bool device_step =
+      parallel::DistributedOptimizer::steps_on_device(o_.optimizer, o_.parallel, dp_size_);
   size_t planned = plan.parameters + plan.gradients + plan.activations + plan.low_precision +
                    (32u << 20);  // cuBLASLt's workspace
   if (device_step) planned += 2 * params + (o_.train.accum > 1 ? params : 0);
