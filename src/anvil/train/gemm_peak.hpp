@@ -30,7 +30,7 @@ struct GemmPeak {
 GemmPeak gemm_peak(double given, const std::string& hw_profile, model::Precision precision);
 
 // On a GPU (--device cuda): `given` > 0 wins; else 4096^3 GEMMs of `type`
-// (fp32 or tf32) on the device's GEMM engine, timed with events: the median
+// (the run's: bf16, or fp32 / tf32) on the device's GEMM engine, timed with events: the median
 // of 20 calls after 3 unmeasured ones. Not cached (it takes well under a
 // second).
 GemmPeak device_gemm_peak(double given, device::DeviceKind kind, Dtype type);

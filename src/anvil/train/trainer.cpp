@@ -172,7 +172,9 @@ Trainer::Trainer(const TrainOptions& options, parallel::DataParallelGroup* dp)
   if (o_.model.device == "cuda") {
     if (rank_ == 0 || o_.metrics.peak_gflops > 0)
       peak_ = device_gemm_peak(o_.metrics.peak_gflops, device::DeviceKind::cuda,
-                               o_.model.tf32 ? Dtype::tf32 : Dtype::fp32);
+                               precision_ == model::Precision::bf16 ? Dtype::bf16
+                               : o_.model.tf32                      ? Dtype::tf32
+                                                                    : Dtype::fp32);
   } else if (rank_ == 0 || o_.metrics.peak_gflops > 0 || !o_.metrics.hw_profile.empty()) {
     peak_ = gemm_peak(o_.metrics.peak_gflops, o_.metrics.hw_profile, precision_);
   }
