@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "anvil/base/error.hpp"
 #include "anvil/bench/gpu_bench.hpp"
 #include "anvil/device/collectives.hpp"
 #include "anvil/device/gemm_engine.hpp"
@@ -201,6 +202,26 @@ TEST_F(Gpu, NcclCollectivesPassTheExactCheck) {
     ASSERT_FALSE(result.points.empty());
     for (const auto& p : result.points) EXPECT_EQ(p.wrong, 0) << p.op << " " << p.bytes;
   }
+}
+
+// ZeRO-1's collectives on the device (parallel/distributed_optimizer.cpp):
+// on one rank block 0 is all of it, and a reduce and a broadcast rooted
+// there leave it as it is; offsets of the wrong count are refused.
+TEST_F(Gpu, NcclBlockCollectivesOnOneRankKeepTheData) {
+  std::string why;
+  if (nccl_version(&why).empty()) GTEST_SKIP() << "NCCL: " << why;
+  Stream stream(DeviceKind::cuda);
+  DeviceCollectives nccl(0, 1, 0, {});
+  const std::vector<float> values = random_values(1001, 7);
+  DeviceBuffer data(DeviceKind::cuda, values.size() * sizeof(float), "blocks");
+  upload(values, data.data(), stream);
+  const std::vector<size_t> offsets = {0, values.size()};
+  nccl.reduce_blocks(data.data(), offsets, Dtype::fp32, ReduceOp::sum, stream);
+  nccl.broadcast_blocks(data.data(), offsets, Dtype::fp32, stream);
+  EXPECT_EQ(download<float>(data.data(), values.size(), stream), values);
+  const std::vector<size_t> three = {0, 10, values.size()};
+  EXPECT_THROW(nccl.reduce_blocks(data.data(), three, Dtype::fp32, ReduceOp::sum, stream),
+               InputError);
 }
 
 }  // namespace

@@ -147,6 +147,11 @@ void expect_resume_on_two_ranks(const std::string& name, const std::string& mode
 TEST(DataParallel, ShardedOptimizerCheckpointsResumeOnAnotherLayout) {
   expect_resume_on_two_ranks("zero", kGptModel, 3, " -B 4 --zero", " -B 6");
   expect_resume_on_two_ranks("muon", kZayaModel + " --optimizer muon", 3, " -B 2 --zero", " -B 3");
+  // The device step's ZeRO-1 (each rank's block of the arena updated on its
+  // device, the moments downloaded to the checkpoint) on the CPU device.
+  ::setenv("ANVIL_CPU_MODEL", "device", 1);
+  expect_resume_on_two_ranks("device-zero", kGptModel, 3, " -B 4 --zero", " -B 6");
+  ::unsetenv("ANVIL_CPU_MODEL");
 }
 
 // Checkpoints are cut by layout but hold global tensors: a 4-rank ZeRO-1
@@ -366,9 +371,9 @@ TEST(DataParallel, Zaya1TinyWithMuonOn2And4RanksMatchesOneRank) {
 
 // The GPU trainer's model (model/device_decoder.hpp) on the CPU device:
 // ANVIL_CPU_MODEL=device trains through the same orchestration --device
-// cuda runs (device arenas, the GEMM engine, unfused attention, host copies
-// of parameters and gradients for a host optimizer; one process steps on
-// the device), here on one and two ranks, against the CPU decoder's run. Attention sums in another
+// cuda runs (device arenas, the GEMM engine, unfused attention, AdamW's step
+// on the device with the gradients summed there), here on one and two ranks,
+// against the CPU decoder's run. Attention sums in another
 // order (explicit scores instead of online softmax), so this is a tolerance, not bit-exactness:
 // losses within 1e-5 relative (measured within 1e-6 over the 20 steps), weights within 1e-5 in norm
 // (measured < 1e-6).
@@ -394,14 +399,15 @@ TEST(DataParallel, TheDeviceDecoderOnTheCpuTrainsTheDecodersTrajectory) {
   expect_same_trajectory(gpt16_dev, gpt16, 2e-4, "gpt2-tiny bf16, device decoder", 2e-2, 5e-3);
   expect_same_trajectory(gpt_dev2, gpt, 1e-5, "gpt2-tiny, device decoder on 2 ranks with ZeRO-1",
                          1e-4, 1e-5);
-  // One process steps on the device (optim/device_adamw.hpp, two
-  // micro-batches summed there); two ranks reduce on the host and step with
-  // the host AdamW, sharded. The same micro-batches, the same arithmetic:
-  // the same bits.
+  // Every run steps on the device (optim/device_adamw.hpp): one process with
+  // two micro-batches summed there; two ranks with ZeRO-1, each reducing and
+  // updating its block of the arena (MPI on the CPU device, NCCL on GPUs),
+  // the blocks then gathered; two ranks without ZeRO all-reducing. The same
+  // micro-batches and a + b is the accumulation's sum, and the norm's exact
+  // sum gives the same clip: the same bits.
   expect_same_trajectory(gpt_dev_acc, gpt_dev2, 0.0,
-                         "gpt2-tiny, the device step against two ranks' host step", 0.0, 0.0);
-  // Two ranks without ZeRO step on their devices too, the gradients summed
-  // there (MPI on the CPU device, NCCL on GPUs): a + b is the accumulation's sum.
+                         "gpt2-tiny, one rank's device step against two ranks' ZeRO-1 one", 0.0,
+                         0.0);
   expect_same_trajectory(gpt_dev2_plain, gpt_dev_acc, 0.0,
                          "gpt2-tiny, two ranks' device step against one rank's", 0.0, 0.0);
 }

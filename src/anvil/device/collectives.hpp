@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <span>
 #include <string>
 
 #include "anvil/base/dtype.hpp"
@@ -44,6 +45,15 @@ class DeviceCollectives {
   void broadcast(const void* send, void* recv, size_t count, Dtype type, int root, Stream& stream);
   // Block p of `send` (count elements) goes to rank p, into block `rank` of its recv.
   void all_to_all(const void* send, void* recv, size_t count, Dtype type, Stream& stream);
+  // In place over blocks of any sizes: block p is elements [offsets[p],
+  // offsets[p + 1]) of `data` (world + 1 offsets). reduce_blocks leaves
+  // block `rank` reduced over the ranks (the others hold partial sums);
+  // broadcast_blocks gives every rank every rank's own block. One NCCL group
+  // of reduces (broadcasts), one rooted at each rank: ZeRO-1's reduce-scatter
+  // and all-gather where the blocks are not all of one size.
+  void reduce_blocks(void* data, std::span<const size_t> offsets, Dtype type, ReduceOp op,
+                     Stream& stream);
+  void broadcast_blocks(void* data, std::span<const size_t> offsets, Dtype type, Stream& stream);
 
  private:
   int rank_ = 0, world_ = 1;

@@ -70,5 +70,11 @@ void DeviceCollectives::broadcast(const void*, void*, size_t, Dtype, int, Stream
   cuda::absent();
 }
 void DeviceCollectives::all_to_all(const void*, void*, size_t, Dtype, Stream&) { cuda::absent(); }
+void DeviceCollectives::reduce_blocks(void*, std::span<const size_t>, Dtype, ReduceOp, Stream&) {
+  cuda::absent();
+}
+void DeviceCollectives::broadcast_blocks(void*, std::span<const size_t>, Dtype, Stream&) {
+  cuda::absent();
+}
 
 }  // namespace anvil::device

@@ -26,6 +26,7 @@ struct Nccl {
   decltype(&ncclReduceScatter) reduce_scatter = nullptr;
   decltype(&ncclAllGather) all_gather = nullptr;
   decltype(&ncclBroadcast) broadcast = nullptr;
+  decltype(&ncclReduce) reduce = nullptr;
   decltype(&ncclSend) send = nullptr;
   decltype(&ncclRecv) recv = nullptr;
   decltype(&ncclGroupStart) group_start = nullptr;
@@ -48,6 +49,7 @@ const Nccl& nccl() {
     bind_symbol(lib, name, "ncclReduceScatter", n.reduce_scatter, n.error);
     bind_symbol(lib, name, "ncclAllGather", n.all_gather, n.error);
     bind_symbol(lib, name, "ncclBroadcast", n.broadcast, n.error);
+    bind_symbol(lib, name, "ncclReduce", n.reduce, n.error);
     bind_symbol(lib, name, "ncclSend", n.send, n.error);
     bind_symbol(lib, name, "ncclRecv", n.recv, n.error);
     bind_symbol(lib, name, "ncclGroupStart", n.group_start, n.error);
@@ -101,6 +103,17 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 }
 
 cudaStream_t native(Stream& s) { return static_cast<cudaStream_t>(s.native()); }
+
+void check_blocks(std::span<const size_t> offsets, int world, const char* what) {
+  if (offsets.size() != static_cast<size_t>(world) + 1)
+    throw InputError(std::string("DeviceCollectives::") + what + ": expected " +
+                     std::to_string(world + 1) + " block offsets, got " +
+                     std::to_string(offsets.size()));
+  for (int p = 0; p < world; ++p)
+    if (offsets[p + 1] < offsets[p])
+      throw InputError(std::string("DeviceCollectives::") + what +
+                       ": expected non-decreasing block offsets");
+}
 
 }  // namespace
 
@@ -177,6 +190,36 @@ void DeviceCollectives::all_to_all(const void* send, void* recv, size_t count, D
     check_nccl(n.recv(r, count, nccl_type(type), p, static_cast<ncclComm_t>(comm_),
                       native(stream)),
                "ncclRecv");
+  }
+  check_nccl(n.group_end(), "ncclGroupEnd");
+}
+
+void DeviceCollectives::reduce_blocks(void* data, std::span<const size_t> offsets, Dtype type,
+                                      ReduceOp op, Stream& stream) {
+  check_blocks(offsets, world_, "reduce_blocks");
+  const Nccl& n = loaded();
+  const size_t width = dtype_bytes(type);
+  check_nccl(n.group_start(), "ncclGroupStart");
+  for (int p = 0; p < world_; ++p) {
+    auto* block = static_cast<char*>(data) + offsets[p] * width;
+    check_nccl(n.reduce(block, block, offsets[p + 1] - offsets[p], nccl_type(type), nccl_op(op), p,
+                        static_cast<ncclComm_t>(comm_), native(stream)),
+               "ncclReduce");
+  }
+  check_nccl(n.group_end(), "ncclGroupEnd");
+}
+
+void DeviceCollectives::broadcast_blocks(void* data, std::span<const size_t> offsets, Dtype type,
+                                         Stream& stream) {
+  check_blocks(offsets, world_, "broadcast_blocks");
+  const Nccl& n = loaded();
+  const size_t width = dtype_bytes(type);
+  check_nccl(n.group_start(), "ncclGroupStart");
+  for (int p = 0; p < world_; ++p) {
+    auto* block = static_cast<char*>(data) + offsets[p] * width;
+    check_nccl(n.broadcast(block, block, offsets[p + 1] - offsets[p], nccl_type(type), p,
+                           static_cast<ncclComm_t>(comm_), native(stream)),
+               "ncclBroadcast");
   }
   check_nccl(n.group_end(), "ncclGroupEnd");
 }

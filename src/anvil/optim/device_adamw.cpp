@@ -44,18 +44,28 @@ void DeviceAdamW::update(float* params, const float* grads, float lr, int64_t st
 }
 
 double DeviceAdamW::global_norm(const float* grads, int64_t n) {
-  if (stream_.kind() == device::DeviceKind::cpu) return optim::global_norm(grads, n);
   // The largest magnitude first: it fixes the fixed-point scale.
+  const float largest = max_abs(grads, n);
+  if (!(largest > 0)) return std::isnan(largest) ? static_cast<double>(largest) : 0.0;
+  const int scale = square_scale(largest);
+  return std::sqrt(square_sum_value(square_sum(grads, n, scale), scale));
+}
+
+float DeviceAdamW::max_abs(const float* grads, int64_t n) {
+  if (stream_.kind() == device::DeviceKind::cpu) return optim::max_abs(grads, n);
   device::zero(max_bits_, sizeof(uint32_t), stream_);
   kernels::gpu::max_abs_bits(grads, n, max_bits_, stream_.native());
   uint32_t bits = 0;
   device::copy(&bits, max_bits_, sizeof bits, device::CopyKind::device_to_host, stream_);
   stream_.synchronize();
-  if (bits >= 0x7f800000u) return std::numeric_limits<double>::quiet_NaN();  // NaN or infinity
-  if (bits == 0) return 0.0;
+  if (bits >= 0x7f800000u) return std::numeric_limits<float>::quiet_NaN();  // NaN or infinity
   float largest;
   std::memcpy(&largest, &bits, sizeof largest);
-  const int scale = square_scale(largest);
+  return largest;
+}
+
+SquareSum DeviceAdamW::square_sum(const float* grads, int64_t n, int scale) {
+  if (stream_.kind() == device::DeviceKind::cpu) return scaled_square_sum(grads, n, scale);
   device::zero(sums_, 2 * sizeof(unsigned long long), stream_);
   kernels::gpu::fixed_square_sum(grads, n, std::ldexp(1.0, scale), sums_, stream_.native());
   unsigned long long sums[2] = {0, 0};
@@ -64,7 +74,7 @@ double DeviceAdamW::global_norm(const float* grads, int64_t n) {
   SquareSum total;  // sums[1] x 2^42 + sums[0]: the limbs' reading of it
   total.limbs[0] = static_cast<int64_t>(sums[0]);
   total.limbs[1] = static_cast<int64_t>(sums[1]);
-  return std::sqrt(square_sum_value(total, scale));
+  return total;
 }
 
 void DeviceAdamW::download() {

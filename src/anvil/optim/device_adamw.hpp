@@ -18,6 +18,7 @@
 
 #include "anvil/device/runtime.hpp"
 #include "anvil/optim/adamw.hpp"
+#include "anvil/optim/square_sum.hpp"
 
 namespace anvil::optim {
 
@@ -31,6 +32,10 @@ class DeviceAdamW {
   void update(float* params, const float* grads, float lr, int64_t step, float grad_scale);
   // global_norm(grads, n) of device gradients: the same bits.
   double global_norm(const float* grads, int64_t n);
+  // Its two passes, for a norm over blocks held by several ranks (ZeRO-1):
+  // max_abs and scaled_square_sum of optim/square_sum.hpp, the same bits.
+  float max_abs(const float* grads, int64_t n);
+  SquareSum square_sum(const float* grads, int64_t n, int scale);
   // The moments: device -> mirror, and mirror -> device.
   void download();
   void upload();

@@ -39,12 +39,13 @@ DistributedOptimizer::DistributedOptimizer(model::TrainableModel& model,
     : model_(model), dp_(dp && dp->size() > 1 ? dp : nullptr), ep_(parallel.ep) {
   const bool use_muon = options.name == "muon";
   const auto& registry = model.registry();
-  // A model on a device with AdamW steps there (optim/device_adamw.hpp):
-  // on one process, or data parallel without ZeRO, its gradients summed on
-  // the device (NCCL; MPI on the CPU device). ZeRO-1, Muon and experts run
-  // on host copies.
+  // A model on a device with AdamW steps there (optim/device_adamw.hpp), its
+  // gradients summed on the devices (NCCL; MPI on the CPU device): all-reduced,
+  // or with ZeRO-1 reduced to each rank's block of the arena, which it
+  // updates before the blocks are gathered. Muon and experts run on host
+  // copies.
   const auto* arrays = model.device_arrays();
-  const bool device_step = arrays && steps_on_device(options, parallel, dp_ ? dp_->size() : 1);
+  const bool device_step = arrays && steps_on_device(options, parallel);
   if (dp_ && !device_step) {
     reducer_ = std::make_unique<GradReducer>(
         dp_->async(), model.grads(), registry.total(),
@@ -54,9 +55,11 @@ DistributedOptimizer::DistributedOptimizer(model::TrainableModel& model,
         parallel.zero && !use_muon, comm::Algo::automatic,
         ep_ > 1 ? expert_ranges(registry, *dp_) : std::vector<ReduceRange>{});
   }
-  adamw_ = std::make_unique<optim::AdamW>(
-      registry, options.adamw, /*skip_muon_group=*/use_muon,
-      reducer_ && parallel.zero ? reducer_->owned() : std::vector<optim::AdamW::Range>{});
+  std::vector<optim::AdamW::Range> shard;
+  if (reducer_ && parallel.zero) shard = reducer_->owned();
+  if (device_step && dp_ && parallel.zero) shard = owned();
+  adamw_ =
+      std::make_unique<optim::AdamW>(registry, options.adamw, /*skip_muon_group=*/use_muon, shard);
   if (use_muon) {
     muon_ = std::make_unique<optim::Muon>(registry, options.muon, dp_ ? dp_->rank() : 0,
                                           dp_ ? dp_->size() : 1, std::max(1, ep_));
@@ -78,8 +81,16 @@ DistributedOptimizer::DistributedOptimizer(model::TrainableModel& model,
 DistributedOptimizer::~DistributedOptimizer() = default;
 
 bool DistributedOptimizer::steps_on_device(const optim::OptimizerOptions& options,
-                                           const ParallelOptions& parallel, int ranks) {
-  return options.name == "adamw" && parallel.ep <= 1 && (ranks <= 1 || !parallel.zero);
+                                           const ParallelOptions& parallel) {
+  return options.name == "adamw" && parallel.ep <= 1;
+}
+
+std::vector<size_t> DistributedOptimizer::block_offsets() const {
+  const auto total = static_cast<size_t>(model_.registry().total());
+  std::vector<size_t> offsets;
+  for (int p = 0; p <= dp_->size(); ++p)
+    offsets.push_back(comm::block_offset(total, dp_->size(), p));
+  return offsets;
 }
 
 void DistributedOptimizer::start_reduction(const float* earlier) {
@@ -133,14 +144,23 @@ void DistributedOptimizer::stop_handing_over() {
 }
 
 ReduceTimes DistributedOptimizer::finish_reduction() {
-  if (device_ && dp_) {  // the summed gradients on every rank's device, in place
+  if (device_ && dp_) {  // the summed gradients on the devices, in place
     const auto* arrays = model_.device_arrays();
     const auto n = static_cast<size_t>(model_.registry().total());
+    const bool zero = adamw_->sharded();  // then each rank's block only
     const double t0 = now_seconds();
     if (nccl_) {
-      nccl_->all_reduce(arrays->grads, arrays->grads, n, Dtype::fp32, device::ReduceOp::sum,
-                        *arrays->stream);
+      if (zero) {
+        nccl_->reduce_blocks(arrays->grads, block_offsets(), Dtype::fp32, device::ReduceOp::sum,
+                             *arrays->stream);
+      } else {
+        nccl_->all_reduce(arrays->grads, arrays->grads, n, Dtype::fp32, device::ReduceOp::sum,
+                          *arrays->stream);
+      }
       arrays->stream->synchronize();
+    } else if (zero) {
+      dp_->comm().reduce_scatter(arrays->grads, arrays->grads + block_offsets()[dp_->rank()], n,
+                                 comm::DType::f32, comm::ReduceOp::sum, comm::Algo::automatic);
     } else {
       dp_->comm().allreduce(arrays->grads, arrays->grads, n, comm::DType::f32, comm::ReduceOp::sum,
                             comm::Algo::automatic);
@@ -152,20 +172,20 @@ ReduceTimes DistributedOptimizer::finish_reduction() {
 }
 
 double DistributedOptimizer::grad_norm() {
-  if (device_)
-    return device_->global_norm(model_.device_arrays()->grads, model_.registry().total());
-  const float* g = model_.grads();
+  const int64_t total = model_.registry().total();
+  const float* g = device_ ? model_.device_arrays()->grads : model_.grads();
   // Every rank holds every summed gradient (no ZeRO shards, no experts of
   // its own): the norm is local, and the exact sum makes it the one-rank
   // run's bits.
-  if (!reducer_ || (!adamw_->sharded() && ep_ <= 1))
-    return optim::global_norm(g, model_.registry().total());
+  if (!adamw_->sharded() && (device_ || !reducer_ || ep_ <= 1))
+    return device_ ? device_->global_norm(g, total) : optim::global_norm(g, total);
   // Otherwise each rank's owned blocks, in fixed point at the scale of the
   // largest magnitude anywhere: integer sums, the same bits on any layout.
-  const auto owned = reducer_->owned();
+  const auto ranges = owned();
   float mine = 0.0f;
-  for (const auto& [begin, end] : owned) {
-    const float m = optim::max_abs(g + begin, end - begin);
+  for (const auto& [begin, end] : ranges) {
+    const float m =
+        device_ ? device_->max_abs(g + begin, end - begin) : optim::max_abs(g + begin, end - begin);
     mine = std::isnan(m) || std::isnan(mine) ? m : std::max(mine, m);
   }
   float largest = 0.0f;
@@ -175,8 +195,9 @@ double DistributedOptimizer::grad_norm() {
   if (!(largest > 0)) return std::isnan(largest) ? static_cast<double>(largest) : 0.0;
   const int scale = optim::square_scale(largest);
   optim::SquareSum sum;
-  for (const auto& [begin, end] : owned)
-    optim::add(sum, optim::scaled_square_sum(g + begin, end - begin, scale));
+  for (const auto& [begin, end] : ranges)
+    optim::add(sum, device_ ? device_->square_sum(g + begin, end - begin, scale)
+                            : optim::scaled_square_sum(g + begin, end - begin, scale));
   dp_->sum(std::span<int64_t>(sum.limbs, 3));
   return std::sqrt(optim::square_sum_value(sum, scale));
 }
@@ -187,6 +208,15 @@ void DistributedOptimizer::update(float lr, float coef, int64_t step) {
     mirror_newer_ = false;
     const auto* arrays = model_.device_arrays();
     device_->update(arrays->params, arrays->grads, lr, step, coef);
+    if (adamw_->sharded()) {  // ZeRO-1: every rank's updated block to every rank
+      if (nccl_) {
+        nccl_->broadcast_blocks(arrays->params, block_offsets(), Dtype::fp32, *arrays->stream);
+      } else {
+        const auto n = static_cast<size_t>(model_.registry().total());
+        dp_->comm().allgather(arrays->params + block_offsets()[dp_->rank()], arrays->params, n,
+                              comm::DType::f32, comm::Algo::automatic);
+      }
+    }
     model_.params_written_on_device();
     return;
   }
@@ -224,7 +254,7 @@ std::vector<DistributedOptimizer::Range> DistributedOptimizer::owned() const {
   if (reducer_) return reducer_->owned();
   const auto total = static_cast<size_t>(model_.registry().total());
   if (!dp_) return {{0, static_cast<int64_t>(total)}};
-  // The device step: every rank holds everything; each writes its block.
+  // The device step: each rank writes its block (and with ZeRO-1 updates it).
   const auto begin = static_cast<int64_t>(comm::block_offset(total, dp_->size(), dp_->rank()));
   return {
       {begin, begin + static_cast<int64_t>(comm::block_count(total, dp_->size(), dp_->rank()))}};

@@ -6,8 +6,9 @@
 // over the whole arena, with the same arithmetic; with AdamW on a model
 // whose arrays live on a device (TrainableModel::device_arrays) it steps
 // there (optim/device_adamw.hpp), the host AdamW its checkpoint mirror; data
-// parallel without ZeRO then sums the gradients on the devices (NCCL
-// all-reduce after backward, not yet overlapped with it).
+// parallel then sums the gradients on the devices after backward, not yet
+// overlapped with it (NCCL all-reduce; with ZeRO-1 a reduce to each rank's
+// block, that block's update, and the blocks broadcast back).
 #pragma once
 
 #include <cstdint>
@@ -60,16 +61,17 @@ class DistributedOptimizer {
   std::vector<model::TensorShard> state_to_load();
   size_t state_bytes() const;
   int64_t bucket_count() const { return reducer_ ? reducer_->bucket_count() : 0; }
-  // Whether a model on a device is stepped there with these options over
-  // `ranks` data-parallel ranks (AdamW; one rank, or no ZeRO; no experts).
+  // Whether a model on a device is stepped there with these options
+  // (AdamW, no experts; with or without ZeRO-1).
   static bool steps_on_device(const optim::OptimizerOptions& options,
-                              const ParallelOptions& parallel, int ranks);
-  // Whether the step runs on the model's device (AdamW; one process, or data parallel without
-  // ZeRO).
+                              const ParallelOptions& parallel);
+  // Whether the step runs on the model's device.
   bool on_device() const { return device_ != nullptr; }
 
  private:
   void add_earlier_from(int64_t offset);
+  // The ranks' blocks of the arena for the device step (size + 1 offsets).
+  std::vector<size_t> block_offsets() const;
   void broadcast_muon_matrices(float* data);
 
   model::TrainableModel& model_;

@@ -214,13 +214,16 @@ void Trainer::check_device_memory() const {
   const model::MemoryPlan plan =
       model::DeviceDecoder::plan_for(config_, B_, T_local_, /*training=*/true, precision_);
   const size_t params = plan.parameters;
-  // AdamW without ZeRO steps on the device (parallel/distributed_optimizer.hpp):
-  // two moments, and with accumulation the earlier micro-batches' sum.
+  // AdamW steps on the device (parallel/distributed_optimizer.hpp): two
+  // moments (of this rank's block under ZeRO-1), and with accumulation the
+  // earlier micro-batches' sum.
   const bool device_step =
-      parallel::DistributedOptimizer::steps_on_device(o_.optimizer, o_.parallel, dp_size_);
+      parallel::DistributedOptimizer::steps_on_device(o_.optimizer, o_.parallel);
+  const size_t moments =
+      2 * (o_.parallel.zero ? params / static_cast<size_t>(dp_size_) + sizeof(float) : params);
   size_t planned = plan.parameters + plan.gradients + plan.activations + plan.low_precision +
                    (32u << 20);  // cuBLASLt's workspace
-  if (device_step) planned += 2 * params + (o_.train.accum > 1 ? params : 0);
+  if (device_step) planned += moments + (o_.train.accum > 1 ? params : 0);
   const std::string why = device_memory_shortfall(planned, device::gpu_memory().free_bytes,
                                                   device::gpu_for_rank(rank_));
   if (!why.empty()) throw InputError(why);
@@ -295,8 +298,11 @@ void Trainer::print_plan() const {
   if (world_ > 1 && optimizer_->on_device()) {
     std::printf(
         ", %d data-parallel ranks (global batch %lld rows; gradients summed on the "
-        "devices by one all-reduce after backward)",
-        dp_size_, static_cast<long long>(B_ * o_.train.accum * dp_size_));
+        "devices after backward%s)",
+        dp_size_, static_cast<long long>(B_ * o_.train.accum * dp_size_),
+        o_.parallel.zero ? ", each rank's block by its reduce, updated there and "
+                           "broadcast back (ZeRO-1)"
+                         : " by one all-reduce");
   } else if (world_ > 1) {
     std::printf(
         ", %d data-parallel ranks (global batch %lld rows; %d threads each; %lld gradient "
@@ -654,8 +660,10 @@ void Trainer::print_summary(bool stopped) const {
         human_bytes(static_cast<double>(r.device_total_bytes)).c_str(),
         human_bytes(static_cast<double>(r.planned_bytes)).c_str());
   if (world_ > 1) {
-    std::printf("communication per step (median): %.1f ms all-reduce, %.1f ms exposed%s\n",
-                1e3 * r.comm_seconds, 1e3 * r.exposed_seconds,
+    std::printf("communication per step (median): %.1f ms gradient %s, %.1f ms exposed%s\n",
+                1e3 * r.comm_seconds,
+                o_.parallel.zero && o_.optimizer.name != "muon" ? "reduce-scatter" : "all-reduce",
+                1e3 * r.exposed_seconds,
                 o_.parallel.ep > 1
                     ? (", " + fmt(1e3 * r.alltoall_seconds, 1) + " ms expert all-to-all").c_str()
                     : "");
