@@ -101,6 +101,12 @@ class EvalCommands : public CommandFamily {
         ->check(at_least(0))
         ->capture_default_str();
     generate_->add_option("--seed", g.seed, "Sampling seed")->capture_default_str();
+    generate_
+        ->add_option("--device", g.device,
+                     "Where the model runs: cpu, or cuda (the dense family, fp32, its KV cache "
+                     "in GPU memory; GPU 0)")
+        ->check(one_of({"cpu", "cuda"}))
+        ->capture_default_str();
     add_threads(generate_, threads_);
   }
 

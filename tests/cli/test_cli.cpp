@@ -966,10 +966,11 @@ TEST(Cli, EvalScoresPerplexityAndMultipleChoice) {
   expect_usage_error("eval --checkpoint " + dir + "/run", "--data");
 }
 
-// anvil eval through the GPU path's model on the CPU device
-// (ANVIL_CPU_MODEL=device) scores what the CPU decoder scores; --device
-// cuda where no GPU can be used, or with a bad name, is refused in one line.
-TEST(Cli, EvalThroughTheDeviceModelMatchesTheCpuDecoder) {
+// anvil eval and generate through the GPU path's model on the CPU device
+// (ANVIL_CPU_MODEL=device) score and decode (greedy, its KV cache) what
+// the CPU decoder does; --device cuda where no GPU can be used, or with a
+// bad name, is refused in one line.
+TEST(Cli, EvalAndGenerateThroughTheDeviceModelMatchTheCpuDecoder) {
   const std::string dir = fresh_dir("cli_eval_device");
   const std::string src = ANVIL_SOURCE_DIR;
   ASSERT_EQ(
@@ -988,20 +989,28 @@ TEST(Cli, EvalThroughTheDeviceModelMatchesTheCpuDecoder) {
       << "\n";
   const std::string args = "eval --checkpoint " + dir + "/run --data readme=" + dir +
                            "/readme.tok --rows 4 --seq 32 --task " + dir + "/task.jsonl --json";
-  const CliRun cpu = run_anvil(args, false);
+  const std::string gen = "generate --checkpoint " + dir +
+                          "/run --prompt-tokens 70,108,101 --max-new 25 --temperature 0";
+  const CliRun cpu = run_anvil(args, false), cpu_gen = run_anvil(gen, false);
   ::setenv("ANVIL_CPU_MODEL", "device", 1);
-  const CliRun dev = run_anvil(args, false);
+  const CliRun dev = run_anvil(args, false), dev_gen = run_anvil(gen, false);
   ::unsetenv("ANVIL_CPU_MODEL");
   ASSERT_EQ(cpu.status, 0) << cpu.out;
   ASSERT_EQ(dev.status, 0) << dev.out;
+  ASSERT_EQ(cpu_gen.status, 0) << cpu_gen.out;
+  ASSERT_EQ(dev_gen.status, 0) << dev_gen.out;
+  EXPECT_EQ(dev_gen.out, cpu_gen.out);
   const auto a = nlohmann::json::parse(cpu.out), b = nlohmann::json::parse(dev.out);
   const double want = a["perplexity"][0]["loss"].get<double>();
   EXPECT_NEAR(b["perplexity"][0]["loss"].get<double>(), want, 1e-5 * want);
   EXPECT_EQ(b["tasks"][0]["acc"], a["tasks"][0]["acc"]);
   expect_usage_error("eval --checkpoint " + dir + "/run --data " + dir + "/readme.tok --device tpu",
                      "--device");
-  if (!anvil::device::cuda_unavailable_reason().empty())
+  expect_usage_error(gen + " --device tpu", "--device");
+  if (!anvil::device::cuda_unavailable_reason().empty()) {
     expect_usage_error(
         "eval --checkpoint " + dir + "/run --data " + dir + "/readme.tok --device cuda",
         "--device");
+    expect_usage_error(gen + " --device cuda", "--device");
+  }
 }

@@ -140,5 +140,27 @@ TEST_F(GpuDecoder, Bf16MatchesTheCpuDeviceInBf16) {
   expect_cuda_matches_cpu("llama-tiny", Precision::bf16, false, 1e-4, 1e-3);
 }
 
+// Decoding (the KV cache in GPU memory) against the CPU device, position by
+// position over the whole context, from the same weights.
+TEST_F(GpuDecoder, DecodingMatchesTheCpuDevicePositionByPosition) {
+  for (const char* name : {"gpt2-tiny", "llama-tiny"}) {
+    const ModelConfig c = tiny(name);
+    DeviceDecoder gpu(c, 1, 1, false, DeviceKind::cuda);
+    DeviceDecoder cpu(c, 1, 1, false, DeviceKind::cpu);
+    gpu.registry().initialize(gpu.params(), 4);
+    cpu.registry().initialize(cpu.params(), 4);
+    gpu.start_decode(c.seq_len);
+    cpu.start_decode(c.seq_len);
+    std::mt19937 rng(2);
+    std::vector<float> got(static_cast<size_t>(c.vocab_size)), want(got.size());
+    for (int64_t pos = 0; pos < c.seq_len; ++pos) {
+      const auto token = static_cast<int32_t>(rng() % c.vocab_size);
+      gpu.decode_step(token, pos, got.data());
+      cpu.decode_step(token, pos, want.data());
+      EXPECT_LT(max_gap(got, want, 1e-6), 1e-5) << name << " position " << pos;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace anvil::model

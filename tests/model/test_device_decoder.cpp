@@ -122,6 +122,45 @@ TEST(DeviceDecoder, ASmallerBatchThanPlannedAndUpdatedWeightsAreSeen) {
   }
 }
 
+// Decoding through the KV cache (one query row against the cached keys and
+// values, per key/value head one strided-batch GEMM) gives Decoder's
+// logits at every position: gpt2-tiny (learned positions, biases, MHA) and
+// llama-tiny (RoPE, GQA with 2 query heads per key/value head).
+void expect_same_decoding(const ModelConfig& c) {
+  Decoder ref(c, 1, 1, false);
+  DeviceDecoder dev(c, 1, 1, false, device::DeviceKind::cpu);
+  ref.registry().initialize(ref.params(), 5);
+  dev.registry().initialize(dev.params(), 5);
+  const int64_t n = c.seq_len;
+  ref.start_decode(n);
+  dev.start_decode(n);
+  const Batch b = random_batch(n, c.vocab_size, 4);
+  std::vector<float> want(static_cast<size_t>(c.vocab_size)), got(want.size());
+  for (int64_t pos = 0; pos < n; ++pos) {
+    ref.decode_step(b.tokens[pos], pos, want.data());
+    dev.decode_step(b.tokens[pos], pos, got.data());
+    ASSERT_LT(relative_gap(got.data(), want.data(), c.vocab_size, 1e-6), 1e-5)
+        << c.name << " position " << pos;
+  }
+  EXPECT_THROW(dev.decode_step(0, n, got.data()), InputError);
+  EXPECT_THROW(dev.decode_step(static_cast<int32_t>(c.vocab_size), 0, got.data()), InputError);
+  // A new sequence starts from an empty cache: position 0 again.
+  dev.start_decode(4);
+  ref.start_decode(4);
+  ref.decode_step(b.tokens[3], 0, want.data());
+  dev.decode_step(b.tokens[3], 0, got.data());
+  EXPECT_LT(relative_gap(got.data(), want.data(), c.vocab_size, 1e-6), 1e-5) << c.name;
+}
+
+TEST(DeviceDecoder, DecodingWithAKvCacheGivesTheDecodersLogits) {
+  expect_same_decoding(tiny("gpt2-tiny"));
+  expect_same_decoding(tiny("llama-tiny"));
+  DeviceDecoder training(tiny("gpt2-tiny"), 1, 4, true, device::DeviceKind::cpu);
+  EXPECT_THROW(training.start_decode(4), InputError);
+  DeviceDecoder inference(tiny("gpt2-tiny"), 1, 1, false, device::DeviceKind::cpu);
+  EXPECT_THROW(inference.start_decode(71), InputError);  // past seq_len 70
+}
+
 TEST(DeviceDecoder, RefusesWhatTheDecoderRefuses) {
   const auto c = tiny("gpt2-tiny");
   DeviceDecoder dev(c, 1, 8, true, device::DeviceKind::cpu);
@@ -191,6 +230,30 @@ TEST(DeviceLayers, CausalSoftmaxAndItsBackwardMatchTheFormulas) {
       EXPECT_NEAR(dp[r * T + j], ds, 1e-6 + 1e-4 * std::fabs(ds));
     }
   }
+}
+
+// The queries as the last rows of the sequence (a KV cache's decoded
+// tokens): row r of each block of `queries` sees keys 0..T - queries + r.
+TEST(DeviceLayers, CausalSoftmaxOfTheLastQueriesSeesTheirKeys) {
+  const int64_t T = 6, queries = 2, rows = 3 * queries;
+  std::vector<float> scores = test_support::random_vector(rows * T, 3);
+  const std::vector<float> raw = scores;
+  std::vector<float> lse(rows);
+  device::Stream s;
+  kernels::dev::causal_softmax_forward(s, scores.data(), lse.data(), rows, T, 0.5f, queries);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t last = T - queries + r % queries;
+    double mx = -1e30, sum = 0;
+    for (int64_t j = 0; j <= last; ++j) mx = std::max(mx, 0.5 * raw[r * T + j]);
+    for (int64_t j = 0; j <= last; ++j) sum += std::exp(0.5 * raw[r * T + j] - mx);
+    EXPECT_NEAR(lse[r], mx + std::log(sum), 1e-5) << r;
+    for (int64_t j = 0; j < T; ++j) {
+      const double p = j <= last ? std::exp(0.5 * raw[r * T + j] - mx) / sum : 0.0;
+      EXPECT_NEAR(scores[r * T + j], p, 1e-6 + 1e-5 * p) << r << " " << j;
+    }
+  }
+  EXPECT_THROW(kernels::dev::causal_softmax_forward(s, scores.data(), lse.data(), rows, T, 0.5f, 7),
+               InputError);
 }
 
 // The GPU's embedding backward reads the rows grouped by token: distinct

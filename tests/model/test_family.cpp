@@ -117,7 +117,7 @@ TEST(ModelFamily, DecodingModelsEqualTheFullForwardRowByRow) {
     o.seq = T;
     o.training = false;
     const auto full = f.make_model(c, o);
-    const auto dec = f.make_decoding_model(c);
+    const auto dec = f.make_decoding_model(c, device::DeviceKind::cpu);
     f.registry(c).initialize(full->params(), 3);
     f.registry(c).initialize(dec->weights().params(), 3);
     std::vector<int32_t> tokens = {3, 1, 4, 1, 5}, targets(T, -1);

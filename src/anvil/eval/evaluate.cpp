@@ -119,6 +119,20 @@ double stderr_of(double p, int64_t n) {  // of a mean of n Bernoulli outcomes (s
 
 }  // namespace
 
+device::DeviceKind checkpoint_device(const std::string& name, const model::ModelConfig& config) {
+  // A device that cannot run is refused before any work, as anvil train does.
+  const device::DeviceKind device = device::parse_device(name, "--device");
+  if (device == device::DeviceKind::cuda) {
+    if (model::model_family(config).has_experts())
+      throw InputError("--device: cuda runs the dense family (gpt2, llama configs); " +
+                       config.name + " has no GPU path yet");
+    const std::string why = device::cuda_unavailable_reason();
+    if (!why.empty()) throw InputError("--device: cuda: no CUDA device can be used: " + why);
+    device::select_gpu(0);
+  }
+  return device;
+}
+
 EvalResult evaluate(const EvalOptions& o) {
   if (o.data.empty() && o.tasks.empty())
     throw InputError("eval: expected --data NAME=FILE.tok and/or --task FILE.jsonl");
@@ -129,16 +143,7 @@ EvalResult evaluate(const EvalOptions& o) {
   const model::ModelConfig config =
       model::parse_model_config(state.at("config").dump(), dir + "/state.json");
   r.tokenizer = state.value("tokenizer", "random");
-  // A device that cannot run is refused before any work, as anvil train does.
-  const device::DeviceKind device = device::parse_device(o.device, "--device");
-  if (device == device::DeviceKind::cuda) {
-    if (model::model_family(config).has_experts())
-      throw InputError("--device: cuda evaluates the dense family (gpt2, llama configs); " +
-                       config.name + " has no GPU path yet");
-    const std::string why = device::cuda_unavailable_reason();
-    if (!why.empty()) throw InputError("--device: cuda: no CUDA device can be used: " + why);
-    device::select_gpu(0);
-  }
+  const device::DeviceKind device = checkpoint_device(o.device, config);
   const int64_t T = o.seq > 0 ? o.seq : config.seq_len;
   if (T > config.seq_len || T < 2)
     throw InputError("--seq: expected 2.." + std::to_string(config.seq_len) +

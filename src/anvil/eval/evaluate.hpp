@@ -19,6 +19,9 @@
 #include <utility>
 #include <vector>
 
+#include "anvil/device/runtime.hpp"
+#include "anvil/model/config.hpp"
+
 namespace anvil::eval {
 
 struct EvalOptions {
@@ -54,5 +57,11 @@ struct EvalResult {
 
 // Throws InputError naming the file (and line) on bad input.
 EvalResult evaluate(const EvalOptions& options);
+
+// The device `anvil eval` and `anvil generate` run a checkpoint's model on:
+// `device` parsed ("cpu", "cuda"), then refused before any work when the
+// family has no GPU path or no GPU can be used (InputError naming --device);
+// on cuda GPU 0 is selected.
+device::DeviceKind checkpoint_device(const std::string& device, const model::ModelConfig& config);
 
 }  // namespace anvil::eval

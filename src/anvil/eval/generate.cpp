@@ -12,6 +12,7 @@
 #include "anvil/ckpt/sharded.hpp"
 #include "anvil/data/tokenizer.hpp"
 #include "anvil/data/tokens.hpp"
+#include "anvil/eval/evaluate.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/family.hpp"
 
@@ -108,7 +109,8 @@ GenerateResult generate(const GenerateOptions& o,
     r.text += piece;
     if (on_new) on_new(t, piece);
   };
-  const auto model = model::model_family(config).make_decoding_model(config);
+  const auto model =
+      model::model_family(config).make_decoding_model(config, checkpoint_device(o.device, config));
   model::TrainableModel& weights = model->weights();
   ckpt::load_weights(dir, weights.registry(), weights.params(), weights.extra_state());
   decode_all(*model, prompt, total, o, on_token, config.vocab_size, r);

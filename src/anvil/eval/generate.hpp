@@ -18,6 +18,7 @@ struct GenerateOptions {
   double temperature = 0.8;  // 0: greedy
   int64_t top_k = 40;        // 0: all
   uint64_t seed = 1;
+  std::string device = "cpu";  // cpu, or cuda (the dense family; the KV cache on the GPU)
 };
 
 struct GenerateResult {

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 
+#include "anvil/base/error.hpp"
 #include "anvil/kernels/bodies.hpp"
 #include "anvil/kernels/fast_math.hpp"
 #include "anvil/kernels/gpu_layers.hpp"
@@ -168,15 +170,19 @@ void bias_backward(device::Stream& s, float* dbias, const float* dout, int64_t N
 }
 
 void causal_softmax_forward(device::Stream& s, float* scores, float* lse, int64_t rows, int64_t T,
-                            float scale) {
+                            float scale, int64_t queries) {
+  if (queries == 0) queries = T;
+  if (queries < 1 || queries > T)
+    throw InputError("causal_softmax_forward: expected 1.." + std::to_string(T) + " queries, got " +
+                     std::to_string(queries));
   if (!on_cpu(s)) {
-    gpu::causal_softmax_forward(scores, lse, rows, T, scale, s.native());
+    gpu::causal_softmax_forward(scores, lse, rows, T, queries, scale, s.native());
     return;
   }
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     float* row = scores + r * T;
-    const int64_t last = r % T;
+    const int64_t last = T - queries + r % queries;
     float mx = -INFINITY;
     for (int64_t j = 0; j <= last; ++j) mx = std::max(mx, scale * row[j]);
     float sum = 0.0f;

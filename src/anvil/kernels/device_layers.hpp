@@ -77,12 +77,16 @@ int64_t column_sum_scratch(int64_t columns);
 void bias_backward(device::Stream& s, float* dbias, const float* dout, int64_t N, int64_t OC,
                    float* scratch);
 
-// `rows` rows of T scores each; row r is query position r % T (rows of
-// several heads stacked). In place: scores[r, j] becomes the causal
-// softmax probability of key j <= r % T of `scale` * scores (0 for j
-// after it), and lse[r] the log-sum-exp of the scaled scores j <= r % T.
+// `rows` rows of T scores each (keys 0..T-1), blocks of `queries` rows
+// (T when 0) stacked (several heads or batch rows): row r is the query at
+// position last(r) = T - queries + r % queries, the queries being the last
+// ones of the sequence (r % T in training; T - 1 for every row of one
+// decoded token against a KV cache, queries = 1). In place: scores[r, j]
+// becomes the causal softmax probability of key j <= last(r) of `scale` *
+// scores (0 for j after it), and lse[r] the log-sum-exp of the scaled
+// scores j <= last(r).
 void causal_softmax_forward(device::Stream& s, float* scores, float* lse, int64_t rows, int64_t T,
-                            float scale);
+                            float scale, int64_t queries = 0);
 // In place: dprobs (the probabilities' gradient) becomes the raw scores'
 // gradient, p (dp - sum_j p_j dp_j) * scale (0 after the diagonal).
 void causal_softmax_backward(device::Stream& s, float* dprobs, const float* probs, int64_t rows,

@@ -173,9 +173,10 @@ __global__ void add_partials_kernel(float* out, const float* partial, int64_t ch
 }
 
 // One block per score row; keys after the row's position get probability 0.
-__global__ void causal_softmax_forward_kernel(float* scores, float* lse, int64_t T, float scale) {
+__global__ void causal_softmax_forward_kernel(float* scores, float* lse, int64_t T, int64_t queries,
+                                              float scale) {
   float* row = scores + blockIdx.x * T;
-  const int64_t last = blockIdx.x % T;
+  const int64_t last = T - queries + blockIdx.x % queries;
   float part = -INFINITY;
   for (int64_t j = threadIdx.x; j <= last; j += kThreads) part = fmaxf(part, scale * row[j]);
   const float mx = block_max(part);
@@ -438,12 +439,12 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC, float
   column_sums<1>(outs, DoutTerm{dout, OC}, N, OC, scratch, as_stream(stream), "bias_backward");
 }
 
-void causal_softmax_forward(float* scores, float* lse, int64_t rows, int64_t T, float scale,
-                            void* stream) {
+void causal_softmax_forward(float* scores, float* lse, int64_t rows, int64_t T, int64_t queries,
+                            float scale, void* stream) {
   check_rows(rows, "causal_softmax_forward");
   if (rows == 0) return;
   causal_softmax_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, as_stream(stream)>>>(
-      scores, lse, T, scale);
+      scores, lse, T, queries, scale);
   launched("causal_softmax_forward");
 }
 

@@ -67,9 +67,10 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC, float
                    void* stream);
 
 // device_layers.hpp's causal softmax over stacked [T]-wide score rows (row r
-// is query position r % T), in place, and its backward.
-void causal_softmax_forward(float* scores, float* lse, int64_t rows, int64_t T, float scale,
-                            void* stream);
+// is query position T - queries + r % queries), in place, and its backward
+// (queries = T: position r % T).
+void causal_softmax_forward(float* scores, float* lse, int64_t rows, int64_t T, int64_t queries,
+                            float scale, void* stream);
 void causal_softmax_backward(float* dprobs, const float* probs, int64_t rows, int64_t T,
                              float scale, void* stream);
 

@@ -26,7 +26,7 @@ void embedding_backward(float*, float*, const float*, const int32_t*, int64_t, i
 void bias_backward(float*, const float*, int64_t, int64_t, float*, void*) {
   absent();
 }
-void causal_softmax_forward(float*, float*, int64_t, int64_t, float, void*) {
+void causal_softmax_forward(float*, float*, int64_t, int64_t, int64_t, float, void*) {
   absent();
 }
 void causal_softmax_backward(float*, const float*, int64_t, int64_t, float, void*) {

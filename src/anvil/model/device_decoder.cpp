@@ -570,4 +570,91 @@ void DeviceDecoder::run_backward(int64_t B, int64_t T) {
                           groups_, token_groups_.count);
 }
 
+void DeviceDecoder::start_decode(int64_t max_len) {
+  if (training_ || mixed())
+    throw InputError("decoding: expected a device decoder built for inference in fp32");
+  if (max_len < 1 || max_len > config_.seq_len) {
+    throw InputError("decode length " + std::to_string(max_len) + " exceeds the config's seq_len " +
+                     std::to_string(config_.seq_len));
+  }
+  const auto rows = static_cast<size_t>(max_len * Hkv_ * D_) * sizeof(float);
+  device::ArenaPlan plan;
+  for (int64_t l = 0; l < 2 * L_; ++l) plan.add(rows);
+  plan.add(static_cast<size_t>(Hq_ * max_len) * sizeof(float));
+  plan.add(static_cast<size_t>(Hq_) * sizeof(float));
+  cache_ = device::DeviceArena(stream_.kind(), "kv cache", plan);
+  kcache_.clear();
+  vcache_.clear();
+  for (int64_t l = 0; l < L_; ++l) {
+    kcache_.push_back(cache_.take<float>(max_len * Hkv_ * D_));
+    vcache_.push_back(cache_.take<float>(max_len * Hkv_ * D_));
+  }
+  decode_scores_ = cache_.take<float>(Hq_ * max_len);
+  decode_lse_ = cache_.take<float>(Hq_);
+  cache_len_ = max_len;
+}
+
+void DeviceDecoder::decode_step(int32_t token, int64_t pos, float* logits) {
+  if (pos < 0 || pos >= cache_len_) {
+    throw InputError("decode position " + std::to_string(pos) + " is past the KV cache (" +
+                     std::to_string(cache_len_) + " positions)");
+  }
+  if (token < 0 || token >= V_) {
+    throw InputError("token " + std::to_string(token) + " is outside the vocabulary [0, " +
+                     std::to_string(V_) + ")");
+  }
+  upload_params();
+  device::copy(tokens_, &token, sizeof token, device::CopyKind::host_to_device, stream_);
+  const float* P = dparams_;
+  const float* wpe = param("model.embed_positions.weight", P);
+  float* x = x_[0];
+  dev::embedding_forward(stream_, x, tokens_, param("model.embed_tokens.weight", P),
+                         wpe == nullptr ? nullptr : wpe + pos * C_, 1, 1, C_);
+  const auto theta = static_cast<float>(config_.rope_theta);
+  const int64_t kv = Hkv_ * D_, group = Hq_ / Hkv_, n = pos + 1;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D_));
+  const Acts& a = acts_by_layer_[0];  // one row: the first layer's activations serve every layer
+  for (int64_t l = 0; l < L_; ++l) {
+    const Layer& p = param_layers_[static_cast<size_t>(l)];
+    float* keys = kcache_[static_cast<size_t>(l)];
+    float* values = vcache_[static_cast<size_t>(l)];
+    norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1_w, p.ln1_b, 1);
+    linear_forward(a.qkv, a.ln1, p.qkv_w, p.qkv_b, 1, C_, Q_);
+    if (config_.position == Position::rope) {
+      dev::rope(stream_, a.qkv, 1, 1, pos, Hq_, D_, rotary_, Q_, theta, false);
+      dev::rope(stream_, a.qkv + Hq_ * D_, 1, 1, pos, Hkv_, D_, rotary_, Q_, theta, false);
+    }
+    const auto row_bytes = static_cast<size_t>(kv) * sizeof(float);
+    device::copy(keys + pos * kv, a.qkv + Hq_ * D_, row_bytes, device::CopyKind::device_to_device,
+                 stream_);
+    device::copy(values + pos * kv, a.qkv + Hq_ * D_ + kv, row_bytes,
+                 device::CopyKind::device_to_device, stream_);
+    // Key/value head g's `group` query heads ([group, D], rows D apart)
+    // against its n cached keys (rows kv apart): one GEMM per g, batched.
+    gemm(false, true, group, n, D_, a.qkv, D_, keys, kv, 0.0f, decode_scores_, n, gemm_type_,
+         {Hkv_, group * D_, D_, group * n});
+    dev::causal_softmax_forward(stream_, decode_scores_, decode_lse_, Hq_, n, scale,
+                                /*queries=*/1);
+    gemm(false, false, group, D_, n, decode_scores_, n, values, kv, 0.0f, a.att, D_, gemm_type_,
+         {Hkv_, group * n, D_, group * D_});
+    linear_forward(a.mid, a.att, p.o_w, p.o_b, 1, Hq_ * D_, C_);
+    dev::residual_forward(stream_, a.mid, a.mid, x, C_);
+    norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, p.ln2_w, p.ln2_b, 1);
+    linear_forward(a.fch, a.ln2, p.up_w, p.up_b, 1, C_, F2_);
+    if (config_.mlp == Mlp::swiglu)
+      dev::swiglu_forward(stream_, a.fca, a.fch, 1, F_);
+    else
+      dev::gelu_forward(stream_, a.fca, a.fch, F_);
+    linear_forward(x, a.fca, p.down_w, p.down_b, 1, F_, C_);
+    dev::residual_forward(stream_, x, x, a.mid, C_);
+  }
+  norm_forward(lnf_, lnf_mean_, lnf_rstd_, x, param("model.norm.weight", P),
+               param("model.norm.bias", P), 1);
+  const char* head = config_.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  gemm(false, true, 1, V_, C_, lnf_, C_, param(head, P), C_, 0.0f, logits_, V_, gemm_type_);
+  device::copy(logits, logits_, static_cast<size_t>(V_) * sizeof(float),
+               device::CopyKind::device_to_host, stream_);
+  stream_.synchronize();
+}
+
 }  // namespace anvil::model

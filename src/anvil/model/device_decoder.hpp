@@ -66,6 +66,18 @@ class DeviceDecoder : public TrainableModel {
   void keep_grads_on_device() override { grads_on_device_ = true; }
   void params_written_on_device() override;
 
+  // Decoding, one token at a time (`anvil generate --device cuda`, through
+  // DecodingAdapter): start_decode plans a KV cache in device memory for up
+  // to `max_len` positions (at most the config's seq_len), then
+  // decode_step feeds `token` at `pos` (0, 1, 2, ...) and copies the
+  // next-token logits [V] to the host. Decoder::decode_step's arithmetic:
+  // each layer's new key and value row appended to its cache, then per
+  // key/value head one strided-batch GEMM of its query heads against the
+  // cached keys, the softmax of that one query row, and one against the
+  // cached values. Build it with B = T = 1, training false, fp32.
+  void start_decode(int64_t max_len);
+  void decode_step(int32_t token, int64_t pos, float* logits);
+
  private:
   struct Layer {
     const float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *o_w, *o_b, *ln2_w, *ln2_b, *up_w, *up_b, *down_w,
@@ -145,6 +157,12 @@ class DeviceDecoder : public TrainableModel {
   std::vector<Layer> param_layers_, grad_layers_;
   float *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *row_loss_, *scores_, *dscores_;
   float *d_res_, *d_ln_, *d_qkv_, *d_att_, *d_fch_, *d_fca_, *d_lnf_;
+  // Decoding: per layer the keys and values of the positions so far
+  // ([max_len, Hkv * D] each), one query row of scores per head and its lse.
+  device::DeviceArena cache_;
+  std::vector<float*> kcache_, vcache_;
+  float *decode_scores_ = nullptr, *decode_lse_ = nullptr;
+  int64_t cache_len_ = 0;
 };
 
 }  // namespace anvil::model

@@ -91,8 +91,10 @@ class ModelFamily {
   virtual MemoryPlan memory_plan(const ModelConfig& config, const ModelOptions& options) const = 0;
   virtual std::unique_ptr<TrainableModel> make_model(const ModelConfig& config,
                                                      const ModelOptions& options) const = 0;
-  // For one sequence, one token at a time, fp32.
-  virtual std::unique_ptr<DecodingModel> make_decoding_model(const ModelConfig& config) const = 0;
+  // For one sequence, one token at a time, fp32, on `device` (InputError
+  // where the family has no decoding model there).
+  virtual std::unique_ptr<DecodingModel> make_decoding_model(const ModelConfig& config,
+                                                             device::DeviceKind device) const = 0;
 
   // Parameters by component (`anvil size`, the planner).
   virtual ParamCount count_parameters(const ModelConfig& config) const = 0;

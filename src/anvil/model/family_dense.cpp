@@ -14,8 +14,8 @@ namespace {
 // Whether a model is the DeviceDecoder: on a GPU always; on the CPU when
 // ANVIL_CPU_MODEL=device asks for it (the GPU path's orchestration on the
 // CPU's engine and layers, for tests; default: decoder).
-bool device_model(const ModelOptions& o) {
-  if (o.device != device::DeviceKind::cpu) return true;
+bool device_model(device::DeviceKind device) {
+  if (device != device::DeviceKind::cpu) return true;
   static const bool on_cpu = env_choice("ANVIL_CPU_MODEL", {"decoder", "device"}) == "device";
   return on_cpu;
 }
@@ -38,7 +38,7 @@ class DenseFamily final : public ModelFamily {
   }
 
   MemoryPlan memory_plan(const ModelConfig& config, const ModelOptions& o) const override {
-    if (device_model(o))
+    if (device_model(o.device))
       return DeviceDecoder::plan_for(config, o.batch, o.seq, o.training, o.precision);
     return Decoder::plan_for(config, o.batch, o.seq, o.training, o.precision,
                              o.context ? o.context->size() : 1);
@@ -46,7 +46,7 @@ class DenseFamily final : public ModelFamily {
 
   std::unique_ptr<TrainableModel> make_model(const ModelConfig& config,
                                              const ModelOptions& o) const override {
-    if (device_model(o)) {
+    if (device_model(o.device)) {
       check_device_model(o);
       return std::make_unique<DeviceDecoder>(config, o.batch, o.seq, o.training, o.device,
                                              o.precision, o.tf32);
@@ -54,7 +54,12 @@ class DenseFamily final : public ModelFamily {
     return std::make_unique<Decoder>(config, o.batch, o.seq, o.training, o.precision, o.context);
   }
 
-  std::unique_ptr<DecodingModel> make_decoding_model(const ModelConfig& config) const override {
+  std::unique_ptr<DecodingModel> make_decoding_model(const ModelConfig& config,
+                                                     device::DeviceKind device) const override {
+    if (device_model(device)) {
+      return std::make_unique<DecodingAdapter<DeviceDecoder>>(
+          std::make_unique<DeviceDecoder>(config, 1, 1, /*training=*/false, device));
+    }
     return std::make_unique<DecodingAdapter<Decoder>>(
         std::make_unique<Decoder>(config, 1, 1, /*training=*/false));
   }

@@ -92,7 +92,11 @@ class Zaya1Family final : public ModelFamily {
   }
 
   // CCA caches; the router's balancing biases come with the checkpoint.
-  std::unique_ptr<DecodingModel> make_decoding_model(const ModelConfig& config) const override {
+  std::unique_ptr<DecodingModel> make_decoding_model(const ModelConfig& config,
+                                                     device::DeviceKind device) const override {
+    if (device != device::DeviceKind::cpu)
+      throw InputError("--device " + device::to_string(device) +
+                       ": zaya1 has no GPU path yet (expected --device cpu)");
     return std::make_unique<DecodingAdapter<ZayaModel>>(std::make_unique<ZayaModel>(config, 1, 1));
   }
 
