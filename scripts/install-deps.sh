@@ -35,6 +35,11 @@ test_packages=(
   clang libclang-rt-dev    # fuzz/run.sh: libFuzzer with ASan + UBSan (30 s per harness in the test command)
 )
 [ "$tests" = 1 ] && packages+=("${test_packages[@]}")
+# Where the CUDA toolkit is (the build compiles the GPU backends there), pip
+# fetches the cuDNN frontend's headers below.
+cuda=0
+{ command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; } && cuda=1
+[ "$cuda" = 1 ] && packages+=(python3-pip)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -48,6 +53,31 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# The GPU build's header-only dependency: cuDNN's frontend (the C++ graph
+# API over cuDNN's fused flash attention), from its PyPI wheel, pinned by
+# version and hash, unpacked into .deps/ where CMake looks for it.
+if [ "$cuda" = 1 ]; then
+  fe_version=1.32.0
+  fe_wheel=nvidia_cudnn_frontend-$fe_version-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
+  fe_sha256=c6006556017a4d1c914c52a556c71b1267f2d6a0500f742e7b4edef539878df0
+  fe_dir=.deps/cudnn-frontend-$fe_version
+  if [ ! -f "$fe_dir/include/cudnn_frontend.h" ]; then
+    echo "cuDNN frontend $fe_version: fetching its headers into $fe_dir" >&2
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    /usr/bin/python3 -m pip download -q --disable-pip-version-check --no-deps \
+      --only-binary=:all: --python-version 3.11 --platform manylinux_2_28_x86_64 \
+      -d "$tmp" "nvidia-cudnn-frontend==$fe_version"
+    echo "$fe_sha256  $tmp/$fe_wheel" | sha256sum -c --quiet -
+    rm -rf "$fe_dir.partial"
+    /usr/bin/python3 -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])' \
+      "$tmp/$fe_wheel" "$fe_dir.partial"
+    mv "$fe_dir.partial" "$fe_dir"
+  fi
+fi
+
 [ "$tests" = 1 ] || exit 0
 
 # The Python environment, rebuilt when requirements.txt changes (its hash

@@ -12,6 +12,7 @@
 
 #include "anvil/base/error.hpp"
 #include "anvil/device/epilogue.hpp"
+#include "anvil/device/fused_attention.hpp"
 #include "anvil/device/gemm_engine.hpp"
 #include "anvil/device/runtime.hpp"
 #include "anvil/device/stream_kernels.hpp"
@@ -198,6 +199,43 @@ TEST(DeviceSeam, EncodesGemmTypes) {
   EXPECT_EQ(f8[0], 1.0f);
   EXPECT_EQ(f8[1], -0.5f);
   EXPECT_EQ(f8[2], 3.25f);  // e4m3: 3 mantissa bits, round to nearest
+}
+
+// cuDNN is told the decoder's own layout by strides: each [batch, head,
+// position, dim] element of q, k, v, out and the statistics lands where the
+// unfused attention reads and writes it (GQA: 6 query heads over 2 kv heads).
+TEST(DeviceSeam, FusedAttentionLayoutAddressesTheDecodersBuffers) {
+  const AttentionShape s{2, 5, 6, 2, 4, 0.5f};
+  const AttentionLayout l = attention_layout(s);
+  const int64_t row = (s.Hq + 2 * s.Hkv) * s.D, out_row = s.Hq * s.D;
+  const auto at = [](const AttentionTensor& t, int64_t b, int64_t h, int64_t p, int64_t d) {
+    return t.offset + b * t.strides[0] + h * t.strides[1] + p * t.strides[2] + d * t.strides[3];
+  };
+  EXPECT_EQ(l.q.dims, (std::array<int64_t, 4>{2, 6, 5, 4}));
+  EXPECT_EQ(l.k.dims, (std::array<int64_t, 4>{2, 2, 5, 4}));
+  EXPECT_EQ(l.stats.dims, (std::array<int64_t, 4>{2, 6, 5, 1}));
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t p = 0; p < s.T; ++p) {
+      const int64_t r = b * s.T + p;
+      for (int64_t d = 0; d < s.D; ++d) {
+        for (int64_t h = 0; h < s.Hq; ++h) {
+          EXPECT_EQ(at(l.q, b, h, p, d), r * row + h * s.D + d);
+          EXPECT_EQ(at(l.out, b, h, p, d), r * out_row + h * s.D + d);
+        }
+        for (int64_t g = 0; g < s.Hkv; ++g) {
+          EXPECT_EQ(at(l.k, b, g, p, d), r * row + (s.Hq + g) * s.D + d);
+          EXPECT_EQ(at(l.v, b, g, p, d), r * row + (s.Hq + s.Hkv + g) * s.D + d);
+        }
+      }
+      for (int64_t h = 0; h < s.Hq; ++h)
+        EXPECT_EQ(at(l.stats, b, h, p, 0), h * s.B * s.T + r);  // the unfused lse's [head][row]
+    }
+  EXPECT_THROW(attention_layout({2, 5, 6, 4, 4, 0.5f}), InputError);  // 4 kv heads for 6
+  if (!cuda_unavailable_reason().empty()) {
+    EXPECT_FALSE(fused_attention_unavailable().empty());
+    Stream cpu;
+    EXPECT_THROW(FusedAttention(s, cpu), SystemError);
+  }
 }
 
 }  // namespace

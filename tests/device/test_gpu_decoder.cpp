@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "anvil/device/fused_attention.hpp"
 #include "anvil/device/runtime.hpp"
 #include "anvil/kernels/device_layers.hpp"
 #include "anvil/model/config.hpp"
@@ -134,10 +135,25 @@ TEST_F(GpuDecoder, Tf32StaysWithinTf32Rounding) {
 }
 
 // The same bf16-rounded inputs on both devices; only the summation order
-// of the fp32 accumulations differs.
+// of the fp32 accumulations differs (the unfused attention on both).
 TEST_F(GpuDecoder, Bf16MatchesTheCpuDeviceInBf16) {
+  ::setenv("ANVIL_ATTENTION", "unfused", 1);
   expect_cuda_matches_cpu("gpt2-tiny", Precision::bf16, false, 1e-4, 1e-3);
   expect_cuda_matches_cpu("llama-tiny", Precision::bf16, false, 1e-4, 1e-3);
+  ::unsetenv("ANVIL_ATTENTION");
+}
+
+// cuDNN's fused attention (bf16 q, k, v, out and gradients; fp32 softmax
+// statistics) against the unfused fp32 attention of the same bf16 run:
+// the loss within 5e-3 relative and every gradient within 5e-2 of the
+// largest, the size of bf16 rounding of attention's outputs and gradients.
+TEST_F(GpuDecoder, FusedAttentionMatchesTheUnfusedAttentionInBf16) {
+  const std::string why = device::fused_attention_unavailable();
+  if (!why.empty()) GTEST_SKIP() << "fused attention: " << why;
+  ::setenv("ANVIL_ATTENTION", "fused", 1);
+  expect_cuda_matches_cpu("gpt2-tiny", Precision::bf16, false, 5e-3, 5e-2);
+  expect_cuda_matches_cpu("llama-tiny", Precision::bf16, false, 5e-3, 5e-2);
+  ::unsetenv("ANVIL_ATTENTION");
 }
 
 // Decoding (the KV cache in GPU memory) against the CPU device, position by

@@ -256,6 +256,24 @@ TEST(DeviceLayers, CausalSoftmaxOfTheLastQueriesSeesTheirKeys) {
                InputError);
 }
 
+// The fused attention's outputs come back from bf16 exactly; the CPU device
+// never fuses attention, and asking for it there says why not.
+TEST(DeviceLayers, Bf16ComesBackExactlyAndTheCpuDeviceKeepsUnfusedAttention) {
+  const std::vector<float> values = test_support::random_vector(1000, 9);
+  std::vector<bf16> half(values.size());
+  device::Stream s;
+  kernels::dev::convert_to_bf16(s, half.data(), values.data(), 1000);
+  std::vector<float> back(values.size());
+  kernels::dev::convert_from_bf16(s, back.data(), half.data(), 1000);
+  for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(back[i], to_float(half[i])) << i;
+  EXPECT_FALSE(DeviceDecoder::fuses_attention(device::DeviceKind::cpu, Precision::bf16));
+  ::setenv("ANVIL_ATTENTION", "fused", 1);
+  EXPECT_THROW(DeviceDecoder::fuses_attention(device::DeviceKind::cpu, Precision::bf16),
+               InputError);
+  EXPECT_FALSE(DeviceDecoder::fuses_attention(device::DeviceKind::cpu, Precision::fp32));
+  ::unsetenv("ANVIL_ATTENTION");
+}
+
 // The GPU's embedding backward reads the rows grouped by token: distinct
 // tokens ascending, their offsets, then each token's rows in order.
 TEST(DeviceLayers, GroupByTokenListsEachTokensRowsInOrder) {

@@ -30,6 +30,15 @@ void convert_to_bf16(device::Stream& s, bf16* dst, const float* src, int64_t n) 
     gpu::convert_to_bf16(&dst->bits, src, n, s.native());
 }
 
+void convert_from_bf16(device::Stream& s, float* dst, const bf16* src, int64_t n) {
+  if (!on_cpu(s)) {
+    gpu::convert_from_bf16(dst, &src->bits, n, s.native());
+    return;
+  }
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_float(src[i]);
+}
+
 void embedding_forward(device::Stream& s, float* out, const int32_t* tokens, const float* wte,
                        const float* wpe, int64_t B, int64_t T, int64_t C) {
   if (on_cpu(s))

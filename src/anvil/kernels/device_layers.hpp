@@ -23,6 +23,8 @@ namespace anvil::kernels::dev {
 
 // dst = bf16(src), round to nearest even (the GEMM inputs of mixed precision).
 void convert_to_bf16(device::Stream& s, bf16* dst, const float* src, int64_t n);
+// dst = float(src), exact (the fused attention's bf16 outputs).
+void convert_from_bf16(device::Stream& s, float* dst, const bf16* src, int64_t n);
 
 void embedding_forward(device::Stream& s, float* out, const int32_t* tokens, const float* wte,
                        const float* wpe, int64_t B, int64_t T, int64_t C);

@@ -80,6 +80,11 @@ __global__ void embedding_kernel(float* out, const int32_t* tokens, const float*
   }
 }
 
+__global__ void convert_from_bf16_kernel(float* dst, const uint16_t* src, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    dst[i] = __uint_as_float(static_cast<uint32_t>(src[i]) << 16);
+}
+
 __global__ void convert_to_bf16_kernel(uint16_t* dst, const float* src, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     uint32_t u = __float_as_uint(src[i]);
@@ -413,6 +418,11 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
 void convert_to_bf16(uint16_t* dst, const float* src, int64_t n, void* stream) {
   convert_to_bf16_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dst, src, n);
   launched("convert_to_bf16");
+}
+
+void convert_from_bf16(float* dst, const uint16_t* src, int64_t n, void* stream) {
+  convert_from_bf16_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dst, src, n);
+  launched("convert_from_bf16");
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* groups,

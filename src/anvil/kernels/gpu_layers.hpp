@@ -18,6 +18,8 @@ namespace anvil::kernels::gpu {
 // dst[i] = the bf16 bits of src[i], round to nearest even (NaN stays NaN),
 // as base/bf16.hpp's to_bf16.
 void convert_to_bf16(uint16_t* dst, const float* src, int64_t n, void* stream);
+// dst[i] = the float whose top 16 bits are src[i] (exact).
+void convert_from_bf16(float* dst, const uint16_t* src, int64_t n, void* stream);
 
 // out[n, :] = wte[tokens[n], :] + wpe[n % T, :] (wpe may be null).
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,

@@ -19,6 +19,9 @@ void embedding_forward(float*, const int32_t*, const float*, const float*, int64
 void convert_to_bf16(uint16_t*, const float*, int64_t, void*) {
   absent();
 }
+void convert_from_bf16(float*, const uint16_t*, int64_t, void*) {
+  absent();
+}
 void embedding_backward(float*, float*, const float*, const int32_t*, int64_t, int64_t, int64_t,
                         int64_t, void*) {
   absent();

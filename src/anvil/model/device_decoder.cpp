@@ -8,6 +8,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "anvil/base/env_choice.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/kernels/device_layers.hpp"
 #include "anvil/model/decoder.hpp"
@@ -117,8 +118,19 @@ device::ArenaPlan one_request(size_t bytes) {
 
 }  // namespace
 
+bool DeviceDecoder::fuses_attention(device::DeviceKind kind, Precision precision) {
+  const std::string choice = env_choice("ANVIL_ATTENTION", {"auto", "fused", "unfused"});
+  if (choice == "unfused" || precision != Precision::bf16) return false;
+  const std::string why = kind == device::DeviceKind::cuda
+                              ? device::fused_attention_unavailable()
+                              : std::string("the CPU device has no fused attention");
+  if (why.empty()) return true;
+  if (choice == "fused") throw InputError("ANVIL_ATTENTION=fused: " + why);
+  return false;
+}
+
 MemoryPlan DeviceDecoder::plan_for(const ModelConfig& config, int64_t B, int64_t T, bool training,
-                                   Precision precision) {
+                                   Precision precision, bool fused_attention) {
   MemoryPlan p;
   const ParamRegistry r = decoder_registry(config);
   p.parameters = param_bytes(r);
@@ -129,6 +141,11 @@ MemoryPlan DeviceDecoder::plan_for(const ModelConfig& config, int64_t B, int64_t
     device::ArenaPlan low;
     low.add(static_cast<size_t>(r.total()) * sizeof(bf16));
     for (int i = 0; i < 2; ++i) low.add(static_cast<size_t>(scratch_elements(s)) * sizeof(bf16));
+    // Fused attention's bf16 qkv and out (and for backward dout and dqkv).
+    if (fused_attention)
+      for (int i = 0; i < (training ? 2 : 1); ++i)
+        for (const int64_t width : {s.Q, s.A})
+          low.add(static_cast<size_t>(s.N * width) * sizeof(bf16));
     p.low_precision = low.total();
   }
   return p;
@@ -138,7 +155,7 @@ DeviceDecoder::DeviceDecoder(const ModelConfig& config, int64_t B, int64_t T, bo
                              device::DeviceKind kind, Precision precision, bool tf32)
     : config_(config),
       registry_(decoder_registry(config)),
-      plan_(plan_for(config, B, T, training, precision)),
+      plan_(plan_for(config, B, T, training, precision, fuses_attention(kind, precision))),
       B_(B),
       T_(T),
       C_(config.d_model),
@@ -203,6 +220,14 @@ DeviceDecoder::DeviceDecoder(const ModelConfig& config, int64_t B, int64_t T, bo
     weights_bf16_ = low_.take<bf16>(registry_.total());
     scratch_a_ = low_.take<bf16>(scratch_elements(s));
     scratch_b_ = low_.take<bf16>(scratch_elements(s));
+    if (fuses_attention(kind, precision)) {
+      qkv16_ = low_.take<bf16>(s.N * s.Q);
+      out16_ = low_.take<bf16>(s.N * s.A);
+      if (training) {
+        dout16_ = low_.take<bf16>(s.N * s.A);
+        dqkv16_ = low_.take<bf16>(s.N * s.Q);
+      }
+    }
   }
   const auto n = static_cast<size_t>(registry_.total());
   const auto host = [kind](size_t floats, const char* name) {
@@ -391,8 +416,24 @@ void DeviceDecoder::rope(float* x, int64_t N, int64_t T, bool backward) {
 // Per batch row: S_h = Q_h K_g^T (T x T, one block per head), the causal
 // softmax in place, then out_h = P_h V_g. Query head h reads kv head
 // g = h / (Hq / Hkv).
+device::FusedAttention& DeviceDecoder::fused_attention(int64_t B, int64_t T) {
+  auto& slot = fused_by_shape_[{B, T}];
+  if (!slot) {
+    slot = std::make_unique<device::FusedAttention>(
+        device::AttentionShape{B, T, Hq_, Hkv_, D_, 1.0f / std::sqrt(static_cast<float>(D_))},
+        stream_);
+  }
+  return *slot;
+}
+
 void DeviceDecoder::attention_forward(const Acts& a, int64_t B, int64_t T) {
   const int64_t A = Hq_ * D_, group = Hq_ / Hkv_;
+  if (qkv16_ != nullptr) {  // fused: bf16 q, k, v in; bf16 out, fp32 lse
+    dev::convert_to_bf16(stream_, qkv16_, a.qkv, B * T * Q_);
+    fused_attention(B, T).forward(qkv16_, out16_, a.lse);
+    dev::convert_from_bf16(stream_, a.att, out16_, B * T * A);
+    return;
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(D_));
   // One head at a time, its B batch rows as one strided batch (qkv rows
   // T Q apart, scores T^2 apart): 2 GEMM launches per head, any GQA group.
@@ -414,6 +455,14 @@ void DeviceDecoder::attention_forward(const Acts& a, int64_t B, int64_t T) {
 void DeviceDecoder::attention_backward(const Acts& a, const float* datt, float* dqkv, int64_t B,
                                        int64_t T) {
   const int64_t A = Hq_ * D_, group = Hq_ / Hkv_;
+  if (dqkv16_ != nullptr) {  // fused: the forward's bf16 inputs again (att holds bf16 values)
+    dev::convert_to_bf16(stream_, qkv16_, a.qkv, B * T * Q_);
+    dev::convert_to_bf16(stream_, out16_, a.att, B * T * A);
+    dev::convert_to_bf16(stream_, dout16_, datt, B * T * A);
+    fused_attention(B, T).backward(qkv16_, out16_, dout16_, a.lse, dqkv16_);
+    dev::convert_from_bf16(stream_, dqkv, dqkv16_, B * T * Q_);
+    return;
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(D_));
   device::zero(dqkv, static_cast<size_t>(B * T * Q_) * sizeof(float), stream_);
   const Batch rows{B, T * Q_, T * Q_, T * T};  // [T, Q] row blocks -> [T, T] score blocks

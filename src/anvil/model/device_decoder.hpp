@@ -5,7 +5,8 @@
 // GemmEngine (cuBLASLt on CUDA), the other layers through
 // kernels/device_layers.hpp, attention unfused (per head, its batch rows as
 // one strided-batch GEMM: scores, a causal softmax kernel, then the value
-// GEMM; backward recomputes the probabilities). On a CPU device
+// GEMM; backward recomputes the probabilities), or in bf16 on a GPU fused
+// (cuDNN's flash attention, device/fused_attention.hpp). On a CPU device
 // the same code runs on the CPU engine and layers, which is how the tests
 // check it against Decoder without a GPU.
 //
@@ -23,10 +24,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "anvil/device/fused_attention.hpp"
 #include "anvil/device/gemm_engine.hpp"
 #include "anvil/device/runtime.hpp"
 #include "anvil/kernels/device_layers.hpp"
@@ -50,7 +53,12 @@ class DeviceDecoder : public TrainableModel {
 
   // The device memory the model holds (parameters, gradients, activations).
   static MemoryPlan plan_for(const ModelConfig& config, int64_t B, int64_t T, bool training,
-                             Precision precision = Precision::fp32);
+                             Precision precision = Precision::fp32, bool fused_attention = false);
+  // Whether a model on `kind` in `precision` runs attention fused
+  // (device/fused_attention.hpp: bf16 on a GPU where cuDNN's fused
+  // attention can run). ANVIL_ATTENTION=unfused keeps the unfused path,
+  // =fused requires the fused one (InputError saying why it cannot run).
+  static bool fuses_attention(device::DeviceKind kind, Precision precision);
 
   const ParamRegistry& registry() const override { return registry_; }
   float* params() override;
@@ -117,6 +125,7 @@ class DeviceDecoder : public TrainableModel {
   void norm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                      const float* w, const float* mean, const float* rstd, int64_t N);
   void rope(float* x, int64_t N, int64_t T, bool backward);
+  device::FusedAttention& fused_attention(int64_t B, int64_t T);
   void attention_forward(const Acts& a, int64_t B, int64_t T);
   void attention_backward(const Acts& a, const float* datt, float* dqkv, int64_t B, int64_t T);
   void run_forward(int64_t B, int64_t T);
@@ -157,6 +166,10 @@ class DeviceDecoder : public TrainableModel {
   std::vector<Layer> param_layers_, grad_layers_;
   float *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *row_loss_, *scores_, *dscores_;
   float *d_res_, *d_ln_, *d_qkv_, *d_att_, *d_fch_, *d_fca_, *d_lnf_;
+  // Fused attention (fuses_attention): bf16 copies of qkv, out, dout and
+  // dqkv, and cuDNN's graphs for each micro-batch shape seen.
+  bf16 *qkv16_ = nullptr, *out16_ = nullptr, *dout16_ = nullptr, *dqkv16_ = nullptr;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<device::FusedAttention>> fused_by_shape_;
   // Decoding: per layer the keys and values of the positions so far
   // ([max_len, Hkv * D] each), one query row of scores per head and its lse.
   device::DeviceArena cache_;

@@ -39,7 +39,8 @@ class DenseFamily final : public ModelFamily {
 
   MemoryPlan memory_plan(const ModelConfig& config, const ModelOptions& o) const override {
     if (device_model(o.device))
-      return DeviceDecoder::plan_for(config, o.batch, o.seq, o.training, o.precision);
+      return DeviceDecoder::plan_for(config, o.batch, o.seq, o.training, o.precision,
+                                     DeviceDecoder::fuses_attention(o.device, o.precision));
     return Decoder::plan_for(config, o.batch, o.seq, o.training, o.precision,
                              o.context ? o.context->size() : 1);
   }

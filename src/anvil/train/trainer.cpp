@@ -211,8 +211,9 @@ std::string device_memory_shortfall(size_t planned_bytes, int64_t free_bytes, in
 }
 
 void Trainer::check_device_memory() const {
-  const model::MemoryPlan plan =
-      model::DeviceDecoder::plan_for(config_, B_, T_local_, /*training=*/true, precision_);
+  const model::MemoryPlan plan = model::DeviceDecoder::plan_for(
+      config_, B_, T_local_, /*training=*/true, precision_,
+      model::DeviceDecoder::fuses_attention(device::DeviceKind::cuda, precision_));
   const size_t params = plan.parameters;
   // AdamW steps on the device (parallel/distributed_optimizer.hpp): two
   // moments (of this rank's block under ZeRO-1), and with accumulation the

@@ -1,0 +1,29 @@
+// The fused attention's layout (fused_attention.hpp), the same in every build.
+#include "anvil/device/fused_attention.hpp"
+
+#include <string>
+
+#include "anvil/base/error.hpp"
+
+namespace anvil::device {
+
+AttentionLayout attention_layout(const AttentionShape& s) {
+  if (s.B < 1 || s.T < 1 || s.Hq < 1 || s.Hkv < 1 || s.D < 1 || s.Hq % s.Hkv != 0)
+    throw InputError("fused attention: expected positive sizes with Hkv dividing Hq, got B " +
+                     std::to_string(s.B) + ", T " + std::to_string(s.T) + ", Hq " +
+                     std::to_string(s.Hq) + ", Hkv " + std::to_string(s.Hkv) + ", D " +
+                     std::to_string(s.D));
+  const int64_t row = (s.Hq + 2 * s.Hkv) * s.D;  // one position's q, k and v heads
+  const int64_t out_row = s.Hq * s.D;
+  AttentionLayout l;
+  // Batch b, head h, position t, dim d of qkv: ((b T + t) row + head offset + h D + d).
+  l.q = {{s.B, s.Hq, s.T, s.D}, {s.T * row, s.D, row, 1}, 0};
+  l.k = {{s.B, s.Hkv, s.T, s.D}, {s.T * row, s.D, row, 1}, s.Hq * s.D};
+  l.v = {{s.B, s.Hkv, s.T, s.D}, {s.T * row, s.D, row, 1}, (s.Hq + s.Hkv) * s.D};
+  l.out = {{s.B, s.Hq, s.T, s.D}, {s.T * out_row, s.D, out_row, 1}, 0};
+  // stats[h][b T + t].
+  l.stats = {{s.B, s.Hq, s.T, 1}, {s.T, s.B * s.T, 1, 1}, 0};
+  return l;
+}
+
+}  // namespace anvil::device

@@ -1,0 +1,71 @@
+// Causal scaled-dot-product attention fused into one kernel per pass (flash
+// attention: the T x T scores never reach memory), for the GPU decoder's bf16
+// path. On CUDA it is cuDNN's SDPA through the cuDNN frontend's graph API
+// (cudnn_attention.cpp; cuDNN loaded at run time, like cuBLASLt and NCCL), one
+// forward and one backward graph per shape, built once and cached; a HIP build
+// would put AOTriton or CK's flash attention behind the same class.
+//
+// The tensors stay in the decoder's layout, described to cuDNN by strides
+// (attention_layout): qkv rows [B*T, (Hq + 2 Hkv) * D] holding each position's
+// query heads, then key heads, then value heads; out rows [B*T, Hq * D]; and
+// the statistics (each query's log-sum-exp of its scaled scores, fp32) as
+// [Hq][B*T], the unfused path's lse. Query head h reads key/value head
+// h / (Hq / Hkv) (GQA). qkv, out, their gradients: bf16; statistics: fp32.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "anvil/base/bf16.hpp"
+#include "anvil/device/runtime.hpp"
+
+namespace anvil::device {
+
+struct AttentionShape {
+  int64_t B = 0, T = 0, Hq = 0, Hkv = 0, D = 0;
+  float scale = 1.0f;  // applied to the scores before the softmax
+};
+
+// One tensor as [batch, head, position, dim] dims and element strides, its
+// first element `offset` elements into its buffer.
+struct AttentionTensor {
+  std::array<int64_t, 4> dims{}, strides{};
+  int64_t offset = 0;
+};
+struct AttentionLayout {
+  AttentionTensor q, k, v, out, stats;  // q, k, v in qkv (dq, dk, dv alike); stats dim 1
+};
+// The layout above for `shape` (InputError for a shape GQA cannot group).
+AttentionLayout attention_layout(const AttentionShape& shape);
+
+// Empty when fused attention can run here; else why not (not built with
+// CUDA or the cuDNN frontend, cuDNN not loadable, no GPU, a GPU before sm_80).
+std::string fused_attention_unavailable();
+
+class FusedAttention {
+ public:
+  // Builds both graphs for `shape` on the current GPU; SystemError when
+  // cuDNN has no plan for it (fused_attention_unavailable() first).
+  FusedAttention(const AttentionShape& shape, Stream& stream);
+  ~FusedAttention();
+  FusedAttention(const FusedAttention&) = delete;
+  FusedAttention& operator=(const FusedAttention&) = delete;
+
+  const AttentionShape& shape() const { return shape_; }
+  // out = softmax(scale * Q K^T, causal) V per head; stats as above.
+  void forward(const bf16* qkv, bf16* out, float* stats);
+  // dqkv (all of it written) from the forward's qkv, out and stats and dout.
+  void backward(const bf16* qkv, const bf16* out, const bf16* dout, const float* stats, bf16* dqkv);
+  // Device bytes of cuDNN's workspace (the larger pass's).
+  size_t workspace_bytes() const;
+
+ private:
+  struct Graphs;
+  AttentionShape shape_;
+  Stream& stream_;
+  std::unique_ptr<Graphs> graphs_;
+};
+
+}  // namespace anvil::device
