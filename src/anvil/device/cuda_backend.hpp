@@ -44,6 +44,7 @@ void* event_create();
 void event_destroy(void* e);
 void event_record(void* e, void* s);
 void event_synchronize(void* e);
+void stream_wait_event(void* s, void* e);
 double event_elapsed_ms(void* start, void* stop);
 
 // `passes` passes of a memory-bandwidth kernel over n doubles; `sink` (one

@@ -190,6 +190,10 @@ void event_record(void* e, void* s) {
 void event_synchronize(void* e) {
   check(cudaEventSynchronize(static_cast<cudaEvent_t>(e)), "cudaEventSynchronize");
 }
+void stream_wait_event(void* s, void* e) {
+  check(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(e), 0),
+        "cudaStreamWaitEvent");
+}
 double event_elapsed_ms(void* start, void* stop) {
   float ms = 0;
   check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(stop)),

@@ -75,6 +75,9 @@ Stream& Stream::operator=(Stream&& o) noexcept {
 void Stream::synchronize() {
   if (kind_ == DeviceKind::cuda) cuda::stream_synchronize(handle_);
 }
+void Stream::wait(const Event& event) {
+  if (kind_ == DeviceKind::cuda) cuda::stream_wait_event(handle_, event.native());
+}
 
 // Event ----------------------------------------------------------------------
 

@@ -69,6 +69,8 @@ GpuMemory gpu_memory();
 // (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, else `rank`) modulo the GPUs.
 int gpu_for_rank(int rank);
 
+class Event;
+
 class Stream {
  public:
   explicit Stream(DeviceKind kind = DeviceKind::cpu);
@@ -79,6 +81,9 @@ class Stream {
   Stream& operator=(const Stream&) = delete;
   DeviceKind kind() const { return kind_; }
   void synchronize();
+  // Work queued here after this call waits for `event`'s recorded point
+  // (cudaStreamWaitEvent; the CPU runs in order, so nothing to wait for).
+  void wait(const Event& event);
   void* native() const { return handle_; }  // cudaStream_t on CUDA, null on the CPU
 
  private:
@@ -99,6 +104,7 @@ class Event {
   void record(Stream& stream);
   void synchronize();
   static double elapsed_ms(const Event& start, const Event& stop);
+  void* native() const { return handle_; }  // cudaEvent_t on CUDA, null on the CPU
 
  private:
   DeviceKind kind_ = DeviceKind::cpu;

@@ -613,6 +613,9 @@ void DeviceDecoder::run_backward(int64_t B, int64_t T) {
     linear_backward(d_ln_, mut(g.qkv_w), mut(g.qkv_b), d_qkv_, a.ln1, p.qkv_w, N, C_, Q_);
     norm_backward(d_res_, mut(g.ln1_w), mut(g.ln1_b), d_ln_, x_[l], p.ln1_w, a.ln1_mean, a.ln1_rstd,
                   N);
+    // With the gradients on the device, layer l's and those after it are
+    // queued: a data-parallel run starts reducing them (on another stream).
+    if (grads_on_device_) grads_ready_from(registry_.layer_begin(l));
   }
   dev::embedding_backward(stream_, mut(param("model.embed_tokens.weight", G)),
                           mut(param("model.embed_positions.weight", G)), d_res_, tokens_, B, T, C_,

@@ -116,7 +116,9 @@ class TrainableModel {
   // Called during forward_backward with X as soon as every gradient at
   // offset >= X is final for this micro-batch (X decreases; the last call is
   // 0): the data-parallel trainer starts reducing those gradients while the
-  // rest of backward runs. Empty: no calls.
+  // rest of backward runs. Empty: no calls. With the gradients kept on a
+  // device (keep_grads_on_device), "final" means queued on its stream: a
+  // reduction on another stream waits for an event recorded there.
   void set_grads_ready_hook(std::function<void(int64_t)> hook) { grads_ready_ = std::move(hook); }
 
  protected:

@@ -74,6 +74,10 @@ DistributedOptimizer::DistributedOptimizer(model::TrainableModel& model,
           [mpi](void* bytes, size_t n) {
             MPI_Bcast(bytes, static_cast<int>(n), MPI_BYTE, 0, mpi);
           });
+      comm_stream_ = device::Stream(device::DeviceKind::cuda);
+      ready_ = device::Event(device::DeviceKind::cuda);
+      comm_start_ = device::Event(device::DeviceKind::cuda);
+      comm_stop_ = device::Event(device::DeviceKind::cuda);
     }
   }
 }
@@ -94,8 +98,14 @@ std::vector<size_t> DistributedOptimizer::block_offsets() const {
 }
 
 void DistributedOptimizer::start_reduction(const float* earlier) {
-  if (device_) {  // backward's gradients are final on the device when it returns
+  if (device_) {  // backward's gradients are queued on the device when it hands them over
     earlier_ = earlier;
+    if (!overlapped()) return;
+    if (earlier_) upload_earlier();
+    finished_from_ = model_.registry().total();
+    buckets_ = 0;
+    reduce_seconds_ = 0;
+    model_.set_grads_ready_hook([this](int64_t offset) { reduce_on_device_from(offset); });
     return;
   }
   if (reducer_) reducer_->begin();
@@ -106,6 +116,42 @@ void DistributedOptimizer::start_reduction(const float* earlier) {
     add_earlier_from(offset);
     if (reducer_) reducer_->ready_from(offset);
   });
+}
+
+void DistributedOptimizer::upload_earlier() {
+  const auto* arrays = model_.device_arrays();
+  const int64_t n = model_.registry().total();
+  if (!device_earlier_) {
+    device::ArenaPlan plan;
+    plan.add(static_cast<size_t>(n) * sizeof(float));
+    earlier_arena_ = device::DeviceArena(arrays->stream->kind(), "earlier gradients", plan);
+    device_earlier_ = earlier_arena_.take<float>(n);
+  }
+  device::copy(device_earlier_, earlier_, static_cast<size_t>(n) * sizeof(float),
+               device::CopyKind::host_to_device, *arrays->stream);
+}
+
+void DistributedOptimizer::reduce_on_device_from(int64_t offset) {
+  if (offset >= finished_from_) return;
+  const auto* arrays = model_.device_arrays();
+  float* g = arrays->grads + offset;
+  const int64_t n = finished_from_ - offset;
+  // grads = earlier + grads over the range, element-wise (add_earlier_from's sum).
+  if (earlier_) kernels::dev::residual_forward(*arrays->stream, g, device_earlier_ + offset, g, n);
+  if (nccl_) {
+    ready_.record(*arrays->stream);
+    comm_stream_.wait(ready_);
+    if (buckets_ == 0) comm_start_.record(comm_stream_);
+    nccl_->all_reduce(g, g, static_cast<size_t>(n), Dtype::fp32, device::ReduceOp::sum,
+                      comm_stream_);
+  } else {  // the CPU device: the stream's work is done; reduce now
+    const double t0 = now_seconds();
+    dp_->comm().allreduce(g, g, static_cast<size_t>(n), comm::DType::f32, comm::ReduceOp::sum,
+                          comm::Algo::automatic);
+    reduce_seconds_ += now_seconds() - t0;
+  }
+  ++buckets_;
+  finished_from_ = offset;
 }
 
 void DistributedOptimizer::add_earlier_from(int64_t offset) {
@@ -121,19 +167,14 @@ void DistributedOptimizer::add_earlier_from(int64_t offset) {
 
 void DistributedOptimizer::stop_handing_over() {
   if (device_) {
-    if (earlier_) {  // grads = earlier + grads, element-wise as add_earlier_from does it
+    if (overlapped()) {
+      reduce_on_device_from(0);  // backward's last call says 0; this only makes sure
+      model_.set_grads_ready_hook({});
+    } else if (earlier_) {  // grads = earlier + grads, element-wise as add_earlier_from does it
       const auto* arrays = model_.device_arrays();
-      const int64_t n = model_.registry().total();
-      if (!device_earlier_) {
-        device::ArenaPlan plan;
-        plan.add(static_cast<size_t>(n) * sizeof(float));
-        earlier_arena_ = device::DeviceArena(arrays->stream->kind(), "earlier gradients", plan);
-        device_earlier_ = earlier_arena_.take<float>(n);
-      }
-      device::copy(device_earlier_, earlier_, static_cast<size_t>(n) * sizeof(float),
-                   device::CopyKind::host_to_device, *arrays->stream);
+      upload_earlier();
       kernels::dev::residual_forward(*arrays->stream, arrays->grads, device_earlier_, arrays->grads,
-                                     n);
+                                     model_.registry().total());
     }
     earlier_ = nullptr;
     return;
@@ -144,26 +185,27 @@ void DistributedOptimizer::stop_handing_over() {
 }
 
 ReduceTimes DistributedOptimizer::finish_reduction() {
-  if (device_ && dp_) {  // the summed gradients on the devices, in place
-    const auto* arrays = model_.device_arrays();
-    const auto n = static_cast<size_t>(model_.registry().total());
-    const bool zero = adamw_->sharded();  // then each rank's block only
+  if (overlapped()) {  // the layers' all-reduces were queued during backward
     const double t0 = now_seconds();
     if (nccl_) {
-      if (zero) {
-        nccl_->reduce_blocks(arrays->grads, block_offsets(), Dtype::fp32, device::ReduceOp::sum,
-                             *arrays->stream);
-      } else {
-        nccl_->all_reduce(arrays->grads, arrays->grads, n, Dtype::fp32, device::ReduceOp::sum,
-                          *arrays->stream);
-      }
+      comm_stop_.record(comm_stream_);
+      comm_stream_.synchronize();
+      const double exposed = now_seconds() - t0;
+      return {device::Event::elapsed_ms(comm_start_, comm_stop_) / 1e3, exposed, buckets_};
+    }
+    return {reduce_seconds_, reduce_seconds_, buckets_};  // the CPU device overlaps nothing
+  }
+  if (device_ && dp_) {  // ZeRO-1: each rank's block summed to it, after backward
+    const auto* arrays = model_.device_arrays();
+    const auto n = static_cast<size_t>(model_.registry().total());
+    const double t0 = now_seconds();
+    if (nccl_) {
+      nccl_->reduce_blocks(arrays->grads, block_offsets(), Dtype::fp32, device::ReduceOp::sum,
+                           *arrays->stream);
       arrays->stream->synchronize();
-    } else if (zero) {
+    } else {
       dp_->comm().reduce_scatter(arrays->grads, arrays->grads + block_offsets()[dp_->rank()], n,
                                  comm::DType::f32, comm::ReduceOp::sum, comm::Algo::automatic);
-    } else {
-      dp_->comm().allreduce(arrays->grads, arrays->grads, n, comm::DType::f32, comm::ReduceOp::sum,
-                            comm::Algo::automatic);
     }
     const double seconds = now_seconds() - t0;
     return {seconds, seconds, 1};  // after backward: none of it overlapped

@@ -6,9 +6,10 @@
 // over the whole arena, with the same arithmetic; with AdamW on a model
 // whose arrays live on a device (TrainableModel::device_arrays) it steps
 // there (optim/device_adamw.hpp), the host AdamW its checkpoint mirror; data
-// parallel then sums the gradients on the devices after backward, not yet
-// overlapped with it (NCCL all-reduce; with ZeRO-1 a reduce to each rank's
-// block, that block's update, and the blocks broadcast back).
+// parallel then sums the gradients on the devices: without ZeRO each layer's
+// gradients by an NCCL all-reduce on its own stream while backward goes on;
+// with ZeRO-1 after backward, a reduce to each rank's block, that block's
+// update, and the blocks broadcast back.
 #pragma once
 
 #include <cstdint>
@@ -90,6 +91,16 @@ class DistributedOptimizer {
   device::DeviceArena earlier_arena_;
   float* device_earlier_ = nullptr;
   std::unique_ptr<device::DeviceCollectives> nccl_;  // data parallel on GPUs
+  // Data parallel on devices without ZeRO: each range of gradients is
+  // all-reduced as backward queues it (reduce_on_device_from), on GPUs on
+  // comm_stream_ once the compute stream passes `ready_`.
+  void reduce_on_device_from(int64_t offset);
+  void upload_earlier();
+  bool overlapped() const { return device_ && dp_ && !adamw_->sharded(); }
+  device::Stream comm_stream_;
+  device::Event ready_, comm_start_, comm_stop_;
+  int64_t buckets_ = 0;
+  double reduce_seconds_ = 0;  // the CPU device's reductions, run as they come
 };
 
 }  // namespace anvil::parallel
