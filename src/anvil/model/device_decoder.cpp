@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 #include "anvil/base/env_choice.hpp"
@@ -416,21 +417,29 @@ void DeviceDecoder::rope(float* x, int64_t N, int64_t T, bool backward) {
 // Per batch row: S_h = Q_h K_g^T (T x T, one block per head), the causal
 // softmax in place, then out_h = P_h V_g. Query head h reads kv head
 // g = h / (Hq / Hkv).
-device::FusedAttention& DeviceDecoder::fused_attention(int64_t B, int64_t T) {
-  auto& slot = fused_by_shape_[{B, T}];
-  if (!slot) {
+device::FusedAttention* DeviceDecoder::fused_attention(int64_t B, int64_t T) {
+  if (qkv16_ == nullptr) return nullptr;
+  const auto key = std::make_pair(B, T);
+  if (const auto it = fused_by_shape_.find(key); it != fused_by_shape_.end())
+    return it->second.get();
+  auto& slot = fused_by_shape_[key];  // stays null when cuDNN has no plan for the shape
+  try {
     slot = std::make_unique<device::FusedAttention>(
         device::AttentionShape{B, T, Hq_, Hkv_, D_, 1.0f / std::sqrt(static_cast<float>(D_))},
         stream_);
+  } catch (const SystemError& e) {
+    if (env_choice("ANVIL_ATTENTION", {"auto", "fused", "unfused"}) == "fused") throw;
+    std::fprintf(stderr, "anvil: warning: %s; attention for %lld x %lld tokens runs unfused\n",
+                 e.what(), static_cast<long long>(B), static_cast<long long>(T));
   }
-  return *slot;
+  return slot.get();
 }
 
 void DeviceDecoder::attention_forward(const Acts& a, int64_t B, int64_t T) {
   const int64_t A = Hq_ * D_, group = Hq_ / Hkv_;
-  if (qkv16_ != nullptr) {  // fused: bf16 q, k, v in; bf16 out, fp32 lse
+  if (device::FusedAttention* fused = fused_attention(B, T)) {  // bf16 q, k, v, out; fp32 lse
     dev::convert_to_bf16(stream_, qkv16_, a.qkv, B * T * Q_);
-    fused_attention(B, T).forward(qkv16_, out16_, a.lse);
+    fused->forward(qkv16_, out16_, a.lse);
     dev::convert_from_bf16(stream_, a.att, out16_, B * T * A);
     return;
   }
@@ -455,11 +464,12 @@ void DeviceDecoder::attention_forward(const Acts& a, int64_t B, int64_t T) {
 void DeviceDecoder::attention_backward(const Acts& a, const float* datt, float* dqkv, int64_t B,
                                        int64_t T) {
   const int64_t A = Hq_ * D_, group = Hq_ / Hkv_;
-  if (dqkv16_ != nullptr) {  // fused: the forward's bf16 inputs again (att holds bf16 values)
+  device::FusedAttention* fused = fused_attention(B, T);  // as the forward ran
+  if (fused != nullptr && dqkv16_ != nullptr) {  // the forward's bf16 inputs again (att is bf16)
     dev::convert_to_bf16(stream_, qkv16_, a.qkv, B * T * Q_);
     dev::convert_to_bf16(stream_, out16_, a.att, B * T * A);
     dev::convert_to_bf16(stream_, dout16_, datt, B * T * A);
-    fused_attention(B, T).backward(qkv16_, out16_, dout16_, a.lse, dqkv16_);
+    fused->backward(qkv16_, out16_, dout16_, a.lse, dqkv16_);
     dev::convert_from_bf16(stream_, dqkv, dqkv16_, B * T * Q_);
     return;
   }

@@ -125,7 +125,10 @@ class DeviceDecoder : public TrainableModel {
   void norm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                      const float* w, const float* mean, const float* rstd, int64_t N);
   void rope(float* x, int64_t N, int64_t T, bool backward);
-  device::FusedAttention& fused_attention(int64_t B, int64_t T);
+  // The cached cuDNN graphs for B x T (built on first use), or null: no
+  // fused attention, or none for this shape (said once on stderr; the
+  // unfused attention runs it; under ANVIL_ATTENTION=fused, SystemError).
+  device::FusedAttention* fused_attention(int64_t B, int64_t T);
   void attention_forward(const Acts& a, int64_t B, int64_t T);
   void attention_backward(const Acts& a, const float* datt, float* dqkv, int64_t B, int64_t T);
   void run_forward(int64_t B, int64_t T);
