@@ -56,6 +56,9 @@ class DeviceCollectives {
   void broadcast_blocks(void* data, std::span<const size_t> offsets, Dtype type, Stream& stream);
 
  private:
+  template <class Call>
+  void per_block(void* data, std::span<const size_t> offsets, Dtype type, const char* what,
+                 Call call);
   int rank_ = 0, world_ = 1;
   void* comm_ = nullptr;  // ncclComm_t
 };

@@ -170,15 +170,26 @@ size_t FusedAttention::workspace_bytes() const {
   return graphs_->workspace.bytes();
 }
 
+namespace {
+
+// The uids of q, k and v (or dq, dk and dv from `first`) at their places in a
+// qkv-shaped buffer.
+void add_qkv(std::unordered_map<int64_t, void*>& pack, const AttentionLayout& l, const bf16* base,
+             int64_t first) {
+  auto* b = const_cast<bf16*>(base);
+  pack[first] = b + l.q.offset;
+  pack[first + 1] = b + l.k.offset;
+  pack[first + 2] = b + l.v.offset;
+}
+
+}  // namespace
+
 void FusedAttention::forward(const bf16* qkv, bf16* out, float* stats) {
   Graphs& g = *graphs_;
   const AttentionLayout& l = g.layout;
-  auto* base = const_cast<bf16*>(qkv);
-  std::unordered_map<int64_t, void*> pack = {{kQ, base + l.q.offset},
-                                             {kK, base + l.k.offset},
-                                             {kV, base + l.v.offset},
-                                             {kOut, out + l.out.offset},
+  std::unordered_map<int64_t, void*> pack = {{kOut, out + l.out.offset},
                                              {kStats, stats + l.stats.offset}};
+  add_qkv(pack, l, qkv, kQ);
   check(g.forward->execute(g.handle, pack, g.workspace.data()), "forward");
 }
 
@@ -186,16 +197,11 @@ void FusedAttention::backward(const bf16* qkv, const bf16* out, const bf16* dout
                               const float* stats, bf16* dqkv) {
   Graphs& g = *graphs_;
   const AttentionLayout& l = g.layout;
-  auto* base = const_cast<bf16*>(qkv);
-  std::unordered_map<int64_t, void*> pack = {{kQ, base + l.q.offset},
-                                             {kK, base + l.k.offset},
-                                             {kV, base + l.v.offset},
-                                             {kOut, const_cast<bf16*>(out) + l.out.offset},
+  std::unordered_map<int64_t, void*> pack = {{kOut, const_cast<bf16*>(out) + l.out.offset},
                                              {kDout, const_cast<bf16*>(dout) + l.out.offset},
-                                             {kStats, const_cast<float*>(stats) + l.stats.offset},
-                                             {kDq, dqkv + l.q.offset},
-                                             {kDk, dqkv + l.k.offset},
-                                             {kDv, dqkv + l.v.offset}};
+                                             {kStats, const_cast<float*>(stats) + l.stats.offset}};
+  add_qkv(pack, l, qkv, kQ);
+  add_qkv(pack, l, dqkv, kDq);
   check(g.backward->execute(g.handle, pack, g.workspace.data()), "backward");
 }
 

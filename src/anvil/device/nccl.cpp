@@ -194,34 +194,35 @@ void DeviceCollectives::all_to_all(const void* send, void* recv, size_t count, D
   check_nccl(n.group_end(), "ncclGroupEnd");
 }
 
-void DeviceCollectives::reduce_blocks(void* data, std::span<const size_t> offsets, Dtype type,
-                                      ReduceOp op, Stream& stream) {
-  check_blocks(offsets, world_, "reduce_blocks");
+// One NCCL group of `call(block, count, rank p)` over the blocks.
+template <class Call>
+void DeviceCollectives::per_block(void* data, std::span<const size_t> offsets, Dtype type,
+                                  const char* what, Call call) {
+  check_blocks(offsets, world_, what);
   const Nccl& n = loaded();
   const size_t width = dtype_bytes(type);
   check_nccl(n.group_start(), "ncclGroupStart");
-  for (int p = 0; p < world_; ++p) {
-    auto* block = static_cast<char*>(data) + offsets[p] * width;
-    check_nccl(n.reduce(block, block, offsets[p + 1] - offsets[p], nccl_type(type), nccl_op(op), p,
-                        static_cast<ncclComm_t>(comm_), native(stream)),
-               "ncclReduce");
-  }
+  for (int p = 0; p < world_; ++p)
+    call(static_cast<char*>(data) + offsets[p] * width, offsets[p + 1] - offsets[p], p);
   check_nccl(n.group_end(), "ncclGroupEnd");
+}
+
+void DeviceCollectives::reduce_blocks(void* data, std::span<const size_t> offsets, Dtype type,
+                                      ReduceOp op, Stream& stream) {
+  per_block(data, offsets, type, "reduce_blocks", [&](void* block, size_t count, int root) {
+    check_nccl(loaded().reduce(block, block, count, nccl_type(type), nccl_op(op), root,
+                               static_cast<ncclComm_t>(comm_), native(stream)),
+               "ncclReduce");
+  });
 }
 
 void DeviceCollectives::broadcast_blocks(void* data, std::span<const size_t> offsets, Dtype type,
                                          Stream& stream) {
-  check_blocks(offsets, world_, "broadcast_blocks");
-  const Nccl& n = loaded();
-  const size_t width = dtype_bytes(type);
-  check_nccl(n.group_start(), "ncclGroupStart");
-  for (int p = 0; p < world_; ++p) {
-    auto* block = static_cast<char*>(data) + offsets[p] * width;
-    check_nccl(n.broadcast(block, block, offsets[p + 1] - offsets[p], nccl_type(type), p,
-                           static_cast<ncclComm_t>(comm_), native(stream)),
+  per_block(data, offsets, type, "broadcast_blocks", [&](void* block, size_t count, int root) {
+    check_nccl(loaded().broadcast(block, block, count, nccl_type(type), root,
+                                  static_cast<ncclComm_t>(comm_), native(stream)),
                "ncclBroadcast");
-  }
-  check_nccl(n.group_end(), "ncclGroupEnd");
+  });
 }
 
 }  // namespace anvil::device
