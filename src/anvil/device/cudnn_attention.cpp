@@ -111,7 +111,7 @@ std::string fused_attention_unavailable() {
 }
 
 FusedAttention::FusedAttention(const AttentionShape& shape, Stream& stream)
-    : shape_(shape), stream_(stream), graphs_(std::make_unique<Graphs>()) {
+    : graphs_(std::make_unique<Graphs>()) {
   require(DeviceKind::cuda, "fused attention");
   if (!cudnn_error().empty()) throw SystemError("fused attention: cuDNN: " + cudnn_error());
   Graphs& g = *graphs_;
@@ -165,10 +165,6 @@ FusedAttention::FusedAttention(const AttentionShape& shape, Stream& stream)
 }
 
 FusedAttention::~FusedAttention() = default;
-
-size_t FusedAttention::workspace_bytes() const {
-  return graphs_->workspace.bytes();
-}
 
 namespace {
 

@@ -14,15 +14,11 @@ std::string fused_attention_unavailable() {
          "fetches them into .deps/)";
 }
 
-FusedAttention::FusedAttention(const AttentionShape& shape, Stream& stream)
-    : shape_(shape), stream_(stream) {
+FusedAttention::FusedAttention(const AttentionShape&, Stream&) {
   throw SystemError("fused attention: " + fused_attention_unavailable());
 }
 FusedAttention::~FusedAttention() = default;
 void FusedAttention::forward(const bf16*, bf16*, float*) {}
 void FusedAttention::backward(const bf16*, const bf16*, const bf16*, const float*, bf16*) {}
-size_t FusedAttention::workspace_bytes() const {
-  return 0;
-}
 
 }  // namespace anvil::device

@@ -46,25 +46,21 @@ std::string fused_attention_unavailable();
 
 class FusedAttention {
  public:
-  // Builds both graphs for `shape` on the current GPU; SystemError when
-  // cuDNN has no plan for it (fused_attention_unavailable() first).
+  // Builds both graphs for `shape` on the current GPU, to run on `stream`;
+  // SystemError when cuDNN has no plan for it (fused_attention_unavailable()
+  // first).
   FusedAttention(const AttentionShape& shape, Stream& stream);
   ~FusedAttention();
   FusedAttention(const FusedAttention&) = delete;
   FusedAttention& operator=(const FusedAttention&) = delete;
 
-  const AttentionShape& shape() const { return shape_; }
   // out = softmax(scale * Q K^T, causal) V per head; stats as above.
   void forward(const bf16* qkv, bf16* out, float* stats);
   // dqkv (all of it written) from the forward's qkv, out and stats and dout.
   void backward(const bf16* qkv, const bf16* out, const bf16* dout, const float* stats, bf16* dqkv);
-  // Device bytes of cuDNN's workspace (the larger pass's).
-  size_t workspace_bytes() const;
 
  private:
   struct Graphs;
-  AttentionShape shape_;
-  Stream& stream_;
   std::unique_ptr<Graphs> graphs_;
 };
 
