@@ -112,18 +112,35 @@ TEST(DeviceSeam, StreamKernelBodies) {
   EXPECT_THROW(stream::run_device_passes(cpu, stream::Kernel::copy, x, x, x, 2, 1, x), InputError);
 }
 
-// The GELU body the CUDA epilogue is compared with equals the CPU layer's GELU.
-TEST(DeviceSeam, GeluBodyMatchesTheCpuLayer) {
+// The GELU bodies: the CPU layer's GELU and the GEMM epilogues' are the same
+// floats; both follow the tanh formula, and the slope its derivative; the
+// aux epilogues keep the GELU's input (forward) and apply the slope (backward).
+TEST(DeviceSeam, GeluBodiesMatchTheCpuLayerAndTheFormula) {
   const std::vector<float> x = random_values(4096, 2);
-  std::vector<float> layer(x.size());
+  std::vector<float> layer(x.size()), ones(x.size(), 1.0f), slope(x.size());
   kernels::gelu_forward(layer.data(), x.data(), static_cast<int64_t>(x.size()));
+  kernels::gelu_backward(slope.data(), x.data(), ones.data(), static_cast<int64_t>(x.size()));
   for (size_t i = 0; i < x.size(); ++i) {
-    EXPECT_NEAR(gelu_tanh(x[i]), layer[i], 2e-6f * (1.0f + std::fabs(layer[i]))) << x[i];
+    const double v = x[i], t = std::tanh(kGeluBeta * (v + kGeluKappa * v * v * v));
+    const double want = 0.5 * v * (1 + t);
+    const double want_slope =
+        0.5 * (1 + t) + 0.5 * v * (1 - t * t) * kGeluBeta * (1 + 3 * kGeluKappa * v * v);
+    EXPECT_EQ(gelu_tanh(x[i]), layer[i]) << x[i];
+    EXPECT_EQ(gelu_tanh_slope(x[i]), slope[i]) << x[i];
+    EXPECT_NEAR(gelu_tanh(x[i]), want, 2e-6 * (1 + std::fabs(want))) << x[i];
+    EXPECT_NEAR(gelu_tanh_slope(x[i]), want_slope, 2e-6 * (1 + std::fabs(want_slope))) << x[i];
   }
   EXPECT_EQ(apply_epilogue(Epilogue::none, 1.5f, 2.0f), 1.5f);
   EXPECT_EQ(apply_epilogue(Epilogue::bias, 1.5f, 2.0f), 3.5f);
   EXPECT_EQ(apply_epilogue(Epilogue::gelu, 1.5f, 2.0f), gelu_tanh(1.5f));
   EXPECT_EQ(apply_epilogue(Epilogue::bias_gelu, 1.5f, 2.0f), gelu_tanh(3.5f));
+  float aux = 0.0f;
+  EXPECT_EQ(apply_epilogue(Epilogue::bias_gelu_aux, 1.5f, 2.0f, aux), gelu_tanh(3.5f));
+  EXPECT_EQ(aux, 3.5f);
+  EXPECT_EQ(apply_epilogue(Epilogue::dgelu, 1.5f, 2.0f, aux), 1.5f * gelu_tanh_slope(3.5f));
+  EXPECT_EQ(aux, 3.5f);
+  EXPECT_TRUE(uses_aux(Epilogue::dgelu) && has_bias(Epilogue::bias_gelu_aux));
+  EXPECT_FALSE(uses_aux(Epilogue::bias_gelu) || has_bias(Epilogue::dgelu));
 }
 
 // Pinned host memory for device copies: zeroed, aligned, moved without a copy.
@@ -153,7 +170,8 @@ TEST(DeviceSeam, CpuGemmEngineWithEpilogues) {
   Stream stream(DeviceKind::cpu);
   const int64_t m = 37, n = 29, k = 45;
   for (Dtype type : {Dtype::fp32, Dtype::bf16}) {
-    for (Epilogue e : {Epilogue::none, Epilogue::bias, Epilogue::gelu, Epilogue::bias_gelu}) {
+    for (Epilogue e : {Epilogue::none, Epilogue::bias, Epilogue::gelu, Epilogue::bias_gelu,
+                       Epilogue::bias_gelu_aux, Epilogue::dgelu}) {
       GemmDesc d;
       d.trans_b = true;
       d.m = m, d.n = n, d.k = k;
@@ -164,20 +182,32 @@ TEST(DeviceSeam, CpuGemmEngineWithEpilogues) {
       const auto b_bytes = encode(random_values(n * k, 4), type);
       const std::vector<float> bias = random_values(n, 5);
       std::vector<float> c(m * n, 0.0f), plain(m * n, 0.0f);
-      engine->run(d, a_bytes.data(), b_bytes.data(), c.data(), bias.data(), stream);
+      const std::vector<float> aux_in = random_values(m * n, 6);  // dgelu reads it
+      std::vector<float> aux = aux_in;
+      engine->run(d, a_bytes.data(), b_bytes.data(), c.data(), bias.data(), stream, -1, aux.data());
       // The reference: the same (encoded) inputs through the reference loop.
       const auto a = decode(a_bytes, type), b = decode(b_bytes, type);
       gemm(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, plain.data(), n,
            GemmBackend::reference);
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < n; ++j) {
-          const float want = apply_epilogue(e, plain[i * n + j], bias[j]);
+          float want_aux = aux_in[i * n + j];
+          const float want = apply_epilogue(e, plain[i * n + j], bias[j], want_aux);
           EXPECT_NEAR(c[i * n + j], want, 1e-4f * (1.0f + std::fabs(want)))
               << to_string(e) << " " << anvil::to_string(type);
+          EXPECT_NEAR(aux[i * n + j], want_aux, 1e-4f * (1.0f + std::fabs(want_aux)))
+              << to_string(e);
         }
       }
     }
   }
+  GemmDesc no_aux;
+  no_aux.m = no_aux.n = no_aux.k = 2;
+  no_aux.epilogue = Epilogue::dgelu;
+  float z[4] = {};
+  EXPECT_THROW(engine->run(no_aux, z, z, z, nullptr, stream), InputError);
+  no_aux.batch = 2;
+  EXPECT_NE(engine->unsupported(no_aux), "");
   GemmDesc half;
   half.type = Dtype::fp16;
   EXPECT_NE(engine->unsupported(half), "");

@@ -112,11 +112,13 @@ cublasLtEpilogue_t lt_epilogue(Epilogue e) {
       return CUBLASLT_EPILOGUE_GELU;
     case Epilogue::bias_gelu:
       return CUBLASLT_EPILOGUE_GELU_BIAS;
+    case Epilogue::bias_gelu_aux:
+      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Epilogue::dgelu:
+      return CUBLASLT_EPILOGUE_DGELU;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
-
-bool has_bias(Epilogue e) { return e == Epilogue::bias || e == Epilogue::bias_gelu; }
 
 // The largest power of two (up to 256) that divides every address.
 uint32_t alignment(std::initializer_list<const void*> ptrs) {
@@ -170,6 +172,8 @@ class CublasLtEngine final : public GemmEngine {
 
   std::string unsupported(const GemmDesc& d) const override {
     if (d.batch < 1 || d.batch > INT32_MAX) return "expected a batch of 1 to 2^31 - 1";
+    if (uses_aux(d.epilogue) && (d.batch != 1 || d.out_type() != Dtype::fp32))
+      return "the aux epilogues take no batch and write fp32";
     switch (d.type) {
       case Dtype::fp32:
       case Dtype::tf32:
@@ -186,17 +190,20 @@ class CublasLtEngine final : public GemmEngine {
     }
   }
 
+  // An aux epilogue cuBLASLt can take: one matrix (no batch) whose row
+  // stride is a multiple of 8 elements. Others run unfused (run_unfused).
+  static bool fusable_aux(const GemmDesc& d) { return d.batch == 1 && d.c_stride() % 8 == 0; }
+
   int candidates(const GemmDesc& d, int max) override {
     Plan& plan = plan_for(d, 256, std::max(max, 1));
     return std::min<int>(max, static_cast<int>(plan.algos.size()));
   }
 
   void run(const GemmDesc& d, const void* a, const void* b, void* c, const void* bias,
-           Stream& stream, int algo) override {
+           Stream& stream, int algo, void* aux) override {
     const std::string why = unsupported(d);
     if (!why.empty()) throw InputError("gemm " + d.describe() + ": " + why);
-    if (has_bias(d.epilogue) && !bias)
-      throw InputError("gemm " + d.describe() + ": the bias epilogue needs a bias");
+    check_operands(d, bias, aux);
     // A batch's later matrices are aligned as the base and the stride allow.
     const auto in = static_cast<uintptr_t>(dtype_bytes(d.type));
     const auto out = static_cast<uintptr_t>(dtype_bytes(d.out_type()));
@@ -204,8 +211,13 @@ class CublasLtEngine final : public GemmEngine {
       return reinterpret_cast<const void*>(static_cast<uintptr_t>(stride) * size);
     };
     const uint32_t align = alignment(
-        {a, b, c, bias, bytes(d.stride_a, in), bytes(d.stride_b, in), bytes(d.stride_c, out)});
+        {a, b, c, bias, aux, bytes(d.stride_a, in), bytes(d.stride_b, in), bytes(d.stride_c, out)});
+    if (uses_aux(d.epilogue) && (!fusable_aux(d) || plan_for(d, align, 1).algos.empty())) {
+      run_unfused(d, a, b, c, bias, stream, aux);
+      return;
+    }
     Plan& plan = plan_for(d, align, std::max(algo + 1, 1));
+    if (plan.algos.empty()) throw SystemError("cuBLASLt: no algorithm for gemm " + d.describe());
     if (algo >= static_cast<int>(plan.algos.size()))
       throw InputError("gemm " + d.describe() + ": algorithm " + std::to_string(algo) +
                        " of " + std::to_string(plan.algos.size()));
@@ -213,6 +225,15 @@ class CublasLtEngine final : public GemmEngine {
       check_lt(lt().cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                               sizeof bias),
                "lt().cublasLtMatmulDescSetAttribute(bias)");
+    }
+    if (uses_aux(d.epilogue)) {
+      const int64_t ld = d.c_stride();
+      check_lt(lt().cublasLtMatmulDescSetAttribute(
+                   plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux),
+               "set EPILOGUE_AUX_POINTER");
+      check_lt(lt().cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                   &ld, sizeof ld),
+               "set EPILOGUE_AUX_LD");
     }
     const auto& chosen = plan.algos[static_cast<size_t>(std::max(algo, 0))];
     check_lt(lt().cublasLtMatmul(handle_, plan.op, &d.alpha, b, plan.a, a, plan.b, &d.beta, c, plan.c,
@@ -223,6 +244,16 @@ class CublasLtEngine final : public GemmEngine {
 
  private:
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+  // The GEMM without its epilogue, then the epilogue's bodies in one kernel.
+  void run_unfused(const GemmDesc& d, const void* a, const void* b, void* c, const void* bias,
+                   Stream& stream, void* aux) {
+    GemmDesc plain = d;
+    plain.epilogue = Epilogue::none;
+    run(plain, a, b, c, nullptr, stream, -1, nullptr);
+    epilogue_in_place(d.epilogue, static_cast<float*>(c), d.m, d.n, d.c_stride(),
+                      static_cast<const float*>(bias), static_cast<float*>(aux), stream.native());
+  }
 
   void* workspace() {
     if (!workspace_) workspace_ = allocate(kWorkspaceBytes, "cuBLASLt workspace");
@@ -319,8 +350,13 @@ class CublasLtEngine final : public GemmEngine {
         lt().cublasLtMatmulAlgoGetHeuristic(handle_, plan.op, plan.a, plan.b, plan.c, plan.c, pref, want,
                                        results.data(), &returned);
     lt().cublasLtMatmulPreferenceDestroy(pref);
-    check_lt(s, "cublasLtMatmulAlgoGetHeuristic");
-    if (returned == 0) throw SystemError("cuBLASLt: no algorithm for this GEMM");
+    // cuBLASLt answers NOT_SUPPORTED, or no result, for a combination it has
+    // no kernel for: the plan keeps no algorithm and run() says so (or runs
+    // an aux epilogue unfused).
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED)
+      returned = 0;
+    else
+      check_lt(s, "cublasLtMatmulAlgoGetHeuristic");
     results.resize(static_cast<size_t>(returned));
     plan.algos = std::move(results);
   }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "anvil/base/dtype.hpp"
+#include "anvil/device/epilogue.hpp"
 #include "anvil/device/runtime.hpp"
 #include "anvil/device/stream_kernels.hpp"
 
@@ -53,6 +54,11 @@ void stream_passes(stream::Kernel kernel, double* a, double* b, double* c, int64
                    double* sink, void* stream);
 
 std::unique_ptr<GemmEngine> make_cublaslt_engine();
+// Epilogue `e` over an m x n fp32 matrix (row stride ldc) in place, for a
+// GEMM cuBLASLt has no fused kernel for: epilogue.hpp's bodies, one thread
+// per element. `aux` has c's shape and stride (for the aux epilogues).
+void epilogue_in_place(Epilogue e, float* c, int64_t m, int64_t n, int64_t ldc, const float* bias,
+                       float* aux, void* stream);
 
 // fp16 / fp8 e4m3 <-> float on the host (cuda_fp16.h, cuda_fp8.h).
 void encode_narrow(const float* in, size_t n, Dtype type, unsigned char* out);

@@ -18,6 +18,10 @@ std::string to_string(Epilogue e) {
       return "gelu";
     case Epilogue::bias_gelu:
       return "bias+gelu";
+    case Epilogue::bias_gelu_aux:
+      return "bias+gelu+aux";
+    case Epilogue::dgelu:
+      return "dgelu";
   }
   return "?";
 }
@@ -66,6 +70,13 @@ std::vector<float> decode(const std::vector<unsigned char>& bytes, Dtype type) {
   return out;
 }
 
+void check_operands(const GemmDesc& d, const void* bias, const void* aux) {
+  if (has_bias(d.epilogue) && bias == nullptr)
+    throw InputError("gemm " + d.describe() + ": the bias epilogue needs a bias");
+  if (uses_aux(d.epilogue) && aux == nullptr)
+    throw InputError("gemm " + d.describe() + ": the epilogue needs an aux matrix");
+}
+
 namespace {
 
 // The CPU engine: device::gemm, then the epilogue per element.
@@ -80,15 +91,17 @@ class CpuGemmEngine final : public GemmEngine {
     if (d.type != Dtype::fp32 && d.type != Dtype::bf16)
       return "the CPU engine multiplies fp32 and bf16, not " + anvil::to_string(d.type);
     if (!d.out_f32 && d.type != Dtype::fp32) return "the CPU engine writes fp32 output only";
+    if (uses_aux(d.epilogue) && d.batch != 1) return "the aux epilogues take no batch";
     return "";
   }
 
   int candidates(const GemmDesc&, int max) override { return max > 0 ? 1 : 0; }
 
   void run(const GemmDesc& d, const void* a, const void* b, void* c, const void* bias,
-           Stream& stream, int algo) override {
+           Stream& stream, int algo, void* aux) override {
     const std::string why = unsupported(d);
     if (!why.empty()) throw InputError("gemm " + d.describe() + ": " + why);
+    check_operands(d, bias, aux);
     if (d.batch > 1) {  // one GEMM at a time, at the strides
       GemmDesc one = d;
       one.batch = 1;
@@ -96,7 +109,7 @@ class CpuGemmEngine final : public GemmEngine {
       for (int64_t i = 0; i < d.batch; ++i) {
         run(one, static_cast<const char*>(a) + i * d.stride_a * in,
             static_cast<const char*>(b) + i * d.stride_b * in,
-            static_cast<float*>(c) + i * d.stride_c, bias, stream, algo);
+            static_cast<float*>(c) + i * d.stride_c, bias, stream, algo, aux);
       }
       return;
     }
@@ -112,10 +125,17 @@ class CpuGemmEngine final : public GemmEngine {
     }
     if (d.epilogue == Epilogue::none) return;
     const float* bias_f = static_cast<const float*>(bias);
+    const int64_t ldc = d.c_stride();
     for (int64_t i = 0; i < d.m; ++i) {
-      float* row = out + i * d.c_stride();
-      for (int64_t j = 0; j < d.n; ++j)
-        row[j] = apply_epilogue(d.epilogue, row[j], bias_f ? bias_f[j] : 0.0f);
+      float* row = out + i * ldc;
+      if (uses_aux(d.epilogue)) {
+        float* aux_row = static_cast<float*>(aux) + i * ldc;
+        for (int64_t j = 0; j < d.n; ++j)
+          row[j] = apply_epilogue(d.epilogue, row[j], bias_f ? bias_f[j] : 0.0f, aux_row[j]);
+      } else {
+        for (int64_t j = 0; j < d.n; ++j)
+          row[j] = apply_epilogue(d.epilogue, row[j], bias_f ? bias_f[j] : 0.0f);
+      }
     }
   }
 

@@ -13,7 +13,9 @@
 //   fp16  fp16 x fp16, fp32 accumulate          (CUDA)
 //   fp8   e4m3 x e4m3, fp32 accumulate, unit scales; A B^T only (trans_b, not
 //         trans_a), the layout tensor cores take (CUDA, compute capability 8.9+)
-// The bias has the output's type.
+// The bias has the output's type; so has the aux matrix of bias_gelu_aux and
+// dgelu (epilogue.hpp), which has the output's shape and row stride and takes
+// no batch.
 #pragma once
 
 #include <cstdint>
@@ -68,11 +70,16 @@ class GemmEngine {
   // `max`; cuBLASLt's heuristic): run(..., algo) takes 0..count-1.
   virtual int candidates(const GemmDesc& desc, int max) = 0;
   // Queues the GEMM on `stream`. `algo` -1: the backend's own choice (the
-  // heuristic's first, cached per shape). Throws InputError for an unsupported
-  // desc, SystemError when the backend fails.
+  // heuristic's first, cached per shape). `aux`: the aux matrix of an epilogue
+  // that uses one (written by bias_gelu_aux, read by dgelu). Throws InputError
+  // for an unsupported desc, SystemError when the backend fails.
   virtual void run(const GemmDesc& desc, const void* a, const void* b, void* c, const void* bias,
-                   Stream& stream, int algo = -1) = 0;
+                   Stream& stream, int algo = -1, void* aux = nullptr) = 0;
 };
+
+// Throws InputError naming what `d`'s epilogue needs and did not get (a bias,
+// an aux matrix); every engine's run() starts with it.
+void check_operands(const GemmDesc& d, const void* bias, const void* aux);
 
 // The engine of a device kind; the CPU engine uses `cpu_backend` (gemm.hpp).
 // Throws SystemError for cuda where no device can be used.

@@ -22,21 +22,13 @@
 
 namespace anvil::kernels::body {
 
-using device::kGeluBeta;
-using device::kGeluKappa;
-
-// GELU, tanh form (GPT-2's, device/epilogue.hpp's gelu_tanh) on fast_tanh.
+// GELU, tanh form (GPT-2's), and its slope d gelu(x) / dx: the GEMM
+// epilogues' (device/epilogue.hpp), on fast_tanh.
 ANVIL_HD inline float gelu(float x) {
-  const float u = kGeluBeta * (x + kGeluKappa * x * x * x);
-  return 0.5f * x * (1.0f + fast_tanh(u));
+  return device::gelu_tanh(x);
 }
-
-// d gelu(x) / dx.
 ANVIL_HD inline float gelu_slope(float x) {
-  const float u = kGeluBeta * (x + kGeluKappa * x * x * x);
-  const float t = fast_tanh(u);
-  const float du = kGeluBeta * (1.0f + 3.0f * kGeluKappa * x * x);
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+  return device::gelu_tanh_slope(x);
 }
 
 // SwiGLU of one gate g and one up value u: silu(g) u.

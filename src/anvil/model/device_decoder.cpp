@@ -336,7 +336,7 @@ void DeviceDecoder::upload_batch(const int32_t* tokens, const int32_t* targets, 
 
 void DeviceDecoder::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void* a,
                          int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc,
-                         Dtype type, Batch batch) {
+                         Dtype type, Batch batch, device::Epilogue epilogue, const float* aux) {
   device::GemmDesc d;
   d.batch = batch.count;
   d.stride_a = batch.a;
@@ -352,11 +352,12 @@ void DeviceDecoder::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, cons
   d.ldc = ldc;
   d.type = type;
   d.beta = beta;
-  engine_->run(d, a, b, c, nullptr, stream_);
+  d.epilogue = epilogue;
+  engine_->run(d, a, b, c, nullptr, stream_, -1, const_cast<float*>(aux));
 }
 
 void DeviceDecoder::linear_forward(float* out, const float* inp, const float* w, const float* bias,
-                                   int64_t N, int64_t IC, int64_t OC) {
+                                   int64_t N, int64_t IC, int64_t OC, float* gelu_input) {
   device::GemmDesc d;
   d.trans_b = true;
   d.m = N;
@@ -364,29 +365,49 @@ void DeviceDecoder::linear_forward(float* out, const float* inp, const float* w,
   d.k = IC;
   d.type = gemm_type_;
   d.epilogue = bias != nullptr ? device::Epilogue::bias : device::Epilogue::none;
+  if (gelu_input != nullptr) d.epilogue = device::Epilogue::bias_gelu_aux;
   if (!mixed()) {
-    engine_->run(d, inp, w, out, bias, stream_);
+    engine_->run(d, inp, w, out, bias, stream_, -1, gelu_input);
     return;
   }
   dev::convert_to_bf16(stream_, scratch_a_, inp, N * IC);
   d.type = Dtype::bf16;
-  engine_->run(d, scratch_a_, low(w), out, bias, stream_);
+  engine_->run(d, scratch_a_, low(w), out, bias, stream_, -1, gelu_input);
 }
 
 void DeviceDecoder::linear_backward(float* dinp, float* dw, float* dbias, const float* dout,
                                     const float* inp, const float* w, int64_t N, int64_t IC,
-                                    int64_t OC) {
+                                    int64_t OC, const float* gelu_input) {
+  const auto epilogue = gelu_input != nullptr ? device::Epilogue::dgelu : device::Epilogue::none;
+  const Batch one{1, 0, 0, 0};
   if (mixed()) {
     dev::convert_to_bf16(stream_, scratch_b_, dout, N * OC);
     dev::convert_to_bf16(stream_, scratch_a_, inp, N * IC);
-    if (dinp != nullptr)
-      gemm(false, false, N, IC, OC, scratch_b_, OC, low(w), IC, 0.0f, dinp, IC, Dtype::bf16);
+    if (dinp != nullptr) {
+      gemm(false, false, N, IC, OC, scratch_b_, OC, low(w), IC, 0.0f, dinp, IC, Dtype::bf16, one,
+           epilogue, gelu_input);
+    }
     gemm(true, false, OC, IC, N, scratch_b_, OC, scratch_a_, IC, 1.0f, dw, IC, Dtype::bf16);
   } else {
-    if (dinp != nullptr) gemm(false, false, N, IC, OC, dout, OC, w, IC, 0.0f, dinp, IC, gemm_type_);
+    if (dinp != nullptr) {
+      gemm(false, false, N, IC, OC, dout, OC, w, IC, 0.0f, dinp, IC, gemm_type_, one, epilogue,
+           gelu_input);
+    }
     gemm(true, false, OC, IC, N, dout, OC, inp, IC, 1.0f, dw, IC, gemm_type_);
   }
   if (dbias != nullptr) dev::bias_backward(stream_, dbias, dout, N, OC, column_scratch_);
+}
+
+void DeviceDecoder::mlp_up(const Layer& p, const Acts& a, int64_t N) {
+  if (gelu_in_epilogue(p)) {
+    linear_forward(a.fca, a.ln2, p.up_w, p.up_b, N, C_, F2_, a.fch);
+    return;
+  }
+  linear_forward(a.fch, a.ln2, p.up_w, p.up_b, N, C_, F2_);
+  if (config_.mlp == Mlp::swiglu)
+    dev::swiglu_forward(stream_, a.fca, a.fch, N, F_);
+  else
+    dev::gelu_forward(stream_, a.fca, a.fch, N * F_);
 }
 
 void DeviceDecoder::norm_forward(float* out, float* mean, float* rstd, const float* inp,
@@ -513,11 +534,7 @@ void DeviceDecoder::run_forward(int64_t B, int64_t T) {
     linear_forward(a.mid, a.att, p.o_w, p.o_b, N, Hq_ * D_, C_);
     dev::residual_forward(stream_, a.mid, a.mid, x_[l], N * C_);
     norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, p.ln2_w, p.ln2_b, N);
-    linear_forward(a.fch, a.ln2, p.up_w, p.up_b, N, C_, F2_);
-    if (config_.mlp == Mlp::swiglu)
-      dev::swiglu_forward(stream_, a.fca, a.fch, N, F_);
-    else
-      dev::gelu_forward(stream_, a.fca, a.fch, N * F_);
+    mlp_up(p, a, N);
     linear_forward(x_[l + 1], a.fca, p.down_w, p.down_b, N, F_, C_);
     dev::residual_forward(stream_, x_[l + 1], x_[l + 1], a.mid, N * C_);
   }
@@ -607,12 +624,17 @@ void DeviceDecoder::run_backward(int64_t B, int64_t T) {
     const Layer& g = grad_layers_[static_cast<size_t>(l)];
     const Acts& a = acts_by_layer_[static_cast<size_t>(l)];
     // x[l+1] = mid + down(act(up(norm2(mid))))
-    linear_backward(d_fca_, mut(g.down_w), mut(g.down_b), d_res_, a.fca, p.down_w, N, F_, C_);
-    zero(d_fch_, N * F2_);
-    if (config_.mlp == Mlp::swiglu)
-      dev::swiglu_backward(stream_, d_fch_, d_fca_, a.fch, N, F_);
-    else
-      dev::gelu_backward(stream_, d_fch_, a.fch, d_fca_, N * F_);
+    if (gelu_in_epilogue(p)) {
+      linear_backward(d_fch_, mut(g.down_w), mut(g.down_b), d_res_, a.fca, p.down_w, N, F_, C_,
+                      a.fch);
+    } else {
+      linear_backward(d_fca_, mut(g.down_w), mut(g.down_b), d_res_, a.fca, p.down_w, N, F_, C_);
+      zero(d_fch_, N * F2_);
+      if (config_.mlp == Mlp::swiglu)
+        dev::swiglu_backward(stream_, d_fch_, d_fca_, a.fch, N, F_);
+      else
+        dev::gelu_backward(stream_, d_fch_, a.fch, d_fca_, N * F_);
+    }
     linear_backward(d_ln_, mut(g.up_w), mut(g.up_b), d_fch_, a.ln2, p.up_w, N, C_, F2_);
     norm_backward(d_res_, mut(g.ln2_w), mut(g.ln2_b), d_ln_, a.mid, p.ln2_w, a.ln2_mean, a.ln2_rstd,
                   N);
@@ -702,11 +724,7 @@ void DeviceDecoder::decode_step(int32_t token, int64_t pos, float* logits) {
     linear_forward(a.mid, a.att, p.o_w, p.o_b, 1, Hq_ * D_, C_);
     dev::residual_forward(stream_, a.mid, a.mid, x, C_);
     norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, p.ln2_w, p.ln2_b, 1);
-    linear_forward(a.fch, a.ln2, p.up_w, p.up_b, 1, C_, F2_);
-    if (config_.mlp == Mlp::swiglu)
-      dev::swiglu_forward(stream_, a.fca, a.fch, 1, F_);
-    else
-      dev::gelu_forward(stream_, a.fca, a.fch, F_);
+    mlp_up(p, a, 1);
     linear_forward(x, a.fca, p.down_w, p.down_b, 1, F_, C_);
     dev::residual_forward(stream_, x, x, a.mid, C_);
   }

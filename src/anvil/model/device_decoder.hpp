@@ -102,12 +102,24 @@ class DeviceDecoder : public TrainableModel {
   // by token (the embedding's gradient).
   void upload_batch(const int32_t* tokens, const int32_t* targets, int64_t N, bool backward);
   void upload_params();
-  // out[N, OC] = inp[N, IC] W^T (+ bias), W [OC, IC].
+  // out[N, OC] = inp[N, IC] W^T (+ bias), W [OC, IC]. With `gelu_input`:
+  // out = gelu(inp W^T + bias), and gelu_input = inp W^T + bias, in the
+  // GEMM's epilogue (bias required).
   void linear_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N,
-                      int64_t IC, int64_t OC);
-  // dinp = dout W (when dinp); dW += dout^T inp; dbias += column sums.
+                      int64_t IC, int64_t OC, float* gelu_input = nullptr);
+  // dinp = dout W (when dinp); dW += dout^T inp; dbias += column sums. With
+  // `gelu_input` (the forward's): dinp = (dout W) * gelu'(gelu_input), the
+  // gradient through the GELU before this layer, in the GEMM's epilogue.
   void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
-                       const float* w, int64_t N, int64_t IC, int64_t OC);
+                       const float* w, int64_t N, int64_t IC, int64_t OC,
+                       const float* gelu_input = nullptr);
+  // A GELU MLP with an up bias runs its GELU in the up GEMM's epilogue and
+  // its slope in the down GEMM's (bias_gelu_aux, dgelu).
+  bool gelu_in_epilogue(const Layer& p) const {
+    return config_.mlp == Mlp::gelu && p.up_b != nullptr;
+  }
+  // fca = act(up(ln2)), fch = up(ln2), the activation's input.
+  void mlp_up(const Layer& p, const Acts& a, int64_t N);
   // C = A B (+ beta C) in the fp32 GEMM type (fp32 or tf32), or in bf16
   // when `type` says so (A and B bf16, C fp32).
   // `batch`: that many GEMMs, A, B and C advancing by its strides (elements).
@@ -116,7 +128,8 @@ class DeviceDecoder : public TrainableModel {
   };
   void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
             const void* b, int64_t ldb, float beta, float* c, int64_t ldc, Dtype type,
-            Batch batch = {1, 0, 0, 0});
+            Batch batch = {1, 0, 0, 0}, device::Epilogue epilogue = device::Epilogue::none,
+            const float* aux = nullptr);
   // The bf16 copy of a weight in the parameter arena (bf16 only).
   const bf16* low(const float* w) const { return weights_bf16_ + (w - dparams_); }
   bool mixed() const { return weights_bf16_ != nullptr; }
