@@ -391,7 +391,8 @@ TEST(DataParallel, TheDeviceDecoderOnTheCpuTrainsTheDecodersTrajectory) {
   const TrainRun gpt_dev2 = train(2, "device-model-gpt-2", kGpt + " -B 6 --zero");
   const TrainRun gpt_dev_acc = train(1, "device-model-gpt-accum", kGpt + " -B 6 --accum 2");
   const TrainRun gpt_dev2_plain = train(2, "device-model-gpt-2-plain", kGpt + " -B 6");
-  const TrainRun gpt_dev2_acc = train(2, "device-model-gpt-2-accum", kGpt + " -B 3 --accum 2");
+  const TrainRun gpt_dev2_acc =
+      train(2, "device-model-gpt-2-accum", kGpt + " -B 3 --accum 2 --zero");
   ::unsetenv("ANVIL_CPU_MODEL");
   expect_same_trajectory(gpt_dev, gpt, 1e-5, "gpt2-tiny, device decoder", 1e-4, 1e-5);
   expect_same_trajectory(lla_dev, lla, 1e-5, "llama-tiny, device decoder", 1e-4, 1e-5);
@@ -411,11 +412,13 @@ TEST(DataParallel, TheDeviceDecoderOnTheCpuTrainsTheDecodersTrajectory) {
                          0.0);
   expect_same_trajectory(gpt_dev2_plain, gpt_dev_acc, 0.0,
                          "gpt2-tiny, two ranks' device step against one rank's", 0.0, 0.0);
-  // Two ranks with two micro-batches each: the earlier micro-batch's sum is
-  // added to each layer's range as backward hands it over, before its
-  // all-reduce (as AccumulationTimesRanksGivesTheSameTrajectory on the host).
+  // Two ranks with two micro-batches each and ZeRO-1: the earlier
+  // micro-batch's sum is added to each layer's range as backward hands it
+  // over, before its reduction (as AccumulationTimesRanksGivesTheSameTrajectory
+  // on the host); each rank updates its block of the sums.
   expect_same_trajectory(gpt_dev2_acc, gpt_dev_acc, 1e-6,
-                         "gpt2-tiny, 2 ranks x accum 2 against 1 rank x accum 2 on the device");
+                         "gpt2-tiny, 2 ranks x accum 2 (ZeRO-1) against 1 rank x accum 2 on the "
+                         "device");
 }
 
 }  // namespace

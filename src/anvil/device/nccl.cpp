@@ -202,8 +202,10 @@ void DeviceCollectives::per_block(void* data, std::span<const size_t> offsets, D
   const Nccl& n = loaded();
   const size_t width = dtype_bytes(type);
   check_nccl(n.group_start(), "ncclGroupStart");
+  // Every rank has the same offsets, so all skip the same empty blocks.
   for (int p = 0; p < world_; ++p)
-    call(static_cast<char*>(data) + offsets[p] * width, offsets[p + 1] - offsets[p], p);
+    if (offsets[p + 1] > offsets[p])
+      call(static_cast<char*>(data) + offsets[p] * width, offsets[p + 1] - offsets[p], p);
   check_nccl(n.group_end(), "ncclGroupEnd");
 }
 

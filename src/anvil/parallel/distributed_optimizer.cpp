@@ -142,9 +142,20 @@ void DistributedOptimizer::reduce_on_device_from(int64_t offset) {
     ready_.record(*arrays->stream);
     comm_stream_.wait(ready_);
     if (buckets_ == 0) comm_start_.record(comm_stream_);
-    nccl_->all_reduce(g, g, static_cast<size_t>(n), Dtype::fp32, device::ReduceOp::sum,
-                      comm_stream_);
-  } else {  // the CPU device: the stream's work is done; reduce now
+    if (adamw_->sharded()) {
+      // ZeRO-1: the range's part of each rank's block summed to that rank
+      // (the blocks clipped to the range; empty ones are skipped).
+      std::vector<size_t> clipped = block_offsets();
+      for (size_t& o : clipped)
+        o = std::clamp(o, static_cast<size_t>(offset), static_cast<size_t>(finished_from_));
+      nccl_->reduce_blocks(arrays->grads, clipped, Dtype::fp32, device::ReduceOp::sum,
+                           comm_stream_);
+    } else {
+      nccl_->all_reduce(g, g, static_cast<size_t>(n), Dtype::fp32, device::ReduceOp::sum,
+                        comm_stream_);
+    }
+  } else {  // the CPU device: the stream's work is done; reduce now (with
+            // ZeRO-1 too: each rank then updates its block of the sums)
     const double t0 = now_seconds();
     dp_->comm().allreduce(g, g, static_cast<size_t>(n), comm::DType::f32, comm::ReduceOp::sum,
                           comm::Algo::automatic);
@@ -185,7 +196,7 @@ void DistributedOptimizer::stop_handing_over() {
 }
 
 ReduceTimes DistributedOptimizer::finish_reduction() {
-  if (overlapped()) {  // the layers' all-reduces were queued during backward
+  if (overlapped()) {  // the layers' reductions were queued during backward
     const double t0 = now_seconds();
     if (nccl_) {
       comm_stop_.record(comm_stream_);
@@ -194,21 +205,6 @@ ReduceTimes DistributedOptimizer::finish_reduction() {
       return {device::Event::elapsed_ms(comm_start_, comm_stop_) / 1e3, exposed, buckets_};
     }
     return {reduce_seconds_, reduce_seconds_, buckets_};  // the CPU device overlaps nothing
-  }
-  if (device_ && dp_) {  // ZeRO-1: each rank's block summed to it, after backward
-    const auto* arrays = model_.device_arrays();
-    const auto n = static_cast<size_t>(model_.registry().total());
-    const double t0 = now_seconds();
-    if (nccl_) {
-      nccl_->reduce_blocks(arrays->grads, block_offsets(), Dtype::fp32, device::ReduceOp::sum,
-                           *arrays->stream);
-      arrays->stream->synchronize();
-    } else {
-      dp_->comm().reduce_scatter(arrays->grads, arrays->grads + block_offsets()[dp_->rank()], n,
-                                 comm::DType::f32, comm::ReduceOp::sum, comm::Algo::automatic);
-    }
-    const double seconds = now_seconds() - t0;
-    return {seconds, seconds, 1};  // after backward: none of it overlapped
   }
   return reducer_ ? reducer_->finish() : ReduceTimes{};
 }

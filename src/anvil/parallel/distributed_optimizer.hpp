@@ -6,10 +6,10 @@
 // over the whole arena, with the same arithmetic; with AdamW on a model
 // whose arrays live on a device (TrainableModel::device_arrays) it steps
 // there (optim/device_adamw.hpp), the host AdamW its checkpoint mirror; data
-// parallel then sums the gradients on the devices: without ZeRO each layer's
-// gradients by an NCCL all-reduce on its own stream while backward goes on;
-// with ZeRO-1 after backward, a reduce to each rank's block, that block's
-// update, and the blocks broadcast back.
+// parallel then sums each layer's gradients on the devices while backward
+// goes on, with NCCL on a stream of its own: by an all-reduce, or with ZeRO-1
+// by a reduce of each rank's part to that rank, whose block is updated there
+// and broadcast back.
 #pragma once
 
 #include <cstdint>
@@ -91,12 +91,13 @@ class DistributedOptimizer {
   device::DeviceArena earlier_arena_;
   float* device_earlier_ = nullptr;
   std::unique_ptr<device::DeviceCollectives> nccl_;  // data parallel on GPUs
-  // Data parallel on devices without ZeRO: each range of gradients is
-  // all-reduced as backward queues it (reduce_on_device_from), on GPUs on
-  // comm_stream_ once the compute stream passes `ready_`.
+  // Data parallel on devices: each range of gradients is reduced as
+  // backward queues it (reduce_on_device_from), on GPUs on comm_stream_ once
+  // the compute stream passes `ready_` (all-reduced, or with ZeRO-1 reduced
+  // to the ranks whose blocks it meets; the CPU device all-reduces).
   void reduce_on_device_from(int64_t offset);
   void upload_earlier();
-  bool overlapped() const { return device_ && dp_ && !adamw_->sharded(); }
+  bool overlapped() const { return device_ && dp_; }
   device::Stream comm_stream_;
   device::Event ready_, comm_start_, comm_stop_;
   int64_t buckets_ = 0;

@@ -301,9 +301,10 @@ void Trainer::print_plan() const {
         ", %d data-parallel ranks (global batch %lld rows; gradients summed on the "
         "devices %s)",
         dp_size_, static_cast<long long>(B_ * o_.train.accum * dp_size_),
-        o_.parallel.zero ? "after backward, each rank's block by its reduce, updated there and "
-                           "broadcast back (ZeRO-1)"
-                         : "by one all-reduce per layer while backward runs");
+        o_.parallel.zero
+            ? "per layer while backward runs, each rank's block by its reduce, updated there and "
+              "broadcast back (ZeRO-1)"
+            : "by one all-reduce per layer while backward runs");
   } else if (world_ > 1) {
     std::printf(
         ", %d data-parallel ranks (global batch %lld rows; %d threads each; %lld gradient "
