@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -169,6 +170,10 @@ TEST_F(Gpu, CublasLtAuxEpiloguesMatchTheCpuEngine) {
         upload(bias, db.data(), stream);
         upload(aux_in, aux.data(), stream);
         gpu->run(d, a.data(), b.data(), c.data(), db.data(), stream, -1, aux.data());
+        // Whether this ran fused is for the GPU check's log, not a requirement.
+        if (n % 8 == 0)
+          std::printf("cuBLASLt %s: %d fused algorithm(s)\n", d.describe().c_str(),
+                      gpu->candidates(d, 1));
         const auto got = download<float>(c.data(), c.bytes(), stream);
         const auto got_aux = download<float>(aux.data(), aux.bytes(), stream);
         float scale = 0;

@@ -236,10 +236,17 @@ class CublasLtEngine final : public GemmEngine {
                "set EPILOGUE_AUX_LD");
     }
     const auto& chosen = plan.algos[static_cast<size_t>(std::max(algo, 0))];
-    check_lt(lt().cublasLtMatmul(handle_, plan.op, &d.alpha, b, plan.a, a, plan.b, &d.beta, c, plan.c,
-                            c, plan.c, &chosen.algo, workspace(), kWorkspaceBytes,
-                            static_cast<cudaStream_t>(stream.native())),
-             "cublasLtMatmul");
+    const cublasStatus_t status = lt().cublasLtMatmul(
+        handle_, plan.op, &d.alpha, b, plan.a, a, plan.b, &d.beta, c, plan.c, c, plan.c,
+        &chosen.algo, workspace(), kWorkspaceBytes, static_cast<cudaStream_t>(stream.native()));
+    // An aux epilogue cuBLASLt refuses at launch (it checks its arguments
+    // before queuing anything) runs unfused, now and for this shape after.
+    if (status != CUBLAS_STATUS_SUCCESS && uses_aux(d.epilogue)) {
+      plan.algos.clear();
+      run_unfused(d, a, b, c, bias, stream, aux);
+      return;
+    }
+    check_lt(status, "cublasLtMatmul");
   }
 
  private:

@@ -25,6 +25,7 @@ constexpr int64_t kChunk = 1024;
 struct Sizes {
   int64_t L, N, T, C, Hq, Q, A, F, F2, V, chunk;
   bool training;
+  bool gelu_in_epilogue;  // backward needs no separate gradient of the activation
 };
 
 Sizes sizes(const ModelConfig& c, int64_t B, int64_t T, bool training) {
@@ -41,7 +42,8 @@ Sizes sizes(const ModelConfig& c, int64_t B, int64_t T, bool training) {
           F2,
           c.vocab_size,
           std::min(B * T, kChunk),
-          training};
+          training,
+          DeviceDecoder::gelu_in_epilogue(c)};
 }
 
 // The activation buffers in carving order; `take(n)` returns n floats (4-byte
@@ -77,7 +79,7 @@ void layout(Take take, const Sizes& s, std::vector<float*>* x,
     (*rest)[11] = take(N * s.Q);
     (*rest)[12] = take(N * s.A);
     (*rest)[13] = take(N * s.F2);
-    (*rest)[14] = take(N * s.F);
+    if (!s.gelu_in_epilogue) (*rest)[14] = take(N * s.F);  // the activation's output gradient
     (*rest)[15] = take(N * s.C);  // d_lnf
     // The GPU's column sums of bias and norm gradients, and the rows
     // grouped by token for the embedding's (int32).
@@ -399,7 +401,7 @@ void DeviceDecoder::linear_backward(float* dinp, float* dw, float* dbias, const 
 }
 
 void DeviceDecoder::mlp_up(const Layer& p, const Acts& a, int64_t N) {
-  if (gelu_in_epilogue(p)) {
+  if (gelu_in_epilogue(config_)) {
     linear_forward(a.fca, a.ln2, p.up_w, p.up_b, N, C_, F2_, a.fch);
     return;
   }
@@ -624,7 +626,7 @@ void DeviceDecoder::run_backward(int64_t B, int64_t T) {
     const Layer& g = grad_layers_[static_cast<size_t>(l)];
     const Acts& a = acts_by_layer_[static_cast<size_t>(l)];
     // x[l+1] = mid + down(act(up(norm2(mid))))
-    if (gelu_in_epilogue(p)) {
+    if (gelu_in_epilogue(config_)) {
       linear_backward(d_fch_, mut(g.down_w), mut(g.down_b), d_res_, a.fca, p.down_w, N, F_, C_,
                       a.fch);
     } else {

@@ -59,6 +59,12 @@ class DeviceDecoder : public TrainableModel {
   // attention can run). ANVIL_ATTENTION=unfused keeps the unfused path,
   // =fused requires the fused one (InputError saying why it cannot run).
   static bool fuses_attention(device::DeviceKind kind, Precision precision);
+  // Whether a GELU MLP runs its GELU in the up GEMM's epilogue and its slope
+  // in the down GEMM's (bias_gelu_aux, dgelu): GELU with biases. Backward
+  // then needs no buffer for the activation's output gradient.
+  static bool gelu_in_epilogue(const ModelConfig& config) {
+    return config.mlp == Mlp::gelu && config.bias;
+  }
 
   const ParamRegistry& registry() const override { return registry_; }
   float* params() override;
@@ -113,11 +119,6 @@ class DeviceDecoder : public TrainableModel {
   void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                        const float* w, int64_t N, int64_t IC, int64_t OC,
                        const float* gelu_input = nullptr);
-  // A GELU MLP with an up bias runs its GELU in the up GEMM's epilogue and
-  // its slope in the down GEMM's (bias_gelu_aux, dgelu).
-  bool gelu_in_epilogue(const Layer& p) const {
-    return config_.mlp == Mlp::gelu && p.up_b != nullptr;
-  }
   // fca = act(up(ln2)), fch = up(ln2), the activation's input.
   void mlp_up(const Layer& p, const Acts& a, int64_t N);
   // C = A B (+ beta C) in the fp32 GEMM type (fp32 or tf32), or in bf16
