@@ -89,6 +89,13 @@ ANVIL_HD inline void rope_pair(float* a, float* b, float c, float s) {
 struct AdamWStep {
   float beta1, beta2, eps, step_size, bc2_sqrt, decay;
 };
+// One parameter's (or a block's) part of a multi-tensor step: its n
+// elements at `begin` in the parameter and gradient arrays and at `local`
+// in the moments, with its constants.
+struct AdamWPiece {
+  int64_t begin, local, n;
+  AdamWStep step;
+};
 ANVIL_HD inline void adamw(float* p, float* m, float* v, float g, const AdamWStep& s) {
   *p *= s.decay;
   *m = s.beta1 * *m + (1.0f - s.beta1) * g;

@@ -248,14 +248,31 @@ void cross_entropy(device::Stream& s, float* logits, float* row_loss, const int3
   }
 }
 
-void adamw(device::Stream& s, float* p, float* m, float* v, const float* g, int64_t n,
-           const body::AdamWStep& step, float grad_scale) {
+void adamw(device::Stream& s, float* p, float* m, float* v, const float* g,
+           const std::vector<body::AdamWPiece>& pieces, body::AdamWPiece* device_table,
+           float grad_scale) {
   if (!on_cpu(s)) {
-    gpu::adamw_update(p, m, v, g, n, step, grad_scale, s.native());
+    constexpr size_t kMaxRows = 65535;  // a grid's rows
+    int64_t longest = 0;
+    for (const auto& piece : pieces) longest = std::max(longest, piece.n);
+    device::copy(device_table, pieces.data(), pieces.size() * sizeof(body::AdamWPiece),
+                 device::CopyKind::host_to_device, s);
+    for (size_t first = 0; first < pieces.size(); first += kMaxRows) {
+      const auto count = static_cast<int64_t>(std::min(kMaxRows, pieces.size() - first));
+      gpu::adamw_pieces(p, m, v, g, device_table + first, count, longest, grad_scale, s.native());
+    }
     return;
   }
+  for (const auto& piece : pieces) {
+    float* pp = p + piece.begin;
+    float* mp = m + piece.local;
+    float* vp = v + piece.local;
+    const float* gp = g + piece.begin;
+    const body::AdamWStep step = piece.step;
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) body::adamw(p + i, m + i, v + i, g[i] * grad_scale, step);
+    for (int64_t i = 0; i < piece.n; ++i)
+      body::adamw(pp + i, mp + i, vp + i, gp[i] * grad_scale, step);
+  }
 }
 
 }  // namespace anvil::kernels::dev

@@ -100,9 +100,13 @@ void causal_softmax_backward(device::Stream& s, float* dprobs, const float* prob
 void cross_entropy(device::Stream& s, float* logits, float* row_loss, const int32_t* targets,
                    int64_t N, int64_t V, float grad_scale);
 
-// One AdamW step over n parameters with one piece's constants (bodies.hpp's
-// adamw), each gradient times grad_scale as it is read.
-void adamw(device::Stream& s, float* p, float* m, float* v, const float* g, int64_t n,
-           const body::AdamWStep& step, float grad_scale);
+// One AdamW step over the pieces (bodies.hpp's adamw with each piece's
+// constants), each gradient times grad_scale as it is read. On a GPU one
+// launch for all of them (multi-tensor), reading the table from
+// `device_table` (room for the pieces, in device memory), which this
+// copies `pieces` into first; on the CPU a loop over them.
+void adamw(device::Stream& s, float* p, float* m, float* v, const float* g,
+           const std::vector<body::AdamWPiece>& pieces, body::AdamWPiece* device_table,
+           float grad_scale);
 
 }  // namespace anvil::kernels::dev

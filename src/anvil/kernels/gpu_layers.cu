@@ -342,6 +342,16 @@ __global__ void adamw_kernel(float* p, float* m, float* v, const float* g, int64
     body::adamw(p + i, m + i, v + i, g[i] * grad_scale, step);
 }
 
+// Grid row y is piece y; the row's blocks stride over that piece.
+__global__ void adamw_pieces_kernel(float* p, float* m, float* v, const float* g,
+                                    const body::AdamWPiece* pieces, float grad_scale) {
+  const body::AdamWPiece piece = pieces[blockIdx.y];
+  for (int64_t i = first_index(); i < piece.n; i += grid_stride()) {
+    const int64_t at = piece.begin + i, local = piece.local + i;
+    body::adamw(p + at, m + local, v + local, g[at] * grad_scale, piece.step);
+  }
+}
+
 // The largest |g|'s bits: unsigned order is magnitude order, with NaN's and
 // infinity's above every finite value's. One atomic per warp.
 __global__ void max_abs_bits_kernel(const float* g, int64_t n, uint32_t* bits) {
@@ -559,6 +569,20 @@ void adamw_update(float* params, float* m, float* v, const float* grads, int64_t
   adamw_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(params, m, v, grads, n, step,
                                                                   grad_scale);
   launched("adamw_update");
+}
+
+void adamw_pieces(float* params, float* m, float* v, const float* grads,
+                  const body::AdamWPiece* pieces, int64_t count, int64_t longest, float grad_scale,
+                  void* stream) {
+  if (count <= 0) return;
+  if (count > 65535) throw InputError("adamw_pieces: at most 65535 pieces per launch");
+  // Up to 64 blocks per piece: the longest pieces' rows stride, the short
+  // ones' extra blocks return at once.
+  const unsigned per_piece = std::min(blocks_for(longest), 64u);
+  const dim3 grid(per_piece, static_cast<unsigned>(count));
+  adamw_pieces_kernel<<<grid, kThreads, 0, as_stream(stream)>>>(params, m, v, grads, pieces,
+                                                                grad_scale);
+  launched("adamw_pieces");
 }
 
 void max_abs_bits(const float* g, int64_t n, uint32_t* bits, void* stream) {

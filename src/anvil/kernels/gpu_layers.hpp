@@ -90,6 +90,13 @@ void cross_entropy(float* logits, float* row_loss, const int32_t* targets, int64
 void adamw_update(float* params, float* m, float* v, const float* grads, int64_t n,
                   const body::AdamWStep& step, float grad_scale, void* stream);
 
+// The same over `count` pieces in one launch: `pieces` is a device copy of
+// the table, grid row y runs piece y (at most 65535 pieces per call), and
+// `longest` is the largest piece's n (it sizes the grid's rows).
+void adamw_pieces(float* params, float* m, float* v, const float* grads,
+                  const body::AdamWPiece* pieces, int64_t count, int64_t longest, float grad_scale,
+                  void* stream);
+
 // The two passes of the exact gradient norm (optim/square_sum.hpp), into
 // device words the caller zeroed. max_abs_bits: the largest |g|'s float bits
 // (a NaN's or an infinity's are above every finite one's), maxed into *bits.

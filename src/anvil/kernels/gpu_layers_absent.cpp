@@ -76,6 +76,10 @@ void adamw_update(float*, float*, float*, const float*, int64_t, const body::Ada
                   void*) {
   absent();
 }
+void adamw_pieces(float*, float*, float*, const float*, const body::AdamWPiece*, int64_t, int64_t,
+                  float, void*) {
+  absent();
+}
 void max_abs_bits(const float*, int64_t, uint32_t*, void*) {
   absent();
 }

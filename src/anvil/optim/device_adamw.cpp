@@ -1,5 +1,6 @@
 #include "anvil/optim/device_adamw.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,12 +12,13 @@
 namespace anvil::optim {
 namespace {
 
-device::ArenaPlan state_plan(size_t moment_bytes) {
+device::ArenaPlan state_plan(size_t moment_bytes, size_t pieces) {
   device::ArenaPlan plan;
   plan.add(moment_bytes);
   plan.add(moment_bytes);
   plan.add(sizeof(uint32_t));
   plan.add(2 * sizeof(unsigned long long));
+  plan.add(std::max<size_t>(1, pieces) * sizeof(kernels::body::AdamWPiece));
   return plan;
 }
 
@@ -26,21 +28,23 @@ DeviceAdamW::DeviceAdamW(AdamW& mirror, device::Stream& stream)
     : mirror_(mirror),
       stream_(stream),
       moment_bytes_(mirror.state_bytes() / 2),
-      arena_(stream.kind(), "adamw state", state_plan(moment_bytes_)) {
+      arena_(stream.kind(), "adamw state", state_plan(moment_bytes_, mirror.pieces().size())) {
   m_ = static_cast<float*>(arena_.take(moment_bytes_));
   v_ = static_cast<float*>(arena_.take(moment_bytes_));
   max_bits_ = arena_.take<uint32_t>(1);
   sums_ = arena_.take<unsigned long long>(2);
+  table_ = arena_.take<kernels::body::AdamWPiece>(std::max<size_t>(1, mirror.pieces().size()));
   upload();
 }
 
 void DeviceAdamW::update(float* params, const float* grads, float lr, int64_t step,
                          float grad_scale) {
+  pieces_.clear();
   for (const AdamW::Piece& piece : mirror_.pieces()) {
-    kernels::dev::adamw(stream_, params + piece.begin, m_ + piece.local, v_ + piece.local,
-                        grads + piece.begin, piece.end - piece.begin,
-                        mirror_.constants(piece, lr, step), grad_scale);
+    pieces_.push_back(
+        {piece.begin, piece.local, piece.end - piece.begin, mirror_.constants(piece, lr, step)});
   }
+  kernels::dev::adamw(stream_, params, m_, v_, grads, pieces_, table_, grad_scale);
 }
 
 double DeviceAdamW::global_norm(const float* grads, int64_t n) {

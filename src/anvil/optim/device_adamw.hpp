@@ -2,7 +2,8 @@
 // model::DeviceDecoder), its moments in that device's memory: how
 // `anvil train --device cuda` steps on one process, with no copy of the
 // model crossing PCIe per step. The arithmetic is AdamW's (its pieces and
-// per-piece constants, kernels::dev::adamw on bodies.hpp's body) and the
+// per-piece constants, kernels::dev::adamw on bodies.hpp's body; on a GPU
+// one launch over every piece, its table uploaded per step) and the
 // gradient norm is global_norm's exact fixed-point sum (two device
 // reductions with integer atomics, kernels/gpu_layers.hpp), so a run steps
 // by the host optimizer's bits. On a CPU stream the same calls run on the
@@ -15,8 +16,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "anvil/device/runtime.hpp"
+#include "anvil/kernels/bodies.hpp"
 #include "anvil/optim/adamw.hpp"
 #include "anvil/optim/square_sum.hpp"
 
@@ -50,6 +53,10 @@ class DeviceAdamW {
   float *m_ = nullptr, *v_ = nullptr;
   uint32_t* max_bits_ = nullptr;
   unsigned long long* sums_ = nullptr;
+  // The step's pieces with their constants, and their device copy: one
+  // launch for the whole update.
+  std::vector<kernels::body::AdamWPiece> pieces_;
+  kernels::body::AdamWPiece* table_ = nullptr;
 };
 
 }  // namespace anvil::optim
