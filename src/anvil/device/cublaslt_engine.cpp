@@ -190,10 +190,6 @@ class CublasLtEngine final : public GemmEngine {
     }
   }
 
-  // An aux epilogue cuBLASLt can take: one matrix (no batch) whose row
-  // stride is a multiple of 8 elements. Others run unfused (run_unfused).
-  static bool fusable_aux(const GemmDesc& d) { return d.batch == 1 && d.c_stride() % 8 == 0; }
-
   int candidates(const GemmDesc& d, int max) override {
     Plan& plan = plan_for(d, 256, std::max(max, 1));
     return std::min<int>(max, static_cast<int>(plan.algos.size()));
@@ -212,7 +208,10 @@ class CublasLtEngine final : public GemmEngine {
     };
     const uint32_t align = alignment(
         {a, b, c, bias, aux, bytes(d.stride_a, in), bytes(d.stride_b, in), bytes(d.stride_c, out)});
-    if (uses_aux(d.epilogue) && (!fusable_aux(d) || plan_for(d, align, 1).algos.empty())) {
+    // cuBLASLt takes an aux matrix whose row stride is a multiple of 8 (the
+    // batch was refused above); other aux GEMMs, and those it has no
+    // algorithm for, run unfused.
+    if (uses_aux(d.epilogue) && (d.c_stride() % 8 != 0 || plan_for(d, align, 1).algos.empty())) {
       run_unfused(d, a, b, c, bias, stream, aux);
       return;
     }
