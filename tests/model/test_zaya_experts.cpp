@@ -3,9 +3,13 @@
 // empty segment included, as the per-row definition says.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
+
+#include "anvil/base/bf16.hpp"
 
 #include "anvil/model/zaya_experts.hpp"
 #include "support/gradient_check.hpp"
@@ -41,6 +45,58 @@ TEST(ZayaExperts, EachExpertRunsSwiGluOnItsOwnSegment) {
         EXPECT_NEAR(y[i * H + h], want, 1e-4) << "expert " << e << ", row " << i;
       }
     }
+  }
+}
+
+// One forward and backward of E experts over uneven segments (an empty one
+// included) on `threads` threads: their outputs, input gradient and weight
+// gradients, back to back.
+std::vector<float> experts_pass(int threads, bool half) {
+  const ZayaMoeShape s{.hidden = 48, .expert_ffn = 32};
+  const int64_t H = s.hidden, F = s.expert_ffn, E = 5;
+  const std::vector<int64_t> offsets = {0, 37, 37, 40, 101, 130};
+  const int64_t rows = offsets.back();
+  auto x = random_vector(rows * H, 4), dy = random_vector(rows * H, 5);
+  auto w = random_vector(E * 3 * F * H, 6);  // fc1 blocks, then fc2 blocks
+  std::vector<float> g(w.size(), 0.0f);
+  std::vector<bf16> w_low(w.size());
+  for (size_t i = 0; i < w.size(); ++i) w_low[i] = to_bf16(w[i]);
+  const kernels::Bf16Weights low{w.data(), w_low.data()};
+  const int64_t scratch_elems = experts_bf16_scratch(s, rows);
+  std::vector<bf16> sa(scratch_elems), sb(scratch_elems);
+  kernels::Bf16Scratch scratch{sa.data(), sb.data(), scratch_elems};
+  std::vector<float> y(rows * H), kept(rows * 2 * F), act(rows * F), dx(rows * H, 0.0f),
+      dfc1(rows * 2 * F), dact(rows * F);
+  const ExpertRows r{E,          offsets.data(),           x.data(), y.data(), kept.data(),
+                     act.data(), half ? &scratch : nullptr};
+  const ZayaExpertParams p{w.data(), w.data() + E * 2 * F * H};
+  const ZayaExpertParams grads{g.data(), g.data() + E * 2 * F * H};
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  experts_forward(r, s, p, half ? &low : nullptr);
+  experts_backward({dy.data(), dx.data(), dfc1.data(), dact.data()}, r, s, grads, p,
+                   half ? &low : nullptr);
+  omp_set_num_threads(before);
+  std::vector<float> out;
+  for (const auto* part : {&y, &dx, &g})
+    for (float v : *part) out.push_back(v);
+  return out;
+}
+
+// With several threads each expert runs on one of them (its own rows, its
+// own slice of the bf16 scratch, its own weights' gradients): the same
+// numbers as one thread running them in turn.
+TEST(ZayaExperts, OnePerThreadMatchesOneThreadInTurn) {
+  for (bool half : {false, true}) {
+    const auto one = experts_pass(1, half), several = experts_pass(4, half);
+    ASSERT_EQ(one.size(), several.size());
+    double largest = 0, worst = 0;
+    for (size_t i = 0; i < one.size(); ++i) {
+      largest = std::max(largest, std::abs(static_cast<double>(one[i])));
+      worst = std::max(worst, std::abs(static_cast<double>(one[i]) - several[i]));
+    }
+    EXPECT_LE(worst, 1e-6 * largest) << (half ? "bf16" : "fp32");
+    EXPECT_GT(largest, 0.0);
   }
 }
 
