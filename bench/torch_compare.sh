@@ -9,7 +9,9 @@
 # architecture and the starting weights are anvil's; zaya-small runs with
 # skip_output=zero, the skip class transformers implements. For zaya-small
 # each of transformers' experts implementations is tried once (eager,
-# batched_mm, grouped_mm) and the fastest is the one timed.
+# batched_mm, grouped_mm) and the fastest is the one timed; a 2-step probe on
+# a shared host can pick a slower one, so EXPERTS=grouped_mm (or eager,
+# batched_mm) names it instead.
 #
 # Every round runs each variant once, interleaved; the table gives medians of
 # the rounds and anvil's ratio to each PyTorch variant and to the faster one.
@@ -37,6 +39,10 @@ if [ -n "${MODELS:-}" ]; then
   models=$(grep -E "^(${MODELS//,/|})\|" <<< "$models") ||
     { echo "MODELS: expected gpt2-124m and/or zaya-small, got '$MODELS'" >&2; exit 2; }
 fi
+case "${EXPERTS:-}" in
+  "" | eager | batched_mm | grouped_mm) ;;
+  *) echo "EXPERTS: expected eager, batched_mm or grouped_mm, got '$EXPERTS'" >&2; exit 2 ;;
+esac
 while IFS='|' read -r name config B T sets; do
   echo "$name: anvil run + Hugging Face export" >&2
   "$anvil" train --config "$config" $sets -B "$B" -T "$T" --steps 1 --out "$out/run-$name" \
@@ -47,6 +53,10 @@ experts=eager
 best=0
 impls="eager batched_mm grouped_mm"
 grep -q '^zaya-small|' <<< "$models" || impls=""
+if [ -n "${EXPERTS:-}" ]; then
+  experts=$EXPERTS
+  impls=""
+fi
 for impl in $impls; do
   echo "zaya-small: transformers experts implementation $impl (1 probe run)" >&2
   if "$python" bench/torch_train_hf.py --model "$out/hf-zaya-small" -B 8 -T 256 --steps 2 \

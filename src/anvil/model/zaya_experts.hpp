@@ -1,6 +1,7 @@
 // ZAYA1's experts: SwiGLU MLPs (fc1 -> gate | up halves, fc2) run as grouped
 // GEMMs over rows that arrive sorted by expert, one contiguous segment per
-// expert, so no token is dropped or padded. The token dispatcher
+// expert, so no token is dropped or padded; with several threads, each
+// expert whole on one thread (single-threaded GEMMs). The token dispatcher
 // (zaya_dispatcher.hpp) decides where those rows live — the layer's own
 // sorted rows, or the rows other ranks sent under expert parallelism — and
 // hands them over with room for the outputs and what backward needs.
