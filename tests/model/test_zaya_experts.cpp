@@ -86,7 +86,7 @@ std::vector<float> experts_pass(int threads, bool half) {
 // With several threads each expert runs on one of them (its own rows, its
 // own slice of the bf16 scratch, its own weights' gradients): the same
 // numbers as one thread running them in turn.
-TEST(ZayaExperts, OnePerThreadMatchesOneThreadInTurn) {
+TEST(ZayaExperts, OnePerThreadMatchesOneThreadInTurnFp32AndBf16) {
   for (bool half : {false, true}) {
     const auto one = experts_pass(1, half), several = experts_pass(4, half);
     ASSERT_EQ(one.size(), several.size());
