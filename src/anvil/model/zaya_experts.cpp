@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "anvil/base/threads.hpp"
 #include "anvil/kernels/layers.hpp"
 
 namespace anvil::model {
@@ -33,7 +34,8 @@ bool experts_per_thread() {
 // depend on the thread it runs on, so the result is the same either way.
 // The bf16 scratch is cut by rows: expert e converts into its rows' part.
 template <typename Body>
-void for_each_expert(const ExpertRows& r, int64_t scratch_row, const Body& body) {
+void for_each_expert(const ExpertRows& r, const ZayaMoeShape& shape, const Body& body) {
+  const int64_t scratch_row = experts_bf16_scratch(shape, 1);
   std::vector<int64_t> order;
   for (int64_t e = 0; e < r.experts; ++e)
     if (r.offsets[e + 1] > r.offsets[e]) order.push_back(e);
@@ -56,17 +58,11 @@ void for_each_expert(const ExpertRows& r, int64_t scratch_row, const Body& body)
   }
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t a, int64_t b) { return rows(a) > rows(b); });
-  const auto n = static_cast<int64_t>(order.size());
-#pragma omp parallel num_threads(threads)
-  {
-    omp_set_num_threads(1);  // this thread's GEMMs and kernels: 1 thread
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t k = 0; k < n; ++k) {
-      const int64_t e = order[static_cast<size_t>(k)];
-      kernels::Bf16Scratch s = scratch(e);
-      body(e, r.bf16 ? &s : nullptr);
-    }
-  }
+  for_each_single_threaded(static_cast<int64_t>(order.size()), threads, [&](int64_t k, int) {
+    const int64_t e = order[static_cast<size_t>(k)];
+    kernels::Bf16Scratch s = scratch(e);
+    body(e, r.bf16 ? &s : nullptr);
+  });
 }
 
 }  // namespace
@@ -78,7 +74,7 @@ int64_t experts_bf16_scratch(const ZayaMoeShape& s, int64_t rows) {
 void experts_forward(const ExpertRows& r, const ZayaMoeShape& s, const ZayaExpertParams& p,
                      const kernels::Bf16Weights* low) {
   const int64_t H = s.hidden, F = s.expert_ffn;
-  for_each_expert(r, std::max(2 * F, H), [&](int64_t e, kernels::Bf16Scratch* bf16) {
+  for_each_expert(r, s, [&](int64_t e, kernels::Bf16Scratch* bf16) {
     const int64_t b = r.offsets[e], n = r.offsets[e + 1] - b;
     kernels::linear_forward(r.fc1 + b * 2 * F, r.x + b * H,
                             kernels::matmul_weight(low, p.fc1 + e * 2 * F * H), nullptr, n, H,
@@ -96,7 +92,7 @@ void experts_backward(const ExpertGrads& d, const ExpertRows& r, const ZayaMoeSh
   const int64_t H = s.hidden, F = s.expert_ffn, rows = r.rows();
   kernels::zero(d.dact, rows * F);
   kernels::zero(d.dfc1, rows * 2 * F);
-  for_each_expert(r, std::max(2 * F, H), [&](int64_t e, kernels::Bf16Scratch* bf16) {
+  for_each_expert(r, s, [&](int64_t e, kernels::Bf16Scratch* bf16) {
     const int64_t b = r.offsets[e], n = r.offsets[e + 1] - b;
     kernels::linear_backward(d.dact + b * F, g.fc2 + e * H * F, nullptr, d.dy + b * H,
                              r.act + b * F, kernels::matmul_weight(low, p.fc2 + e * H * F), n, F, H,

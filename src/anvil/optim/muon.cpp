@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "anvil/base/threads.hpp"
 #include "anvil/device/blas.hpp"
 #include "anvil/device/gemm.hpp"
 
@@ -331,15 +332,10 @@ void Muon::update(float* params, const float* grads, float lr, float grad_scale)
       config_.ns_bf16 && device::bf16_path() == device::Bf16Path::native
           ? device::GemmBackend::onednn
           : device::GemmBackend::openblas;
-#pragma omp parallel num_threads(sets_)
-  {
-    omp_set_num_threads(1);  // this thread's nested regions and oneDNN primitives: 1 thread
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t k = 0; k < n; ++k) {
-      update_one(batch[static_cast<size_t>(k)], params, grads, lr, grad_scale,
-                 work_[static_cast<size_t>(omp_get_thread_num())], backend);
-    }
-  }
+  for_each_single_threaded(n, sets_, [&](int64_t k, int thread) {
+    update_one(batch[static_cast<size_t>(k)], params, grads, lr, grad_scale,
+               work_[static_cast<size_t>(thread)], backend);
+  });
 }
 
 std::vector<model::TensorShard> Muon::state() {
