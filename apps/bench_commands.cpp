@@ -292,6 +292,10 @@ void BenchCommands::add_comm(CLI::App* bench) {
       ->capture_default_str();
   comm_->add_flag("--no-check", no_check_, "Skip the exact result check (#wrong shows -)");
   comm_->add_flag("--inplace", c.in_place, "In-place buffers (as NCCL defines them)");
+  comm_->add_flag("--registered", c.registered,
+                  "Buffers in shared memory the other ranks map (as NCCL's registered buffers): "
+                  "shm all-gather and broadcast read them in place instead of by cross-memory "
+                  "attach; every algorithm gets the same buffers");
   comm_->add_option("--root", c.root, "Root rank for broadcast and reduce")
       ->check(at_least(0))
       ->capture_default_str();

@@ -13,7 +13,8 @@
 #   muon      Muon's step (bf16 Newton-Schulz where the CPU has native bf16)
 #             against AdamW's, zaya-small at 2,048 and 8,192 tokens per step
 #   comm      shm all-reduce and all-gather against MPI's own, 2 ranks,
-#             1-16 MiB: ratio of medians and the smallest per-round ratio
+#             1-16 MiB, on plain and on registered buffers (comm::SharedBuffer,
+#             both given the same): ratio of medians, smallest per-round ratio
 #   torch     bench/torch_compare.sh (PyTorch 2 eager and compiled, fp32 and
 #             bf16; needs the project venv)
 # Writes bench/results/perf-<cpu>.json (<cpu>: vendor and best matrix ISA,
@@ -126,9 +127,12 @@ fi
 if want comm; then
   stat_mark comm begin
   for r in $(seq 1 "$rounds"); do
-    say "comm round $r/$rounds"
-    "$anvil" bench comm --np 2 --op allreduce,allgather --algo shm -b 1M -e 16M -f 2 -n 10 -w 2 \
-      --json > "$out/comm-$r.json"
+    for buffers in plain registered; do
+      say "comm round $r/$rounds: $buffers buffers"
+      flag=(); [ $buffers = registered ] && flag=(--registered)
+      "$anvil" bench comm --np 2 --op allreduce,allgather --algo shm -b 1M -e 16M -f 2 -n 10 -w 2 \
+        "${flag[@]}" --json > "$out/comm-$buffers-$r.json"
+    done
   done
   stat_mark comm end
 fi
@@ -221,22 +225,26 @@ if "muon" in sections:
     res["sections"]["muon"] = {"date": now, "rounds": rounds, "muon_flags": flags, "tokens_per_step": rows,
                                "checks": {"Muon/AdamW step at 8192 tokens": check(rows["8192"]["muon_over_adamw"], 1.3, False)}}
 if "comm" in sections:
-    runs = [load(f"comm-{r}.json") for r in R]
     rows, checks = [], {}
-    for op, target in (("allreduce", 1.5), ("allgather", 1.3)):
-        sizes = sorted({p["bytes"] for p in runs[0]["points"] if p["op"] == op})
-        worst_med, worst_min = None, None
-        for b in sizes:
-            bw = {a: [next(p["busbw_gbs"] for p in run["points"] if p["op"] == op and p["bytes"] == b and p["algo"] == a)
-                      for run in runs] for a in ("mpi", "shm")}
-            per_round = [s / m for s, m in zip(bw["shm"], bw["mpi"])]
-            row = {"op": op, "bytes": b, "mpi_busbw_gbs": bw["mpi"], "shm_busbw_gbs": bw["shm"],
-                   "ratio_of_medians": med(bw["shm"]) / med(bw["mpi"]), "min_round_ratio": min(per_round)}
-            rows.append(row)
-            worst_med = min(worst_med or 1e9, row["ratio_of_medians"])
-            worst_min = min(worst_min or 1e9, row["min_round_ratio"])
-        checks[f"shm/MPI {op} 1-16 MiB, worst size (medians)"] = check(worst_med, target)
-        checks[f"shm/MPI {op} 1-16 MiB, worst size and round"] = check(worst_min, target)
+    # plain: the caller's own memory; registered: comm::SharedBuffer (both
+    # algorithms get the same buffers; shm reads registered ones in place).
+    for buffers, label in (("plain", ""), ("registered", ", registered buffers")):
+        runs = [load(f"comm-{buffers}-{r}.json") for r in R]
+        for op, target in (("allreduce", 1.5), ("allgather", 1.3)):
+            sizes = sorted({p["bytes"] for p in runs[0]["points"] if p["op"] == op})
+            worst_med, worst_min = None, None
+            for b in sizes:
+                bw = {a: [next(p["busbw_gbs"] for p in run["points"] if p["op"] == op and p["bytes"] == b and p["algo"] == a)
+                          for run in runs] for a in ("mpi", "shm")}
+                per_round = [s / m for s, m in zip(bw["shm"], bw["mpi"])]
+                row = {"op": op, "buffers": buffers, "bytes": b, "mpi_busbw_gbs": bw["mpi"],
+                       "shm_busbw_gbs": bw["shm"], "ratio_of_medians": med(bw["shm"]) / med(bw["mpi"]),
+                       "min_round_ratio": min(per_round)}
+                rows.append(row)
+                worst_med = min(worst_med or 1e9, row["ratio_of_medians"])
+                worst_min = min(worst_min or 1e9, row["min_round_ratio"])
+            checks[f"shm/MPI {op} 1-16 MiB{label}, worst size (medians)"] = check(worst_med, target)
+            checks[f"shm/MPI {op} 1-16 MiB{label}, worst size and round"] = check(worst_min, target)
     res["sections"]["comm"] = {"date": now, "rounds": rounds, "ranks": 2, "rows": rows, "checks": checks}
 if "torch" in sections and os.path.exists(f"{out}/torch.json"):
     t = load("torch.json")

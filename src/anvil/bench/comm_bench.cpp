@@ -11,6 +11,7 @@
 #include "anvil/base/error.hpp"
 #include "anvil/bench/comm_specs.hpp"
 #include "anvil/bench/measure.hpp"
+#include "anvil/comm/shared_buffer.hpp"
 
 namespace anvil::bench {
 namespace {
@@ -103,7 +104,7 @@ class OpBench {
   std::vector<double> time_iterations(const CommCase& k, Algo a) const;
   // Clears recv, fills the inputs with the pattern, runs once, counts wrong
   // elements (all ranks summed).
-  int64_t check(const CommCase& k, Algo a, std::vector<unsigned char>& recv) const;
+  int64_t check(const CommCase& k, Algo a, unsigned char* recv, size_t recv_bytes) const;
   size_t peers() const { return spec_.per_peer ? static_cast<size_t>(c_.size()) : 1; }
 
   Communicator& c_;
@@ -130,8 +131,8 @@ std::vector<double> OpBench::time_iterations(const CommCase& k, Algo a) const {
   return block;
 }
 
-int64_t OpBench::check(const CommCase& k, Algo a, std::vector<unsigned char>& recv) const {
-  std::fill(recv.begin(), recv.end(), 0);
+int64_t OpBench::check(const CommCase& k, Algo a, unsigned char* recv, size_t recv_bytes) const {
+  std::fill(recv, recv + recv_bytes, 0);
   spec_.fill(k);
   spec_.run(k, a);
   int64_t wrong = spec_.wrong(k), total = 0;
@@ -148,9 +149,22 @@ void OpBench::measure(const std::vector<int64_t>& sweep, std::vector<CommPoint>&
       // nccl-tests sizing: bytes is the whole message (all-to-all: all one rank sends).
       const size_t count = static_cast<size_t>(sweep[si]) / es / peers();
       const size_t total = count * peers();
-      std::vector<unsigned char> send(total * es + 64, 0), recv(total * es + 64, 0);
-      const CommCase k{c_,          send.data(), recv.data(), count,
-                       plan_.dtype, plan_.redop, o_.root,     o_.in_place};
+      const size_t bytes = total * es + 64;
+      std::vector<unsigned char> plain_send, plain_recv;
+      comm::SharedBuffer shared_send, shared_recv;
+      unsigned char *send = nullptr, *recv = nullptr;
+      if (o_.registered) {
+        shared_send = comm::SharedBuffer(bytes, "bench comm send");
+        shared_recv = comm::SharedBuffer(bytes, "bench comm recv");
+        send = shared_send.data();
+        recv = shared_recv.data();
+      } else {
+        plain_send.assign(bytes, 0);
+        plain_recv.assign(bytes, 0);
+        send = plain_send.data();
+        recv = plain_recv.data();
+      }
+      const CommCase k{c_, send, recv, count, plan_.dtype, plan_.redop, o_.root, o_.in_place};
       for (size_t ai = 0; ai < algos_.size(); ++ai) {
         std::vector<double> block = time_iterations(k, algos_[ai]);
         // Each iteration's time is its slowest rank's.
@@ -169,7 +183,7 @@ void OpBench::measure(const std::vector<int64_t>& sweep, std::vector<CommPoint>&
         p.p99_us = s.percentile(99) * 1e6;
         p.algbw = p.p50_us > 0 ? static_cast<double>(p.bytes) / (p.p50_us * 1e-6) / 1e9 : 0;
         p.busbw = p.algbw * spec_.bus_factor(c_.size());
-        p.wrong = o_.check ? check(k, algos_[ai], recv) : -1;
+        p.wrong = o_.check ? check(k, algos_[ai], recv, bytes) : -1;
         out.push_back(p);
       }
     }
@@ -343,14 +357,21 @@ CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
   result.redop = o.redop;
   result.root = o.root;
   result.in_place = o.in_place;
+  result.registered = o.registered;
   for (const CollectiveSpec* spec : plan.specs) OpBench(c, o, plan, *spec).run(result);
   return result;
 }
 
 json CommBenchResult::to_json() const {
-  json j = {{"benchmark", "comm"},     {"ranks", ranks},       {"dtype", dtype},
-            {"redop", redop},          {"root", root},         {"in_place", in_place},
-            {"points", json::array()}, {"fits", json::array()}};
+  json j = {{"benchmark", "comm"},
+            {"ranks", ranks},
+            {"dtype", dtype},
+            {"redop", redop},
+            {"root", root},
+            {"in_place", in_place},
+            {"registered", registered},
+            {"points", json::array()},
+            {"fits", json::array()}};
   for (const auto& p : points) {
     j["points"].push_back({{"op", p.op},
                            {"algo", p.algo},
@@ -426,7 +447,8 @@ std::string CommBenchResult::text() const {
   std::ostringstream s;
   for (const auto& [op, table] : tables()) {
     s << "# " << op << ", " << ranks << " ranks, " << dtype
-      << (in_place ? ", in place" : ", out of place") << "; time = slowest rank, busbw in GB/s\n"
+      << (in_place ? ", in place" : ", out of place") << (registered ? ", registered buffers" : "")
+      << "; time = slowest rank, busbw in GB/s\n"
       << table.to_text() << "\n";
   }
   s << "alpha-beta fit (time = alpha + bytes / bandwidth):\n";

@@ -42,6 +42,9 @@ struct CommBenchOptions {
   double refine = 0;
   bool check = true;
   bool in_place = false;
+  // Buffers in shared memory the peers can map (comm::SharedBuffer), as
+  // NCCL's registered buffers; every algorithm gets the same ones.
+  bool registered = false;
   int root = 0;
   double timeout_s = 60;
   int stall_rank = -1;  // testing aid: this rank never joins the last algorithm's first call
@@ -65,6 +68,7 @@ struct CommBenchResult {
   std::string dtype, redop;
   int root = 0;
   bool in_place = false;
+  bool registered = false;
   std::vector<CommPoint> points;
   std::vector<AlphaBeta> fits;
   nlohmann::json to_json() const;

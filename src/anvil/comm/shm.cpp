@@ -5,7 +5,9 @@
 // copies) its own 1/n share of the chunk, meets them again, and copies out.
 // Staging stays in cache; each byte of input and output crosses DRAM once.
 // All-gather and broadcast above kCmaMinBytes read the peers' buffers
-// directly where cross-memory attach works: one copy instead of two.
+// directly where cross-memory attach works: one copy instead of two, in user
+// space from the reader's own mapping where the buffer is registered (a
+// SharedBuffer), else by process_vm_readv.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -100,7 +102,7 @@ void shm_broadcast(ShmTransport& shm, void* buf, size_t count, DType t, int root
     return;
   }
   if (shm.cma() && count * es > kCmaMinBytes) {
-    if (rank == root) shm.publish(buf);
+    if (rank == root) shm.publish(buf, count * es);
     shm.barrier("broadcast");
     if (rank != root) shm.read_published(root, buf, count * es);
     shm.barrier("broadcast");
@@ -187,7 +189,7 @@ void shm_allgather(ShmTransport& shm, const void* send, void* recv, size_t count
     auto* out = static_cast<unsigned char*>(recv);
     const size_t mine = block_count(count, size, rank);
     unsigned char* my_block = out + block_offset(count, size, rank) * es;
-    shm.publish(send);
+    shm.publish(send, mine * es);
     shm.barrier("allgather");
     for (int s = 1; s < size; ++s) {
       const int j = (rank + s) % size;  // start at different peers: no hot spot

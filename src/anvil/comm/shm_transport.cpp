@@ -9,6 +9,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 
 #include "anvil/base/clock.hpp"
 #include "anvil/base/error.hpp"
+#include "anvil/comm/shared_buffer.hpp"
 
 namespace anvil::comm {
 namespace {
@@ -134,7 +136,8 @@ void ShmTransport::probe_cma() {
   // Read a word the next rank published.
   static thread_local uint64_t probe_word;
   probe_word = 0x5eed0000u + static_cast<uint64_t>(rank());
-  peers_[rank()] = Peer{static_cast<int64_t>(::getpid()), reinterpret_cast<uint64_t>(&probe_word)};
+  peers_[rank()] =
+      Peer{static_cast<int64_t>(::getpid()), reinterpret_cast<uint64_t>(&probe_word), -1, 0, 0, 0};
   MPI_Barrier(group_.mpi_comm());
   const int next = (rank() + 1) % size();
   uint64_t got = 0;
@@ -149,13 +152,63 @@ void ShmTransport::probe_cma() {
   int all_cma = 0;
   MPI_Allreduce(&ok_cma, &all_cma, 1, MPI_INT, MPI_MIN, group_.mpi_comm());
   cma_ = all_cma != 0;
+  const char* direct_env = std::getenv("ANVIL_SHM_DIRECT");
+  direct_ = !(direct_env && std::string(direct_env) == "0");
+  unmappable_.assign(static_cast<size_t>(size()), 0);
 }
 
-void ShmTransport::publish(const void* buf) {
-  peers_[rank()] = Peer{static_cast<int64_t>(::getpid()), reinterpret_cast<uint64_t>(buf)};
+void ShmTransport::publish(const void* buf, size_t bytes) {
+  Peer p{static_cast<int64_t>(::getpid()), reinterpret_cast<uint64_t>(buf), -1, 0, 0, 0};
+  if (const auto region = shared_region_of(buf, bytes)) {
+    p.fd = region->fd;
+    p.region_id = region->id;
+    p.offset = region->offset;
+    p.region_bytes = region->bytes;
+  }
+  peers_[rank()] = p;
+}
+
+const unsigned char* ShmTransport::mapped(int r) {
+  const Peer& p = peers_[r];
+  for (const Mapping& m : mappings_) {
+    if (m.rank == r && m.pid == p.pid && m.id == p.region_id) return m.base;
+  }
+  if (unmappable_[static_cast<size_t>(r)]) return nullptr;
+  // The publisher keeps the buffer (and its descriptor) alive until the
+  // collective's last barrier, so the descriptor names that memory file now.
+  const std::string path = "/proc/" + std::to_string(p.pid) + "/fd/" + std::to_string(p.fd);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  void* base = MAP_FAILED;
+  if (fd >= 0) {
+    base = ::mmap(nullptr, p.region_bytes, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+  }
+  if (base == MAP_FAILED) {
+    unmappable_[static_cast<size_t>(r)] = 1;
+    return nullptr;
+  }
+  // Keep a few per peer: drop this peer's oldest beyond them.
+  size_t of_peer = 0;
+  for (const Mapping& m : mappings_) of_peer += m.rank == r;
+  if (of_peer >= kMappingsPerPeer) {
+    const auto oldest = std::find_if(mappings_.begin(), mappings_.end(),
+                                     [&](const Mapping& m) { return m.rank == r; });
+    ::munmap(const_cast<unsigned char*>(oldest->base), oldest->bytes);
+    mappings_.erase(oldest);
+  }
+  mappings_.push_back({r, p.pid, p.region_id, static_cast<const unsigned char*>(base),
+                       static_cast<size_t>(p.region_bytes)});
+  return mappings_.back().base;
 }
 
 void ShmTransport::read_published(int r, void* dst, size_t bytes) {
+  if (direct_ && peers_[r].region_id != 0) {
+    if (const unsigned char* src = mapped(r)) {
+      std::memcpy(dst, src + peers_[r].offset, bytes);
+      ++direct_reads_;
+      return;
+    }
+  }
   uint64_t address = peers_[r].address;
   auto* d = static_cast<unsigned char*>(dst);
   while (bytes > 0) {
@@ -174,6 +227,7 @@ void ShmTransport::read_published(int r, void* dst, size_t bytes) {
 }
 
 ShmTransport::~ShmTransport() {
+  for (const Mapping& m : mappings_) ::munmap(const_cast<unsigned char*>(m.base), m.bytes);
   if (base_) ::munmap(base_, bytes_);
 }
 

@@ -8,12 +8,15 @@
 // `chunk` bytes per rank and one result slot.
 //
 // Single-copy reads use cross-memory attach (process_vm_readv; probed once
-// per segment), as Open MPI's vader does.
+// per segment), as Open MPI's vader does — or, where the published buffer
+// lies in a SharedBuffer (comm/shared_buffer.hpp), a plain copy from the
+// reader's own mapping of it (mapped on first use and kept, a few per peer).
 //
 // Environment: ANVIL_SHM_CHUNK=BYTES sets the staging chunk (>= 4096; the
 // tests use 4096 so every multi-round path runs on small messages) and
 // ANVIL_SHM_CMA=0 turns cross-memory attach off (the staged copies then run
-// at every size).
+// at every size; registered buffers are then not read in place either), and
+// ANVIL_SHM_DIRECT=0 reads registered buffers by cross-memory attach too.
 //
 // Waiting: a rank that arrives early spins briefly (a peer with a core of
 // its own arrives within microseconds), then yields, then sleeps on a futex
@@ -32,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "anvil/comm/mpi_transport.hpp"
 
@@ -60,10 +64,14 @@ class ShmTransport final : public Transport {
 
   // True when every rank can read every other rank's memory (cross-memory attach).
   bool cma() const { return cma_; }
-  // Offers `buf` to the other ranks' read_published (valid after the next barrier).
-  void publish(const void* buf);
+  // Offers [buf, buf + bytes) to the other ranks' read_published (valid after
+  // the next barrier).
+  void publish(const void* buf, size_t bytes);
   // Copies `bytes` from the buffer rank r published.
   void read_published(int r, void* dst, size_t bytes);
+  // How many read_published calls copied from a mapping of a registered
+  // buffer (the rest: cross-memory attach).
+  uint64_t direct_reads() const { return direct_reads_; }
 
   static constexpr size_t kSmallBytes = 16 * 1024;
 
@@ -79,8 +87,25 @@ class ShmTransport final : public Transport {
   struct alignas(64) Peer {
     int64_t pid;
     uint64_t address;
+    // Where the buffer lies in a SharedBuffer (region_id 0: it does not).
+    int64_t fd;
+    uint64_t region_id;
+    uint64_t offset;
+    uint64_t region_bytes;
   };
+  // A peer's SharedBuffer as this rank maps it (read-only).
+  struct Mapping {
+    int rank;
+    int64_t pid;
+    uint64_t id;
+    const unsigned char* base;
+    size_t bytes;
+  };
+  static constexpr size_t kMappingsPerPeer = 4;
   void probe_cma();
+  // This rank's mapping of what rank r published (mapped now if need be), or
+  // null where it cannot be mapped (then cross-memory attach reads it).
+  const unsigned char* mapped(int r);
 
   MpiTransport& group_;
   size_t chunk_ = 0;
@@ -90,6 +115,10 @@ class ShmTransport final : public Transport {
   Counter* arrive_ = nullptr;
   Peer* peers_ = nullptr;
   bool cma_ = false;  // process_vm_readv works between all ranks
+  bool direct_ = true;             // read registered buffers through a mapping (ANVIL_SHM_DIRECT)
+  std::vector<Mapping> mappings_;  // oldest first
+  std::vector<char> unmappable_;   // per rank: a mapping failed once, do not retry
+  uint64_t direct_reads_ = 0;
   unsigned char* slots_ = nullptr;
   unsigned char* result_ = nullptr;
   unsigned char* small_ = nullptr;
