@@ -130,7 +130,7 @@ if want comm; then
     for buffers in plain registered; do
       say "comm round $r/$rounds: $buffers buffers"
       flag=(); [ $buffers = registered ] && flag=(--registered)
-      "$anvil" bench comm --np 2 --op allreduce,allgather --algo shm -b 1M -e 16M -f 2 -n 10 -w 2 \
+      "$anvil" bench comm --np 2 --op allreduce,allgather --algo shm -b 1M -e 16M -f 2 -n 20 -w 3 --passes 3 \
         "${flag[@]}" --json > "$out/comm-$buffers-$r.json"
     done
   done
