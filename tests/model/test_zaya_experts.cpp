@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <vector>
 
 #include "anvil/base/bf16.hpp"
@@ -51,16 +50,15 @@ TEST(ZayaExperts, EachExpertRunsSwiGluOnItsOwnSegment) {
 
 // One forward and backward of E experts over uneven segments (an empty one
 // included) on `threads` threads: their outputs, input gradient and weight
-// gradients, back to back. The weight gradients start at `stale` (what a
-// previous micro-batch left there: experts_backward writes over it).
-std::vector<float> experts_pass(int threads, bool half, float stale = 0.0f) {
+// gradients, back to back.
+std::vector<float> experts_pass(int threads, bool half) {
   const ZayaMoeShape s{.hidden = 48, .expert_ffn = 32};
   const int64_t H = s.hidden, F = s.expert_ffn, E = 5;
   const std::vector<int64_t> offsets = {0, 37, 37, 40, 101, 130};
   const int64_t rows = offsets.back();
   auto x = random_vector(rows * H, 4), dy = random_vector(rows * H, 5);
   auto w = random_vector(E * 3 * F * H, 6);  // fc1 blocks, then fc2 blocks
-  std::vector<float> g(w.size(), stale);
+  std::vector<float> g(w.size(), 0.0f);
   std::vector<bf16> w_low(w.size());
   for (size_t i = 0; i < w.size(); ++i) w_low[i] = to_bf16(w[i]);
   const kernels::Bf16Weights low{w.data(), w_low.data()};
@@ -99,19 +97,6 @@ TEST(ZayaExperts, OnePerThreadMatchesOneThreadInTurnFp32AndBf16) {
     }
     EXPECT_LE(worst, 1e-6 * largest) << (half ? "bf16" : "fp32");
     EXPECT_GT(largest, 0.0);
-  }
-}
-
-// The weights' gradients are written, not added to: whatever they held
-// before (a NaN included), including an expert without rows, which ends at 0.
-TEST(ZayaExperts, BackwardWritesTheWeightGradientsOverStaleOnesFp32AndBf16) {
-  for (bool half : {false, true}) {
-    const auto clean = experts_pass(2, half);
-    const auto stale = experts_pass(2, half, std::numeric_limits<float>::quiet_NaN());
-    ASSERT_EQ(clean.size(), stale.size());
-    int64_t differ = 0;
-    for (size_t i = 0; i < clean.size(); ++i) differ += clean[i] != stale[i];
-    EXPECT_EQ(differ, 0) << (half ? "bf16" : "fp32");
   }
 }
 

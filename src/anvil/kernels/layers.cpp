@@ -236,26 +236,21 @@ void linear_forward(float* out, const float* inp, MatmulWeight weight, const flo
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      MatmulWeight weight, int64_t N, int64_t IC, int64_t OC, Bf16Scratch* scratch,
-                     device::GemmBackend backend, LinearGradStore store) {
-  const float beta_dinp = store.add_dinp ? 1.0f : 0.0f;
-  const float beta_dweight = store.add_dweight ? 1.0f : 0.0f;
+                     device::GemmBackend backend) {
   if (weight.bf16_copy != nullptr) {
     check_scratch(scratch, std::max(N * IC, N * OC));
     convert_to_bf16(scratch->b, dout, N * OC);
     convert_to_bf16(scratch->a, inp, N * IC);
     if (dinp != nullptr) {
-      device::gemm(false, false, N, IC, OC, 1.0f, scratch->b, OC, weight.bf16_copy, IC, beta_dinp,
-                   dinp, IC, backend);
+      device::gemm(false, false, N, IC, OC, 1.0f, scratch->b, OC, weight.bf16_copy, IC, 1.0f, dinp, IC,
+           backend);
     }
-    device::gemm(true, false, OC, IC, N, 1.0f, scratch->b, OC, scratch->a, IC, beta_dweight,
-                 dweight, IC, backend);
+    device::gemm(true, false, OC, IC, N, 1.0f, scratch->b, OC, scratch->a, IC, 1.0f, dweight, IC, backend);
   } else {
     if (dinp != nullptr) {
-      device::gemm(false, false, N, IC, OC, 1.0f, dout, OC, weight.f32, IC, beta_dinp, dinp, IC,
-                   backend);
+      device::gemm(false, false, N, IC, OC, 1.0f, dout, OC, weight.f32, IC, 1.0f, dinp, IC, backend);
     }
-    device::gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, beta_dweight, dweight, IC,
-                 backend);
+    device::gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC, backend);
   }
   if (dbias == nullptr) return;
   PartialSums sums(OC, 1);

@@ -75,19 +75,10 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
 void linear_forward(float* out, const float* inp, MatmulWeight weight, const float* bias, int64_t N,
                     int64_t IC, int64_t OC, Bf16Scratch* scratch = nullptr,
                     device::GemmBackend backend = device::GemmBackend::automatic);
-// How linear_backward stores d/dinp and d/dweight: added to what the
-// buffers hold (the default), or written over it (the GEMM's beta 0: the
-// caller need not zero them, and a buffer that was never zeroed is fine).
-struct LinearGradStore {
-  bool add_dinp = true;
-  bool add_dweight = true;
-};
-// dinp may be null (first layer); dbias may be null (no bias; always added).
+// dinp may be null (first layer); dbias may be null (no bias).
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      MatmulWeight weight, int64_t N, int64_t IC, int64_t OC,
-                     Bf16Scratch* scratch = nullptr,
-                     device::GemmBackend backend = device::GemmBackend::automatic,
-                     LinearGradStore store = {});
+                     Bf16Scratch* scratch = nullptr, device::GemmBackend backend = device::GemmBackend::automatic);
 
 // ---- activations ----
 // GELU, tanh approximation (GPT-2's "gelu_new").

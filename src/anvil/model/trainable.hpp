@@ -64,10 +64,6 @@ class TrainableModel {
   virtual float* params() = 0;
   virtual float* grads() = 0;
   virtual const MemoryPlan& plan() const = 0;
-  // Readies grads() for the next forward_backward, which leaves there the
-  // gradients of its micro-batch alone. A model may leave alone what its
-  // backward writes over (ZAYA1's expert weights), so call it before every
-  // forward_backward rather than reading grads() as zeros.
   virtual void zero_grads() = 0;
   virtual double forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
                          int64_t* scored) = 0;

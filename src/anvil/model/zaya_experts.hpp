@@ -41,8 +41,7 @@ struct ExpertGrads {
 // their inputs through rows.bf16; fp32 accumulation either way.
 void experts_forward(const ExpertRows& rows, const ZayaMoeShape& s, const ZayaExpertParams& p,
                      const kernels::Bf16Weights* low = nullptr);
-// Adds d/dx to d.dx and writes the experts' weight gradients into g (over
-// what g holds: the caller need not zero them).
+// Adds d/dx to d.dx and the experts' weight gradients to g.
 void experts_backward(const ExpertGrads& d, const ExpertRows& rows, const ZayaMoeShape& s,
                       const ZayaExpertParams& g, const ZayaExpertParams& p,
                       const kernels::Bf16Weights* low = nullptr);

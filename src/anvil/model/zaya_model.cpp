@@ -353,21 +353,7 @@ ZayaMoeParams ZayaModel::moe_params(int64_t n, float* base) const {
 }
 
 void ZayaModel::zero_grads() {
-  // The experts' weight gradients (nearly all of them) are written by
-  // experts_backward, not added to: zeroing them here would cost a pass
-  // over every expert weight's gradient each micro-batch for nothing.
-  if (zeroed_.empty()) {
-    for (const auto& s : registry_.specs()) {
-      if (s.sharding == Sharding::expert) continue;
-      if (!zeroed_.empty() && zeroed_.back().second == s.offset) {
-        zeroed_.back().second += s.numel;
-      } else {
-        zeroed_.emplace_back(s.offset, s.offset + s.numel);
-      }
-    }
-  }
-  float* g = grads_f();
-  for (const auto& [b, e] : zeroed_) kernels::zero(g + b, e - b);
+  kernels::zero(grads_f(), registry_.total());
 }
 
 void ZayaModel::run_forward(const int32_t* tokens) {

@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <utility>
 #include <vector>
 
 #include "anvil/model/cca_layer.hpp"
@@ -74,9 +73,8 @@ class ZayaModel : public TrainableModel {
   // Steers expert selection only; [layers][E + 1], init 0 (skip -1, as the original).
   std::vector<std::vector<float>>& balancing_biases() { return balancer_.biases(); }
   void zero_grads() override;
-  // Summed loss over rows with target >= 0; with backward, the gradients of
-  // (loss * grad_scale) in grads() (after zero_grads(): the experts' weights'
-  // gradients are written, the rest added). B and T must be the planned ones.
+  // Summed loss over rows with target >= 0; with backward, gradients of
+  // (loss * grad_scale) are added to grads(). B and T must be the planned ones.
   double forward(const int32_t* tokens, const int32_t* targets, int64_t* scored);
   double forward_backward(const int32_t* tokens, const int32_t* targets, float grad_scale,
                           int64_t* scored);
@@ -114,8 +112,6 @@ class ZayaModel : public TrainableModel {
   // Tokens per class of each MoE layer over the step ([layer][E + 1], flat:
   // the data-parallel trainer sums it over ranks), and of the last step.
   std::vector<int64_t> step_load_;
-  // What zero_grads zeroes: [begin, end) of grads() around the expert blocks.
-  std::vector<std::pair<int64_t, int64_t>> zeroed_;
   std::vector<std::vector<int64_t>> last_load_;
   int64_t B_, T_, N_, H_, R_, layers_;  // T_: this rank's tokens per row
   ContextParallel cp_;
