@@ -13,7 +13,7 @@
 #   muon      Muon's step (bf16 Newton-Schulz where the CPU has native bf16)
 #             against AdamW's, zaya-small at 2,048 and 8,192 tokens per step
 #   comm      shm all-reduce and all-gather against MPI's own, 2 ranks,
-#             1-16 MiB, on plain and on registered buffers (comm::SharedBuffer,
+#             1-16 MiB, on plain and on registered buffers (SharedBuffer,
 #             both given the same): ratio of medians, smallest per-round ratio
 #   torch     bench/torch_compare.sh (PyTorch 2 eager and compiled, fp32 and
 #             bf16; needs the project venv)
@@ -226,7 +226,7 @@ if "muon" in sections:
                                "checks": {"Muon/AdamW step at 8192 tokens": check(rows["8192"]["muon_over_adamw"], 1.3, False)}}
 if "comm" in sections:
     rows, checks = [], {}
-    # plain: the caller's own memory; registered: comm::SharedBuffer (both
+    # plain: the caller's own memory; registered: SharedBuffer (both
     # algorithms get the same buffers; shm reads registered ones in place).
     for buffers, label in (("plain", ""), ("registered", ", registered buffers")):
         runs = [load(f"comm-{buffers}-{r}.json") for r in R]

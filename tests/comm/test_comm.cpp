@@ -21,10 +21,10 @@
 #include "anvil/base/bf16.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
+#include "anvil/base/shared_buffer.hpp"
 #include "anvil/comm/async.hpp"
 #include "anvil/comm/check.hpp"
 #include "anvil/comm/communicator.hpp"
-#include "anvil/comm/shared_buffer.hpp"
 #include "anvil/comm/shm_transport.hpp"
 
 namespace anvil::comm {

@@ -9,9 +9,9 @@
 #include <thread>
 
 #include "anvil/base/error.hpp"
+#include "anvil/base/shared_buffer.hpp"
 #include "anvil/bench/comm_specs.hpp"
 #include "anvil/bench/measure.hpp"
-#include "anvil/comm/shared_buffer.hpp"
 
 namespace anvil::bench {
 namespace {
@@ -151,11 +151,11 @@ void OpBench::measure(const std::vector<int64_t>& sweep, std::vector<CommPoint>&
       const size_t total = count * peers();
       const size_t bytes = total * es + 64;
       std::vector<unsigned char> plain_send, plain_recv;
-      comm::SharedBuffer shared_send, shared_recv;
+      SharedBuffer shared_send, shared_recv;
       unsigned char *send = nullptr, *recv = nullptr;
       if (o_.registered) {
-        shared_send = comm::SharedBuffer(bytes, "bench comm send");
-        shared_recv = comm::SharedBuffer(bytes, "bench comm recv");
+        shared_send = SharedBuffer(bytes, "bench comm send");
+        shared_recv = SharedBuffer(bytes, "bench comm recv");
         send = shared_send.data();
         recv = shared_recv.data();
       } else {

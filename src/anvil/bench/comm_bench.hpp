@@ -42,7 +42,7 @@ struct CommBenchOptions {
   double refine = 0;
   bool check = true;
   bool in_place = false;
-  // Buffers in shared memory the peers can map (comm::SharedBuffer), as
+  // Buffers in shared memory the peers can map (SharedBuffer), as
   // NCCL's registered buffers; every algorithm gets the same ones.
   bool registered = false;
   int root = 0;

@@ -22,7 +22,7 @@
 
 #include "anvil/base/clock.hpp"
 #include "anvil/base/error.hpp"
-#include "anvil/comm/shared_buffer.hpp"
+#include "anvil/base/shared_buffer.hpp"
 
 namespace anvil::comm {
 namespace {

@@ -9,7 +9,7 @@
 //
 // Single-copy reads use cross-memory attach (process_vm_readv; probed once
 // per segment), as Open MPI's vader does — or, where the published buffer
-// lies in a SharedBuffer (comm/shared_buffer.hpp), a plain copy from the
+// lies in a SharedBuffer (base/shared_buffer.hpp), a plain copy from the
 // reader's own mapping of it (mapped on first use and kept, a few per peer).
 //
 // Environment: ANVIL_SHM_CHUNK=BYTES sets the staging chunk (>= 4096; the

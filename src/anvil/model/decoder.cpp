@@ -190,8 +190,10 @@ Decoder::Decoder(const ModelConfig& config, int64_t B, int64_t T_all, bool train
   for (int64_t l = 0; l < L_; ++l) layer_begin_.push_back(registry_.layer_begin(l));
   rotary_ = config.rotary_dim == 0 ? D_ : config.rotary_dim;
   loss_chunk_ = kLossChunk;
-  params_.arena = tensor::Arena("parameters", plan_.parameters);
-  if (training) grads_.arena = tensor::Arena("gradients", plan_.gradients);
+  // Shared: data-parallel peers on the node read them in place (ZeRO-1's
+  // all-gathers; comm/shm_transport.hpp).
+  params_.arena = tensor::Arena("parameters", plan_.parameters, /*shared=*/true);
+  if (training) grads_.arena = tensor::Arena("gradients", plan_.gradients, /*shared=*/true);
   acts_ = tensor::Arena("activations", plan_.activations);
   std::vector<std::array<float*, 12>> layers;
   std::array<float*, 11> rest{};

@@ -156,8 +156,10 @@ ZayaModel::ZayaModel(const ModelConfig& config, int64_t B, int64_t T_all, Balanc
   rstate_.resize(moe_.size());
   back_.drstate.resize(moe_.size());
   const size_t param_bytes = static_cast<size_t>(registry_.total()) * sizeof(float);
-  params_ = tensor::Arena("parameters", param_bytes);
-  grads_ = tensor::Arena("gradients", param_bytes);
+  // Shared: data-parallel peers on the node read them in place (ZeRO-1's
+  // all-gathers; comm/shm_transport.hpp).
+  params_ = tensor::Arena("parameters", param_bytes, /*shared=*/true);
+  grads_ = tensor::Arena("gradients", param_bytes, /*shared=*/true);
   acts_ = carve_arena("activations", [&](Carver& c) { carve_activations(c); });
   // The tensors' bytes (the arena adds under 64 bytes of alignment): what
   // the trainer reports as parameter bytes and compares across --ep layouts.

@@ -8,10 +8,18 @@
 
 namespace anvil::tensor {
 
-Arena::Arena(std::string name, size_t bytes) : name_(std::move(name)) {
+Arena::Arena(std::string name, size_t bytes, bool shared) : name_(std::move(name)) {
   capacity_ = rounded(bytes);
   if (capacity_ == 0) return;
-  base_ = static_cast<char*>(std::aligned_alloc(kAlign, capacity_));
+  if (shared) {
+    try {
+      shared_ = SharedBuffer(capacity_, name_.c_str());
+      base_ = reinterpret_cast<char*>(shared_.data());
+    } catch (const SystemError&) {
+      // No memory files here (a sandbox without memfd_create): private memory.
+    }
+  }
+  if (base_ == nullptr) base_ = static_cast<char*>(std::aligned_alloc(kAlign, capacity_));
   if (base_ == nullptr) {
     throw SystemError("arena " + name_ + ": cannot allocate " + std::to_string(capacity_) +
                       " bytes");
@@ -20,19 +28,21 @@ Arena::Arena(std::string name, size_t bytes) : name_(std::move(name)) {
 }
 
 Arena::~Arena() {
-  std::free(base_);
+  if (shared_.data() == nullptr) std::free(base_);
 }
 
 Arena::Arena(Arena&& other) noexcept
     : name_(std::move(other.name_)),
+      shared_(std::move(other.shared_)),
       base_(std::exchange(other.base_, nullptr)),
       capacity_(std::exchange(other.capacity_, 0)),
       used_(std::exchange(other.used_, 0)) {}
 
 Arena& Arena::operator=(Arena&& other) noexcept {
   if (this != &other) {
-    std::free(base_);
+    if (shared_.data() == nullptr) std::free(base_);
     name_ = std::move(other.name_);
+    shared_ = std::move(other.shared_);
     base_ = std::exchange(other.base_, nullptr);
     capacity_ = std::exchange(other.capacity_, 0);
     used_ = std::exchange(other.used_, 0);

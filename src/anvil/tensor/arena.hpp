@@ -9,13 +9,18 @@
 #include <cstdint>
 #include <string>
 
+#include "anvil/base/shared_buffer.hpp"
+
 namespace anvil::tensor {
 
 class Arena {
  public:
   Arena() = default;
   // Allocates and zeroes (touching every page) `bytes`; `name` appears in errors.
-  Arena(std::string name, size_t bytes);
+  // `shared`: in a SharedBuffer (base/shared_buffer.hpp), so that the other
+  // ranks of the node read it in place in the shared-memory all-gather and
+  // broadcast; private memory where the system refuses one.
+  Arena(std::string name, size_t bytes, bool shared = false);
   ~Arena();
   Arena(Arena&& other) noexcept;
   Arena& operator=(Arena&& other) noexcept;
@@ -37,6 +42,7 @@ class Arena {
 
  private:
   std::string name_;
+  SharedBuffer shared_;  // holds base_ when the arena is shared
   char* base_ = nullptr;
   size_t capacity_ = 0;
   size_t used_ = 0;

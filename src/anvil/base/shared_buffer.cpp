@@ -1,4 +1,4 @@
-#include "anvil/comm/shared_buffer.hpp"
+#include "anvil/base/shared_buffer.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 
 #include "anvil/base/error.hpp"
 
-namespace anvil::comm {
+namespace anvil {
 namespace {
 
 struct Live {
@@ -93,4 +93,4 @@ std::optional<SharedRegion> shared_region_of(const void* p, size_t bytes) {
   return std::nullopt;
 }
 
-}  // namespace anvil::comm
+}  // namespace anvil

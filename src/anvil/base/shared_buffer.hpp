@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <optional>
 
-namespace anvil::comm {
+namespace anvil {
 
 class SharedBuffer {
  public:
@@ -53,4 +53,4 @@ struct SharedRegion {
 };
 std::optional<SharedRegion> shared_region_of(const void* p, size_t bytes);
 
-}  // namespace anvil::comm
+}  // namespace anvil
