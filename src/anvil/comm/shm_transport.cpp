@@ -130,6 +130,9 @@ ShmTransport::ShmTransport(MpiTransport& group, size_t chunk_bytes)
   }
   MPI_Barrier(group.mpi_comm());
   probe_cma();
+  const char* direct_env = std::getenv("ANVIL_SHM_DIRECT");
+  direct_ = !(direct_env && std::string(direct_env) == "0");
+  unmappable_.assign(static_cast<size_t>(size()), 0);
 }
 
 void ShmTransport::probe_cma() {
@@ -152,9 +155,6 @@ void ShmTransport::probe_cma() {
   int all_cma = 0;
   MPI_Allreduce(&ok_cma, &all_cma, 1, MPI_INT, MPI_MIN, group_.mpi_comm());
   cma_ = all_cma != 0;
-  const char* direct_env = std::getenv("ANVIL_SHM_DIRECT");
-  direct_ = !(direct_env && std::string(direct_env) == "0");
-  unmappable_.assign(static_cast<size_t>(size()), 0);
 }
 
 void ShmTransport::publish(const void* buf, size_t bytes) {
@@ -171,7 +171,7 @@ void ShmTransport::publish(const void* buf, size_t bytes) {
 const unsigned char* ShmTransport::mapped(int r) {
   const Peer& p = peers_[r];
   for (const Mapping& m : mappings_) {
-    if (m.rank == r && m.pid == p.pid && m.id == p.region_id) return m.base;
+    if (m.rank == r && m.id == p.region_id) return m.base;
   }
   if (unmappable_[static_cast<size_t>(r)]) return nullptr;
   // The publisher keeps the buffer (and its descriptor) alive until the
@@ -196,7 +196,7 @@ const unsigned char* ShmTransport::mapped(int r) {
     ::munmap(const_cast<unsigned char*>(oldest->base), oldest->bytes);
     mappings_.erase(oldest);
   }
-  mappings_.push_back({r, p.pid, p.region_id, static_cast<const unsigned char*>(base),
+  mappings_.push_back({r, p.region_id, static_cast<const unsigned char*>(base),
                        static_cast<size_t>(p.region_bytes)});
   return mappings_.back().base;
 }

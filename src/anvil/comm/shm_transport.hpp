@@ -96,7 +96,6 @@ class ShmTransport final : public Transport {
   // A peer's SharedBuffer as this rank maps it (read-only).
   struct Mapping {
     int rank;
-    int64_t pid;
     uint64_t id;
     const unsigned char* base;
     size_t bytes;
