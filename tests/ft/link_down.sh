@@ -9,9 +9,9 @@
 # the next checkpoint and finishes on 4 ranks. Every step's loss must be
 # within 1e-6 (relative) of an uninterrupted 2-rank run at that global
 # batch. Prints the detection and restart times the journal measured.
-# Usage: link_down.sh ANVIL_BINARY SOURCE_DIR [STEPS=60]
+# Usage: link_down.sh ANVIL_BINARY SOURCE_DIR [STEPS=100]
 set -euo pipefail
-anvil=$1; src=$2; steps=${3:-60}
+anvil=$1; src=$2; steps=${3:-100}
 . "$src/tests/parallel/netns_hosts.sh"
 if ! netns_possible; then
   echo "link_down: SKIPPED: cannot create network namespaces here (needs root and ip netns)"
@@ -30,7 +30,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 # lr 1e-3: at a constant 3e-3 this small MoE is chaotic enough that the
 # layouts' rounding differences (1e-9: 4 ranks sum a step's rows in another
 # order than 2 ranks with 2 micro-batches) flip router choices and grow past
-# 1e-6 within 60 steps.
+# 1e-6 within 60 steps; at 1e-3 the difference stays near 2e-8 over 100.
+# 100 steps, because when the grow lands is not the test's to choose: the
+# host-back probe can answer late, and a grow at checkpoint 50 must still leave
+# the 4-rank run a checkpoint and some steps before the second link-down.
 args="--config $src/tests/configs/zaya-tiny.json --set vocab_size=256 -T 64 --steps $steps \
   --lr 1e-3 --warmup 2 --schedule constant --data $work/text.txt --peak-gflops 1 --log-every 1000"
 # The uninterrupted run at the survivors' layout: 2 ranks, 2 micro-batches of
@@ -67,6 +70,10 @@ ip -n "$h2" link set "$v2" up
 # stays out, though its link comes back.
 wait_for 'journal_has "\"cause\":\"grow\",\"event\":\"recovered\""' 120
 grown_at=$(grep -o '"checkpoint":[0-9]*,"event":"grow"' "$out/journal.jsonl" | grep -oE '[0-9]+' | head -1)
+if [ $((grown_at + 10)) -ge "$steps" ]; then
+  echo "link_down: FAIL: grew back at checkpoint $grown_at of $steps steps, too late for a second link-down"
+  cat "$work/launch.log"; exit 1
+fi
 wait_for "[ -d $out/step-$(printf %08d $((grown_at + 10))) ]" 120  # a checkpoint on 4 ranks
 ip -n "$h2" link set "$v2" down
 wait_for 'journal_has "\"event\":\"exclude\""' 120
