@@ -47,6 +47,7 @@ nlohmann::json summary_json(const train::TrainResult& r) {
           {"peak_source", r.peak_source},
           {"planned_bytes", r.planned_bytes},
           {"optimizer_bytes", r.optimizer_bytes},
+          {"optimizer_on_device", r.optimizer_on_device},
           {"parameter_bytes", r.parameter_bytes},
           {"peak_rss_bytes", r.peak_rss_bytes},
           {"rank_peak_rss_bytes", r.rank_peak_rss_bytes},

@@ -778,18 +778,23 @@ TEST(Cli, ACheckpointWrittenOnAGpuResumesOnTheCpu) {
 // One process steps on the device (optim/device_adamw.hpp); its moments
 // reach the checkpoint through the host mirror and go back up on resume.
 // ANVIL_CPU_MODEL=device runs that path on the CPU device.
+// AdamW's moments and Muon's momentum go through the host mirrors to the
+// checkpoint and back up to the device on resume: the straight run's bits.
 TEST(Cli, TheDeviceStepResumesOnTheStraightRunsLosses) {
-  const std::string dir = fresh_dir("cli_device_step");
-  const std::string train = resumable_train(dir, "moments on the device");
-  ::setenv("ANVIL_CPU_MODEL", "device", 1);
-  const int straight = run_anvil(train + "/straight --steps 6", false).status;
-  const int first = run_anvil(train + "/part --steps 3", false).status;
-  const CliRun resumed = run_anvil(train + "/part --steps 6 --resume latest", false);
-  ::unsetenv("ANVIL_CPU_MODEL");
-  ASSERT_EQ(straight, 0);
-  ASSERT_EQ(first, 0);
-  ASSERT_EQ(resumed.status, 0) << resumed.out;
-  EXPECT_EQ(losses_of(dir + "/part"), losses_of(dir + "/straight"));
+  for (const std::string optimizer : {"adamw", "muon"}) {
+    const std::string dir = fresh_dir("cli_device_step_" + optimizer);
+    const std::string train = resumable_train(dir, "moments on the device");
+    const std::string opt = " --optimizer " + optimizer;
+    ::setenv("ANVIL_CPU_MODEL", "device", 1);
+    const int straight = run_anvil(train + "/straight --steps 6" + opt, false).status;
+    const int first = run_anvil(train + "/part --steps 3" + opt, false).status;
+    const CliRun resumed = run_anvil(train + "/part --steps 6 --resume latest" + opt, false);
+    ::unsetenv("ANVIL_CPU_MODEL");
+    ASSERT_EQ(straight, 0) << optimizer;
+    ASSERT_EQ(first, 0) << optimizer;
+    ASSERT_EQ(resumed.status, 0) << optimizer << ": " << resumed.out;
+    EXPECT_EQ(losses_of(dir + "/part"), losses_of(dir + "/straight")) << optimizer;
+  }
 }
 
 TEST(Cli, RecipeRunsItsPhasesAndResumesMidPhaseOnTheSameLosses) {

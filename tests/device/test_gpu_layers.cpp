@@ -16,6 +16,7 @@
 #include "anvil/kernels/gpu_layers.hpp"
 #include "anvil/kernels/layers.hpp"
 #include "support/device_adamw_check.hpp"
+#include "support/device_muon_check.hpp"
 #include "support/gpu_test.hpp"
 
 namespace anvil::kernels {
@@ -167,6 +168,13 @@ TEST_F(GpuLayers, EmbeddingRopeAndAdamWMatchTheCpu) {
 // gradient norm's bits (integer atomics in any order).
 TEST_F(GpuLayers, DeviceAdamWMatchesTheHostAdamWAndItsNormBits) {
   test_support::expect_device_adamw_is_adamw(DeviceKind::cuda, 1e-6f);
+}
+
+// The device Muon step: the host Muon's updates up to the GEMMs' rounding
+// (cuBLASLt's fp32 and bf16 GEMMs against OpenBLAS / oneDNN).
+TEST_F(GpuLayers, DeviceMuonMatchesTheHostMuon) {
+  test_support::expect_device_muon_is_muon(DeviceKind::cuda, /*ns_bf16=*/false, 1e-4);
+  test_support::expect_device_muon_is_muon(DeviceKind::cuda, /*ns_bf16=*/true, 5e-2);
 }
 
 TEST_F(GpuLayers, CrossEntropyMatchesTheSoftmaxOnTheCpu) {

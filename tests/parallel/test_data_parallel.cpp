@@ -421,4 +421,34 @@ TEST(DataParallel, TheDeviceDecoderOnTheCpuTrainsTheDecodersTrajectory) {
                          "device");
 }
 
+// Muon on the device (optim/device_muon.hpp): the momentum, Newton-Schulz
+// on the GEMM engine and the update, on one process, with two micro-batches,
+// and on two ranks without ZeRO (each rank updates the matrices it owns and
+// broadcasts them), here on the CPU device against the CPU decoder's host
+// Muon. The device's full GEMMs round otherwise than the host's symmetric
+// products (1e-6 per step in DeviceMuon.*), so the host comparison is a
+// tolerance; two ranks against one rank's two micro-batches are the same
+// bits. With --zero Muon stays on host copies (the owner of a matrix needs
+// all of its summed gradient).
+TEST(DataParallel, TheDeviceDecoderOnTheCpuStepsMuonOnTheDevice) {
+  const std::string muon = kGpt + " --optimizer muon";
+  const TrainRun host = train(1, "cpu-model-gpt-muon", muon + " -B 12");
+  ::setenv("ANVIL_CPU_MODEL", "device", 1);
+  const TrainRun dev = train(1, "device-model-gpt-muon", muon + " -B 12");
+  const TrainRun dev_acc = train(1, "device-model-gpt-muon-accum", muon + " -B 6 --accum 2");
+  const TrainRun dev2 = train(2, "device-model-gpt-muon-2", muon + " -B 6");
+  const TrainRun dev2_zero = train(2, "device-model-gpt-muon-2-zero", muon + " -B 6 --zero");
+  ::unsetenv("ANVIL_CPU_MODEL");
+  EXPECT_FALSE(host.optimizer_on_device);
+  EXPECT_TRUE(dev.optimizer_on_device);
+  EXPECT_TRUE(dev2.optimizer_on_device);
+  EXPECT_FALSE(dev2_zero.optimizer_on_device);
+  expect_same_trajectory(dev, host, 1e-5, "gpt2-tiny with Muon, the device step", 1e-4, 1e-5);
+  expect_same_trajectory(dev2, dev_acc, 0.0,
+                         "gpt2-tiny with Muon, two ranks' device step against one rank's", 0.0,
+                         0.0);
+  expect_same_trajectory(dev2_zero, host, 1e-5, "gpt2-tiny with Muon and ZeRO-1 on host copies",
+                         1e-4, 1e-5);
+}
+
 }  // namespace

@@ -33,6 +33,7 @@ struct TrainRun {
   anvil::ckpt::SafetensorsFile weights;
   double val_loss = 0;
   int64_t optimizer_bytes = 0;
+  bool optimizer_on_device = false;  // the step ran on the model's device
   int64_t parameter_bytes = 0;
   std::string checkpoint;
 };
@@ -92,6 +93,7 @@ inline TrainRun train(int ranks, const std::string& name, const std::string& arg
   r.losses = j.at("losses").get<std::vector<double>>();
   r.val_loss = j.at("val_loss").get<double>();
   r.optimizer_bytes = j.at("optimizer_bytes").get<int64_t>();
+  r.optimizer_on_device = j.at("optimizer_on_device").get<bool>();
   r.parameter_bytes = j.at("parameter_bytes").get<int64_t>();
   r.checkpoint = j.at("checkpoint").get<std::string>();
   r.weights.tensors = anvil::ckpt::read_tensors(r.checkpoint, "model");

@@ -103,6 +103,18 @@ ANVIL_HD inline void adamw(float* p, float* m, float* v, float g, const AdamWSte
   *p -= s.step_size * *m / (sqrtf(*v) / s.bc2_sqrt + s.eps);
 }
 
+// Muon's heavy-ball momentum of one element (optim/muon.hpp): buf = mu buf
+// + g; returns what Newton-Schulz orthogonalises (Nesterov: g + mu buf).
+ANVIL_HD inline float muon_momentum(float* buf, float g, float mu, bool nesterov) {
+  *buf = mu * *buf + g;
+  return nesterov ? g + mu * *buf : *buf;
+}
+// Muon's weight update of one element: decoupled decay, then the
+// orthogonalised update times step (lr x lr scale x the RMS-matching scale).
+ANVIL_HD inline void muon_apply(float* p, float update, float decay, float step) {
+  *p = *p * decay - step * update;
+}
+
 // One gradient's square in fixed point (optim/square_sum.hpp): g^2 x factor
 // (factor = 2^scale, the square at most 2^52) rounded to the nearest
 // integer. x + 2^52 for 0 <= x <= 2^52 lands on an integer step of 1, so the

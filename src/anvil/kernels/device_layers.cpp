@@ -275,4 +275,33 @@ void adamw(device::Stream& s, float* p, float* m, float* v, const float* g,
   }
 }
 
+void muon_momentum(device::Stream& s, float* buf, float* u, const float* g, int64_t n, float mu,
+                   bool nesterov, float grad_scale) {
+  if (!on_cpu(s)) {
+    gpu::muon_momentum(buf, u, g, n, mu, nesterov, grad_scale, s.native());
+    return;
+  }
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    u[i] = body::muon_momentum(buf + i, g[i] * grad_scale, mu, nesterov);
+}
+
+void muon_apply(device::Stream& s, float* p, const float* u, int64_t n, float decay, float step) {
+  if (!on_cpu(s)) {
+    gpu::muon_apply(p, u, n, decay, step, s.native());
+    return;
+  }
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) body::muon_apply(p + i, u[i], decay, step);
+}
+
+void scale(device::Stream& s, float* dst, const float* src, int64_t n, float alpha) {
+  if (!on_cpu(s)) {
+    gpu::scale(dst, src, n, alpha, s.native());
+    return;
+  }
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i] * alpha;
+}
+
 }  // namespace anvil::kernels::dev

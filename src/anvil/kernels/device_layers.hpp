@@ -9,7 +9,7 @@
 // Beyond layers.hpp: the column sums of a bias gradient, the causal softmax
 // of an unfused attention (scores in memory, one [T, T] block per head) and
 // its backward, the per-row cross-entropy over logits in memory, and the
-// AdamW step.
+// AdamW and Muon steps' element-wise work.
 #pragma once
 
 #include <cstdint>
@@ -108,5 +108,12 @@ void cross_entropy(device::Stream& s, float* logits, float* row_loss, const int3
 void adamw(device::Stream& s, float* p, float* m, float* v, const float* g,
            const std::vector<body::AdamWPiece>& pieces, body::AdamWPiece* device_table,
            float grad_scale);
+
+// Muon's element-wise steps (bodies.hpp): buf = mu buf + g x grad_scale and
+// u = the update; p = p decay - step u; dst = src x alpha.
+void muon_momentum(device::Stream& s, float* buf, float* u, const float* g, int64_t n, float mu,
+                   bool nesterov, float grad_scale);
+void muon_apply(device::Stream& s, float* p, const float* u, int64_t n, float decay, float step);
+void scale(device::Stream& s, float* dst, const float* src, int64_t n, float alpha);
 
 }  // namespace anvil::kernels::dev

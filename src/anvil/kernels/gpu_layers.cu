@@ -342,6 +342,21 @@ __global__ void adamw_kernel(float* p, float* m, float* v, const float* g, int64
     body::adamw(p + i, m + i, v + i, g[i] * grad_scale, step);
 }
 
+__global__ void muon_momentum_kernel(float* buf, float* u, const float* g, int64_t n, float mu,
+                                     bool nesterov, float grad_scale) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    u[i] = body::muon_momentum(buf + i, g[i] * grad_scale, mu, nesterov);
+}
+
+__global__ void muon_apply_kernel(float* p, const float* u, int64_t n, float decay, float step) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    body::muon_apply(p + i, u[i], decay, step);
+}
+
+__global__ void scale_kernel(float* dst, const float* src, int64_t n, float alpha) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) dst[i] = src[i] * alpha;
+}
+
 // Grid row y is piece y; the row's blocks stride over that piece.
 __global__ void adamw_pieces_kernel(float* p, float* m, float* v, const float* g,
                                     const body::AdamWPiece* pieces, float grad_scale) {
@@ -583,6 +598,23 @@ void adamw_pieces(float* params, float* m, float* v, const float* grads,
   adamw_pieces_kernel<<<grid, kThreads, 0, as_stream(stream)>>>(params, m, v, grads, pieces,
                                                                 grad_scale);
   launched("adamw_pieces");
+}
+
+void muon_momentum(float* buf, float* u, const float* g, int64_t n, float mu, bool nesterov,
+                   float grad_scale, void* stream) {
+  muon_momentum_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(buf, u, g, n, mu,
+                                                                          nesterov, grad_scale);
+  launched("muon_momentum");
+}
+
+void muon_apply(float* p, const float* u, int64_t n, float decay, float step, void* stream) {
+  muon_apply_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(p, u, n, decay, step);
+  launched("muon_apply");
+}
+
+void scale(float* dst, const float* src, int64_t n, float alpha, void* stream) {
+  scale_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dst, src, n, alpha);
+  launched("scale");
 }
 
 void max_abs_bits(const float* g, int64_t n, uint32_t* bits, void* stream) {

@@ -97,6 +97,14 @@ void adamw_pieces(float* params, float* m, float* v, const float* grads,
                   const body::AdamWPiece* pieces, int64_t count, int64_t longest, float grad_scale,
                   void* stream);
 
+// Muon (bodies.hpp): per element buf = mu buf + g x grad_scale and u = the
+// update (Nesterov or not); then p = p decay - step u.
+void muon_momentum(float* buf, float* u, const float* g, int64_t n, float mu, bool nesterov,
+                   float grad_scale, void* stream);
+void muon_apply(float* p, const float* u, int64_t n, float decay, float step, void* stream);
+// dst[i] = src[i] x alpha (in place when dst == src).
+void scale(float* dst, const float* src, int64_t n, float alpha, void* stream);
+
 // The two passes of the exact gradient norm (optim/square_sum.hpp), into
 // device words the caller zeroed. max_abs_bits: the largest |g|'s float bits
 // (a NaN's or an infinity's are above every finite one's), maxed into *bits.

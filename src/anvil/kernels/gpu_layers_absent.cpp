@@ -80,6 +80,15 @@ void adamw_pieces(float*, float*, float*, const float*, const body::AdamWPiece*,
                   float, void*) {
   absent();
 }
+void muon_momentum(float*, float*, const float*, int64_t, float, bool, float, void*) {
+  absent();
+}
+void muon_apply(float*, const float*, int64_t, float, float, void*) {
+  absent();
+}
+void scale(float*, const float*, int64_t, float, void*) {
+  absent();
+}
 void max_abs_bits(const float*, int64_t, uint32_t*, void*) {
   absent();
 }

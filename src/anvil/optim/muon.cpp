@@ -12,6 +12,7 @@
 #include "anvil/base/threads.hpp"
 #include "anvil/device/blas.hpp"
 #include "anvil/device/gemm.hpp"
+#include "anvil/kernels/bodies.hpp"
 
 namespace anvil::optim {
 namespace {
@@ -292,11 +293,8 @@ void Muon::update_one(size_t i, float* params, const float* grads, float lr, flo
   float* update = w.u;
   // Inside the batch's parallel region these loops run on the calling thread.
 #pragma omp parallel for simd schedule(static) if (!omp_in_parallel())
-  for (int64_t j = 0; j < s.numel; ++j) {
-    const float gj = g[j] * grad_scale;
-    buf[j] = mu * buf[j] + gj;
-    update[j] = config_.nesterov ? gj + mu * buf[j] : buf[j];
-  }
+  for (int64_t j = 0; j < s.numel; ++j)
+    update[j] = kernels::body::muon_momentum(buf + j, g[j] * grad_scale, mu, config_.nesterov);
   // In place is fine: newton_schulz reads its input before writing its output.
   if (config_.ns_bf16) {
     newton_schulz_bf16(update, update, rows, cols, config_.ns_steps, w.x, w.y, w.a, w.b, w.xb, w.ab,
@@ -308,7 +306,8 @@ void Muon::update_one(size_t i, float* params, const float* grads, float lr, flo
   const float plr = lr * s.lr_scale;
   const float decay = s.weight_decay ? 1.0f - plr * config_.weight_decay : 1.0f;
 #pragma omp parallel for simd schedule(static) if (!omp_in_parallel())
-  for (int64_t j = 0; j < s.numel; ++j) p[j] = p[j] * decay - plr * scale * update[j];
+  for (int64_t j = 0; j < s.numel; ++j)
+    kernels::body::muon_apply(p + j, update[j], decay, plr * scale);
 }
 
 void Muon::update(float* params, const float* grads, float lr, float grad_scale) {

@@ -59,8 +59,14 @@ class Muon {
   void update(float* params, const float* grads, float lr, float grad_scale = 1.0f);
   // Owner rank of each registry entry (-1 outside the muon group).
   const std::vector<int>& owners() const { return owners_; }
-  // Momentum buffers of the matrices this rank owns, back to back.
+  // Momentum buffers of the matrices this rank owns, back to back: entry i's
+  // at momentum_offset(i), momentum_count() floats in all.
   float* momentum() { return reinterpret_cast<float*>(momentum_.base()); }
+  int64_t momentum_offset(size_t i) const { return local_[i]; }
+  int64_t momentum_count() const { return local_.back(); }
+  const MuonConfig& config() const { return config_; }
+  const model::ParamRegistry& registry() const { return registry_; }
+  int rank() const { return rank_; }
   size_t state_bytes() const { return momentum_.capacity() + scratch_.capacity(); }
   // Per registry entry: orthogonalised in a same-shape batch.
   const std::vector<char>& batched() const { return batched_; }

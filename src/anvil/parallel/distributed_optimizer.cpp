@@ -39,11 +39,11 @@ DistributedOptimizer::DistributedOptimizer(model::TrainableModel& model,
     : model_(model), dp_(dp && dp->size() > 1 ? dp : nullptr), ep_(parallel.ep) {
   const bool use_muon = options.name == "muon";
   const auto& registry = model.registry();
-  // A model on a device with AdamW steps there (optim/device_adamw.hpp), its
-  // gradients summed on the devices (NCCL; MPI on the CPU device): all-reduced,
-  // or with ZeRO-1 reduced to each rank's block of the arena, which it
-  // updates before the blocks are gathered. Muon and experts run on host
-  // copies.
+  // A model on a device steps there (optim/device_adamw.hpp, and with Muon
+  // optim/device_muon.hpp), its gradients summed on the devices (NCCL; MPI
+  // on the CPU device): all-reduced, or with ZeRO-1 (AdamW only) reduced to
+  // each rank's block of the arena, which it updates before the blocks are
+  // gathered. Muon with ZeRO-1, and experts, run on host copies.
   const auto* arrays = model.device_arrays();
   const bool device_step = arrays && steps_on_device(options, parallel);
   if (dp_ && !device_step) {
@@ -66,6 +66,7 @@ DistributedOptimizer::DistributedOptimizer(model::TrainableModel& model,
   }
   if (device_step) {
     device_ = std::make_unique<optim::DeviceAdamW>(*adamw_, *arrays->stream);
+    if (muon_) device_muon_ = std::make_unique<optim::DeviceMuon>(*muon_, *arrays->stream);
     model.keep_grads_on_device();
     if (dp_ && arrays->stream->kind() == device::DeviceKind::cuda) {
       MPI_Comm mpi = dp_->comm().mpi_comm();
@@ -86,7 +87,9 @@ DistributedOptimizer::~DistributedOptimizer() = default;
 
 bool DistributedOptimizer::steps_on_device(const optim::OptimizerOptions& options,
                                            const ParallelOptions& parallel) {
-  return options.name == "adamw" && parallel.ep <= 1;
+  // Muon needs every summed gradient of a matrix on its owner: no ZeRO-1.
+  return (options.name == "adamw" || (options.name == "muon" && !parallel.zero)) &&
+         parallel.ep <= 1;
 }
 
 std::vector<size_t> DistributedOptimizer::block_offsets() const {
@@ -242,10 +245,17 @@ double DistributedOptimizer::grad_norm() {
 
 void DistributedOptimizer::update(float lr, float coef, int64_t step) {
   if (device_) {
-    if (mirror_newer_) device_->upload();
+    if (mirror_newer_) {
+      device_->upload();
+      if (device_muon_) device_muon_->upload();
+    }
     mirror_newer_ = false;
     const auto* arrays = model_.device_arrays();
     device_->update(arrays->params, arrays->grads, lr, step, coef);
+    if (device_muon_) {
+      device_muon_->update(arrays->params, arrays->grads, lr, coef);
+      if (dp_) broadcast_muon_matrices(arrays->params);
+    }
     if (adamw_->sharded()) {  // ZeRO-1: every rank's updated block to every rank
       if (nccl_) {
         nccl_->broadcast_blocks(arrays->params, block_offsets(), Dtype::fp32, *arrays->stream);
@@ -271,12 +281,17 @@ void DistributedOptimizer::broadcast_muon_matrices(float* data) {
   // keeps its momentum; its weights go from there to every rank. Under
   // expert parallelism an expert's matrix lives on the ranks holding that
   // expert only, and goes out over their group (world rank r is r / ep there).
+  // On GPUs (no expert parallelism there) NCCL broadcasts on the compute
+  // stream, after the update that wrote the matrix.
   const auto& specs = model_.registry().specs();
   const auto& owners = muon_->owners();
   for (size_t i = 0; i < specs.size(); ++i) {
     if (owners[i] < 0) continue;
     const auto n = static_cast<size_t>(specs[i].numel);
-    if (ep_ > 1 && specs[i].sharding == model::Sharding::expert) {
+    if (nccl_) {
+      nccl_->broadcast(data + specs[i].offset, data + specs[i].offset, n, Dtype::fp32, owners[i],
+                       *model_.device_arrays()->stream);
+    } else if (ep_ > 1 && specs[i].sharding == model::Sharding::expert) {
       comm::Communicator& group = dp_->expert_data_group();
       if (group.size() > 1)
         group.broadcast(data + specs[i].offset, n, comm::DType::f32, owners[i] / ep_,
@@ -299,7 +314,10 @@ std::vector<DistributedOptimizer::Range> DistributedOptimizer::owned() const {
 }
 
 std::vector<model::TensorShard> DistributedOptimizer::state_to_save() {
-  if (device_ && !mirror_newer_) device_->download();
+  if (device_ && !mirror_newer_) {
+    device_->download();
+    if (device_muon_) device_muon_->download();
+  }
   std::vector<model::TensorShard> pieces = adamw_->state(owned());
   if (muon_)
     for (auto& piece : muon_->state()) pieces.push_back(piece);

@@ -3,13 +3,13 @@
 // norm, AdamW (ZeRO-1: each rank updates its blocks, then the weights are
 // all-gathered) and Muon (each matrix orthogonalised and updated by its
 // owner, then broadcast from there). On one process it is AdamW and Muon
-// over the whole arena, with the same arithmetic; with AdamW on a model
-// whose arrays live on a device (TrainableModel::device_arrays) it steps
-// there (optim/device_adamw.hpp), the host AdamW its checkpoint mirror; data
-// parallel then sums each layer's gradients on the devices while backward
-// goes on, with NCCL on a stream of its own: by an all-reduce, or with ZeRO-1
-// by a reduce of each rank's part to that rank, whose block is updated there
-// and broadcast back.
+// over the whole arena, with the same arithmetic. On a model whose arrays
+// live on a device (TrainableModel::device_arrays) it steps there
+// (optim/device_adamw.hpp, optim/device_muon.hpp), the host optimizers its
+// checkpoint mirrors; data parallel then sums each layer's gradients on the
+// devices while backward goes on, with NCCL on a stream of its own: by an
+// all-reduce, or with ZeRO-1 by a reduce of each rank's part to that rank,
+// whose block is updated there and broadcast back.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,7 @@
 #include "anvil/model/trainable.hpp"
 #include "anvil/optim/adamw.hpp"
 #include "anvil/optim/device_adamw.hpp"
+#include "anvil/optim/device_muon.hpp"
 #include "anvil/optim/muon.hpp"
 #include "anvil/optim/optimizer_options.hpp"
 #include "anvil/parallel/grad_reducer.hpp"
@@ -63,7 +64,7 @@ class DistributedOptimizer {
   size_t state_bytes() const;
   int64_t bucket_count() const { return reducer_ ? reducer_->bucket_count() : 0; }
   // Whether a model on a device is stepped there with these options
-  // (AdamW, no experts; with or without ZeRO-1).
+  // (no experts; AdamW with or without ZeRO-1, Muon without).
   static bool steps_on_device(const optim::OptimizerOptions& options,
                               const ParallelOptions& parallel);
   // Whether the step runs on the model's device.
@@ -87,6 +88,7 @@ class DistributedOptimizer {
   // The device step: its optimizer, the moments' side that is newer
   // (a load fills the mirror), and the earlier micro-batches' sum there.
   std::unique_ptr<optim::DeviceAdamW> device_;
+  std::unique_ptr<optim::DeviceMuon> device_muon_;  // with Muon
   bool mirror_newer_ = false;
   device::DeviceArena earlier_arena_;
   float* device_earlier_ = nullptr;

@@ -20,9 +20,11 @@
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/device/gemm.hpp"
 #include "anvil/device/runtime.hpp"
+#include "anvil/model/decoder.hpp"
 #include "anvil/model/device_decoder.hpp"
 #include "anvil/model/family.hpp"
 #include "anvil/model/gemm_shapes.hpp"
+#include "anvil/optim/device_muon.hpp"
 #include "anvil/parallel/context_group.hpp"
 #include "anvil/parallel/data_parallel.hpp"
 #include "anvil/parallel/expert_parallel.hpp"
@@ -183,6 +185,7 @@ Trainer::Trainer(const TrainOptions& options, parallel::DataParallelGroup* dp)
   result_.peak_source = peak_.source;
   result_.flops_per_token = model::training_flops_per_token(config_, T_);
   result_.optimizer_bytes = optimizer_->state_bytes();
+  result_.optimizer_on_device = optimizer_->on_device();
   result_.parameter_bytes = model_->plan().parameters;
   const auto& plan = model_->plan();
   result_.planned_bytes = plan.parameters + plan.gradients + result_.optimizer_bytes +
@@ -215,9 +218,11 @@ void Trainer::check_device_memory() const {
       config_, B_, T_local_, /*training=*/true, precision_,
       model::DeviceDecoder::fuses_attention(device::DeviceKind::cuda, precision_));
   const size_t params = plan.parameters;
-  // AdamW steps on the device (parallel/distributed_optimizer.hpp): two
-  // moments (of this rank's block under ZeRO-1), and with accumulation the
-  // earlier micro-batches' sum.
+  // The optimizer steps on the device (parallel/distributed_optimizer.hpp):
+  // AdamW's two moments (of this rank's block under ZeRO-1; with Muon, of
+  // the rest: two per parameter bounds both), with accumulation the earlier
+  // micro-batches' sum, and Muon's momentum and Newton-Schulz scratch with
+  // its own GEMM engine's workspace.
   const bool device_step =
       parallel::DistributedOptimizer::steps_on_device(o_.optimizer, o_.parallel);
   const size_t moments =
@@ -225,6 +230,10 @@ void Trainer::check_device_memory() const {
   size_t planned = plan.parameters + plan.gradients + plan.activations + plan.low_precision +
                    (32u << 20);  // cuBLASLt's workspace
   if (device_step) planned += moments + (o_.train.accum > 1 ? params : 0);
+  if (device_step && o_.optimizer.name == "muon")
+    planned += optim::DeviceMuon::planned_bytes(model::decoder_registry(config_), o_.optimizer.muon,
+                                                dp_rank_, dp_size_) +
+               (32u << 20);
   const std::string why = device_memory_shortfall(planned, device::gpu_memory().free_bytes,
                                                   device::gpu_for_rank(rank_));
   if (!why.empty()) throw InputError(why);
@@ -327,7 +336,7 @@ void Trainer::print_plan() const {
       "total %s\n",
       world_ > 1 ? " per rank" : "",
       o_.model.device != "cuda" ? ""
-      : optimizer_->on_device() ? " (all of it on the GPU; AdamW steps there)"
+      : optimizer_->on_device() ? " (all of it on the GPU; the optimizer steps there)"
                                 : " (parameters, gradients, activations on the GPU; the "
                                   "optimizer on host copies)",
       human_bytes(plan.parameters).c_str(), human_bytes(plan.gradients).c_str(),

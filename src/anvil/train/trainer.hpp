@@ -48,6 +48,7 @@ struct TrainResult {
   std::string peak_source;  // where peak_gflops comes from
   size_t planned_bytes = 0;
   size_t optimizer_bytes = 0;  // this rank's optimizer state (1/N of it with ZeRO-1)
+  bool optimizer_on_device = false;  // the step ran on the model's device (DistributedOptimizer)
   size_t parameter_bytes = 0;  // this rank's weights (its experts only under --ep)
   size_t peak_rss_bytes = 0;
   std::vector<double> rank_peak_rss_bytes;  // every rank's, on rank 0 (data parallel)
