@@ -5,7 +5,8 @@
 # `hw --profile`, the PyTorch baselines (bench/gpu_vs_torch.py: torch.matmul
 # and copy_ against anvil, interleaved, medians of 3), and training on the GPU:
 # gpt2-tiny and llama-tiny 20 steps on the CPU and on CUDA (fp32 with TF32
-# off: losses within 1e-4 relative; bf16: within 2e-2; bench/loss_parity.py),
+# off: losses within 1e-4 relative; bf16: within 2e-2; bench/loss_parity.py;
+# gpt2-tiny with Muon stepping on the GPU: within 1e-3),
 # then gpt2-124m (B=16, T=1024, bf16) for 30 steps next to PyTorch training the same model
 # exported from anvil (bench/torch_train_hf.py --device cuda --compile),
 # writing every log and JSON to OUT. Exits non-zero when any step fails.
@@ -99,6 +100,14 @@ for m in gpt2-tiny llama-tiny; do
       $out/train-$m-$d-cuda.json --tol $tol --label $m-$d | tee $out/train-$m-$d-parity.json"
   done
 done
+# Muon stepping on the GPU (optim/device_muon.hpp) against the host Muon.
+step "train-gpt2-tiny-muon" 120 "anvil train --config $repo/tests/configs/gpt2-tiny.json $tiny \
+  --optimizer muon --json-out $out/train-gpt2-tiny-muon-cpu.json && \
+  anvil train --config $repo/tests/configs/gpt2-tiny.json $tiny --optimizer muon --device cuda \
+  --json-out $out/train-gpt2-tiny-muon-cuda.json && \
+  ${py:-python3} $repo/bench/loss_parity.py $out/train-gpt2-tiny-muon-cpu.json \
+  $out/train-gpt2-tiny-muon-cuda.json --tol 1e-3 --label gpt2-tiny-muon | \
+  tee $out/train-gpt2-tiny-muon-parity.json"
 step train-gpt2-124m 240 "anvil train --config $repo/configs/gpt2-124m.json --device cuda --dtype bf16 \
   -B 16 -T 1024 --steps 30 --log-every 5 --out $work/gpt2-124m --json-out $out/train-gpt2-124m.json"
 # Decoding from that run's checkpoint, the KV cache on the GPU (tokens/s).
