@@ -77,15 +77,14 @@ DeviceMuon::DeviceMuon(Muon& mirror, device::Stream& stream)
 
 void DeviceMuon::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
                       const void* b, float beta, float* c) {
-  device::GemmDesc d;
-  d.trans_a = ta;
-  d.trans_b = tb;
-  d.m = m;
-  d.n = n;
-  d.k = k;
-  d.type = xb_ ? Dtype::bf16 : Dtype::fp32;
-  d.alpha = alpha;
-  d.beta = beta;
+  const device::GemmDesc d{.trans_a = ta,
+                           .trans_b = tb,
+                           .m = m,
+                           .n = n,
+                           .k = k,
+                           .type = xb_ ? Dtype::bf16 : Dtype::fp32,
+                           .alpha = alpha,
+                           .beta = beta};
   engine_->run(d, a, b, c, nullptr, stream_);
 }
 
