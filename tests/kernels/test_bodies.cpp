@@ -92,6 +92,28 @@ TEST(Bodies, AdamWMatchesTheTextbookUpdate) {
   }
 }
 
+// Muon's element-wise parts: heavy-ball momentum (Nesterov or plain) and the
+// decayed update, against the formulas in double over a few steps.
+TEST(Bodies, MuonMomentumAndUpdateMatchTheFormulas) {
+  const double mu = 0.95, decay = 1 - 0.02 * 0.1, step = 0.02 * 0.2 * std::sqrt(768.0);
+  for (const bool nesterov : {true, false}) {
+    float buf = 0, p = 0.25f;
+    double br = 0, pr = 0.25;
+    const double grads[] = {0.3, -0.05, 0.2, 1e-4, -0.7};
+    for (const double g : grads) {
+      const float u =
+          body::muon_momentum(&buf, static_cast<float>(g), static_cast<float>(mu), nesterov);
+      br = mu * br + g;
+      const double ur = nesterov ? g + mu * br : br;
+      EXPECT_NEAR(buf, br, 1e-7);
+      EXPECT_NEAR(u, ur, 1e-7) << (nesterov ? "nesterov" : "plain");
+      body::muon_apply(&p, u, static_cast<float>(decay), static_cast<float>(step));
+      pr = pr * decay - step * ur;
+      EXPECT_NEAR(p, pr, 1e-6);
+    }
+  }
+}
+
 TEST(Bodies, CrossEntropyGradientIsSoftmaxMinusTheTarget) {
   const std::vector<double> logits = {1.5, -0.3, 2.2, 0.0, -4.0, 0.7};
   const int target = 2;
