@@ -10,7 +10,7 @@
 namespace anvil::optim {
 namespace {
 
-constexpr float kA = 3.4445f, kB = -4.7750f, kC = 2.0315f;  // muon.cpp's quintic
+constexpr float kA = kNewtonSchulzA, kB = kNewtonSchulzB, kC = kNewtonSchulzC;
 
 struct Sizes {
   int64_t momentum = 0;          // the owned matrices' elements

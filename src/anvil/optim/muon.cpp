@@ -17,7 +17,7 @@
 namespace anvil::optim {
 namespace {
 
-constexpr float kA = 3.4445f, kB = -4.7750f, kC = 2.0315f;
+constexpr float kA = kNewtonSchulzA, kB = kNewtonSchulzB, kC = kNewtonSchulzC;
 
 }  // namespace
 

@@ -30,6 +30,11 @@
 
 namespace anvil::optim {
 
+// The quintic Newton-Schulz iteration X <- a X + (b A + c A A) X, A = X X^T
+// (host and device Muon alike).
+inline constexpr float kNewtonSchulzA = 3.4445f, kNewtonSchulzB = -4.7750f,
+                       kNewtonSchulzC = 2.0315f;
+
 struct MuonConfig {
   float momentum = 0.95f;
   bool nesterov = true;
