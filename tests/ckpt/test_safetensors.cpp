@@ -53,10 +53,14 @@ TEST(Safetensors, EachMalformedHeaderIsOneLineNamingTheFileAndTensor) {
   // Well formed, both dtypes: the checks below are what rejects the others.
   const auto good = ckpt::read_safetensors(raw_safetensors(
       "st_good",
-      "{" + entry("a", "F32", "[2,3]", 0, 24) + "," + entry("b", "BF16", "[3]", 24, 30) +
+      "{" + entry("a", "F32", "[2,3]", 0, 24) + "," + entry("b", "BF16", "[3]", 24, 30) + "," +
+          entry("e", "F32", "[0,4]", 30, 30) + "," + entry("f", "BF16", "[0]", 30, 30) +
           ",\"__metadata__\":{\"format\":\"pt\"}}",
       30));
   EXPECT_EQ(good.tensors.at("b").data.size(), 3u);
+  // Zero-element tensors load as empty, in either dtype.
+  EXPECT_TRUE(good.tensors.at("e").data.empty());
+  EXPECT_TRUE(good.tensors.at("f").data.empty());
   EXPECT_EQ(good.metadata.at("format"), "pt");
 
   EXPECT_EQ(tensor::checked_numel({int64_t{1} << 62, 4}), -1);

@@ -241,6 +241,7 @@ LoadedTensor load_entry(Entry& e, const char* src) {
   t.shape = std::move(e.shape);
   const uint64_t count = (e.end - e.begin) / e.width;
   t.data.resize(count);
+  if (count == 0) return t;  // a zero-element tensor: data() may be null, memcpy may not see it
   if (e.width == 4) {
     std::memcpy(t.data.data(), src, count * 4);
   } else {
