@@ -308,6 +308,14 @@ void BenchCommands::add_comm(CLI::App* bench) {
                     "Testing aid: this rank never joins, so the others show the --timeout error "
                     "(op, step, missing ranks) and the job ends");
   comm_
+      ->add_option("--late-peer", c.late_peer_ms,
+                   "Ranks 1.. join every timed call this many ms late while compute threads run "
+                   "on every rank (logical CPUs / ranks each): adds columns for rank 0's CPU use "
+                   "while it waits and the compute threads' slowdown against as long a sleep "
+                   "with no call; CPU collectives on one node, 0 = off")
+      ->check(in_range(0.0, 10000.0))
+      ->capture_default_str();
+  comm_
       ->add_option("--ranks-per-node", ranks_per_node_,
                    "Simulate nodes of N consecutive ranks for --algo hier (0: real nodes)")
       ->check(at_least(0))
@@ -387,7 +395,11 @@ int BenchCommands::comm(Context& ctx) {
   c.check = !no_check_;
   for (const auto& a : comm_add_sizes_) c.add_sizes.push_back(parse_size(a, "--add-sizes"));
   c.device = device::parse_device(comm_device_, "--device");
-  if (c.device == device::DeviceKind::cuda) return comm_gpu(ctx);
+  if (c.device == device::DeviceKind::cuda) {
+    if (c.late_peer_ms > 0)
+      throw InputError("--late-peer: expected --device cpu (it times anvil's CPU collectives)");
+    return comm_gpu(ctx);
+  }
   comm::MpiRuntime mpi(&ctx.argc, &ctx.argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &ctx.rank);
   try {

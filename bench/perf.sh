@@ -14,7 +14,10 @@
 #             against AdamW's, zaya-small at 2,048 and 8,192 tokens per step
 #   comm      shm all-reduce and all-gather against MPI's own, 2 ranks,
 #             1-16 MiB, on plain and on registered buffers (SharedBuffer,
-#             both given the same): ratio of medians, smallest per-round ratio
+#             both given the same): ratio of medians, smallest per-round ratio;
+#             then with rank 1 joining each call 10 ms late while compute
+#             threads run on both ranks: how much compute the waiting rank's
+#             wait costs (shm, the worst size's median slowdown; MPI beside it)
 #   torch     bench/torch_compare.sh (PyTorch 2 eager and compiled, fp32 and
 #             bf16; needs the project venv)
 # Writes bench/results/perf-<cpu>.json (<cpu>: vendor and best matrix ISA,
@@ -133,6 +136,9 @@ if want comm; then
       "$anvil" bench comm --np 2 --op allreduce,allgather --algo shm -b 1M -e 16M -f 2 -n 20 -w 3 --passes 3 \
         "${flag[@]}" --json > "$out/comm-$buffers-$r.json"
     done
+    say "comm round $r/$rounds: a peer 10 ms late, compute threads beside"
+    "$anvil" bench comm --np 2 --op allreduce,allgather --algo shm -b 1M -e 16M -f 2 -n 10 -w 2 \
+      --late-peer 10 --json > "$out/comm-late-$r.json"
   done
   stat_mark comm end
 fi
@@ -245,7 +251,24 @@ if "comm" in sections:
                 worst_min = min(worst_min or 1e9, row["min_round_ratio"])
             checks[f"shm/MPI {op} 1-16 MiB{label}, worst size (medians)"] = check(worst_med, target)
             checks[f"shm/MPI {op} 1-16 MiB{label}, worst size and round"] = check(worst_min, target)
-    res["sections"]["comm"] = {"date": now, "rounds": rounds, "ranks": 2, "rows": rows, "checks": checks}
+    late_runs = [load(f"comm-late-{r}.json") for r in R]
+    late_rows = []
+    for op in ("allreduce", "allgather"):
+        sizes = sorted({p["bytes"] for p in late_runs[0]["points"] if p["op"] == op})
+        for b in sizes:
+            row = {"op": op, "bytes": b}
+            for a in ("mpi", "shm"):
+                pts = [next(p for p in run["points"] if p["op"] == op and p["bytes"] == b and p["algo"] == a)
+                       for run in late_runs]
+                row[a] = {"p50_us": [p["p50_us"] for p in pts], "wait_cpu": [p["wait_cpu"] for p in pts],
+                          "compute_slowdown": [p["compute_slowdown"] for p in pts],
+                          "median_slowdown": med([p["compute_slowdown"] for p in pts])}
+            late_rows.append(row)
+        worst = max(x["shm"]["median_slowdown"] for x in late_rows if x["op"] == op)
+        checks[f"compute slowdown beside shm {op}, a peer 10 ms late, worst size"] = check(worst, 0.05, False)
+    res["sections"]["comm"] = {"date": now, "rounds": rounds, "ranks": 2, "rows": rows, "checks": checks,
+                               "late_peer": {"late_ms": 10, "compute_threads": late_runs[0]["compute_threads"],
+                                             "rows": late_rows}}
 if "torch" in sections and os.path.exists(f"{out}/torch.json"):
     t = load("torch.json")
     checks = {f"{x['model']} {x['precision']} anvil / faster PyTorch": check(x["anvil_over_faster"] or 0.0,
@@ -278,8 +301,8 @@ print("|---|---:|---:|:-:|---|---:|")
 for name, sec in res["sections"].items():
     for label, c in sec["checks"].items():
         fmt = (lambda v: f"{100 * v:.2f}%") if "gap" in label else (lambda v: f"{100 * v:.1f}%") \
-            if ("MFU" in label or "%" in label) else (lambda v: f"{v:.2f}x")
-        op = ">=" if ("gap" not in label and "Muon" not in label) else "<="
+            if ("MFU" in label or "%" in label or "slowdown" in label) else (lambda v: f"{v:.2f}x")
+        op = "<=" if ("gap" in label or "Muon" in label or "slowdown" in label) else ">="
         steal = f"{sec['cpu_steal_pct']:.1f}%" if "cpu_steal_pct" in sec else "-"
         print(f"| {label} | {fmt(c['value'])} | {op} {fmt(c['target'])} | {'yes' if c['met'] else 'no'} | {sec['date']} | {steal} |")
 if "train" in res["sections"]:

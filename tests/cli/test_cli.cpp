@@ -226,6 +226,40 @@ TEST(Cli, CommBenchAddsSizesAndRefinesOnlyInsideTheSweep) {
   expect_usage_error("bench comm --add-sizes 1Q", "--add-sizes");
 }
 
+TEST(Cli, CommBenchWithALatePeerReportsTheWaitersCpuAndTheComputeSlowdown) {
+  const CliRun r = run_anvil(
+      "bench comm --np 2 --op allreduce,allgather --algo shm -b 64K -e 1M -f 16 -n 3 -w 1 "
+      "--late-peer 5 --json",
+      false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["late_peer_ms"], 5.0);
+  EXPECT_GE(j["compute_threads"].get<int>(), 1);
+  ASSERT_EQ(j["points"].size(), 2u * 2u * 2u);  // 2 ops x (mpi, shm) x 64K, 1M
+  for (const auto& p : j["points"]) {
+    EXPECT_EQ(p["wrong"], 0) << p.dump();
+    EXPECT_GT(p["p50_us"].get<double>(), 0.0) << p.dump();
+    const double cpu = p["wait_cpu"];
+    EXPECT_GE(cpu, 0.0) << p.dump();
+    EXPECT_LE(cpu, 1.05) << p.dump();  // one thread: at most one CPU second per second
+    // Fractions of the reference rate lost (negative: the calls' windows ran faster).
+    for (const char* key : {"compute_slowdown", "wait_slowdown"}) {
+      const double slowdown = p[key];
+      EXPECT_LT(slowdown, 1.0) << key << " " << p.dump();
+      EXPECT_GT(slowdown, -1.0) << key << " " << p.dump();
+    }
+  }
+  // Without --late-peer, no such fields.
+  const CliRun plain =
+      run_anvil("bench comm --np 2 --algo shm -b 1K -e 1K -n 1 -w 0 --json", false);
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  const auto pj = nlohmann::json::parse(plain.out);
+  EXPECT_FALSE(pj.contains("late_peer_ms"));
+  EXPECT_FALSE(pj["points"][0].contains("wait_cpu"));
+  expect_usage_error("bench comm --late-peer 20000", "--late-peer");
+  expect_usage_error("bench comm --late-peer 5 -b 1K -e 1K", "--late-peer");  // one rank
+}
+
 TEST(Cli, AttentionBenchReportsEachCaseAgainstTheSgemmPeak) {
   const CliRun r = run_anvil(
       "bench attention --seqs 130,64 --head-dims 16 --heads 4 --kv-heads 2 --tokens 260 "

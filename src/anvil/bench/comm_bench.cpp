@@ -1,13 +1,19 @@
 #include "anvil/bench/comm_bench.hpp"
 
+#include <time.h>
+
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <thread>
 
+#include "anvil/base/cpu.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/base/shared_buffer.hpp"
 #include "anvil/bench/comm_specs.hpp"
@@ -72,11 +78,96 @@ Plan plan_from(const CommBenchOptions& o, int ranks) {
   return plan;
 }
 
+// Compute threads beside the collectives (--late-peer). Each repeats a chunk
+// of multiply-adds on registers, with no memory traffic, so what slows it is
+// losing its core, not bandwidth; it counts the chunks it finishes.
+class ComputeLoad {
+ public:
+  explicit ComputeLoad(int threads) : counts_(static_cast<size_t>(threads)) {
+    for (auto& count : counts_) workers_.emplace_back([this, &count] { work(count); });
+  }
+  ~ComputeLoad() {
+    stop_.store(true, std::memory_order_relaxed);
+    for (auto& t : workers_) t.join();
+  }
+  ComputeLoad(const ComputeLoad&) = delete;
+  ComputeLoad& operator=(const ComputeLoad&) = delete;
+
+  // Chunks finished so far, all threads.
+  double chunks() const {
+    uint64_t n = 0;
+    for (const auto& count : counts_) n += count.n.load(std::memory_order_relaxed);
+    return static_cast<double>(n);
+  }
+
+ private:
+  struct alignas(64) Count {  // one cache line per thread: no sharing between them
+    std::atomic<uint64_t> n{0};
+  };
+  void work(Count& count) {
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    while (!stop_.load(std::memory_order_relaxed)) {
+      for (int i = 0; i < 16384; ++i) {
+        for (float& v : x) v = v * 0.9999f + 1e-4f;
+      }
+      count.n.fetch_add(1, std::memory_order_relaxed);
+    }
+    float sum = 0;
+    for (float v : x) sum += v;
+    sink_.store(sum, std::memory_order_relaxed);  // keeps the arithmetic
+  }
+
+  std::vector<Count> counts_;
+  std::vector<std::thread> workers_;
+  std::atomic<bool> stop_{false};
+  std::atomic<float> sink_{0};
+};
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// --late-peer sums over timed iterations, each a compute-chunk count and
+// the seconds it took. Per rank: the late call's window (barrier to return;
+// rank 0 waits in it), the reference's sleep as long as the lateness, and
+// the whole reference (that sleep, then the same call with every rank on
+// time). Rank 0 alone adds its call thread's CPU seconds and call seconds
+// (the others add 0), so summing over ranks keeps rank 0's.
+struct LateSums {
+  std::array<double, 8> v{};
+  double& late_s() { return v[0]; }
+  double& late_chunks() { return v[1]; }
+  double& sleep_s() { return v[2]; }
+  double& sleep_chunks() { return v[3]; }
+  double& ref_s() { return v[4]; }
+  double& ref_chunks() { return v[5]; }
+  double& cpu0_s() { return v[6]; }
+  double& call0_s() { return v[7]; }
+
+  void add(const LateSums& o) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] += o.v[i];
+  }
+  void sum_over_ranks(MPI_Comm comm) {
+    MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM, comm);
+  }
+  double wait_cpu() const { return v[7] > 0 ? v[6] / v[7] : -1; }
+  // 1 - the compute rate over the late calls' windows / over `ref_*`.
+  double slowdown(double chunks, double seconds) const {
+    if (!(v[0] > 0 && seconds > 0 && chunks > 0)) return -1;
+    return 1.0 - (v[1] / v[0]) / (chunks / seconds);
+  }
+  double compute_slowdown() const { return slowdown(v[3], v[2]); }
+  double wait_slowdown() const { return slowdown(v[5], v[4]); }
+};
+
 // One op's measurement: its spec, the algorithms measured, the options.
 class OpBench {
  public:
-  OpBench(Communicator& c, const CommBenchOptions& o, const Plan& plan, const CollectiveSpec& spec)
-      : c_(c), o_(o), plan_(plan), spec_(spec) {
+  OpBench(Communicator& c, const CommBenchOptions& o, const Plan& plan, const CollectiveSpec& spec,
+          const ComputeLoad* load)
+      : c_(c), o_(o), plan_(plan), spec_(spec), load_(load) {
     // mpi first (the baseline), then the others registered for the op.
     algos_ = {Algo::mpi};
     for (Algo a : comm::algorithms_for(spec.op)) {
@@ -100,8 +191,10 @@ class OpBench {
   // tenant, the other core busy) lands on every size alike instead of on
   // the few it happened to cover.
   void measure(const std::vector<int64_t>& sweep, std::vector<CommPoint>& out) const;
-  // This rank's seconds for each of the o.iters timed calls, after o.warmup untimed ones.
-  std::vector<double> time_iterations(const CommCase& k, Algo a) const;
+  // This rank's seconds for each of the o.iters timed calls, after o.warmup
+  // untimed ones. Under --late-peer each call follows a reference sleep as
+  // long as the lateness, and `late` gathers both windows' compute.
+  std::vector<double> time_iterations(const CommCase& k, Algo a, LateSums& late) const;
   // Clears recv, fills the inputs with the pattern, runs once, counts wrong
   // elements (all ranks summed).
   int64_t check(const CommCase& k, Algo a, unsigned char* recv, size_t recv_bytes) const;
@@ -111,22 +204,50 @@ class OpBench {
   const CommBenchOptions& o_;
   const Plan& plan_;
   const CollectiveSpec& spec_;
+  const ComputeLoad* load_;  // --late-peer only
   std::vector<Algo> algos_;
 };
 
-std::vector<double> OpBench::time_iterations(const CommCase& k, Algo a) const {
+std::vector<double> OpBench::time_iterations(const CommCase& k, Algo a, LateSums& late) const {
+  const auto lateness = std::chrono::duration<double, std::milli>(o_.late_peer_ms);
   std::vector<double> block;
   for (int it = 0; it < o_.warmup + o_.iters; ++it) {
+    const bool timed = it >= o_.warmup;
+    if (load_ && timed) {
+      // The reference: a sleep as long as the lateness, then the call with
+      // every rank on time.
+      c_.barrier();
+      const double w0 = load_->chunks(), s0 = now_seconds();
+      std::this_thread::sleep_for(lateness);
+      const double w1 = load_->chunks(), s1 = now_seconds();
+      spec_.run(k, a);
+      late.sleep_s() += s1 - s0;
+      late.sleep_chunks() += w1 - w0;
+      late.ref_s() += now_seconds() - s0;
+      late.ref_chunks() += load_->chunks() - w0;
+    }
     c_.barrier();
     if (c_.rank() == o_.stall_rank && a == algos_.back()) {
       // A hung rank in the last algorithm measured (the one --algo names):
       // the others must end within --timeout, naming the op.
       std::this_thread::sleep_for(std::chrono::duration<double>(3 * o_.timeout_s + 10));
     }
+    const double w0 = load_ ? load_->chunks() : 0, window0 = now_seconds();
+    if (load_ && c_.rank() != 0) std::this_thread::sleep_for(lateness);
+    const double cpu0 = load_ ? thread_cpu_seconds() : 0;
     const double t0 = now_seconds();
     spec_.run(k, a);
-    const double dt = now_seconds() - t0;
-    if (it >= o_.warmup) block.push_back(dt);
+    const double t1 = now_seconds();
+    if (!timed) continue;
+    block.push_back(t1 - t0);
+    if (load_) {
+      late.late_s() += t1 - window0;
+      late.late_chunks() += load_->chunks() - w0;
+      if (c_.rank() == 0) {
+        late.cpu0_s() += thread_cpu_seconds() - cpu0;
+        late.call0_s() += t1 - t0;
+      }
+    }
   }
   return block;
 }
@@ -143,6 +264,7 @@ int64_t OpBench::check(const CommCase& k, Algo a, unsigned char* recv, size_t re
 void OpBench::measure(const std::vector<int64_t>& sweep, std::vector<CommPoint>& out) const {
   const size_t es = comm::size_of(plan_.dtype);
   std::vector<std::vector<double>> times(sweep.size() * algos_.size());
+  std::vector<LateSums> lates(times.size());
   for (int pass = 0; pass < o_.passes; ++pass) {
     const bool last = pass + 1 == o_.passes;
     for (size_t si = 0; si < sweep.size(); ++si) {
@@ -166,12 +288,18 @@ void OpBench::measure(const std::vector<int64_t>& sweep, std::vector<CommPoint>&
       }
       const CommCase k{c_, send, recv, count, plan_.dtype, plan_.redop, o_.root, o_.in_place};
       for (size_t ai = 0; ai < algos_.size(); ++ai) {
-        std::vector<double> block = time_iterations(k, algos_[ai]);
+        LateSums late;
+        std::vector<double> block = time_iterations(k, algos_[ai], late);
         // Each iteration's time is its slowest rank's.
         MPI_Allreduce(MPI_IN_PLACE, block.data(), static_cast<int>(block.size()), MPI_DOUBLE,
                       MPI_MAX, c_.mpi_comm());
         auto& all = times[si * algos_.size() + ai];
         all.insert(all.end(), block.begin(), block.end());
+        LateSums& pooled = lates[si * algos_.size() + ai];
+        if (load_) {
+          late.sum_over_ranks(c_.mpi_comm());
+          pooled.add(late);
+        }
         if (!last) continue;
         Samples s{all};
         CommPoint p;
@@ -184,6 +312,11 @@ void OpBench::measure(const std::vector<int64_t>& sweep, std::vector<CommPoint>&
         p.algbw = p.p50_us > 0 ? static_cast<double>(p.bytes) / (p.p50_us * 1e-6) / 1e9 : 0;
         p.busbw = p.algbw * spec_.bus_factor(c_.size());
         p.wrong = o_.check ? check(k, algos_[ai], recv, bytes) : -1;
+        if (load_) {
+          p.wait_cpu = pooled.wait_cpu();
+          p.compute_slowdown = pooled.compute_slowdown();
+          p.wait_slowdown = pooled.wait_slowdown();
+        }
         out.push_back(p);
       }
     }
@@ -351,6 +484,21 @@ CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
     throw InputError("--stall-rank: expected 0.." + std::to_string(c.size() - 1) + ", got " +
                      std::to_string(o.stall_rank));
   }
+  if (!(o.late_peer_ms >= 0 && o.late_peer_ms <= 10000)) {
+    throw InputError("--late-peer: expected 0..10000 ms, got " + std::to_string(o.late_peer_ms));
+  }
+  std::optional<ComputeLoad> load;
+  int compute_threads = 0;
+  if (o.late_peer_ms > 0) {
+    if (c.size() < 2)
+      throw InputError("--late-peer: expected >= 2 ranks (ranks 1.. are the late ones), got 1");
+    if (!c.single_node()) {
+      throw InputError(
+          "--late-peer: expected the ranks on one node (the compute threads share its cores)");
+    }
+    compute_threads = std::max(1, cpu_info().logical_cpus / c.size());
+    load.emplace(compute_threads);
+  }
   CommBenchResult result;
   result.ranks = c.size();
   result.dtype = o.dtype;
@@ -358,7 +506,10 @@ CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
   result.root = o.root;
   result.in_place = o.in_place;
   result.registered = o.registered;
-  for (const CollectiveSpec* spec : plan.specs) OpBench(c, o, plan, *spec).run(result);
+  result.late_peer_ms = o.late_peer_ms;
+  result.compute_threads = compute_threads;
+  for (const CollectiveSpec* spec : plan.specs)
+    OpBench(c, o, plan, *spec, load ? &*load : nullptr).run(result);
   return result;
 }
 
@@ -372,16 +523,21 @@ json CommBenchResult::to_json() const {
             {"registered", registered},
             {"points", json::array()},
             {"fits", json::array()}};
+  const bool late = late_peer_ms > 0;
+  if (late) {
+    j["late_peer_ms"] = late_peer_ms;
+    j["compute_threads"] = compute_threads;
+  }
   for (const auto& p : points) {
-    j["points"].push_back({{"op", p.op},
-                           {"algo", p.algo},
-                           {"bytes", p.bytes},
-                           {"count", p.count},
-                           {"p50_us", p.p50_us},
-                           {"p99_us", p.p99_us},
-                           {"algbw_gbs", p.algbw},
-                           {"busbw_gbs", p.busbw},
-                           {"wrong", p.wrong}});
+    json point = {{"op", p.op},           {"algo", p.algo},       {"bytes", p.bytes},
+                  {"count", p.count},     {"p50_us", p.p50_us},   {"p99_us", p.p99_us},
+                  {"algbw_gbs", p.algbw}, {"busbw_gbs", p.busbw}, {"wrong", p.wrong}};
+    if (late) {
+      point["wait_cpu"] = p.wait_cpu;
+      point["compute_slowdown"] = p.compute_slowdown;
+      point["wait_slowdown"] = p.wait_slowdown;
+    }
+    j["points"].push_back(point);
   }
   for (const auto& f : fits) {
     j["fits"].push_back({{"op", f.op},
@@ -404,11 +560,17 @@ std::vector<std::pair<std::string, Table>> CommBenchResult::tables() const {
       if (p.op == op && std::find(algos.begin(), algos.end(), p.algo) == algos.end())
         algos.push_back(p.algo);
     }
+    const bool late = late_peer_ms > 0;
     std::vector<std::string> cols = {"size", "count", "type", "redop", "root"};
     for (const auto& a : algos) {
       for (const char* c : {" p50 us", " p99 us", " algbw", " busbw", " #wrong"})
         cols.push_back(a + c);
       if (a != "mpi") cols.push_back(a + " x mpi");
+      if (late) {
+        cols.push_back(a + " wait cpu");
+        cols.push_back(a + " slowdown");
+        cols.push_back(a + " wait slowdown");
+      }
     }
     Table table(cols);
     std::vector<int64_t> sizes;
@@ -434,6 +596,11 @@ std::vector<std::pair<std::string, Table>> CommBenchResult::tables() const {
           row.push_back(fmt(p.busbw, 2));
           row.push_back(p.wrong < 0 ? "-" : std::to_string(p.wrong));
           if (a != "mpi") row.push_back(mpi_busbw > 0 ? fmt(p.busbw / mpi_busbw, 2) : "-");
+          if (late) {
+            row.push_back(fmt(p.wait_cpu, 2));
+            row.push_back(fmt(100 * p.compute_slowdown, 1) + "%");
+            row.push_back(fmt(100 * p.wait_slowdown, 1) + "%");
+          }
         }
       }
       table.add_row(row);
@@ -448,8 +615,15 @@ std::string CommBenchResult::text() const {
   for (const auto& [op, table] : tables()) {
     s << "# " << op << ", " << ranks << " ranks, " << dtype
       << (in_place ? ", in place" : ", out of place") << (registered ? ", registered buffers" : "")
-      << "; time = slowest rank, busbw in GB/s\n"
-      << table.to_text() << "\n";
+      << "; time = slowest rank, busbw in GB/s\n";
+    if (late_peer_ms > 0) {
+      s << "# ranks 1.. join " << fmt(late_peer_ms, 1) << " ms late (in the times); "
+        << compute_threads
+        << " compute thread(s) per rank; wait cpu = rank 0's CPU s per s in the call; the "
+           "compute threads' rate lost against a sleep as long (slowdown) and against that "
+           "sleep then the call on time (wait slowdown)\n";
+    }
+    s << table.to_text() << "\n";
   }
   s << "alpha-beta fit (time = alpha + bytes / bandwidth):\n";
   Table fit({"op", "algo", "alpha us", "bandwidth GB/s"});
@@ -460,12 +634,29 @@ std::string CommBenchResult::text() const {
 }
 
 std::string CommBenchResult::csv() const {
-  Table t({"op", "algo", "size", "count", "type", "redop", "root", "p50_us", "p99_us", "algbw",
-           "busbw", "wrong"});
+  const bool late = late_peer_ms > 0;
+  std::vector<std::string> cols = {"op",   "algo",   "size",   "count", "type",  "redop",
+                                   "root", "p50_us", "p99_us", "algbw", "busbw", "wrong"};
+  if (late) cols.insert(cols.end(), {"wait_cpu", "compute_slowdown", "wait_slowdown"});
+  Table t(cols);
   for (const auto& p : points) {
-    t.add_row({p.op, p.algo, std::to_string(p.bytes), std::to_string(p.count), dtype, redop,
-               std::to_string(root), fmt(p.p50_us, 2), fmt(p.p99_us, 2), fmt(p.algbw, 3),
-               fmt(p.busbw, 3), std::to_string(p.wrong)});
+    std::vector<std::string> row = {p.op,
+                                    p.algo,
+                                    std::to_string(p.bytes),
+                                    std::to_string(p.count),
+                                    dtype,
+                                    redop,
+                                    std::to_string(root),
+                                    fmt(p.p50_us, 2),
+                                    fmt(p.p99_us, 2),
+                                    fmt(p.algbw, 3),
+                                    fmt(p.busbw, 3),
+                                    std::to_string(p.wrong)};
+    if (late) {
+      row.insert(row.end(),
+                 {fmt(p.wait_cpu, 3), fmt(p.compute_slowdown, 4), fmt(p.wait_slowdown, 4)});
+    }
+    t.add_row(row);
   }
   return t.to_csv();
 }

@@ -48,6 +48,10 @@ struct CommBenchOptions {
   int root = 0;
   double timeout_s = 60;
   int stall_rank = -1;  // testing aid: this rank never joins the last algorithm's first call
+  // > 0: ranks 1.. join every timed call this many milliseconds late while
+  // compute threads run on every rank (max(1, logical CPUs / ranks) each):
+  // what waiting costs the waiter's core and the compute beside it. One node.
+  double late_peer_ms = 0;
   device::DeviceKind device = device::DeviceKind::cpu;  // cuda: NCCL (gpu_bench.hpp)
 };
 
@@ -56,6 +60,14 @@ struct CommPoint {
   int64_t bytes = 0, count = 0;
   double p50_us = 0, p99_us = 0, algbw = 0, busbw = 0;  // GB/s
   int64_t wrong = -1;                                   // -1: not checked
+  // --late-peer only (else -1). wait_cpu: rank 0's CPU seconds per second in
+  // the call, most of it spent waiting for the late ranks. compute_slowdown:
+  // 1 - the compute threads' rate over the late calls' windows (each rank's
+  // from the barrier to its return) / their rate over a sleep as long as the
+  // lateness, with no call; wait_slowdown: the same against that sleep
+  // followed by the call with every rank on time (the waiting's own cost,
+  // without the copying every call does).
+  double wait_cpu = -1, compute_slowdown = -1, wait_slowdown = -1;
 };
 
 struct AlphaBeta {
@@ -69,6 +81,8 @@ struct CommBenchResult {
   int root = 0;
   bool in_place = false;
   bool registered = false;
+  double late_peer_ms = 0;  // > 0: wait_cpu and compute_slowdown are measured
+  int compute_threads = 0;  // per rank, under --late-peer
   std::vector<CommPoint> points;
   std::vector<AlphaBeta> fits;
   nlohmann::json to_json() const;
