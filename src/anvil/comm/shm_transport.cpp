@@ -78,7 +78,7 @@ void futex_wake(std::atomic<uint32_t>* word) {
 
 ShmTransport::ShmTransport(MpiTransport& group, size_t chunk_bytes)
     : Transport(group.rank(), group.size()), group_(group), chunk_(chunk_from_env(chunk_bytes)) {
-  const size_t header = static_cast<size_t>(size()) * (sizeof(Counter) + sizeof(Peer));
+  const size_t header = static_cast<size_t>(size()) * (sizeof(Counter) + 2 * sizeof(Peer));
   const size_t small = static_cast<size_t>(size()) * 2 * kSmallBytes;
   bytes_ = header + small + static_cast<size_t>(size() + 1) * chunk_;
   oversubscribed_ = size() > static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
@@ -139,25 +139,25 @@ void ShmTransport::probe_cma() {
   // Read a word the next rank published.
   static thread_local uint64_t probe_word;
   probe_word = 0x5eed0000u + static_cast<uint64_t>(rank());
-  peers_[rank()] =
+  peer(rank(), 0) =
       Peer{static_cast<int64_t>(::getpid()), reinterpret_cast<uint64_t>(&probe_word), -1, 0, 0, 0};
   MPI_Barrier(group_.mpi_comm());
   const int next = (rank() + 1) % size();
   uint64_t got = 0;
-  iovec local{&got, sizeof got}, remote{reinterpret_cast<void*>(peers_[next].address), sizeof got};
+  iovec local{&got, sizeof got}, remote{reinterpret_cast<void*>(peer(next, 0).address), sizeof got};
   // ANVIL_SHM_CMA=0 turns it off (the staged copies then run at every size).
   const char* cma_env = std::getenv("ANVIL_SHM_CMA");
   const bool cma_allowed = !(cma_env && std::string(cma_env) == "0");
   int ok_cma = cma_allowed &&
-               ::process_vm_readv(static_cast<pid_t>(peers_[next].pid), &local, 1, &remote, 1, 0) ==
-                   static_cast<ssize_t>(sizeof got) &&
+               ::process_vm_readv(static_cast<pid_t>(peer(next, 0).pid), &local, 1, &remote, 1,
+                                  0) == static_cast<ssize_t>(sizeof got) &&
                got == 0x5eed0000u + static_cast<uint64_t>(next);
   int all_cma = 0;
   MPI_Allreduce(&ok_cma, &all_cma, 1, MPI_INT, MPI_MIN, group_.mpi_comm());
   cma_ = all_cma != 0;
 }
 
-void ShmTransport::publish(const void* buf, size_t bytes) {
+void ShmTransport::publish(const void* buf, size_t bytes, int which) {
   Peer p{static_cast<int64_t>(::getpid()), reinterpret_cast<uint64_t>(buf), -1, 0, 0, 0};
   if (const auto region = shared_region_of(buf, bytes)) {
     p.fd = region->fd;
@@ -165,11 +165,10 @@ void ShmTransport::publish(const void* buf, size_t bytes) {
     p.offset = region->offset;
     p.region_bytes = region->bytes;
   }
-  peers_[rank()] = p;
+  peer(rank(), which) = p;
 }
 
-const unsigned char* ShmTransport::mapped(int r) {
-  const Peer& p = peers_[r];
+const unsigned char* ShmTransport::mapped(int r, const Peer& p) {
   for (const Mapping& m : mappings_) {
     if (m.rank == r && m.id == p.region_id) return m.base;
   }
@@ -201,20 +200,37 @@ const unsigned char* ShmTransport::mapped(int r) {
   return mappings_.back().base;
 }
 
-void ShmTransport::read_published(int r, void* dst, size_t bytes) {
-  if (direct_ && peers_[r].region_id != 0) {
-    if (const unsigned char* src = mapped(r)) {
-      std::memcpy(dst, src + peers_[r].offset, bytes);
-      ++direct_reads_;
-      return;
-    }
+const unsigned char* ShmTransport::published_view(int r, int which) {
+  const Peer& p = peer(r, which);
+  if (!direct_ || p.region_id == 0) return nullptr;
+  const unsigned char* base = mapped(r, p);
+  return base ? base + p.offset : nullptr;
+}
+
+bool ShmTransport::all_published_registered() const {
+  for (int r = 0; r < size(); ++r) {
+    if (peer(r, 0).region_id == 0 || peer(r, 1).region_id == 0) return false;
   }
-  uint64_t address = peers_[r].address;
+  return true;
+}
+
+unsigned char* ShmTransport::scratch(size_t bytes) {
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  return scratch_.data();
+}
+
+void ShmTransport::read_published(int r, void* dst, size_t bytes, size_t offset, int which) {
+  const Peer& p = peer(r, which);
+  if (const unsigned char* src = published_view(r, which)) {
+    std::memcpy(dst, src + offset, bytes);
+    ++direct_reads_;
+    return;
+  }
+  uint64_t address = p.address + offset;
   auto* d = static_cast<unsigned char*>(dst);
   while (bytes > 0) {
     iovec local{d, bytes}, remote{reinterpret_cast<void*>(address), bytes};
-    const ssize_t n =
-        ::process_vm_readv(static_cast<pid_t>(peers_[r].pid), &local, 1, &remote, 1, 0);
+    const ssize_t n = ::process_vm_readv(static_cast<pid_t>(p.pid), &local, 1, &remote, 1, 0);
     if (n <= 0) {
       if (n < 0 && errno == EINTR) continue;
       throw SystemError("shm: process_vm_readv from rank " + std::to_string(r) +

@@ -16,7 +16,8 @@
 // tests use 4096 so every multi-round path runs on small messages) and
 // ANVIL_SHM_CMA=0 turns cross-memory attach off (the staged copies then run
 // at every size; registered buffers are then not read in place either), and
-// ANVIL_SHM_DIRECT=0 reads registered buffers by cross-memory attach too.
+// ANVIL_SHM_DIRECT=0 reads registered buffers by cross-memory attach too (the
+// all-reduce on them copies the peers' inputs into scratch a piece at a time).
 //
 // Waiting: a rank that arrives early spins briefly (a peer with a core of
 // its own arrives within microseconds), then yields, then sleeps on a futex
@@ -65,10 +66,20 @@ class ShmTransport final : public Transport {
   // True when every rank can read every other rank's memory (cross-memory attach).
   bool cma() const { return cma_; }
   // Offers [buf, buf + bytes) to the other ranks' read_published (valid after
-  // the next barrier).
-  void publish(const void* buf, size_t bytes);
-  // Copies `bytes` from the buffer rank r published.
-  void read_published(int r, void* dst, size_t bytes);
+  // the next barrier). Each rank has two publications, `which` 0 and 1 (an
+  // all-reduce offers its input and its output at once).
+  void publish(const void* buf, size_t bytes, int which = 0);
+  // Copies `bytes` from `offset` bytes into the buffer rank r published.
+  void read_published(int r, void* dst, size_t bytes, size_t offset = 0, int which = 0);
+  // Rank r's published buffer as this rank's mapping of it, where it lies in
+  // a registered buffer (SharedBuffer) that this rank can map; else null
+  // (read_published then copies it by cross-memory attach).
+  const unsigned char* published_view(int r, int which = 0);
+  // True when both publications of every rank lie in registered buffers: the
+  // same answer on every rank after the barrier that follows the publishing.
+  bool all_published_registered() const;
+  // A buffer of this rank's own, at least `bytes`, kept between calls.
+  unsigned char* scratch(size_t bytes);
   // How many read_published calls copied from a mapping of a registered
   // buffer (the rest: cross-memory attach).
   uint64_t direct_reads() const { return direct_reads_; }
@@ -102,9 +113,13 @@ class ShmTransport final : public Transport {
   };
   static constexpr size_t kMappingsPerPeer = 4;
   void probe_cma();
-  // This rank's mapping of what rank r published (mapped now if need be), or
-  // null where it cannot be mapped (then cross-memory attach reads it).
-  const unsigned char* mapped(int r);
+  // This rank's mapping of the region publication p of rank r lies in
+  // (mapped now if need be), or null where it cannot be mapped (then
+  // cross-memory attach reads it).
+  const unsigned char* mapped(int r, const Peer& p);
+  Peer& peer(int r, int which) const {
+    return peers_[static_cast<size_t>(r) * 2 + (which ? 1 : 0)];
+  }
 
   MpiTransport& group_;
   size_t chunk_ = 0;
@@ -112,12 +127,13 @@ class ShmTransport final : public Transport {
   std::string name_;
   void* base_ = nullptr;
   Counter* arrive_ = nullptr;
-  Peer* peers_ = nullptr;
+  Peer* peers_ = nullptr;  // two per rank
   bool cma_ = false;  // process_vm_readv works between all ranks
   bool direct_ = true;             // read registered buffers through a mapping (ANVIL_SHM_DIRECT)
   std::vector<Mapping> mappings_;  // oldest first
   std::vector<char> unmappable_;   // per rank: a mapping failed once, do not retry
   uint64_t direct_reads_ = 0;
+  std::vector<unsigned char> scratch_;
   unsigned char* slots_ = nullptr;
   unsigned char* result_ = nullptr;
   unsigned char* small_ = nullptr;
