@@ -135,10 +135,10 @@ if want comm; then
       flag=(); [ $buffers = registered ] && flag=(--registered)
       "$anvil" bench comm --np 2 --op allreduce,allgather --algo shm -b 1M -e 16M -f 2 -n 20 -w 3 --passes 3 \
         "${flag[@]}" --json > "$out/comm-$buffers-$r.json"
+      say "comm round $r/$rounds: $buffers buffers, a peer 10 ms late, compute threads beside"
+      "$anvil" bench comm --np 2 --op allreduce,allgather --algo shm -b 1M -e 16M -f 2 -n 10 -w 2 \
+        --late-peer 10 "${flag[@]}" --json > "$out/comm-late-$buffers-$r.json"
     done
-    say "comm round $r/$rounds: a peer 10 ms late, compute threads beside"
-    "$anvil" bench comm --np 2 --op allreduce,allgather --algo shm -b 1M -e 16M -f 2 -n 10 -w 2 \
-      --late-peer 10 --json > "$out/comm-late-$r.json"
   done
   stat_mark comm end
 fi
@@ -166,6 +166,11 @@ hw = load("hw.json")
 old = json.load(open(result)) if os.path.exists(result) else {}
 res = {"cpu": hw["cpu"], "isa": {k: v for k, v in hw["isa"].items() if v}, "bf16_gemm": hw["bf16_gemm"]["description"],
        "blas": hw["blas"]["corename"], "threads": hw["threads"], "sections": old.get("sections", {})}
+# Machines of one file name (vendor and ISA) differ in family and model:
+# each section names the CPU it was measured on.
+cpu_name = lambda c: f"{c['vendor']} {c['model_name']} family {c['family']} model {c['model']}"
+for sec in res["sections"].values():
+    sec.setdefault("cpu", cpu_name(old["cpu"]))
 
 def check(value, target, more_is_better=True):
     return {"value": value, "target": target, "met": (value >= target) if more_is_better else (value <= target)}
@@ -251,21 +256,22 @@ if "comm" in sections:
                 worst_min = min(worst_min or 1e9, row["min_round_ratio"])
             checks[f"shm/MPI {op} 1-16 MiB{label}, worst size (medians)"] = check(worst_med, target)
             checks[f"shm/MPI {op} 1-16 MiB{label}, worst size and round"] = check(worst_min, target)
-    late_runs = [load(f"comm-late-{r}.json") for r in R]
     late_rows = []
-    for op in ("allreduce", "allgather"):
-        sizes = sorted({p["bytes"] for p in late_runs[0]["points"] if p["op"] == op})
-        for b in sizes:
-            row = {"op": op, "bytes": b}
-            for a in ("mpi", "shm"):
-                pts = [next(p for p in run["points"] if p["op"] == op and p["bytes"] == b and p["algo"] == a)
-                       for run in late_runs]
-                row[a] = {"p50_us": [p["p50_us"] for p in pts], "wait_cpu": [p["wait_cpu"] for p in pts],
-                          "compute_slowdown": [p["compute_slowdown"] for p in pts],
-                          "median_slowdown": med([p["compute_slowdown"] for p in pts])}
-            late_rows.append(row)
-        worst = max(x["shm"]["median_slowdown"] for x in late_rows if x["op"] == op)
-        checks[f"compute slowdown beside shm {op}, a peer 10 ms late, worst size"] = check(worst, 0.05, False)
+    for buffers, label in (("plain", ""), ("registered", ", registered buffers")):
+        late_runs = [load(f"comm-late-{buffers}-{r}.json") for r in R]
+        for op in ("allreduce", "allgather"):
+            sizes = sorted({p["bytes"] for p in late_runs[0]["points"] if p["op"] == op})
+            for b in sizes:
+                row = {"op": op, "buffers": buffers, "bytes": b}
+                for a in ("mpi", "shm"):
+                    pts = [next(p for p in run["points"] if p["op"] == op and p["bytes"] == b and p["algo"] == a)
+                           for run in late_runs]
+                    row[a] = {k: [p[k] for p in pts] for k in ("p50_us", "wait_cpu", "compute_slowdown", "wait_slowdown")}
+                    row[a]["median_p50_us"] = med(row[a]["p50_us"])
+                    row[a]["median_slowdown"] = med(row[a]["compute_slowdown"])
+                late_rows.append(row)
+            worst = max(x["shm"]["median_slowdown"] for x in late_rows if x["op"] == op and x["buffers"] == buffers)
+            checks[f"compute slowdown beside shm {op}{label}, a peer 10 ms late, worst size"] = check(worst, 0.05, False)
     res["sections"]["comm"] = {"date": now, "rounds": rounds, "ranks": 2, "rows": rows, "checks": checks,
                                "late_peer": {"late_ms": 10, "compute_threads": late_runs[0]["compute_threads"],
                                              "rows": late_rows}}
@@ -275,6 +281,10 @@ if "torch" in sections and os.path.exists(f"{out}/torch.json"):
                                                                             1.5 if x["model"] == "gpt2-124m" else 2.0)
               for x in t["rows"]}
     res["sections"]["torch"] = {"date": now, **t, "checks": checks}
+
+for name in sections:
+    if name in res["sections"] and res["sections"][name].get("date") == now:
+        res["sections"][name]["cpu"] = cpu_name(hw["cpu"])
 
 marks = {}
 if os.path.exists(f"{out}/steal.txt"):
@@ -296,15 +306,16 @@ os.replace(tmp, result)
 print(f"### {hw['cpu']['vendor']} {hw['cpu']['model_name']} (family {hw['cpu']['family']} model {hw['cpu']['model']}), "
       f"{hw['threads']} threads; bf16: {res['bf16_gemm']}")
 print()
-print("| figure | measured | target | met | date | CPU steal |")
-print("|---|---:|---:|:-:|---|---:|")
+print("| figure | measured | target | met | date | CPU | CPU steal |")
+print("|---|---:|---:|:-:|---|---|---:|")
 for name, sec in res["sections"].items():
     for label, c in sec["checks"].items():
         fmt = (lambda v: f"{100 * v:.2f}%") if "gap" in label else (lambda v: f"{100 * v:.1f}%") \
             if ("MFU" in label or "%" in label or "slowdown" in label) else (lambda v: f"{v:.2f}x")
         op = "<=" if ("gap" in label or "Muon" in label or "slowdown" in label) else ">="
         steal = f"{sec['cpu_steal_pct']:.1f}%" if "cpu_steal_pct" in sec else "-"
-        print(f"| {label} | {fmt(c['value'])} | {op} {fmt(c['target'])} | {'yes' if c['met'] else 'no'} | {sec['date']} | {steal} |")
+        cpu = sec["cpu"].split(" family ")[-1].replace(" model ", "/")
+        print(f"| {label} | {fmt(c['value'])} | {op} {fmt(c['target'])} | {'yes' if c['met'] else 'no'} | {sec['date']} | {cpu} | {steal} |")
 if "train" in res["sections"]:
     t = res["sections"]["train"]
     print()
@@ -315,6 +326,12 @@ if "attention" in res["sections"]:
     print()
     print("Attention fwd+bwd, % of the same run's sgemm peak: " + ", ".join(
         f"T={x['seq']} D={x['head_dim']} {x['median_pct']:.0f}%" for x in res["sections"]["attention"]["rows"]))
+if "comm" in res["sections"] and "late_peer" in res["sections"]["comm"]:
+    print()
+    print("A peer 10 ms late, median time (compute slowdown): " + ", ".join(
+        f"{x['op']} {x['buffers']} {x['bytes'] >> 20} MiB shm {x['shm']['median_p50_us'] / 1e3:.1f} ms "
+        f"({100 * x['shm']['median_slowdown']:.1f}%), mpi {x['mpi']['median_p50_us'] / 1e3:.1f} ms "
+        f"({100 * x['mpi']['median_slowdown']:.1f}%)" for x in res["sections"]["comm"]["late_peer"]["rows"]))
 if "muon" in res["sections"]:
     print()
     print("Muon / AdamW step: " + ", ".join(f"{k} tokens {v['muon_over_adamw']:.2f}x"
