@@ -136,30 +136,35 @@ double thread_cpu_seconds() {
 // time). Rank 0 alone adds its call thread's CPU seconds and call seconds
 // (the others add 0), so summing over ranks keeps rank 0's.
 struct LateSums {
-  std::array<double, 8> v{};
-  double& late_s() { return v[0]; }
-  double& late_chunks() { return v[1]; }
-  double& sleep_s() { return v[2]; }
-  double& sleep_chunks() { return v[3]; }
-  double& ref_s() { return v[4]; }
-  double& ref_chunks() { return v[5]; }
-  double& cpu0_s() { return v[6]; }
-  double& call0_s() { return v[7]; }
+  enum Field {
+    late_s,
+    late_chunks,  // the late calls' windows
+    sleep_s,
+    sleep_chunks,  // the reference sleeps
+    ref_s,
+    ref_chunks,  // the whole references: sleep, then the call on time
+    cpu0_s,
+    call0_s,  // rank 0's call thread: CPU seconds, call seconds
+    kFields
+  };
+  std::array<double, kFields> v{};
+  double& operator[](Field f) { return v[f]; }
+  double operator[](Field f) const { return v[f]; }
 
   void add(const LateSums& o) {
     for (size_t i = 0; i < v.size(); ++i) v[i] += o.v[i];
   }
   void sum_over_ranks(MPI_Comm comm) {
-    MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM, comm);
+    MPI_Allreduce(MPI_IN_PLACE, v.data(), kFields, MPI_DOUBLE, MPI_SUM, comm);
   }
-  double wait_cpu() const { return v[7] > 0 ? v[6] / v[7] : -1; }
-  // 1 - the compute rate over the late calls' windows / over `ref_*`.
-  double slowdown(double chunks, double seconds) const {
-    if (!(v[0] > 0 && seconds > 0 && chunks > 0)) return -1;
-    return 1.0 - (v[1] / v[0]) / (chunks / seconds);
+  double wait_cpu() const { return v[call0_s] > 0 ? v[cpu0_s] / v[call0_s] : -1; }
+  // 1 - the compute rate over the late calls' windows / over a reference's.
+  double slowdown(Field chunks, Field seconds) const {
+    if (!(v[late_s] > 0 && v[seconds] > 0 && v[chunks] > 0)) return -1;
+    return 1.0 - (v[late_chunks] / v[late_s]) / (v[chunks] / v[seconds]);
   }
-  double compute_slowdown() const { return slowdown(v[3], v[2]); }
-  double wait_slowdown() const { return slowdown(v[5], v[4]); }
+  double compute_slowdown() const { return slowdown(sleep_chunks, sleep_s); }
+  double wait_slowdown() const { return slowdown(ref_chunks, ref_s); }
 };
 
 // One op's measurement: its spec, the algorithms measured, the options.
@@ -221,10 +226,10 @@ std::vector<double> OpBench::time_iterations(const CommCase& k, Algo a, LateSums
       std::this_thread::sleep_for(lateness);
       const double w1 = load_->chunks(), s1 = now_seconds();
       spec_.run(k, a);
-      late.sleep_s() += s1 - s0;
-      late.sleep_chunks() += w1 - w0;
-      late.ref_s() += now_seconds() - s0;
-      late.ref_chunks() += load_->chunks() - w0;
+      late[LateSums::sleep_s] += s1 - s0;
+      late[LateSums::sleep_chunks] += w1 - w0;
+      late[LateSums::ref_s] += now_seconds() - s0;
+      late[LateSums::ref_chunks] += load_->chunks() - w0;
     }
     c_.barrier();
     if (c_.rank() == o_.stall_rank && a == algos_.back()) {
@@ -241,11 +246,11 @@ std::vector<double> OpBench::time_iterations(const CommCase& k, Algo a, LateSums
     if (!timed) continue;
     block.push_back(t1 - t0);
     if (load_) {
-      late.late_s() += t1 - window0;
-      late.late_chunks() += load_->chunks() - w0;
+      late[LateSums::late_s] += t1 - window0;
+      late[LateSums::late_chunks] += load_->chunks() - w0;
       if (c_.rank() == 0) {
-        late.cpu0_s() += thread_cpu_seconds() - cpu0;
-        late.call0_s() += t1 - t0;
+        late[LateSums::cpu0_s] += thread_cpu_seconds() - cpu0;
+        late[LateSums::call0_s] += t1 - t0;
       }
     }
   }
