@@ -136,15 +136,18 @@ double thread_cpu_seconds() {
 // time). Rank 0 alone adds its call thread's CPU seconds and call seconds
 // (the others add 0), so summing over ranks keeps rank 0's.
 struct LateSums {
+  // Seconds and chunks of the late calls' windows, of the reference sleeps
+  // and of the whole references (sleep, then the call on time); rank 0's
+  // call thread's CPU seconds and call seconds.
   enum Field {
     late_s,
-    late_chunks,  // the late calls' windows
+    late_chunks,
     sleep_s,
-    sleep_chunks,  // the reference sleeps
+    sleep_chunks,
     ref_s,
-    ref_chunks,  // the whole references: sleep, then the call on time
+    ref_chunks,
     cpu0_s,
-    call0_s,  // rank 0's call thread: CPU seconds, call seconds
+    call0_s,
     kFields
   };
   std::array<double, kFields> v{};
