@@ -16,7 +16,7 @@ struct Fault {
   int rank = 0;      // the rank it strikes
   double arg = 0;    // slow: ms added to each step; slow-rank: the factor its compute takes
                      // longer; kill-in-save: ms after the save starts;
-                     // disk-full: seconds until the space returns (0: it does not)
+                     // disk-full: steps until the space returns (0: it does not)
 };
 
 // "kill@30:1", "slow@5=200", "kill-in-save@20:0=3". InputError naming `key`

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "anvil/ckpt/sharded.hpp"
+
 namespace anvil::ft {
 
 Injector::Injector(const InjectOptions& options, int rank) : rank_(rank) {
@@ -47,22 +49,23 @@ void Injector::step_end(int64_t done) const {
 
 namespace {
 
-// Writes `path` until the file system is full; false when it has more than
-// `most` bytes free (a real disk: the fault is for a small tmpfs).
-bool fill_file_system(const std::string& path, uint64_t most) {
-  const std::string dir = std::filesystem::path(path).parent_path().string();
+// Whether the file system of `dir` has at most `most` bytes free (the fault
+// is for a small tmpfs, never a real disk).
+bool at_most_free(const std::string& dir, uint64_t most) {
   struct statvfs fs {};
-  if (::statvfs(dir.c_str(), &fs) != 0 ||
-      static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize > most)
-    return false;
+  return ::statvfs(dir.c_str(), &fs) == 0 &&
+         static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize <= most;
+}
+
+// Appends zeros to `path` until its file system is full.
+void fill_file_system(const std::string& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd < 0) return true;  // already too full to create it
+  if (fd < 0) return;  // already too full to create it
   std::vector<char> zeros(size_t{1} << 20, 0);
   for (size_t chunk = zeros.size(); chunk >= 512;) {
     if (::write(fd, zeros.data(), chunk) < 0) chunk /= 2;
   }
   ::close(fd);
-  return true;
 }
 
 }  // namespace
@@ -77,13 +80,18 @@ void Injector::keep_full(int64_t step, const std::string& run_dir) const {
       std::fprintf(stderr, "anvil: injected fault: %s has space again\n", run_dir.c_str());
     return;
   }
-  if (!fill_file_system(filler, uint64_t{1} << 30)) {
+  if (!at_most_free(run_dir, uint64_t{1} << 30)) {
     std::fprintf(stderr,
                  "anvil: warning: --inject disk-full: %s has more than 1 GiB free; not filling "
                  "it (the fault is for a small tmpfs)\n",
                  run_dir.c_str());
     return;
   }
+  // The fill takes the room a prune could free too: with several ranks, one
+  // rank's prune-and-retry must not hand free space to another rank's first
+  // try, so every save of the window meets a disk that pruning cannot fix.
+  ckpt::prune_to_newest_intact(run_dir);
+  fill_file_system(filler);
   std::fprintf(stderr, "anvil: injected fault: %s is full before the checkpoint of step %lld\n",
                run_dir.c_str(), static_cast<long long>(step));
 }

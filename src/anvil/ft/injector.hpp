@@ -44,9 +44,11 @@ class Injector {
   // kill-in-save: dies ARG ms into writing the checkpoint of step STEP.
   // disk-full: from the checkpoint of step STEP on, for ARG steps (0: for
   // good), the file system of `run_dir` is full before each save and before
-  // its retry (RUN_DIR/.disk-full-filler written until ENOSPC; only where at
-  // most 1 GiB is free, a small tmpfs, else a warning and nothing); the
-  // first save after that removes the filler (the space returns).
+  // its retry: the run directory pruned to its newest intact checkpoint (the
+  // room any rank's own prune could free), then RUN_DIR/.disk-full-filler
+  // written until ENOSPC; only where at most 1 GiB is free, a small tmpfs,
+  // else a warning and nothing. The first save after that removes the
+  // filler (the space returns).
   void save_begin(int64_t step, const std::string& run_dir) const;
   // disk-full: the same fill before a save's retry on a full disk.
   void save_retry(int64_t step, const std::string& run_dir) const;
