@@ -7,8 +7,9 @@
 // All-gather and broadcast above kCmaMinBytes read the peers' buffers
 // directly where cross-memory attach works: one copy instead of two, in user
 // space from the reader's own mapping where the buffer is registered (a
-// SharedBuffer), else by process_vm_readv. All-reduce above kCmaMinBytes on
-// registered buffers reduces from those mappings in three barriers a call.
+// SharedBuffer), else by process_vm_readv. All-reduce and reduce-scatter
+// above kCmaMinBytes on registered buffers reduce from those mappings in
+// three and two barriers a call.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -25,7 +26,8 @@ namespace {
 // Below this, a kernel copy call costs more than staging (measured, 2 ranks).
 constexpr size_t kCmaMinBytes = 64 * 1024;
 
-// ANVIL_SHM_ALLREDUCE=staged|direct: which large all-reduce runs (measuring aid).
+// ANVIL_SHM_ALLREDUCE=staged|direct: whether a large all-reduce or
+// reduce-scatter on registered buffers runs staged or direct (measuring aid).
 bool direct_allreduce() {
   static const bool direct = [] {
     const char* e = std::getenv("ANVIL_SHM_ALLREDUCE");
@@ -91,21 +93,15 @@ void reduce_pipeline(ShmTransport& shm, const void* send, void* recv, size_t cou
   }
 }
 
-// On registered buffers, three barriers whatever the size. Every rank has
-// published its input and its output and met the others (the first);
-// rank r reduces block r straight from its mappings of the peers' inputs
-// into its output (by cross-memory attach into scratch, a piece at a time,
-// from a peer it cannot map), meets them again, then copies the other blocks
-// from their owners' outputs. The sum runs in rank order, as in
-// reduce_pipeline, so both give the same bits. A rank that must wait for a
-// late or descheduled peer waits 3 times per call instead of twice per chunk.
-void allreduce_direct(ShmTransport& shm, const void* send, void* recv, size_t count, DType t,
-                      ReduceOp op) {
+// Elements [po, po + pc) of every rank's published input (publication 0;
+// this rank's own is `in`), reduced in rank order into `dst`: straight from
+// the mappings of registered peers, by cross-memory attach into scratch, a
+// piece at a time, from a peer this rank cannot map. The order is
+// reduce_pipeline's, so both give the same bits.
+void reduce_block_from_peers(ShmTransport& shm, const unsigned char* in, unsigned char* dst,
+                             size_t po, size_t pc, DType t, ReduceOp op) {
   const int rank = shm.rank(), size = shm.size();
   const size_t es = size_of(t);
-  const size_t po = block_offset(count, size, rank), pc = block_count(count, size, rank);
-  const auto* in = static_cast<const unsigned char*>(send);
-  auto* out = static_cast<unsigned char*>(recv);
   std::vector<const unsigned char*> views(static_cast<size_t>(size));
   size_t copied = 0;  // peers read by cross-memory attach
   for (int r = 0; r < size; ++r) {
@@ -123,14 +119,30 @@ void allreduce_direct(ShmTransport& shm, const void* send, void* recv, size_t co
       if (v) {
         srcs[static_cast<size_t>(r)] = v + at;
       } else {
-        unsigned char* dst = scratch + slot++ * piece * es;
-        shm.read_published(r, dst, len * es, at, 0);
-        srcs[static_cast<size_t>(r)] = dst;
+        unsigned char* to = scratch + slot++ * piece * es;
+        shm.read_published(r, to, len * es, at, 0);
+        srcs[static_cast<size_t>(r)] = to;
       }
     }
-    reduce_many(out + at, srcs.data(), size, len, t, op);
-    if (op == ReduceOp::avg) divide_by(out + at, len, t, size);
+    reduce_many(dst + k * es, srcs.data(), size, len, t, op);
+    if (op == ReduceOp::avg) divide_by(dst + k * es, len, t, size);
   }
+}
+
+// On registered buffers, three barriers whatever the size. Every rank has
+// published its input and its output and met the others (the first);
+// rank r reduces block r from the peers' inputs into its output, meets them
+// again, then copies the other blocks from their owners' outputs. A rank
+// that must wait for a late or descheduled peer waits 3 times per call
+// instead of twice per chunk.
+void allreduce_direct(ShmTransport& shm, const void* send, void* recv, size_t count, DType t,
+                      ReduceOp op) {
+  const int rank = shm.rank(), size = shm.size();
+  const size_t es = size_of(t);
+  const size_t po = block_offset(count, size, rank), pc = block_count(count, size, rank);
+  auto* out = static_cast<unsigned char*>(recv);
+  reduce_block_from_peers(shm, static_cast<const unsigned char*>(send), out + po * es, po, pc, t,
+                          op);
   shm.barrier("allreduce");
   for (int s = 1; s < size; ++s) {
     const int j = (rank + s) % size;  // start at different peers: no hot spot
@@ -152,7 +164,7 @@ void shm_allreduce(ShmTransport& shm, const void* send, void* recv, size_t count
     shm.publish(send, bytes, 0);
     shm.publish(recv, bytes, 1);
     shm.barrier("allreduce");
-    if (shm.all_published_registered()) return allreduce_direct(shm, send, recv, count, t, op);
+    if (shm.all_published_registered(2)) return allreduce_direct(shm, send, recv, count, t, op);
   }
   reduce_pipeline(shm, send, recv, count, t, op, -1);
 }
@@ -208,9 +220,22 @@ void shm_reduce_scatter(ShmTransport& shm, const void* send, void* recv, size_t 
     if (op == ReduceOp::avg) divide_by(recv, mine, t, size);
     return;
   }
+  const size_t es = size_of(t);
+  if (shm.cma() && count * es > kCmaMinBytes && direct_allreduce()) {
+    // Registered inputs: two barriers whatever the size (allreduce_direct's
+    // first half); plain ones go on staged after the first.
+    shm.publish(send, count * es, 0);
+    shm.barrier("reduce_scatter");
+    if (shm.all_published_registered(1)) {
+      const size_t po = block_offset(count, size, rank), pc = block_count(count, size, rank);
+      reduce_block_from_peers(shm, static_cast<const unsigned char*>(send),
+                              static_cast<unsigned char*>(recv), po, pc, t, op);
+      shm.barrier("reduce_scatter");  // nobody reuses its input before all have read it
+      return;
+    }
+  }
   // Round k: every rank stages piece k of every block (piece capacity
   // chunk/n); rank r reduces piece k of block r straight into its output.
-  const size_t es = size_of(t);
   const size_t piece = std::max<size_t>(1, shm.chunk_bytes() / es / static_cast<size_t>(size));
   const size_t largest = block_count(count, size, 0);
   const auto* in = static_cast<const unsigned char*>(send);
@@ -315,13 +340,14 @@ void reduce(Context& ctx, const Call& c) {
 
 // The caller's buffers as given; the reducing ops divide for avg themselves.
 constexpr Algorithm registration(Op op, bool averages, void (*run)(Context&, const Call&)) {
-  return {op,
-          Algo::shm,
-          "shm",
-          "2 barriers per chunk (1 up to 16 KiB; all-reduce on registered buffers 3)",
-          Buffers::caller,
-          averages,
-          run};
+  return {
+      op,
+      Algo::shm,
+      "shm",
+      "2 barriers per chunk (1 up to 16 KiB; on registered buffers all-reduce 3, reduce-scatter 2)",
+      Buffers::caller,
+      averages,
+      run};
 }
 
 constexpr Algorithm kShm[] = {registration(Op::allreduce, true, allreduce),

@@ -204,13 +204,15 @@ const unsigned char* ShmTransport::published_view(int r, int which) {
   const Peer& p = peer(r, which);
   if (!direct_ || p.region_id == 0) return nullptr;
   const unsigned char* base = mapped(r, p);
-  return base ? base + p.offset : nullptr;
+  if (!base) return nullptr;
+  ++direct_reads_;
+  return base + p.offset;
 }
 
-bool ShmTransport::all_published_registered() const {
-  for (int r = 0; r < size(); ++r) {
-    if (peer(r, 0).region_id == 0 || peer(r, 1).region_id == 0) return false;
-  }
+bool ShmTransport::all_published_registered(int publications) const {
+  for (int r = 0; r < size(); ++r)
+    for (int which = 0; which < publications; ++which)
+      if (peer(r, which).region_id == 0) return false;
   return true;
 }
 
@@ -223,7 +225,6 @@ void ShmTransport::read_published(int r, void* dst, size_t bytes, size_t offset,
   const Peer& p = peer(r, which);
   if (const unsigned char* src = published_view(r, which)) {
     std::memcpy(dst, src + offset, bytes);
-    ++direct_reads_;
     return;
   }
   uint64_t address = p.address + offset;

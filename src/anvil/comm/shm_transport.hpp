@@ -75,13 +75,15 @@ class ShmTransport final : public Transport {
   // a registered buffer (SharedBuffer) that this rank can map; else null
   // (read_published then copies it by cross-memory attach).
   const unsigned char* published_view(int r, int which = 0);
-  // True when both publications of every rank lie in registered buffers: the
-  // same answer on every rank after the barrier that follows the publishing.
-  bool all_published_registered() const;
+  // True when publications 0 .. `publications` - 1 of every rank lie in
+  // registered buffers: the same answer on every rank after the barrier that
+  // follows the publishing.
+  bool all_published_registered(int publications) const;
   // A buffer of this rank's own, at least `bytes`, kept between calls.
   unsigned char* scratch(size_t bytes);
-  // How many read_published calls copied from a mapping of a registered
-  // buffer (the rest: cross-memory attach).
+  // How many reads of a published buffer went through a mapping of a
+  // registered buffer (published_view, and read_published's copies from one;
+  // the rest: cross-memory attach).
   uint64_t direct_reads() const { return direct_reads_; }
 
   static constexpr size_t kSmallBytes = 16 * 1024;
