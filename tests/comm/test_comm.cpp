@@ -425,83 +425,69 @@ TEST(Collectives, RegisteredBuffersAllgatherAndBroadcastExact) {
   }
 }
 
-// All-reduce on registered buffers: above 64 KiB the shared-memory one
-// reduces each block straight from the peers' mappings (3 barriers), every
-// dtype and op exact, in place and out of place, at offsets in the regions;
-// a plain buffer on the same call sizes runs staged. Other algorithms get
-// the same buffers.
-TEST(Collectives, RegisteredBuffersAllreduceExact) {
+// The cases of the registered-buffer reductions: every dtype and op, sizes
+// below and above 64 KiB, in place and out of place, each on every
+// algorithm of `op` with buffers at an offset in their regions. The staged
+// paths read no published buffer, so the shm direct reads counted across
+// the cases are the direct paths' (where cross-memory attach and mappings
+// are allowed).
+template <class Run>
+void registered_cases(Op op, const Run& run) {
   Communicator& c = *g_comm;
-  const int n = c.size(), r = c.rank();
-  const size_t pad = 24;
   const uint64_t direct_before = c.shm().direct_reads();
-  for (DType t : kDtypes) {
-    const size_t es = size_of(t);
-    for (ReduceOp rop : ops_for(t)) {
-      for (size_t count : {size_t{1031}, size_t{65537}, size_t{300007}}) {
-        for (bool in_place : {false, true}) {
-          for (Algo a : algorithms_for(Op::allreduce)) {
-            SharedBuffer send((count + 2 * pad) * es, "test send"),
-                recv((count + 2 * pad) * es, "test recv");
-            auto* in = send.data() + pad * es;
-            auto* out = in_place ? in : recv.data() + pad * es;
-            for (size_t i = 0; i < count; ++i) check::put(in, i, t, value(r, i));
-            c.allreduce(in, out, count, t, rop, a);
-            size_t wrong = 0;
-            for (size_t i = 0; i < count; ++i)
-              wrong += check::get(out, i, t) != expected(i, n, t, rop);
-            EXPECT_EQ(wrong, 0u) << label(Op::allreduce, a, t, count, in_place,
+  for (DType t : kDtypes)
+    for (ReduceOp rop : ops_for(t))
+      for (size_t count : {size_t{1031}, size_t{65537}, size_t{300007}})
+        for (bool in_place : {false, true})
+          for (Algo a : algorithms_for(op)) {
+            const size_t wrong = run(t, rop, count, in_place, a);
+            EXPECT_EQ(wrong, 0u) << label(op, a, t, count, in_place,
                                           " " + to_string(rop) + " registered");
           }
-        }
-      }
-    }
-  }
-  // The staged all-reduce reads no published buffer: these reads are the
-  // direct one's (where cross-memory attach and mappings are allowed).
-  if (n > 1 && c.shm().cma() && mappings_allowed()) {
+  if (c.size() > 1 && c.shm().cma() && mappings_allowed()) {
     EXPECT_GT(c.shm().direct_reads(), direct_before);
   }
 }
 
-// Reduce-scatter on registered inputs: above 64 KiB the shared-memory one
-// reduces its block straight from the peers' mappings (2 barriers), every
-// dtype and op exact, in place and out of place, at offsets in the regions.
-// Other algorithms get the same buffers.
-TEST(Collectives, RegisteredBuffersReduceScatterExact) {
-  Communicator& c = *g_comm;
-  const int n = c.size(), r = c.rank();
-  const size_t pad = 24;
-  const uint64_t direct_before = c.shm().direct_reads();
-  for (DType t : kDtypes) {
+constexpr size_t kPad = 24;  // elements before and after the data in its region
+
+// All-reduce: above 64 KiB the shared-memory one reduces each block straight
+// from the peers' mappings (3 barriers); a plain buffer on the same call
+// sizes runs staged.
+TEST(Collectives, RegisteredBuffersAllreduceExact) {
+  const int n = g_comm->size(), r = g_comm->rank();
+  registered_cases(Op::allreduce, [&](DType t, ReduceOp rop, size_t count, bool in_place, Algo a) {
     const size_t es = size_of(t);
-    for (ReduceOp rop : ops_for(t)) {
-      for (size_t count : {size_t{1031}, size_t{65537}, size_t{300007}}) {
-        const size_t mine = block_count(count, n, r), off = block_offset(count, n, r);
-        for (bool in_place : {false, true}) {
-          for (Algo a : algorithms_for(Op::reduce_scatter)) {
-            SharedBuffer send((count + 2 * pad) * es, "test send");
-            std::vector<unsigned char> out(mine * es + 1);
-            auto* in = send.data() + pad * es;
-            void* recv = in_place ? in + off * es : out.data();
-            for (size_t i = 0; i < count; ++i) check::put(in, i, t, value(r, i));
-            c.reduce_scatter(in, recv, count, t, rop, a);
-            size_t wrong = 0;
-            for (size_t i = 0; i < mine; ++i)
-              wrong += check::get(static_cast<unsigned char*>(recv), i, t) !=
-                       expected(off + i, n, t, rop);
-            EXPECT_EQ(wrong, 0u) << label(Op::reduce_scatter, a, t, count, in_place,
-                                          " " + to_string(rop) + " registered");
-          }
-        }
-      }
-    }
-  }
-  // The staged reduce-scatter reads no published buffer: these reads are
-  // the direct one's (where cross-memory attach and mappings are allowed).
-  if (n > 1 && c.shm().cma() && mappings_allowed()) {
-    EXPECT_GT(c.shm().direct_reads(), direct_before);
-  }
+    SharedBuffer send((count + 2 * kPad) * es, "test send"),
+        recv((count + 2 * kPad) * es, "test recv");
+    auto* in = send.data() + kPad * es;
+    auto* out = in_place ? in : recv.data() + kPad * es;
+    for (size_t i = 0; i < count; ++i) check::put(in, i, t, value(r, i));
+    g_comm->allreduce(in, out, count, t, rop, a);
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += check::get(out, i, t) != expected(i, n, t, rop);
+    return wrong;
+  });
+}
+
+// Reduce-scatter: above 64 KiB the shared-memory one reduces its block
+// straight from the peers' mappings of the inputs (2 barriers).
+TEST(Collectives, RegisteredBuffersReduceScatterExact) {
+  const int n = g_comm->size(), r = g_comm->rank();
+  registered_cases(Op::reduce_scatter, [&](DType t, ReduceOp rop, size_t count, bool in_place,
+                                           Algo a) {
+    const size_t es = size_of(t), mine = block_count(count, n, r), off = block_offset(count, n, r);
+    SharedBuffer send((count + 2 * kPad) * es, "test send");
+    std::vector<unsigned char> out(mine * es + 1);
+    auto* in = send.data() + kPad * es;
+    auto* recv = in_place ? in + off * es : out.data();
+    for (size_t i = 0; i < count; ++i) check::put(in, i, t, value(r, i));
+    g_comm->reduce_scatter(in, recv, count, t, rop, a);
+    size_t wrong = 0;
+    for (size_t i = 0; i < mine; ++i)
+      wrong += check::get(recv, i, t) != expected(off + i, n, t, rop);
+    return wrong;
+  });
 }
 
 // shared_region_of names the live buffer a range lies in, and nothing else.
