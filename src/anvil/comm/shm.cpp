@@ -7,7 +7,10 @@
 // All-gather and broadcast above kCmaMinBytes read the peers' buffers
 // directly where cross-memory attach works: one copy instead of two, in user
 // space from the reader's own mapping where the buffer is registered (a
-// SharedBuffer), else by process_vm_readv. All-reduce and reduce-scatter
+// SharedBuffer), else by process_vm_readv. A plain buffer that fits one
+// staging slot is staged instead (two user-space copies ran faster than one
+// process_vm_readv, and one slot costs no extra meeting); a larger one is
+// read by process_vm_readv, in two meetings whatever its size. All-reduce and reduce-scatter
 // above kCmaMinBytes on registered buffers reduce from those mappings in
 // three and two barriers a call.
 #include <algorithm>
@@ -185,9 +188,19 @@ void shm_broadcast(ShmTransport& shm, void* buf, size_t count, DType t, int root
     return;
   }
   if (shm.cma() && count * es > kCmaMinBytes) {
-    if (rank == root) shm.publish(buf, count * es);
+    // As the all-gather's: a plain buffer that fits the slot is staged.
+    const bool one_slot = count * es <= shm.chunk_bytes();
+    if (rank == root) {
+      shm.publish(buf, count * es);
+      if (one_slot && !shm.published_registered(root)) std::memcpy(shm.slot(root), buf, count * es);
+    }
     shm.barrier("broadcast");
-    if (rank != root) shm.read_published(root, buf, count * es);
+    if (rank != root) {
+      if (one_slot && !shm.published_registered(root))
+        std::memcpy(buf, shm.slot(root), count * es);
+      else
+        shm.read_published(root, buf, count * es);
+    }
     shm.barrier("broadcast");
     return;
   }
@@ -285,12 +298,22 @@ void shm_allgather(ShmTransport& shm, const void* send, void* recv, size_t count
     auto* out = static_cast<unsigned char*>(recv);
     const size_t mine = block_count(count, size, rank);
     unsigned char* my_block = out + block_offset(count, size, rank) * es;
+    // Every block fits a slot: plain buffers are staged, registered ones
+    // read in place; each reader decides per peer from its publication.
+    const bool one_slot = block_count(count, size, 0) * es <= shm.chunk_bytes();
     shm.publish(send, mine * es);
+    if (one_slot && mine && !shm.published_registered(rank))
+      std::memcpy(shm.slot(rank), send, mine * es);
     shm.barrier("allgather");
     for (int s = 1; s < size; ++s) {
       const int j = (rank + s) % size;  // start at different peers: no hot spot
       const size_t bc = block_count(count, size, j);
-      if (bc) shm.read_published(j, out + block_offset(count, size, j) * es, bc * es);
+      unsigned char* dst = out + block_offset(count, size, j) * es;
+      if (!bc) continue;
+      if (one_slot && !shm.published_registered(j))
+        std::memcpy(dst, shm.slot(j), bc * es);
+      else
+        shm.read_published(j, dst, bc * es);
     }
     if (send != my_block && mine) std::memcpy(my_block, send, mine * es);
     shm.barrier("allgather");  // nobody reuses its send buffer before all have read it

@@ -212,7 +212,7 @@ const unsigned char* ShmTransport::published_view(int r, int which) {
 bool ShmTransport::all_published_registered(int publications) const {
   for (int r = 0; r < size(); ++r)
     for (int which = 0; which < publications; ++which)
-      if (peer(r, which).region_id == 0) return false;
+      if (!published_registered(r, which)) return false;
   return true;
 }
 

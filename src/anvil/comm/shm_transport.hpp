@@ -75,6 +75,9 @@ class ShmTransport final : public Transport {
   // a registered buffer (SharedBuffer) that this rank can map; else null
   // (read_published then copies it by cross-memory attach).
   const unsigned char* published_view(int r, int which = 0);
+  // Whether rank r's publication `which` lies in a registered buffer (valid
+  // for a peer after the barrier that follows its publishing).
+  bool published_registered(int r, int which = 0) const { return peer(r, which).region_id != 0; }
   // True when publications 0 .. `publications` - 1 of every rank lie in
   // registered buffers: the same answer on every rank after the barrier that
   // follows the publishing.
