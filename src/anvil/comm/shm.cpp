@@ -4,15 +4,12 @@
 // copies its piece into its slot, meets the others at a barrier, reduces (or
 // copies) its own 1/n share of the chunk, meets them again, and copies out.
 // Staging stays in cache; each byte of input and output crosses DRAM once.
-// All-gather and broadcast above kCmaMinBytes read the peers' buffers
-// directly where cross-memory attach works: one copy instead of two, in user
-// space from the reader's own mapping where the buffer is registered (a
-// SharedBuffer), else by process_vm_readv. A plain buffer that fits one
-// staging slot is staged instead (two user-space copies ran faster than one
-// process_vm_readv, and one slot costs no extra meeting); a larger one is
-// read by process_vm_readv, in two meetings whatever its size. All-reduce and reduce-scatter
-// above kCmaMinBytes on registered buffers reduce from those mappings in
-// three and two barriers a call.
+// Above kCmaMinBytes a buffer that is registered (a SharedBuffer) is read in
+// place instead, from the reader's own mapping of it (by process_vm_readv
+// where it cannot map it): all-gather and broadcast in two barriers,
+// all-reduce and reduce-scatter on registered buffers in three and two.
+// Plain buffers stay staged: a process_vm_readv, which pins the peer's
+// pages on every call, ran slower than the two user-space copies.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -187,32 +184,28 @@ void shm_broadcast(ShmTransport& shm, void* buf, size_t count, DType t, int root
     if (rank != root) std::memcpy(buf, shm.small_slot(root, parity), count * es);
     return;
   }
-  if (shm.cma() && count * es > kCmaMinBytes) {
-    // As the all-gather's: a plain buffer that fits the slot is staged.
-    const bool one_slot = count * es <= shm.chunk_bytes();
-    if (rank == root) {
-      shm.publish(buf, count * es);
-      if (one_slot && !shm.published_registered(root)) std::memcpy(shm.slot(root), buf, count * es);
-    }
-    shm.barrier("broadcast");
-    if (rank != root) {
-      if (one_slot && !shm.published_registered(root))
-        std::memcpy(buf, shm.slot(root), count * es);
-      else
-        shm.read_published(root, buf, count * es);
-    }
-    shm.barrier("broadcast");
-    return;
-  }
+  // Staged a slot a round, unless the root's buffer is registered: then the
+  // others read it in place after the first meeting and meet once more.
+  const bool offer = shm.cma() && count * es > kCmaMinBytes;
+  if (offer && rank == root) shm.publish(buf, count * es);
+  bool direct = offer && rank == root && shm.published_registered(root);
   const size_t per_chunk = shm.chunk_bytes() / es;
   auto* data = static_cast<unsigned char*>(buf);
   for (size_t off = 0; off < count; off += per_chunk) {
     const size_t len = std::min(per_chunk, count - off);
-    if (rank == root) std::memcpy(shm.slot(root), data + off * es, len * es);
+    if (rank == root && !direct) std::memcpy(shm.slot(root), data + off * es, len * es);
     shm.barrier("broadcast");
-    if (rank != root) std::memcpy(data + off * es, shm.slot(root), len * es);
+    if (off == 0) direct = offer && shm.published_registered(root);
+    if (rank != root) {
+      if (!direct)
+        std::memcpy(data + off * es, shm.slot(root), len * es);
+      else if (off == 0)
+        shm.read_published(root, buf, count * es);
+    }
+    if (direct) break;
     shm.barrier("broadcast");
   }
+  if (direct) shm.barrier("broadcast");  // the root keeps its buffer until all have read it
 }
 
 }  // namespace
@@ -294,49 +287,47 @@ void shm_allgather(ShmTransport& shm, const void* send, void* recv, size_t count
     }
     return;
   }
-  if (shm.cma() && count * es > kCmaMinBytes) {
-    auto* out = static_cast<unsigned char*>(recv);
-    const size_t mine = block_count(count, size, rank);
-    unsigned char* my_block = out + block_offset(count, size, rank) * es;
-    // Every block fits a slot: plain buffers are staged, registered ones
-    // read in place; each reader decides per peer from its publication.
-    const bool one_slot = block_count(count, size, 0) * es <= shm.chunk_bytes();
-    shm.publish(send, mine * es);
-    if (one_slot && mine && !shm.published_registered(rank))
-      std::memcpy(shm.slot(rank), send, mine * es);
-    shm.barrier("allgather");
-    for (int s = 1; s < size; ++s) {
-      const int j = (rank + s) % size;  // start at different peers: no hot spot
-      const size_t bc = block_count(count, size, j);
-      unsigned char* dst = out + block_offset(count, size, j) * es;
-      if (!bc) continue;
-      if (one_slot && !shm.published_registered(j))
-        std::memcpy(dst, shm.slot(j), bc * es);
-      else
-        shm.read_published(j, dst, bc * es);
-    }
-    if (send != my_block && mine) std::memcpy(my_block, send, mine * es);
-    shm.barrier("allgather");  // nobody reuses its send buffer before all have read it
-    return;
-  }
+  // A slot a round: every rank whose buffer is plain stages its block's
+  // piece, meets the others, and each reader copies the plain peers' pieces
+  // from their slots. A registered peer's block is read whole from the
+  // reader's mapping of it after the first meeting (each reader decides per
+  // peer from the publications); where every rank's is registered, the call
+  // ends after one more meeting.
   const size_t per_chunk = shm.chunk_bytes() / es;
   const size_t largest = block_count(count, size, 0);
   const auto* in = static_cast<const unsigned char*>(send);
   auto* out = static_cast<unsigned char*>(recv);
-  const size_t my_count = block_count(count, size, rank);
-  const bool in_place = in == out + block_offset(count, size, rank) * es;
+  const size_t mine = block_count(count, size, rank);
+  unsigned char* my_block = out + block_offset(count, size, rank) * es;
+  const bool offer = shm.cma() && count * es > kCmaMinBytes;
+  if (offer) shm.publish(send, mine * es);
+  const bool mine_direct = offer && shm.published_registered(rank);
+  bool all_direct = false;
   for (size_t k0 = 0; k0 < largest; k0 += per_chunk) {
-    if (k0 < my_count)
-      std::memcpy(shm.slot(rank), in + k0 * es, std::min(per_chunk, my_count - k0) * es);
-    shm.barrier("allgather");
-    for (int j = 0; j < size; ++j) {
-      const size_t bc = block_count(count, size, j);
-      if (k0 >= bc || (j == rank && in_place)) continue;
-      std::memcpy(out + (block_offset(count, size, j) + k0) * es, shm.slot(j),
-                  std::min(per_chunk, bc - k0) * es);
+    if (!mine_direct && k0 < mine) {
+      const size_t len = std::min(per_chunk, mine - k0) * es;
+      std::memcpy(shm.slot(rank), in + k0 * es, len);
+      // Our own piece from the slot while it is in cache, not from `send` again.
+      if (send != my_block) std::memcpy(my_block + k0 * es, shm.slot(rank), len);
     }
     shm.barrier("allgather");
+    if (k0 == 0) all_direct = offer && shm.all_published_registered(1);
+    for (int s = 1; s < size; ++s) {
+      const int j = (rank + s) % size;  // start at different peers: no hot spot
+      const size_t bc = block_count(count, size, j);
+      unsigned char* dst = out + block_offset(count, size, j) * es;
+      if (offer && shm.published_registered(j)) {
+        if (k0 == 0 && bc) shm.read_published(j, dst, bc * es);
+      } else if (k0 < bc) {
+        std::memcpy(dst + k0 * es, shm.slot(j), std::min(per_chunk, bc - k0) * es);
+      }
+    }
+    if (all_direct) break;
+    shm.barrier("allgather");  // slots are refilled only after all have read them
   }
+  if (mine_direct && send != my_block && mine) std::memcpy(my_block, send, mine * es);
+  if (all_direct)
+    shm.barrier("allgather");  // nobody reuses its send buffer before all have read it
 }
 
 namespace {

@@ -7,10 +7,11 @@
 // consecutive small collectives skip a second barrier), one staging slot of
 // `chunk` bytes per rank and one result slot.
 //
-// Single-copy reads use cross-memory attach (process_vm_readv; probed once
-// per segment), as Open MPI's vader does — or, where the published buffer
-// lies in a SharedBuffer (base/shared_buffer.hpp), a plain copy from the
-// reader's own mapping of it (mapped on first use and kept, a few per peer).
+// Single-copy reads of a published buffer that lies in a SharedBuffer
+// (base/shared_buffer.hpp) copy from the reader's own mapping of it (mapped
+// on first use and kept, a few per peer); where it cannot be mapped, by
+// cross-memory attach (process_vm_readv; probed once per segment), as Open
+// MPI's vader does. The collectives stage plain buffers.
 //
 // Environment: ANVIL_SHM_CHUNK=BYTES sets the staging chunk (>= 4096; the
 // tests use 4096 so every multi-round path runs on small messages) and
@@ -20,7 +21,8 @@
 // all-reduce on them copies the peers' inputs into scratch a piece at a time).
 //
 // Waiting: a rank that arrives early spins briefly (a peer with a core of
-// its own arrives within microseconds), then yields, then sleeps on a futex
+// its own arrives within microseconds; when ranks outnumber cores it yields
+// instead), then sleeps on a futex
 // in the segment that the last arriving rank wakes — so ranks that share
 // cores with compute threads (data-parallel training: a progress thread per
 // rank beside the compute threads) do not take those cores from them.
