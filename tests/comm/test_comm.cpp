@@ -371,6 +371,58 @@ bool mappings_allowed() {
   return !(e && std::string(e) == "0");
 }
 
+// A buffer of `bytes`: registered (a SharedBuffer) or plain memory.
+struct TestBuffer {
+  TestBuffer(size_t bytes, bool shared) {
+    if (shared)
+      region = std::make_unique<SharedBuffer>(bytes, "test buffer");
+    else
+      plain.resize(bytes);
+  }
+  unsigned char* data() { return region ? region->data() : plain.data(); }
+  std::unique_ptr<SharedBuffer> region;
+  std::vector<unsigned char> plain;
+};
+
+// Every algorithm's all-gather (in place and out of place) and broadcast
+// (every root) of `count` f32 elements, on new buffers (registered where
+// `shared`) with the data `pad` elements into them.
+void allgather_and_broadcast_cases(size_t count, bool shared, const std::string& tag) {
+  Communicator& c = *g_comm;
+  const int n = c.size(), r = c.rank();
+  const DType t = DType::f32;
+  const size_t es = size_of(t), pad = 40;
+  for (bool in_place : {false, true}) {
+    for (Algo a : algorithms_for(Op::allgather)) {
+      TestBuffer send((count + 2 * pad) * es, shared), recv((count + 2 * pad) * es, shared);
+      const size_t mine = block_count(count, n, r), off = block_offset(count, n, r);
+      auto* out = recv.data() + pad * es;
+      auto* in = in_place ? out + off * es : send.data() + pad * es;
+      for (size_t i = 0; i < mine; ++i) check::put(in, i, t, value(r, off + i));
+      c.allgather(in, out, count, t, a);
+      size_t wrong = 0;
+      for (int q = 0; q < n; ++q)
+        for (size_t g = block_offset(count, n, q);
+             g < block_offset(count, n, q) + block_count(count, n, q); ++g)
+          wrong += check::get(out, g, t) != value(q, g);
+      EXPECT_EQ(wrong, 0u) << label(Op::allgather, a, t, count, in_place, tag);
+    }
+  }
+  for (Algo a : algorithms_for(Op::broadcast)) {
+    for (int root = 0; root < n; ++root) {
+      TestBuffer buf((count + pad) * es, shared);
+      auto* data = buf.data() + pad * es;
+      for (size_t i = 0; i < count; ++i)
+        check::put(data, i, t, value(r == root ? root : root + 1, i));
+      c.broadcast(data, count, t, root, a);
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i) wrong += check::get(data, i, t) != value(root, i);
+      EXPECT_EQ(wrong, 0u) << label(Op::broadcast, a, t, count, true,
+                                    tag + " root=" + std::to_string(root));
+    }
+  }
+}
+
 // Registered buffers (SharedBuffer): the shared-memory all-gather and
 // broadcast read the peers' buffers through their own mappings of them.
 // Buffers at an offset inside the region, a new pair each round (more rounds
@@ -379,106 +431,23 @@ bool mappings_allowed() {
 // (ANVIL_SHM_CMA=0, a CTest variant) the staged copies run instead.
 TEST(Collectives, RegisteredBuffersAllgatherAndBroadcastExact) {
   Communicator& c = *g_comm;
-  const int n = c.size(), r = c.rank();
-  const DType t = DType::f32;
-  const size_t es = size_of(t), pad = 40;
   const uint64_t direct_before = c.shm().direct_reads();
-  int rounds = 0;
-  for (size_t count : {size_t{1031}, size_t{65537}, size_t{300007}}) {
-    for (bool in_place : {false, true}) {
-      for (Algo a : algorithms_for(Op::allgather)) {
-        SharedBuffer send((count + 2 * pad) * es, "test send"),
-            recv((count + 2 * pad) * es, "test recv");
-        ++rounds;
-        const size_t mine = block_count(count, n, r), off = block_offset(count, n, r);
-        auto* out = recv.data() + pad * es;
-        auto* in = in_place ? out + off * es : send.data() + pad * es;
-        for (size_t i = 0; i < mine; ++i) check::put(in, i, t, value(r, off + i));
-        c.allgather(in, out, count, t, a);
-        size_t wrong = 0;
-        for (size_t g = 0; g < count; ++g) {
-          int q = 0;
-          while (g >= block_offset(count, n, q) + block_count(count, n, q)) ++q;
-          wrong += check::get(out, g, t) != value(q, g);
-        }
-        EXPECT_EQ(wrong, 0u) << label(Op::allgather, a, t, count, in_place, " registered");
-      }
-    }
-    for (Algo a : algorithms_for(Op::broadcast)) {
-      for (int root = 0; root < n; ++root) {
-        SharedBuffer buf((count + pad) * es, "test broadcast");
-        auto* data = buf.data() + pad * es;
-        for (size_t i = 0; i < count; ++i)
-          check::put(data, i, t, value(r == root ? root : root + 1, i));
-        c.broadcast(data, count, t, root, a);
-        size_t wrong = 0;
-        for (size_t i = 0; i < count; ++i) wrong += check::get(data, i, t) != value(root, i);
-        EXPECT_EQ(wrong, 0u) << label(Op::broadcast, a, t, count, true,
-                                      " registered root=" + std::to_string(root));
-      }
-    }
-  }
-  EXPECT_GT(rounds, 4);
+  for (size_t count : {size_t{1031}, size_t{65537}, size_t{300007}})
+    allgather_and_broadcast_cases(count, true, " registered");
   // Where cross-memory attach works, mappings are allowed and more than one
   // rank runs, the large messages were read through mappings.
-  if (n > 1 && c.shm().cma() && mappings_allowed()) {
+  if (c.size() > 1 && c.shm().cma() && mappings_allowed()) {
     EXPECT_GT(c.shm().direct_reads(), direct_before);
   }
 }
 
 // Odd ranks pass registered buffers, even ranks plain ones: each reader
-// takes every peer's block the way that peer's buffer allows (staged or by
-// cross-memory attach for a plain one, in place for a registered one), for
-// messages whose blocks fit one staging slot and for larger ones.
+// takes every peer's block the way that peer's buffer allows (staged for a
+// plain one, in place for a registered one), for messages that fit one
+// staging slot and for larger ones.
 TEST(Collectives, MixedRegisteredAndPlainBuffersAllgatherAndBroadcastExact) {
-  Communicator& c = *g_comm;
-  const int n = c.size(), r = c.rank();
-  const DType t = DType::f32;
-  const size_t es = size_of(t), pad = 40;
-  const bool registered = r % 2 == 1;
-  // A buffer of `bytes` at an offset `pad` elements in; registered on odd ranks.
-  struct Buffer {
-    Buffer(size_t bytes, bool shared) {
-      if (shared)
-        region = std::make_unique<SharedBuffer>(bytes, "test mixed");
-      else
-        plain.resize(bytes);
-    }
-    unsigned char* data() { return region ? region->data() : plain.data(); }
-    std::unique_ptr<SharedBuffer> region;
-    std::vector<unsigned char> plain;
-  };
-  for (size_t count : {size_t{65537}, size_t{200003}, size_t{300007}, size_t{1000003}}) {
-    for (bool in_place : {false, true}) {
-      for (Algo a : algorithms_for(Op::allgather)) {
-        Buffer send((count + 2 * pad) * es, registered), recv((count + 2 * pad) * es, registered);
-        const size_t mine = block_count(count, n, r), off = block_offset(count, n, r);
-        auto* out = recv.data() + pad * es;
-        auto* in = in_place ? out + off * es : send.data() + pad * es;
-        for (size_t i = 0; i < mine; ++i) check::put(in, i, t, value(r, off + i));
-        c.allgather(in, out, count, t, a);
-        size_t wrong = 0;
-        for (int q = 0; q < n; ++q)
-          for (size_t g = block_offset(count, n, q);
-               g < block_offset(count, n, q) + block_count(count, n, q); ++g)
-            wrong += check::get(out, g, t) != value(q, g);
-        EXPECT_EQ(wrong, 0u) << label(Op::allgather, a, t, count, in_place, " mixed");
-      }
-    }
-    for (Algo a : algorithms_for(Op::broadcast)) {
-      for (int root = 0; root < n; ++root) {
-        Buffer buf((count + pad) * es, registered);
-        auto* data = buf.data() + pad * es;
-        for (size_t i = 0; i < count; ++i)
-          check::put(data, i, t, value(r == root ? root : root + 1, i));
-        c.broadcast(data, count, t, root, a);
-        size_t wrong = 0;
-        for (size_t i = 0; i < count; ++i) wrong += check::get(data, i, t) != value(root, i);
-        EXPECT_EQ(wrong, 0u) << label(Op::broadcast, a, t, count, true,
-                                      " mixed root=" + std::to_string(root));
-      }
-    }
-  }
+  for (size_t count : {size_t{65537}, size_t{200003}, size_t{300007}, size_t{1000003}})
+    allgather_and_broadcast_cases(count, g_comm->rank() % 2 == 1, " mixed");
 }
 
 // The cases of the registered-buffer reductions: every dtype and op, sizes
