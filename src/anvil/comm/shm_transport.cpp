@@ -57,7 +57,7 @@ void remove_stale_segments() {
 // futex sleeps. Only when ranks outnumber cores do they yield first (the
 // rank waited for may need this core): beside compute threads a yield hands
 // the core to one of them for its whole time slice, and a call of many
-// meetings then took 3-10x as long as with the sleep, whose wake-up gets
+// meetings then took 2-10x as long as with the sleep, whose wake-up gets
 // the core back at once.
 constexpr unsigned kSpins = 2048;
 constexpr unsigned kYields = 16;

@@ -22,10 +22,10 @@
 //
 // Waiting: a rank that arrives early spins briefly (a peer with a core of
 // its own arrives within microseconds; when ranks outnumber cores it yields
-// instead), then sleeps on a futex
-// in the segment that the last arriving rank wakes — so ranks that share
-// cores with compute threads (data-parallel training: a progress thread per
-// rank beside the compute threads) do not take those cores from them.
+// instead), then sleeps on a futex in the segment that the last arriving
+// rank wakes — so ranks that share cores with compute threads
+// (data-parallel training: a progress thread per rank beside the compute
+// threads) do not take those cores from them.
 //
 // Hygiene: rank 0 creates the segment with O_CREAT|O_EXCL, mode 0600, under
 // a name unique to the job (pid and a random number); the others open it;
