@@ -97,10 +97,15 @@ constexpr int64_t kFull = std::numeric_limits<int64_t>::max() / 4;
 // Rows of a masked block pair see only the keys up to their own: strips of
 // kStrip rows multiply only the key columns some row of the strip needs,
 // so the tiles above the diagonal are skipped (at T = 256 the 128-row
-// blocks would otherwise do 1.5x the useful work). 16-row strips do 1.12x
-// the useful work of a masked 128 x 128 pair, 32-row ones 1.24x; both run as
-// the same number of 6-row register blocks.
-constexpr int64_t kStrip = 16;
+// blocks would otherwise do 1.5x the useful work). 12-row strips do 1.08x
+// the useful work of a masked 128 x 128 pair in A B and 1.17x in A B^T
+// (its columns rounded up to whole vectors), against 1.12x for 16-row
+// strips. Each is two whole 6-row register blocks of the tile kernel, where
+// a 16-row strip's third block has 4 rows and takes about as long as a
+// full one. AVX-512 Zen 5, 2026-12-06, `anvil bench attention`, the two
+// strip heights interleaved over 5 rounds, medians of the % of the sgemm
+// peak: T = 256 47.7% against 45.3% (D = 64), 51.6% against 47.2% (128).
+constexpr int64_t kStrip = 12;
 
 // Calls f(r0, r1, kend) for row strips [r0, r1) of a block pair and the keys
 // [0, kend) they need: one strip where every row sees every key, kStrip-row
