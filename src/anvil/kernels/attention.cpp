@@ -109,16 +109,19 @@ constexpr int64_t kStrip = 12;
 
 // Calls f(r0, r1, kend) for row strips [r0, r1) of a block pair and the keys
 // [0, kend) they need: one strip where every row sees every key, kStrip-row
-// strips otherwise.
+// strips otherwise. A height that kStrip does not divide (128 = 8 + 10 x 12)
+// leaves its short strip first, where the rows see the fewest keys: its
+// partial register block then multiplies a few keys, not a whole block's.
 template <class F>
 void for_each_row_strip(int64_t mq, int64_t nk, int64_t off, F&& f) {
   if (off + 1 >= nk) {
     f(int64_t{0}, mq, nk);
     return;
   }
-  for (int64_t r0 = 0; r0 < mq; r0 += kStrip) {
-    const int64_t r1 = std::min(mq, r0 + kStrip);
+  int64_t r0 = 0;
+  for (int64_t r1 = mq % kStrip == 0 ? kStrip : mq % kStrip; r0 < mq; r1 += kStrip) {
     f(r0, r1, std::min(nk, r1 + off));
+    r0 = r1;
   }
 }
 
