@@ -78,23 +78,14 @@ void cca_conv_forward(float* conv, float* D, const float* u, const float* w0, co
       for (int64_t j = 0; j < group; ++j) edge[b * C + c] += tap0[c * group + j] * dp[base + j];
     }
   }
-  for (int64_t base = 0; base < C; base += group)
+  for (int64_t base = 0; base < C; base += group) {
     device::gemm(false, true, N, group, group, 1.0f, D + base, C, tap1 + base * group, group, 1.0f,
-                 conv + base, C);
-  // Tap 0 as one GEMM per head over rows 1 .. N-1, not one per sequence of
-  // S - 1 rows (zaya-small's shape, B = 8, S = 256, C = 640 in heads of 64,
-  // Zen 5: 1.64 ms against 1.94 for this forward, 3.14 against 3.45 for the
-  // backward, which does the same). It also
-  // adds the row before each later sequence's first row, which belongs to
-  // the sequence before: those rows are kept aside and put back (their
-  // tap-0 term is the edge, below).
-  if (S > 1) {
-    std::vector<float> firsts(static_cast<size_t>(std::max<int64_t>(B - 1, 0) * C));
-    for (int64_t b = 1; b < B; ++b) std::copy_n(conv + b * S * C, C, firsts.data() + (b - 1) * C);
-    for (int64_t base = 0; base < C; base += group)
-      device::gemm(false, true, N - 1, group, group, 1.0f, D + base, C, tap0 + base * group, group,
-                   1.0f, conv + C + base, C);
-    for (int64_t b = 1; b < B; ++b) std::copy_n(firsts.data() + (b - 1) * C, C, conv + b * S * C);
+         conv + base, C);
+    for (int64_t b = 0; b < B; ++b) {
+      if (S > 1)
+        device::gemm(false, true, S - 1, group, group, 1.0f, D + b * S * C + base, C, tap0 + base * group,
+             group, 1.0f, conv + (b * S + 1) * C + base, C);
+    }
   }
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t c = 0; c < C; ++c) conv[b * S * C + c] += edge[b * C + c];
@@ -109,33 +100,23 @@ void cca_conv_backward(float* du, float* dw0, float* db0, float* dw1, float* db1
   const std::vector<float> taps = split_taps(w1, C, group);
   const float* tap0 = taps.data();
   const float* tap1 = taps.data() + C * group;
-  // dD[n] = W_1^T dconv[n] + W_0^T dconv[n + 1] (same sequence), per head;
-  // the tap-1 products write every entry of dD (beta 0) before tap 0 adds.
+  // dD[n] = W_1^T dconv[n] + W_0^T dconv[n + 1] (same sequence), per head.
+  std::fill(dD, dD + N * C, 0.0f);
   // dW_tap[c][j] = sum_n dconv[n][c] x (tap 1: D[n]; tap 0: D[n-1]).
-  // Tap 0 as one GEMM per head over all N rows (not one per sequence):
-  // `next` holds the head's columns of dconv[n + 1] where row n + 1 is in
-  // row n's sequence, and zeros at each sequence's last row.
   std::vector<float> dtaps(static_cast<size_t>(2 * C * group), 0.0f);
-  std::vector<float> next(static_cast<size_t>(S > 1 ? N * group : 0));
   for (int64_t base = 0; base < C; base += group) {
-    device::gemm(false, false, N, group, group, 1.0f, dconv + base, C, tap1 + base * group, group,
-                 0.0f, dD + base, C);
+    device::gemm(false, false, N, group, group, 1.0f, dconv + base, C, tap1 + base * group, group, 1.0f,
+         dD + base, C);
     device::gemm(true, false, group, group, N, 1.0f, dconv + base, C, D + base, C, 1.0f,
-                 dtaps.data() + C * group + base * group, group);
-    if (S < 2) continue;
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
-      float* to = next.data() + n * group;
-      if ((n + 1) % S == 0) {
-        std::fill(to, to + group, 0.0f);
-      } else {
-        std::copy_n(dconv + (n + 1) * C + base, group, to);
-      }
+         dtaps.data() + C * group + base * group, group);
+    for (int64_t b = 0; b < B; ++b) {
+      if (S < 2) continue;
+      const int64_t row = b * S;
+      device::gemm(false, false, S - 1, group, group, 1.0f, dconv + (row + 1) * C + base, C,
+           tap0 + base * group, group, 1.0f, dD + row * C + base, C);
+      device::gemm(true, false, group, group, S - 1, 1.0f, dconv + (row + 1) * C + base, C,
+           D + row * C + base, C, 1.0f, dtaps.data() + base * group, group);
     }
-    device::gemm(false, false, N, group, group, 1.0f, next.data(), group, tap0 + base * group,
-                 group, 1.0f, dD + base, C);
-    device::gemm(true, false, group, group, N, 1.0f, next.data(), group, D + base, C, 1.0f,
-                 dtaps.data() + base * group, group);
   }
   // The t = 0 rows' tap 0 saw D_{-1} = b0 (D_{t0-1} from the halo): its
   // weight gradient, and that row's gradient (dprev) for b0 (and the halo).
