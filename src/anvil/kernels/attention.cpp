@@ -95,31 +95,42 @@ constexpr device::GemmBackend kTileGemm = device::GemmBackend::openblas;
 constexpr int64_t kFull = std::numeric_limits<int64_t>::max() / 4;
 
 // Rows of a masked block pair see only the keys up to their own: strips of
-// kStrip rows multiply only the key columns some row of the strip needs,
-// so the tiles above the diagonal are skipped (at T = 256 the 128-row
-// blocks would otherwise do 1.5x the useful work). 12-row strips do 1.08x
-// the useful work of a masked 128 x 128 pair in A B and 1.17x in A B^T
-// (its columns rounded up to whole vectors), against 1.12x for 16-row
-// strips. Each is two whole 6-row register blocks of the tile kernel, where
-// a 16-row strip's third block has 4 rows and takes about as long as a
-// full one. AVX-512 Zen 5, 2026-12-06, `anvil bench attention`, the two
-// strip heights interleaved over 5 rounds, medians of the % of the sgemm
-// peak: T = 256 47.7% against 45.3% (D = 64), 51.6% against 47.2% (128).
-constexpr int64_t kStrip = 12;
+// rows multiply only the key columns some row of the strip needs, so the
+// tiles above the diagonal are skipped (at T = 256 the 128-row blocks would
+// otherwise do 1.5x the useful work).
+// - The tile kernel: 12-row strips, two whole 6-row register blocks each.
+//   They do 1.08x the useful work of a masked 128 x 128 pair in A B and
+//   1.17x in A B^T (columns rounded up to whole vectors), against 1.12x
+//   for 16-row strips, whose third register block has 4 rows and takes
+//   about as long as a full one. AVX-512 Zen 5, 2026-12-06, `anvil bench
+//   attention`, the two heights interleaved over 5 rounds, medians of the
+//   % of the sgemm peak: T = 256 47.7% against 45.3% (D = 64), 51.6%
+//   against 47.2% (128). A height 12 does not divide (128 = 8 + 10 x 12)
+//   leaves its short strip first, where its rows see the fewest keys and
+//   its partial register block multiplies a vector of keys, not eight.
+//   The kernel sums each product over k in order, so the strips add or
+//   skip only exact zero terms: the same bits as any other height.
+// - The BLAS tiles: 16-row strips, the short one last. OpenBLAS's sums
+//   depend on k, so other strips change the bits (the recorded golden runs
+//   pin these).
+struct Strips {
+  int64_t rows;
+  bool short_first;
+};
 
 // Calls f(r0, r1, kend) for row strips [r0, r1) of a block pair and the keys
-// [0, kend) they need: one strip where every row sees every key, kStrip-row
-// strips otherwise. A height that kStrip does not divide (128 = 8 + 10 x 12)
-// leaves its short strip first, where the rows see the fewest keys: its
-// partial register block then multiplies a few keys, not a whole block's.
+// [0, kend) they need: one strip where every row sees every key, strips of
+// st.rows rows otherwise.
 template <class F>
-void for_each_row_strip(int64_t mq, int64_t nk, int64_t off, F&& f) {
+void for_each_row_strip(Strips st, int64_t mq, int64_t nk, int64_t off, F&& f) {
   if (off + 1 >= nk) {
     f(int64_t{0}, mq, nk);
     return;
   }
+  const int64_t rest = mq % st.rows;
   int64_t r0 = 0;
-  for (int64_t r1 = mq % kStrip == 0 ? kStrip : mq % kStrip; r0 < mq; r1 += kStrip) {
+  for (int64_t r1 = st.short_first && rest != 0 ? rest : st.rows; r0 < mq; r1 += st.rows) {
+    r1 = std::min(r1, mq);
     f(r0, r1, std::min(nk, r1 + off));
     r0 = r1;
   }
@@ -127,15 +138,15 @@ void for_each_row_strip(int64_t mq, int64_t nk, int64_t off, F&& f) {
 
 // The transposed products (dV, dK: one row per key): calls f(c0, c1, first)
 // for key strips [c0, c1) and the first query row that sees them (rows
-// [first, mq) do).
+// [first, mq) do). The short strip is the last, whose keys the fewest rows see.
 template <class F>
-void for_each_key_strip(int64_t nk, int64_t off, F&& f) {
+void for_each_key_strip(Strips st, int64_t nk, int64_t off, F&& f) {
   if (off + 1 >= nk) {
     f(int64_t{0}, nk, int64_t{0});
     return;
   }
-  for (int64_t c0 = 0; c0 < nk; c0 += kStrip)
-    f(c0, std::min(nk, c0 + kStrip), std::max<int64_t>(0, c0 - off));
+  for (int64_t c0 = 0; c0 < nk; c0 += st.rows)
+    f(c0, std::min(nk, c0 + st.rows), std::max<int64_t>(0, c0 - off));
 }
 
 // Keys of row i a block pair scores: all nk, or up to its own position.
@@ -174,6 +185,7 @@ class TileProducts {
  public:
   explicit TileProducts(bool kernel) : kernel_(kernel), lanes_(kernel ? tile_gemm_lanes() : 1) {}
   bool kernel() const { return kernel_; }
+  Strips strips() const { return kernel_ ? Strips{12, true} : Strips{16, false}; }
 
   // bt [D][kBlock] = the n rows of a key/value block (rows `stride` apart)
   // transposed; columns n .. n rounded up to a vector are zero.
@@ -234,7 +246,7 @@ TileProducts tile_products(AttentionTiles tiles, int64_t D) {
 void block_scores(const TileProducts& tp, float* s, const float* q, int64_t qs, const float* k,
                   int64_t ks, const float* kt, int64_t mq, int64_t nk, int64_t D, float scale,
                   int64_t off) {
-  for_each_row_strip(mq, nk, off, [&](int64_t r0, int64_t r1, int64_t kend) {
+  for_each_row_strip(tp.strips(), mq, nk, off, [&](int64_t r0, int64_t r1, int64_t kend) {
     tp.nt(r1 - r0, kend, D, scale, q + r0 * qs, qs, k, ks, kt, s + r0 * kBlock, kBlock);
   });
 }
@@ -323,7 +335,7 @@ void attention_forward(const AttentionView& a, AttentionTiles tiles) {
 #pragma omp simd
               for (int64_t d = 0; d < D; ++d) acc_row[d] *= c;
             }
-            for_each_row_strip(mq, nk, off, [&](int64_t r0, int64_t r1, int64_t kend) {
+            for_each_row_strip(tp.strips(), mq, nk, off, [&](int64_t r0, int64_t r1, int64_t kend) {
               tp.nn(r1 - r0, D, kend, true, s.data() + r0 * kBlock, kBlock, v + j0 * a.kv_row,
                     a.kv_row, acc.data() + r0 * D, D);
             });
@@ -403,14 +415,15 @@ void attention_backward(const AttentionView& a, const float* dout, const Attenti
                 for (int64_t j = 0; j < n; ++j) row[j] = fast_exp(row[j] - li);
                 zero_invisible(row, i, nk, off);
               }
-              for_each_key_strip(nk, off, [&](int64_t c0, int64_t c1, int64_t first) {
+              for_each_key_strip(tp.strips(), nk, off, [&](int64_t c0, int64_t c1, int64_t first) {
                 tp.tn(c1 - c0, D, mq - first, p.data() + first * kBlock + c0, kBlock,
                       d_o + first * a.out_row, a.out_row, dv.data() + c0 * D, D);
               });
-              for_each_row_strip(mq, nk, off, [&](int64_t r0, int64_t r1, int64_t kend) {
-                tp.nt(r1 - r0, kend, D, 1.0f, d_o + r0 * a.out_row, a.out_row, v, a.kv_row,
-                      vt.data(), dp.data() + r0 * kBlock, kBlock);
-              });
+              for_each_row_strip(tp.strips(), mq, nk, off,
+                                 [&](int64_t r0, int64_t r1, int64_t kend) {
+                                   tp.nt(r1 - r0, kend, D, 1.0f, d_o + r0 * a.out_row, a.out_row, v,
+                                         a.kv_row, vt.data(), dp.data() + r0 * kBlock, kBlock);
+                                 });
               for (int64_t i = 0; i < mq; ++i) {
                 const float di = delta[hh * Tq + pc.i0 + i];
                 float* ds = dp.data() + i * kBlock;
@@ -422,11 +435,12 @@ void attention_backward(const AttentionView& a, const float* dout, const Attenti
               }
               // Key block 0 is every query piece's first: it writes dQ, later ones add.
               float* dq = g_out.dq + b * g_out.dq_batch + pc.i0 * g_out.dq_row + h * D;
-              for_each_row_strip(mq, nk, off, [&](int64_t r0, int64_t r1, int64_t kend) {
-                tp.nn(r1 - r0, D, kend, j0 != 0, dp.data() + r0 * kBlock, kBlock, k, a.kv_row,
-                      dq + r0 * g_out.dq_row, g_out.dq_row);
-              });
-              for_each_key_strip(nk, off, [&](int64_t c0, int64_t c1, int64_t first) {
+              for_each_row_strip(tp.strips(), mq, nk, off,
+                                 [&](int64_t r0, int64_t r1, int64_t kend) {
+                                   tp.nn(r1 - r0, D, kend, j0 != 0, dp.data() + r0 * kBlock, kBlock,
+                                         k, a.kv_row, dq + r0 * g_out.dq_row, g_out.dq_row);
+                                 });
+              for_each_key_strip(tp.strips(), nk, off, [&](int64_t c0, int64_t c1, int64_t first) {
                 tp.tn(c1 - c0, D, mq - first, dp.data() + first * kBlock + c0, kBlock,
                       q + first * a.q_row, a.q_row, dk.data() + c0 * D, D);
               });
