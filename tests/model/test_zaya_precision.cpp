@@ -58,5 +58,34 @@ TEST(ZayaPrecision, Bf16GradientsMatchFp32AtBf16Resolution) {
   EXPECT_NE(moved, got);
 }
 
+// The bf16 weight copy an optimizer may rewrite with its update (AdamW's
+// params_bf16): offered only while it matches the weights, so from the
+// forward that converted them until params() hands them out for writing;
+// after bf16_weights_refreshed() the next forward uses it as it is.
+TEST(ZayaPrecision, Bf16CopyIsOfferedOnlyWhileItMatchesTheWeights) {
+  const auto config = load_model_config(std::string(ANVIL_SOURCE_DIR) + "/configs/zaya-tiny.json");
+  const int64_t B = 2, T = config.seq_len, N = B * T;
+  ZayaModel fp32(config, B, T), mixed(config, B, T, {}, {}, Precision::bf16);
+  const auto [tokens, targets] = test_support::random_batch(config.vocab_size, N, 4);
+  int64_t scored = 0;
+  EXPECT_EQ(fp32.fresh_bf16_weights(), nullptr);
+  EXPECT_EQ(mixed.fresh_bf16_weights(), nullptr);  // not converted yet
+  mixed.zero_grads();
+  mixed.forward_backward(tokens.data(), targets.data(), 1.0f / N, &scored);
+  bf16* low = mixed.fresh_bf16_weights();
+  ASSERT_NE(low, nullptr);
+  float* p = mixed.params();
+  EXPECT_EQ(mixed.fresh_bf16_weights(), nullptr);
+  // A writer that keeps the copy in step: the next forward converts nothing,
+  // so the copy it multiplies is the one written here.
+  p[0] += 1.0f;
+  low[0] = to_bf16(p[0]);
+  mixed.bf16_weights_refreshed();
+  EXPECT_EQ(mixed.fresh_bf16_weights(), low);
+  low[1] = to_bf16(12345.0f);  // not the weight: shows the forward left the copy alone
+  mixed.forward(tokens.data(), targets.data(), B, T, &scored);
+  EXPECT_EQ(low[1].bits, to_bf16(12345.0f).bits);
+}
+
 }  // namespace
 }  // namespace anvil::model

@@ -13,6 +13,7 @@
 
 #include <omp.h>
 
+#include "anvil/kernels/layers.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/decoder.hpp"
 #include "anvil/model/zaya_model.hpp"
@@ -404,6 +405,42 @@ TEST(Clipping, CoefficientIsTorchsAndAdamWAppliesIt) {
   a.update(pa.data(), g.data(), 0.1f, 1, 0.2f);
   b.update(pb.data(), scaled.data(), 0.1f, 1);
   EXPECT_EQ(pa, pb);
+}
+
+// bf16 training's weight copy rewritten by the update itself: the same
+// weights as without it, and a copy equal to converting them afterwards;
+// outside the ranges it updates the copy is left as it was. Sizes that
+// cross the update's 4096-weight blocks, and a range that starts inside a
+// parameter.
+TEST(AdamW, Bf16CopyWrittenWithTheUpdateIsTheConvertedWeights) {
+  ParamRegistry r;
+  r.add("a", {5000}, Init::normal, 0.02f, true);
+  r.add("b", {17}, Init::normal, 0.02f, false);
+  r.add("c", {3, 2735}, Init::normal, 0.02f, true);
+  const int64_t n = r.total();
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> p0(static_cast<size_t>(n)), g(static_cast<size_t>(n));
+  for (auto& x : p0) x = normal(rng);
+  for (auto& x : g) x = normal(rng);
+  const bf16 untouched = to_bf16(-7.0f);
+  for (const std::vector<AdamW::Range>& owned :
+       {std::vector<AdamW::Range>{}, std::vector<AdamW::Range>{{100, 5010}, {6000, n}}}) {
+    AdamW fused(r, {}, false, owned), plain(r, {}, false, owned);
+    std::vector<float> pf = p0, pp = p0;
+    std::vector<bf16> low(static_cast<size_t>(n), untouched);
+    for (int64_t step = 1; step <= 2; ++step) {
+      fused.update(pf.data(), g.data(), 1e-2f, step, 0.5f, low.data());
+      plain.update(pp.data(), g.data(), 1e-2f, step, 0.5f);
+    }
+    EXPECT_EQ(pf, pp);
+    std::vector<bf16> want(static_cast<size_t>(n));
+    kernels::convert_to_bf16(want.data(), pf.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const bool updated = owned.empty() || (i >= 100 && i < 5010) || i >= 6000;
+      ASSERT_EQ(low[i].bits, updated ? want[i].bits : untouched.bits) << "element " << i;
+    }
+  }
 }
 
 // The step `anvil train --device cuda` takes on one process, here on a CPU

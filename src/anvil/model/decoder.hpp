@@ -47,6 +47,8 @@ class Decoder : public TrainableModel {
   }
   Precision precision() const { return precision_; }
   float* grads() override { return grads_.f(); }
+  bf16* fresh_bf16_weights() override { return low_stale_ ? nullptr : weights_bf16_; }
+  void bf16_weights_refreshed() override { low_stale_ = false; }
   const MemoryPlan& plan() const override { return plan_; }
   static MemoryPlan plan_for(const ModelConfig& config, int64_t B, int64_t T, bool training,
                              Precision precision = Precision::fp32, int context = 1);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "anvil/base/bf16.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/params.hpp"
@@ -63,6 +64,13 @@ class TrainableModel {
   virtual const ParamRegistry& registry() const = 0;
   virtual float* params() = 0;
   virtual float* grads() = 0;
+  // bf16 training's copy of the weights (the registry's layout) while it
+  // still matches them; nullptr without one, or once params() handed the
+  // weights out for writing. An optimizer that rewrites the copy as it
+  // updates the weights (AdamW::update's params_bf16) then calls
+  // bf16_weights_refreshed(), and the next forward converts nothing.
+  virtual bf16* fresh_bf16_weights() { return nullptr; }
+  virtual void bf16_weights_refreshed() {}
   virtual const MemoryPlan& plan() const = 0;
   virtual void zero_grads() = 0;
   virtual double forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,

@@ -57,6 +57,8 @@ class ZayaModel : public TrainableModel {
     return params_f();
   }
   float* grads() override { return grads_f(); }
+  bf16* fresh_bf16_weights() override { return low_stale_ ? nullptr : weights_bf16_; }
+  void bf16_weights_refreshed() override { low_stale_ = false; }
   const MemoryPlan& plan() const override { return plan_; }
   ContextSeconds take_context_seconds() override {
     return {cp_.take_kv_seconds(), cp_.take_halo_seconds()};

@@ -8,6 +8,7 @@
 
 #include "anvil/base/error.hpp"
 #include "anvil/kernels/bodies.hpp"
+#include "anvil/kernels/layers.hpp"
 #include "anvil/optim/square_sum.hpp"
 
 namespace anvil::optim {
@@ -59,9 +60,12 @@ kernels::body::AdamWStep AdamW::constants(const Piece& piece, float lr, int64_t 
           plr / bc1, bc2_sqrt, s.weight_decay ? 1.0f - plr * config_.weight_decay : 1.0f};
 }
 
-void AdamW::update(float* params, const float* grads, float lr, int64_t step, float grad_scale) {
+void AdamW::update(float* params, const float* grads, float lr, int64_t step, float grad_scale,
+                   bf16* params_bf16) {
   float* m = exp_avg();
   float* v = exp_avg_sq();
+  // Blocks of the bf16 copy's conversion: 16 KiB of weights.
+  constexpr int64_t kBlock = 4096;
   for (const Piece& piece : pieces_) {
     const kernels::body::AdamWStep st = constants(piece, lr, step);
     float* p = params + piece.begin;
@@ -69,9 +73,21 @@ void AdamW::update(float* params, const float* grads, float lr, int64_t step, fl
     float* ms = m + piece.local;
     float* vs = v + piece.local;
     const int64_t n = piece.end - piece.begin;
+    if (params_bf16 == nullptr) {
 #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i)
-      kernels::body::adamw(p + i, ms + i, vs + i, g[i] * grad_scale, st);
+      for (int64_t i = 0; i < n; ++i)
+        kernels::body::adamw(p + i, ms + i, vs + i, g[i] * grad_scale, st);
+      continue;
+    }
+    bf16* low = params_bf16 + piece.begin;
+#pragma omp parallel for schedule(static)
+    for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+      const int64_t i1 = std::min(n, i0 + kBlock);
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i)
+        kernels::body::adamw(p + i, ms + i, vs + i, g[i] * grad_scale, st);
+      kernels::convert_to_bf16_serial(low + i0, p + i0, i1 - i0);
+    }
   }
 }
 

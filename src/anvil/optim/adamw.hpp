@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "anvil/base/bf16.hpp"
 #include "anvil/kernels/bodies.hpp"
 #include "anvil/model/params.hpp"
 #include "anvil/tensor/arena.hpp"
@@ -31,8 +32,13 @@ class AdamW {
         std::vector<Range> owned = {});
   // One step at learning rate `lr`; `step` counts from 1 (bias correction).
   // The gradients are multiplied by `grad_scale` as they are read (gradient
-  // clipping without a separate pass over them).
-  void update(float* params, const float* grads, float lr, int64_t step, float grad_scale = 1.0f);
+  // clipping without a separate pass over them). With `params_bf16` (a
+  // bf16 copy of the arena, bf16 training's weights) each updated weight's
+  // copy is rewritten as the weight is, a block at a time while the block
+  // is in cache: the bits kernels::convert_to_bf16 would give, without a
+  // second pass over the weights.
+  void update(float* params, const float* grads, float lr, int64_t step, float grad_scale = 1.0f,
+              bf16* params_bf16 = nullptr);
   // Bytes of the moments: 8 per element it updates (its owned ranges, less
   // the muon group when it skips it).
   size_t state_bytes() const { return m_.capacity() + v_.capacity(); }

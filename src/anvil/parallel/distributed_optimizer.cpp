@@ -268,7 +268,12 @@ void DistributedOptimizer::update(float lr, float coef, int64_t step) {
     model_.params_written_on_device();
     return;
   }
-  adamw_->update(model_.params(), model_.grads(), lr, step, coef);
+  // bf16 training, every weight AdamW's here (not sharded, no Muon): its
+  // update rewrites the model's bf16 copy too (taken before params()
+  // marks it stale), so the next forward does not convert the weights.
+  bf16* low = adamw_->sharded() || muon_ ? nullptr : model_.fresh_bf16_weights();
+  adamw_->update(model_.params(), model_.grads(), lr, step, coef, low);
+  if (low != nullptr) model_.bf16_weights_refreshed();
   if (adamw_->sharded()) reducer_->gather(model_.params());
   if (muon_) {
     muon_->update(model_.params(), model_.grads(), lr, coef);
