@@ -189,21 +189,10 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
   sums.add_to(dweight, 0);
 }
 
-void convert_to_bf16_serial(bf16* dst, const float* src, int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX512BF16__)
-  for (; i + 16 <= n; i += 16) {
-    const __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + i));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), reinterpret_cast<const __m256i&>(v));
-  }
-#endif
-  for (; i < n; ++i) dst[i] = to_bf16(src[i]);
-}
-
 void convert_to_bf16(bf16* dst, const float* src, int64_t n) {
 #pragma omp parallel for schedule(static)
   for (int64_t i0 = 0; i0 < n; i0 += 4096)
-    convert_to_bf16_serial(dst + i0, src + i0, std::min<int64_t>(4096, n - i0));
+    to_bf16(dst + i0, src + i0, std::min<int64_t>(4096, n - i0));
 }
 
 namespace {

@@ -48,9 +48,6 @@ struct Bf16Scratch {
 
 // dst = bf16(src), round to nearest even; vectorised with AVX512_BF16 where built for it.
 void convert_to_bf16(bf16* dst, const float* src, int64_t n);
-// The same on the calling thread alone (convert_to_bf16 runs it on blocks
-// of the range): for a caller that converts what it has just written.
-void convert_to_bf16_serial(bf16* dst, const float* src, int64_t n);
 
 // ---- embedding: out[n, :] = wte[tok[n], :] (+ wpe[n % T, :] when wpe) ----
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,

@@ -8,7 +8,6 @@
 
 #include "anvil/base/error.hpp"
 #include "anvil/kernels/bodies.hpp"
-#include "anvil/kernels/layers.hpp"
 #include "anvil/optim/square_sum.hpp"
 
 namespace anvil::optim {
@@ -86,7 +85,7 @@ void AdamW::update(float* params, const float* grads, float lr, int64_t step, fl
 #pragma omp simd
       for (int64_t i = i0; i < i1; ++i)
         kernels::body::adamw(p + i, ms + i, vs + i, g[i] * grad_scale, st);
-      kernels::convert_to_bf16_serial(low + i0, p + i0, i1 - i0);
+      to_bf16(low + i0, p + i0, i1 - i0);
     }
   }
 }

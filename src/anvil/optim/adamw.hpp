@@ -35,8 +35,8 @@ class AdamW {
   // clipping without a separate pass over them). With `params_bf16` (a
   // bf16 copy of the arena, bf16 training's weights) each updated weight's
   // copy is rewritten as the weight is, a block at a time while the block
-  // is in cache: the bits kernels::convert_to_bf16 would give, without a
-  // second pass over the weights.
+  // is in cache, by anvil::to_bf16 as kernels::convert_to_bf16 converts:
+  // the same bits, without a second pass over the weights.
   void update(float* params, const float* grads, float lr, int64_t step, float grad_scale = 1.0f,
               bf16* params_bf16 = nullptr);
   // Bytes of the moments: 8 per element it updates (its owned ranges, less
