@@ -38,6 +38,7 @@ std::string run_file_argument(int argc, char** argv) {
 nlohmann::json summary_json(const train::TrainResult& r) {
   return {{"losses", r.losses},
           {"step_seconds", r.step_seconds},
+          {"part_seconds", r.part_seconds},
           {"first_step", r.first_step},
           {"val_loss", r.val_loss},
           {"tokens_per_second", r.tokens_per_second},

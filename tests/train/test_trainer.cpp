@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -190,6 +191,39 @@ TEST(Trainer, Zaya1InBf16TrainsCloseToFp32AndResumesExactly) {
   EXPECT_GT(bf16.planned_bytes, fp32.planned_bytes);
   const auto joined = run_in_two_halves(o, testing::TempDir() + "/resume_zaya_bf16", 4);
   EXPECT_EQ(joined, bf16.losses);
+}
+
+// Each step's record says where its time went: the GEMMs, attention and
+// experts inside forward and backward, the rest of the layer work, and the
+// optimizer, together no more than the step; the run's JSON has their medians.
+TEST(Trainer, StepRecordsSplitTheStepIntoItsParts) {
+  const std::string dir = testing::TempDir() + "/step_parts";
+  fs::remove_all(dir);
+  auto o = zaya_tiny();
+  o.checkpoint.out = dir;
+  o.train.steps = 3;
+  const auto r = run_training(o);
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::string line;
+  int records = 0;
+  while (std::getline(in, line)) {
+    const auto m = nlohmann::json::parse(line);
+    ASSERT_TRUE(m.contains("parts_s")) << line;
+    double sum = 0;
+    for (const char* part : {"gemm", "attention", "experts", "other", "optimizer"}) {
+      const double v = m["parts_s"].at(part).get<double>();
+      EXPECT_GE(v, 0.0) << part;
+      sum += v;
+    }
+    EXPECT_GT(m["parts_s"]["gemm"].get<double>(), 0.0);
+    EXPECT_GT(m["parts_s"]["attention"].get<double>(), 0.0);
+    EXPECT_GT(m["parts_s"]["experts"].get<double>(), 0.0);
+    EXPECT_LE(sum, m["seconds"].get<double>() * (1 + 1e-9));
+    ++records;
+  }
+  EXPECT_EQ(records, 3);
+  for (const char* part : {"gemm", "attention", "experts", "other", "optimizer"})
+    EXPECT_TRUE(r.part_seconds.contains(part)) << part;
 }
 
 TEST(Trainer, ResumeContinuesTheExactTrajectory) {

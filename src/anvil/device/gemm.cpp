@@ -9,6 +9,7 @@
 #include "anvil/base/cpu.hpp"
 #include "anvil/base/env_choice.hpp"
 #include "anvil/base/error.hpp"
+#include "anvil/base/step_parts.hpp"
 #include "anvil/device/blas.hpp"
 #include "anvil/device/gemm_onednn.hpp"
 
@@ -94,6 +95,7 @@ void detail::gemm_bf16_emulated(bool trans_a, bool trans_b, int64_t m, int64_t n
                                 float beta, float* c, int64_t ldc, int64_t block_elems,
                                 GemmBackend inner) {
   check_args(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  const StepPartScope part(StepPart::gemm);
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == 0.0f) return scale_c(m, n, beta, c, ldc);
   thread_local std::vector<float> wa, wb;
@@ -193,6 +195,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
           GemmBackend backend) {
   check_args(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  const StepPartScope part(StepPart::gemm);
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == 0.0f) return scale_c(m, n, beta, c, ldc);
   switch (backend) {
@@ -216,6 +219,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
           int64_t lda, const bf16* b, int64_t ldb, float beta, float* c, int64_t ldc,
           GemmBackend backend) {
   check_args(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  const StepPartScope part(StepPart::gemm);
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == 0.0f) return scale_c(m, n, beta, c, ldc);
   switch (backend) {

@@ -15,8 +15,9 @@
 
 #include "anvil/base/env_choice.hpp"
 #include "anvil/base/error.hpp"
-#include "anvil/kernels/fast_math.hpp"
+#include "anvil/base/step_parts.hpp"
 #include "anvil/device/gemm.hpp"
+#include "anvil/kernels/fast_math.hpp"
 #include "anvil/kernels/layers.hpp"
 #include "anvil/kernels/tile_gemm.hpp"
 
@@ -280,6 +281,7 @@ std::string attention_tiles_description(AttentionTiles tiles) {
 // softmax. One task per (batch, head); on the tile kernel each key block is
 // transposed once per task, when the first piece that reaches it does.
 void attention_forward(const AttentionView& a, AttentionTiles tiles) {
+  const StepPartScope part(StepPart::attention);
   const int64_t D = a.D, Hq = a.Hq, Tq = a.Tq, q0 = a.q0, Tk = a.q0 + a.Tq;
   const TileProducts tp = tile_products(tiles, D);
   const int64_t group = Hq / a.Hkv;
@@ -364,6 +366,7 @@ void attention_forward(const AttentionView& a, AttentionTiles tiles) {
 // per key block, for every query piece and head of the group.
 void attention_backward(const AttentionView& a, const float* dout, const AttentionGrads& g_out,
                         AttentionTiles tiles) {
+  const StepPartScope part(StepPart::attention);
   const int64_t D = a.D, Hq = a.Hq, Hkv = a.Hkv, Tq = a.Tq, q0 = a.q0, Tk = a.q0 + a.Tq;
   const TileProducts tp = tile_products(tiles, D);
   const int64_t group = Hq / Hkv;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "anvil/base/step_parts.hpp"
 #include "anvil/kernels/layers.hpp"
 #include "anvil/kernels/moe.hpp"
 
@@ -41,7 +42,11 @@ void ZayaMoeLayer::carve(Carver& c, const Scratch& shared) {
 void ZayaMoeLayer::forward(float* out, float* rstate_out, const float* x, const float* rstate_prev,
                            const ZayaMoeParams& p, const float* balancing_bias) {
   router_.forward(rstate_out, x, rstate_prev, p.router, balancing_bias);
-  experts_forward(dispatcher_->dispatch(x, router_.choices().data()), s_, p.experts, low_);
+  const ExpertRows& rows = dispatcher_->dispatch(x, router_.choices().data());
+  {
+    const StepPartScope part(StepPart::experts);
+    experts_forward(rows, s_, p.experts, low_);
+  }
   kernels::moe_combine_forward(out, dispatcher_->gather_outputs(), x, router_.gates(),
                                dispatcher_->slots(), s_.skip_identity, N_, s_.top_k, s_.hidden);
 }
@@ -58,7 +63,10 @@ void ZayaMoeLayer::backward(float* dx, float* drstate_prev, const ZayaMoeParams&
   kernels::moe_combine_backward(dys, dgate, dx, dout, dispatcher_->outputs(), x, router_.gates(),
                                 dispatcher_->slots(), s_.skip_identity, N_, k, H);
   const ExpertGrads& d = dispatcher_->dispatch_grads(dys, back_.dxs);
-  experts_backward(d, dispatcher_->expert_rows(), s_, g.experts, p.experts, low_);
+  {
+    const StepPartScope part(StepPart::experts);
+    experts_backward(d, dispatcher_->expert_rows(), s_, g.experts, p.experts, low_);
+  }
   dispatcher_->gather_grads(dx);
   router_.backward(dx, drstate_prev, g.router, dgate, drstate_out, x, rstate_prev, p.router,
                    loss_scale);

@@ -35,6 +35,8 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const json& m) {
                                  {"mfu", "perf/mfu"},
                                  {"val_loss", "val/loss"}})
     if (m.contains(key)) v.emplace_back(tag, m[key].get<double>());
+  for (const auto& [part, seconds] : m.value("parts_s", json::object()).items())
+    v.emplace_back("perf/" + part + "_s", seconds.get<double>());
   for (const auto& l : m.value("router", json::array())) {
     const std::string layer = "router/layer" + l["layer"].dump() + "/";
     for (const char* k : {"max_over_min", "skip_rate", "entropy"})
@@ -128,8 +130,21 @@ json MetricsLogger::record(const StepStats& s, const StepReport& r) const {
     m["rank_compute_s"] = r.rank_compute;
     m["rank_wait_s"] = r.rank_wait;
   }
+  if (s.forward_backward_seconds > 0) m["parts_s"] = step_parts_json(s);
   m.update(r.model_metrics);
   return m;
+}
+
+json step_parts_json(const StepStats& s) {
+  json j = json::object();
+  double inside = 0;
+  for (size_t i = 0; i < kStepParts; ++i) {
+    j[step_part_name(static_cast<StepPart>(i))] = s.parts[i];
+    inside += s.parts[i];
+  }
+  j["other"] = std::max(0.0, s.forward_backward_seconds - inside);
+  j["optimizer"] = s.optimizer_seconds;
+  return j;
 }
 
 std::string MetricsLogger::progress_line(const StepStats& s, const StepReport& r) const {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "anvil/base/files.hpp"
+#include "anvil/base/step_parts.hpp"
 #include "anvil/train/options.hpp"
 #include "anvil/train/tensorboard.hpp"
 
@@ -28,7 +29,18 @@ struct StepStats {
   double context_halo_seconds = 0;  // of which the CCA halo exchanges
   double save_wait_seconds = 0;  // the optimizer update waited for a background save
   bool skipped = false;          // a loss spike: the update was not applied
+  // Where the step's time went (base/step_parts.hpp): forward and backward
+  // over every micro-batch, the GEMMs, attention and experts inside them
+  // (the rest: norms, activations, losses, zeroing), then the gradient norm
+  // and the optimizer update.
+  double forward_backward_seconds = 0;
+  StepPartSeconds parts{};
+  double optimizer_seconds = 0;
 };
+
+// The step-part record of s: {"gemm", "attention", "experts", "other",
+// "optimizer"} in seconds ("other": forward and backward less the three).
+nlohmann::json step_parts_json(const StepStats& s);
 
 // What a step's record holds beyond StepStats.
 struct StepReport {

@@ -10,11 +10,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <span>
 
 #include "anvil/base/clock.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
+#include "anvil/base/step_parts.hpp"
 #include "anvil/base/table.hpp"
 #include "anvil/base/threads.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
@@ -451,10 +453,13 @@ double Trainer::tokens_per_step() const {
 StepStats Trainer::step() {
   const double t0 = now_seconds();
   injector_.step_begin(step_, last_step_seconds_);
-  model_->zero_grads();
   StepStats s;
   s.step = step_ + 1;
+  start_step_parts();
+  model_->zero_grads();
   std::array<double, 2> sums = forward_backward_step();
+  s.parts = take_step_parts();
+  s.forward_backward_seconds = now_seconds() - t0;
   s.alltoall_seconds = model_->take_dispatch_seconds();
   const model::TrainableModel::ContextSeconds context = model_->take_context_seconds();
   s.context_seconds = context.kv + context.halo;
@@ -467,7 +472,9 @@ StepStats Trainer::step() {
     dp_->sum(model_->step_counts());
   }
   s.loss = sums[0] / sums[1];
+  const double norm0 = now_seconds();
   s.grad_norm = optimizer_->grad_norm();
+  s.optimizer_seconds = now_seconds() - norm0;
   s.lr = o_.optimizer.schedule.at(step_);
   // The loss and norm are global: every rank decides the same here.
   guard_.check_finite(s.step, s.loss, s.grad_norm);
@@ -475,9 +482,11 @@ StepStats Trainer::step() {
   // A background save still reading the weights and moments finishes first.
   s.save_wait_seconds = checkpoints_->wait();
   if (!s.skipped) {
+    const double update0 = now_seconds();
     optimizer_->update(static_cast<float>(s.lr),
                        optim::clip_coefficient(s.grad_norm, o_.optimizer.clip), step_ + 1);
     model_->after_step(step_ + 1);
+    s.optimizer_seconds += now_seconds() - update0;
   }
   ++step_;
   s.seconds = now_seconds() - t0;
@@ -612,7 +621,12 @@ TrainResult Trainer::run() {
 
 void Trainer::finish_result(const std::vector<StepStats>& steps) {
   std::vector<double> comm, exposed, alltoall, context, halo;
+  std::map<std::string, std::vector<double>> parts;
   for (const StepStats& s : steps) {
+    if (s.forward_backward_seconds > 0) {
+      const nlohmann::json j = step_parts_json(s);
+      for (const auto& [name, seconds] : j.items()) parts[name].push_back(seconds.get<double>());
+    }
     result_.losses.push_back(s.loss);
     result_.step_seconds.push_back(s.seconds);
     comm.push_back(s.comm_seconds);
@@ -631,6 +645,8 @@ void Trainer::finish_result(const std::vector<StepStats>& steps) {
   result_.alltoall_seconds = median_after_first(alltoall);
   result_.context_seconds = median_after_first(context);
   result_.context_halo_seconds = median_after_first(halo);
+  for (const auto& [name, seconds] : parts)
+    result_.part_seconds[name] = median_after_first(seconds);
   result_.cp = cp_;
   if (peak_.cached && result_.mfu > 1.05) {
     // The cached rate was measured in a busy moment: the next run measures again.
@@ -683,6 +699,13 @@ void Trainer::print_summary(bool stopped) const {
     std::printf("context parallelism per step (median): %.1f ms in K/V gathers, dK/dV "
                 "reduce-scatters and halo exchanges, %.1f ms of it in halos (not overlapped)\n",
                 1e3 * r.context_seconds, 1e3 * r.context_halo_seconds);
+  if (r.part_seconds.contains("gemm") && o_.model.device == "cpu") {
+    const auto part = [&](const char* name) { return 1e3 * r.part_seconds.at(name).get<double>(); };
+    std::printf(
+        "step time by part (median): GEMMs %.1f ms, attention %.1f, experts %.1f, other "
+        "layer work %.1f, optimizer %.1f\n",
+        part("gemm"), part("attention"), part("experts"), part("other"), part("optimizer"));
+  }
   if (!r.last_checkpoint.empty()) std::printf("checkpoint: %s\n", r.last_checkpoint.c_str());
   std::fflush(stdout);
 }

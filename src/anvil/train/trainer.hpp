@@ -40,6 +40,9 @@ namespace anvil::train {
 struct TrainResult {
   std::vector<double> losses;  // per step run in this call
   std::vector<double> step_seconds;
+  // Medians over the steps after the first of StepStats' parts, by name
+  // (metrics_logger.hpp, step_parts_json).
+  nlohmann::json part_seconds = nlohmann::json::object();
   double val_loss = -1;
   double tokens_per_second = 0;  // median over the steps after the first
   double mfu = 0;                // at that median
