@@ -367,6 +367,43 @@ TEST(Planner, Fp8CastsTheLayersGemmOperandsAndKeepsTheClassifierInBf16) {
   for (const auto& part : predict_step(c, hw, o).compute) EXPECT_NE(part.name, "fp8 casts");
 }
 
+// A CPU's bf16 GEMMs convert their fp32 activations: per linear layer its
+// input for the forward, its output gradient and input again for the
+// backward (6 B per element at the memory bandwidth); a GPU converts nothing.
+TEST(Planner, CpuBf16ConvertsEachLinearLayersActivations) {
+  const auto c = preset("gpt2-124m");
+  HwProfile cpu;
+  cpu.name = "cpu";
+  cpu.kind = "cpu";
+  cpu.compute_units = 2;
+  cpu.memory_bytes = int64_t{16} << 30;
+  cpu.peak = {{"f32", 2, 400}, {"bf16", 2, 800}};
+  cpu.memory_levels = {{"DRAM", int64_t{1} << 30, 2, 40}};
+  PlanOptions o;
+  o.layout.micro_batch = 4;
+  o.layout.seq = 256;
+  o.layout.global_batch = 4;
+  o.layout.dtype = "bf16";
+  const auto conversions = [&](const HwProfile& hw) {
+    for (const auto& part : predict_step(c, hw, o).compute)
+      if (part.name == "bf16 input conversions") return part.seconds;
+    return 0.0;
+  };
+  double elements = 0;
+  for (const auto& g : step_gemms(c, o.layout, true))
+    if (g.shape.name.ends_with(".fwd"))
+      elements += static_cast<double>(g.shape.m * (2 * g.shape.k + g.shape.n) * g.count);
+  // gpt2-124m, 1024 tokens: 12 layers x 1024 x (3840 + 2304 + 4608 + 6912) + the classifier
+  // 1024 x (1536 + 50304).
+  EXPECT_DOUBLE_EQ(elements, 1024.0 * (12 * (3840 + 2304 + 4608 + 6912) + 1536 + 50304));
+  EXPECT_NEAR(conversions(cpu), 6 * elements / 40e9, 1e-12);
+  o.layout.dtype = "f32";
+  EXPECT_EQ(conversions(cpu), 0.0);
+  o.layout.dtype = "bf16";
+  o.layout.devices_per_node = 1;
+  EXPECT_EQ(conversions(gpu_node()), 0.0);
+}
+
 // Recomputing N of a stage's layers costs N / (L / pp) of the forward again
 // and keeps that share of the layers at their inputs only.
 TEST(Planner, PartialRecomputeCostsItsShareOfTheForward) {

@@ -484,6 +484,12 @@ void predict_compute(const model::ModelConfig& c, const HwProfile& hw, const Lay
   // gradient (backward) is cast to fp8 in both layouts (row- and column-wise,
   // the wgrad GEMM reads the transpose): read 2 B, write 2 x 1 B per element.
   double fp8_cast_bytes = 0;
+  // A CPU's bf16 GEMMs take bf16 inputs, and the activations are fp32: each
+  // linear layer converts its input for the forward, and its output gradient
+  // and its input again for the backward (kernels::linear_forward and
+  // linear_backward: read 4 B, write 2 B per element). The weights' bf16
+  // copies are written by the optimizer step (predict_optimizer).
+  double bf16_convert_bytes = 0;
   for (const auto& g : step_gemms(c, l, true)) {
     const bool classifier = g.shape.name.rfind("lm_head", 0) == 0;
     const std::string dtype = l.dtype == "fp8" && classifier ? wide : l.dtype;
@@ -492,6 +498,9 @@ void predict_compute(const model::ModelConfig& c, const HwProfile& hw, const Lay
     const double count = static_cast<double>(g.count) * micro;
     if (dtype == "fp8" && !g.shape.name.ends_with(".wgrad"))
       fp8_cast_bytes += 4.0 * static_cast<double>(g.shape.m * g.shape.k) * count;
+    if (dtype == "bf16" && hw.kind == "cpu" && g.shape.name.ends_with(".fwd"))
+      bf16_convert_bytes +=
+          6.0 * static_cast<double>(g.shape.m * (2 * g.shape.k + g.shape.n)) * count;
     StepPart part{g.shape.name, price.seconds * count, price.flops * count, "", "gemm", dtype,
                   price.efficiency};
     std::ostringstream d;
@@ -525,6 +534,10 @@ void predict_compute(const model::ModelConfig& c, const HwProfile& hw, const Lay
   p.compute.push_back({"element-wise", elementwise_bytes / (gbs * 1e9), 0,
                        fmt(elementwise_bytes / 1e9, 2) + " GB at " + fmt(gbs, 1) + " GB/s",
                        "memory", "", 0});
+  if (bf16_convert_bytes > 0)
+    p.compute.push_back({"bf16 input conversions", bf16_convert_bytes / (gbs * 1e9), 0,
+                         fmt(bf16_convert_bytes / 1e9, 2) + " GB at " + fmt(gbs, 1) + " GB/s",
+                         "memory", "", 0});
   if (fp8_cast_bytes > 0)
     p.compute.push_back({"fp8 casts", fp8_cast_bytes / (gbs * 1e9), 0,
                          fmt(fp8_cast_bytes / 1e9, 2) + " GB at " + fmt(gbs, 1) + " GB/s",
@@ -568,6 +581,18 @@ void predict_compute(const model::ModelConfig& c, const HwProfile& hw, const Lay
   for (const auto& part : p.compute) p.compute_s += part.seconds;
 }
 
+// The rate of streams that update their arrays in place (the optimizer step,
+// the gradient norm's reads, zeroing). A CPU's measured bandwidth is
+// STREAM's triad, whose 12 counted bytes per element move 16: the
+// destination line is read before it is written (write-allocate). An update
+// in place reads and writes the same lines, so every byte it counts is one
+// it moves: 4/3 of the triad's counted rate. GPUs and published figures
+// count what moves already.
+double in_place_gbs(const HwProfile& hw) {
+  const bool triad = hw.kind == "cpu" && hw.origin != "published" && !hw.memory_levels.empty();
+  return memory_gbs(hw) * (triad ? 4.0 / 3.0 : 1.0);
+}
+
 // Streaming over the local parameters (a 1/(dp x cp) share with ZeRO-1), plus
 // Muon's Newton-Schulz GEMMs on its share of the matrices.
 double predict_optimizer(const model::ModelConfig& c, const HwProfile& hw, const Layout& l) {
@@ -576,7 +601,7 @@ double predict_optimizer(const model::ModelConfig& c, const HwProfile& hw, const
   const double owned = l.zero1 || l.fsdp ? 1.0 / static_cast<double>(l.replicas()) : 1.0;
   const double stream = lp.total() * owned * optimizer_bytes_per_param(l.optimizer) +
                         (l.dtype != "f32" ? lp.total() * 6.0 : 0.0);
-  p.optimizer_s = stream / (memory_gbs(hw) * 1e9);
+  p.optimizer_s = stream / (in_place_gbs(hw) * 1e9);
   if (l.optimizer == "muon") {
     Layout balanced = l;  // Newton-Schulz runs on every matrix, whatever its load
     balanced.expert_shares.clear();
@@ -789,7 +814,9 @@ std::vector<Term> model_terms(const model::ModelConfig& c, const HwProfile& hw, 
                    fmt(lp.total() / 1e6, 1) + " M local parameters x " +
                        fmt(optimizer_bytes_per_param(l.optimizer), 0) + " B" +
                        (l.zero1 || l.fsdp ? (l.cp > 1 ? " / (dp x cp)" : " / dp") : "") +
-                       (l.optimizer == "muon" ? " + Newton-Schulz GEMMs" : ""),
+                       (l.optimizer == "muon" ? " + Newton-Schulz GEMMs" : "") + " at " +
+                       fmt(in_place_gbs(hw), 1) + " GB/s" +
+                       (in_place_gbs(hw) > memory_gbs(hw) ? " (in place: 4/3 of triad's rate)" : ""),
                    memory_source(hw)});
   std::string link_src = "measured collective fits of " + profile_origin(hw);
   if (!hw.comm.contains("ranks") || hw.comm["ranks"].empty()) {
