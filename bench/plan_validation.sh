@@ -208,6 +208,48 @@ for line in cases:
               f"{st.median(row['predicted_s']):>11.3f}{row['ratio']:>11.2f}"
               f"{st.median(row['peak_rss_bytes']) / 1e9:>13.3f}{row['memory_ratio']:>10.2f}")
 print()
+# Term by term (one-rank cases whose runs report their step parts): the
+# planner's GEMMs (experts apart), attention, the rest of the layer work
+# (element-wise, dispatch and combine) and the optimizer step against the
+# trainer's measured parts (anvil train's "parts_s"; docs/train.md).
+def plan_parts(p):
+    acc = {"gemm": 0.0, "attention": 0.0, "experts": 0.0, "other": 0.0}
+    for part in p["compute"]:
+        n = part["name"]
+        key = ("attention" if n == "attention" else "experts" if n.startswith("expert.")
+               else "other" if n in ("element-wise", "moe dispatch + combine", "fp8 casts",
+                                                "bf16 input conversions")
+               else None if n in ("recompute (forward again)", "pipeline bubble") else "gemm")
+        if key:
+            acc[key] += part["seconds"]
+    acc["optimizer"] = p["optimizer_s"]
+    return acc
+part_names = ("gemm", "attention", "experts", "other", "optimizer")
+part_rows = []
+for line in cases:
+    name, kind, config, B, T, prec, np_, sets = line.split("|")
+    if np_ != "1" or not os.path.exists(f"{out}/train-{name}-1.json"):
+        continue
+    tr = [load(f"train-{name}-{r}.json") for r in R]
+    if not all(t.get("part_seconds") for t in tr):
+        continue  # runs from before the trainer reported its parts
+    pl = [plan_parts(load(f"plan-grid-{name}-{r}.json")) for r in R]
+    row = {"kind": "part", "case": name, "precision": prec, "parts": {}}
+    for part in part_names:
+        meas = [t["part_seconds"][part] for t in tr]
+        pred = [p[part] for p in pl]
+        row["parts"][part] = {"measured_s": meas, "predicted_s": pred}
+    part_rows.append(row)
+if part_rows:
+    print("step parts (held-out, GEMM grid): median measured s / predicted s (pred/meas)")
+    print(f"{'case':<16}" + "".join(f"{p:>22}" for p in part_names))
+    for row in part_rows:
+        cells = []
+        for part in part_names:
+            m, pr = st.median(row["parts"][part]["measured_s"]), st.median(row["parts"][part]["predicted_s"])
+            cells.append(f"{m:.3f}/{pr:.3f} ({pr / m:.2f})" if m > 1e-4 else "-")
+        print(f"{row['case']:<16}" + "".join(f"{c:>22}" for c in cells))
+    print()
 # Held out: the sizes between the 2x grid (odd steps of the sqrt(2) sweep)
 # and the largest. In sample: the 2x grid and the profile's refined sizes.
 sweep, b = [], 256 * 1024.0
@@ -259,7 +301,7 @@ for kind, bound in (("step", 0.15), ("collective", 0.20), ("collective (same run
         if errs:
             print(f"{kind:<22}{sample:>9}: {within}/{len(sel)} within {bound:.0%}, "
                   f"median |error| {st.median(errs):.1%}, max {max(errs):.1%}")
-json.dump({"rounds": rounds, "summary": summary, "rows": rows},
+json.dump({"rounds": rounds, "summary": summary, "rows": rows, "parts": part_rows},
           open(result + ".tmp", "w"), indent=2)
 PY
 mv "$result.tmp" "$result"
