@@ -40,6 +40,15 @@ for tag, key in want.items():
         if np.float32(v) != np.float32(got[s]):
             sys.exit(f"FAILED: {tag} at step {s}: {got[s]} vs {v}")
     print(f"  {tag}: {len(got)} steps equal to metrics.jsonl")
+# The step's parts (metrics.jsonl "parts_s") as perf/<part>_s.
+for part in ("gemm", "attention", "experts", "other", "optimizer"):
+    tag = f"perf/{part}_s"
+    if tag not in tags:
+        sys.exit(f"FAILED: tag {tag} missing (have {sorted(tags)})")
+    got = {e.step: e.value for e in acc.Scalars(tag)}
+    exp = {m["step"]: m["parts_s"][part] for m in metrics}
+    if any(np.float32(v) != np.float32(got.get(s, np.nan)) for s, v in exp.items()):
+        sys.exit(f"FAILED: {tag}: {got} vs metrics.jsonl {exp}")
 skip = [t for t in tags if t.startswith("router/") and t.endswith("skip_rate")]
 if not skip:
     sys.exit("FAILED: no router skip-rate scalars")

@@ -35,7 +35,8 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const json& m) {
                                  {"mfu", "perf/mfu"},
                                  {"val_loss", "val/loss"}})
     if (m.contains(key)) v.emplace_back(tag, m[key].get<double>());
-  for (const auto& [part, seconds] : m.value("parts_s", json::object()).items())
+  const json parts = m.value("parts_s", json::object());
+  for (const auto& [part, seconds] : parts.items())
     v.emplace_back("perf/" + part + "_s", seconds.get<double>());
   for (const auto& l : m.value("router", json::array())) {
     const std::string layer = "router/layer" + l["layer"].dump() + "/";
