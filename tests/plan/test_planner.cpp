@@ -38,6 +38,19 @@ HwProfile gpu_node() {
   return hw;
 }
 
+// A 2-core CPU profile: f32 at 80 GFLOP/s on one thread and 150 on two,
+// DRAM at 30 GB/s.
+HwProfile cpu_node() {
+  HwProfile cpu;
+  cpu.name = "cpu";
+  cpu.kind = "cpu";
+  cpu.compute_units = 2;
+  cpu.memory_bytes = int64_t{16} << 30;
+  cpu.peak = {{"f32", 1, 80}, {"f32", 2, 150}};
+  cpu.memory_levels = {{"DRAM", int64_t{1} << 30, 2, 30}};
+  return cpu;
+}
+
 TEST(Planner, DenseFlopsPerTokenMatchTheTrainersCount) {
   for (const char* name : {"gpt2-124m", "llama-style", "byte-small"}) {
     const auto c = preset(name);
@@ -372,13 +385,8 @@ TEST(Planner, Fp8CastsTheLayersGemmOperandsAndKeepsTheClassifierInBf16) {
 // backward (6 B per element at the memory bandwidth); a GPU converts nothing.
 TEST(Planner, CpuBf16ConvertsEachLinearLayersActivations) {
   const auto c = preset("gpt2-124m");
-  HwProfile cpu;
-  cpu.name = "cpu";
-  cpu.kind = "cpu";
-  cpu.compute_units = 2;
-  cpu.memory_bytes = int64_t{16} << 30;
-  cpu.peak = {{"f32", 2, 400}, {"bf16", 2, 800}};
-  cpu.memory_levels = {{"DRAM", int64_t{1} << 30, 2, 40}};
+  HwProfile cpu = cpu_node();
+  cpu.peak.push_back({"bf16", 2, 300});
   PlanOptions o;
   o.layout.micro_batch = 4;
   o.layout.seq = 256;
@@ -396,7 +404,7 @@ TEST(Planner, CpuBf16ConvertsEachLinearLayersActivations) {
   // gpt2-124m, 1024 tokens: 12 layers x 1024 x (3840 + 2304 + 4608 + 6912) + the classifier
   // 1024 x (1536 + 50304).
   EXPECT_DOUBLE_EQ(elements, 1024.0 * (12 * (3840 + 2304 + 4608 + 6912) + 1536 + 50304));
-  EXPECT_NEAR(conversions(cpu), 6 * elements / 40e9, 1e-12);
+  EXPECT_NEAR(conversions(cpu), 6 * elements / 30e9, 1e-12);
   o.layout.dtype = "f32";
   EXPECT_EQ(conversions(cpu), 0.0);
   o.layout.dtype = "bf16";
@@ -573,13 +581,7 @@ TEST(Planner, FsdpShardsWeightsAndGathersThemPerMicroBatch) {
 // the profile's whole-CPU rates, so two ranks on one node take twice the
 // single-rank compute time for the same per-rank micro-batch.
 TEST(Planner, CpuRanksGetTheirShareOfTheProcessor) {
-  HwProfile cpu;
-  cpu.name = "cpu";
-  cpu.kind = "cpu";
-  cpu.compute_units = 2;
-  cpu.memory_bytes = int64_t{16} << 30;
-  cpu.peak = {{"f32", 1, 80}, {"f32", 2, 150}};
-  cpu.memory_levels = {{"DRAM", int64_t{1} << 30, 2, 30}};
+  HwProfile cpu = cpu_node();
   cpu.attention = {{"f32", 64, 64, 15}};
   cpu.comm["ranks"]["2"]["allreduce"]["shm"] = {{"alpha_us", 10.0}, {"bandwidth_gbs", 2.0}};
   cpu.comm["ranks"]["2"]["reduce_scatter"]["shm"] = {{"alpha_us", 10.0}, {"bandwidth_gbs", 2.0}};
