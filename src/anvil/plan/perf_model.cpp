@@ -589,7 +589,7 @@ void predict_compute(const model::ModelConfig& c, const HwProfile& hw, const Lay
 // it moves: 4/3 of the triad's counted rate. GPUs and published figures
 // count what moves already.
 double in_place_gbs(const HwProfile& hw) {
-  const bool triad = hw.kind == "cpu" && hw.origin != "published" && !hw.memory_levels.empty();
+  const bool triad = hw.kind == "cpu" && hw.origin != "published";
   return memory_gbs(hw) * (triad ? 4.0 / 3.0 : 1.0);
 }
 
