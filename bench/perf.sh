@@ -188,6 +188,10 @@ if "train" in sections:
             mfu = [x["tokens_per_second"] * x["flops_per_token"] / 1e9 / pk for x, pk in zip(runs, peaks[p])]
             models[f"{m}-{p}"] = {"tokens_per_s": tps, "median_tokens_per_s": med(tps),
                                   "mfu_vs_same_round_peak": mfu, "median_mfu": med(mfu)}
+            # Where the steps went (anvil train's step parts), medians over the rounds.
+            if all(x.get("part_seconds") for x in runs):
+                models[f"{m}-{p}"]["median_part_seconds"] = {
+                    k: med(x["part_seconds"][k] for x in runs) for k in runs[0]["part_seconds"]}
     ratio = lambda a, b: med(models[a]["tokens_per_s"]) / med(models[b]["tokens_per_s"])
     pair = lambda a, b: [x / y for x, y in zip(models[a]["tokens_per_s"], models[b]["tokens_per_s"])]
     bf16_target = 3.0 if amx else 1.3
@@ -322,6 +326,10 @@ if "train" in res["sections"]:
     print(f"Tokens/s (medians of {t['rounds']}): " + ", ".join(
         f"{k} {v['median_tokens_per_s']:.0f} (MFU {100 * v['median_mfu']:.1f}%)" for k, v in t["runs"].items())
         + "; GEMM peaks (GFLOP/s) " + ", ".join(f"{p} {med(v):.1f}" for p, v in t["peak_gflops"].items()))
+    parts = {k: v["median_part_seconds"] for k, v in t["runs"].items() if "median_part_seconds" in v}
+    if parts:
+        print("Step parts, ms (medians): " + "; ".join(
+            f"{k} " + ", ".join(f"{name} {1e3 * s:.0f}" for name, s in v.items()) for k, v in parts.items()))
 if "attention" in res["sections"]:
     print()
     print("Attention fwd+bwd, % of the same run's sgemm peak: " + ", ".join(
