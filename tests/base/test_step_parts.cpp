@@ -39,7 +39,6 @@ TEST(StepParts, CountOnlyOnTheOpeningThreadOutsideOtherPartsAndParallelRegions) 
   other.join();
   const StepPartSeconds s = take_step_parts();
   EXPECT_GE(s[static_cast<size_t>(StepPart::experts)], 0.04);
-  EXPECT_LT(s[static_cast<size_t>(StepPart::experts)], 0.04 + 0.5);
   EXPECT_GE(s[static_cast<size_t>(StepPart::attention)], 0.01);
   EXPECT_EQ(s[static_cast<size_t>(StepPart::gemm)], 0.0);
   // After take, nothing records until the next start.
