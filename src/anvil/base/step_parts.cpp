@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <array>
+
 #include "anvil/base/clock.hpp"
 
 namespace anvil {
@@ -17,15 +19,8 @@ thread_local StepPartSeconds sums{};
 }  // namespace
 
 const char* step_part_name(StepPart p) {
-  switch (p) {
-    case StepPart::gemm:
-      return "gemm";
-    case StepPart::attention:
-      return "attention";
-    case StepPart::experts:
-      return "experts";
-  }
-  return "?";
+  static constexpr std::array<const char*, kStepParts> kNames = {"gemm", "attention", "experts"};
+  return kNames[static_cast<std::size_t>(p)];
 }
 
 void start_step_parts() {

@@ -63,7 +63,8 @@ void AdamW::update(float* params, const float* grads, float lr, int64_t step, fl
                    bf16* params_bf16) {
   float* m = exp_avg();
   float* v = exp_avg_sq();
-  // Blocks of the bf16 copy's conversion: 16 KiB of weights.
+  // Blocks of 16 KiB of weights: each is converted to the bf16 copy (when
+  // there is one) right after its update, while it is still in cache.
   constexpr int64_t kBlock = 4096;
   for (const Piece& piece : pieces_) {
     const kernels::body::AdamWStep st = constants(piece, lr, step);
@@ -72,20 +73,14 @@ void AdamW::update(float* params, const float* grads, float lr, int64_t step, fl
     float* ms = m + piece.local;
     float* vs = v + piece.local;
     const int64_t n = piece.end - piece.begin;
-    if (params_bf16 == nullptr) {
-#pragma omp parallel for simd schedule(static)
-      for (int64_t i = 0; i < n; ++i)
-        kernels::body::adamw(p + i, ms + i, vs + i, g[i] * grad_scale, st);
-      continue;
-    }
-    bf16* low = params_bf16 + piece.begin;
+    bf16* low = params_bf16 == nullptr ? nullptr : params_bf16 + piece.begin;
 #pragma omp parallel for schedule(static)
     for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
       const int64_t i1 = std::min(n, i0 + kBlock);
 #pragma omp simd
       for (int64_t i = i0; i < i1; ++i)
         kernels::body::adamw(p + i, ms + i, vs + i, g[i] * grad_scale, st);
-      to_bf16(low + i0, p + i0, i1 - i0);
+      if (low != nullptr) to_bf16(low + i0, p + i0, i1 - i0);
     }
   }
 }
