@@ -273,8 +273,54 @@ TEST(Muon, SymmetricGramMatchesTheFullProduct) {
   EXPECT_DOUBLE_EQ(gram_flop_share(512), 5.0 / 8);
 }
 
+// The quintic iteration on full GEMMs, in fp64 and written out here, for G
+// [m, n] with m <= n; with bf16_inputs each GEMM's inputs are rounded to
+// bf16 first, as newton_schulz_bf16 rounds them.
+std::vector<double> plain_newton_schulz(const std::vector<float>& g, int64_t m, int64_t n,
+                                        bool bf16_inputs, int steps = 5) {
+  auto in = [&](double v) {
+    return bf16_inputs ? static_cast<double>(to_float(to_bf16(static_cast<float>(v)))) : v;
+  };
+  std::vector<double> X(g.begin(), g.end()), A(m * m), B(m * m), Y(m * n);
+  double norm = 0;
+  for (double v : X) norm += v * v;
+  for (double& v : X) v = static_cast<float>(v / (std::sqrt(norm) + 1e-7));
+  const double ka = 3.4445, kb = -4.7750, kc = 2.0315;
+  for (int s = 0; s < steps; ++s) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < m; ++j) {
+        double d = 0;
+        for (int64_t k = 0; k < n; ++k) d += in(X[i * n + k]) * in(X[j * n + k]);
+        A[i * m + j] = d;
+      }
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < m; ++j) {
+        double d = 0;
+        for (int64_t k = 0; k < m; ++k) d += in(A[i * m + k]) * in(A[k * m + j]);
+        B[i * m + j] = kb * A[i * m + j] + kc * d;
+      }
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double d = 0;
+        for (int64_t k = 0; k < m; ++k) d += in(B[i * m + k]) * in(X[k * n + j]);
+        Y[i * n + j] = ka * X[i * n + j] + d;
+      }
+    std::swap(X, Y);
+  }
+  return X;
+}
+
+double relative_rms(const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / den);
+}
+
 // The iteration on symmetric_gram against the same iteration on full GEMMs
-// (fp64, written out here) for a matrix wide enough to be cut into strips.
+// for a matrix wide enough to be cut into strips.
 TEST(Muon, NewtonSchulzMatchesAPlainGemmIteration) {
   const int64_t m = 260, n = 300;
   std::vector<float> g(m * n), got(m * n);
@@ -283,38 +329,38 @@ TEST(Muon, NewtonSchulzMatchesAPlainGemmIteration) {
   for (auto& v : g) v = normal(gen);
   std::vector<float> x(m * n), y(m * n), a(m * m), b(m * m);
   optim::newton_schulz(got.data(), g.data(), m, n, 5, x.data(), y.data(), a.data(), b.data());
-  std::vector<double> X(g.begin(), g.end()), A(m * m), B(m * m), Y(m * n);
-  double norm = 0;
-  for (double v : X) norm += v * v;
-  for (double& v : X) v /= std::sqrt(norm) + 1e-7;
-  const double ka = 3.4445, kb = -4.7750, kc = 2.0315;
-  for (int s = 0; s < 5; ++s) {
+  EXPECT_LT(relative_rms(got, plain_newton_schulz(g, m, n, false)), 1e-4);
+}
+
+// One step of the bf16 iteration (its Gram matrices' lower triangles
+// rounded and mirrored in one pass) against the plain one on the same bf16
+// inputs, for a tall matrix (transposed in and out, in 16 x 16 tiles with
+// edges) whose Gram matrices are cut into two strips and end in a partial
+// tile. One step, as further steps amplify each input that rounds the other
+// way (fp32 against fp64 sums) until two correct bf16 iterations part by
+// ~1% after five (a third of the way to fp32's result).
+TEST(Muon, NewtonSchulzInBf16MatchesAPlainBf16Iteration) {
+  const int64_t m = 300, n = 260;
+  std::vector<float> g(m * n), gt(n * m), got(m * n);
+  std::mt19937 gen(17);
+  std::normal_distribution<float> normal;
+  for (auto& v : g) v = normal(gen);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) gt[j * m + i] = g[i * n + j];
+  std::vector<float> x(m * n), y(m * n), a(n * n), b(n * n);
+  std::vector<bf16> xb(m * n), ab(n * n);
+  optim::newton_schulz_bf16(got.data(), g.data(), m, n, 1, x.data(), y.data(), a.data(), b.data(),
+                            xb.data(), ab.data());
+  auto transposed = [&](const std::vector<double>& wide) {  // [n, m] -> [m, n]
+    std::vector<double> out(m * n);
     for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < m; ++j) {
-        double d = 0;
-        for (int64_t k = 0; k < n; ++k) d += X[i * n + k] * X[j * n + k];
-        A[i * m + j] = d;
-      }
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < m; ++j) {
-        double d = 0;
-        for (int64_t k = 0; k < m; ++k) d += A[i * m + k] * A[k * m + j];
-        B[i * m + j] = kb * A[i * m + j] + kc * d;
-      }
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        double d = 0;
-        for (int64_t k = 0; k < m; ++k) d += B[i * m + k] * X[k * n + j];
-        Y[i * n + j] = ka * X[i * n + j] + d;
-      }
-    std::swap(X, Y);
-  }
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < m * n; ++i) {
-    num += (got[i] - X[i]) * (got[i] - X[i]);
-    den += X[i] * X[i];
-  }
-  EXPECT_LT(std::sqrt(num / den), 1e-4);
+      for (int64_t j = 0; j < n; ++j) out[i * n + j] = wide[j * m + i];
+    return out;
+  };
+  const double bf16_gap = relative_rms(got, transposed(plain_newton_schulz(gt, n, m, true, 1)));
+  const double fp32_gap = relative_rms(got, transposed(plain_newton_schulz(gt, n, m, false, 1)));
+  EXPECT_LT(bf16_gap, 1e-4);
+  EXPECT_GT(fp32_gap, 10 * bf16_gap);  // the inputs were rounded
 }
 
 TEST(Muon, NewtonSchulzInBf16StaysCloseToFp32) {
