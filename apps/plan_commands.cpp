@@ -17,10 +17,10 @@ namespace anvil::cli {
 namespace {
 
 // anvil train's flags that plan has as its own (the same meaning).
-const std::vector<std::string> kPlanOwns = {"model.config",   "model.set",     "model.dtype",
-                                            "train.batch",    "train.seq",     "train.accum",
-                                            "optimizer.name", "parallel.zero", "parallel.ep",
-                                            "parallel.cp"};
+const std::vector<std::string> kPlanOwns = {
+    "model.config",  "model.set",   "model.dtype",    "train.batch",
+    "train.seq",     "train.accum", "optimizer.name", "optimizer.muon_bf16",
+    "parallel.zero", "parallel.ep", "parallel.cp"};
 
 }  // namespace
 
@@ -92,6 +92,9 @@ void PlanCommands::add_model_flags(CLI::App* cmd, Model& m, bool required) {
       ->check(at_least(1));
   cmd->add_option("--optimizer", m.optimizer, "adamw, or muon (2-D matrices; AdamW for the rest)")
       ->check(one_of({"adamw", "muon"}));
+  cmd->add_flag("--muon-bf16", m.muon_bf16,
+                "Muon's Newton-Schulz GEMMs on bf16 inputs, priced at the bf16 rate (anvil "
+                "train --muon-bf16)");
   cmd->add_flag("--recompute", m.recompute, "Full activation recompute per layer");
   cmd->add_option("--recompute-layers", m.recompute_layers,
                   "With --recompute: recompute only this many layers per pipeline stage, the "
@@ -228,6 +231,7 @@ Resolved resolve(const PlanCommands::Model& m) {
   l.zero1 = m.zero1;
   l.global_batch = m.global_batch > 0 ? m.global_batch : m.micro_batch * m.accum * l.dp();
   l.optimizer = m.optimizer;
+  l.muon_bf16 = m.muon_bf16;
   l.recompute = m.recompute || m.recompute_layers > 0;
   l.recompute_layers = m.recompute_layers;
   if (!m.expert_loads.empty())

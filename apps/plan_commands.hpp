@@ -37,6 +37,7 @@ class PlanCommands : public CommandFamily {
     bool fsdp = false;
     int64_t global_batch = 0;
     std::string optimizer = "adamw";
+    bool muon_bf16 = false;
     bool recompute = false;
     int64_t recompute_layers = 0;
     int64_t threads_per_rank = 0;

@@ -13,6 +13,7 @@
 #include "anvil/model/context_parallel.hpp"
 #include "anvil/model/decoder.hpp"
 #include "anvil/model/param_count.hpp"
+#include "anvil/optim/muon.hpp"
 #include "anvil/plan/hw_profile.hpp"
 #include "anvil/plan/model_calc.hpp"
 #include "anvil/plan/perf_model.hpp"
@@ -383,6 +384,51 @@ TEST(Planner, Fp8CastsTheLayersGemmOperandsAndKeepsTheClassifierInBf16) {
 // A CPU's bf16 GEMMs convert their fp32 activations: per linear layer its
 // input for the forward, its output gradient and input again for the
 // backward (6 B per element at the memory bandwidth); a GPU converts nothing.
+// Muon's Newton-Schulz: its GEMMs at the rate of the dtype it multiplies in
+// (anvil train --muon-bf16: bf16), and its element-wise passes at the
+// in-place memory rate, counted per matrix as optim/muon.cpp moves them.
+TEST(Planner, MuonPricesNewtonSchulzInItsDtypeAndCountsItsPasses) {
+  // [512, 1024] (ZAYA1-small's expert gate/up in its wide orientation):
+  // 20 B an element in and out, 5 iterations of X's copy (8 B; 10 rounded
+  // to bf16 too) and the Gram matrices' copies and mirrors (16 B; 12).
+  const double x = 512.0 * 1024, gram = 512.0 * 512;
+  EXPECT_DOUBLE_EQ(newton_schulz_bytes(512, 1024, false), 20 * x + 5 * (8 * x + 16 * gram));
+  EXPECT_DOUBLE_EQ(newton_schulz_bytes(512, 1024, true), 20 * x + 5 * (10 * x + 12 * gram));
+
+  HwProfile cpu = cpu_node();
+  cpu.peak.push_back({"bf16", 2, 300});  // twice f32's 150
+  const auto c = preset("gpt2-124m");
+  PlanOptions o;
+  o.layout.dtype = "f32";
+  o.layout.seq = 64;
+  o.layout.optimizer = "muon";
+  auto optimizer_s = [&](bool bf16) {
+    o.layout.muon_bf16 = bf16;
+    return predict_step(c, cpu, o).optimizer_s;
+  };
+  // Memory all but free: the GEMMs alone, twice as fast in bf16.
+  cpu.memory_levels[0].gbs = 1e12;
+  EXPECT_NEAR(optimizer_s(true) / optimizer_s(false), 0.5, 1e-6);
+  // At the profile's rates: the difference is each matrix's Newton-Schulz
+  // GEMMs priced in bf16 rather than f32, and its passes' bytes (in place:
+  // 4/3 of the profile's 30 GB/s triad rate).
+  cpu.memory_levels[0].gbs = 30;
+  double want = 0;
+  for (const auto& g : step_gemms(c, o.layout, false)) {
+    if (g.shape.name == "lm_head.fwd") continue;
+    const int64_t r = std::min(g.shape.n, g.shape.k), cols = std::max(g.shape.n, g.shape.k);
+    const double share = optim::gram_flop_share(r);
+    auto gemms = [&](const char* dtype) {
+      return 5 * ((1 + share) * price_gemm(cpu, dtype, r, r, cols).seconds +
+                  share * price_gemm(cpu, dtype, r, r, r).seconds);
+    };
+    want += (gemms("bf16") - gemms("f32") +
+             (newton_schulz_bytes(r, cols, true) - newton_schulz_bytes(r, cols, false)) / 40e9) *
+            static_cast<double>(g.count);
+  }
+  EXPECT_NEAR((optimizer_s(true) - optimizer_s(false)) / want, 1.0, 1e-9);
+}
+
 TEST(Planner, CpuBf16ConvertsEachLinearLayersActivations) {
   const auto c = preset("gpt2-124m");
   HwProfile cpu = cpu_node();

@@ -36,6 +36,7 @@ struct Layout {
   int64_t seq = 1024;               // tokens per sequence
   std::string dtype = "bf16";       // GEMM inputs: f32 | bf16 | fp8 (fp8 GEMMs, bf16 elsewhere)
   std::string optimizer = "adamw";  // adamw | muon (Muon on 2-D matrices, AdamW on the rest)
+  bool muon_bf16 = false;           // Muon's Newton-Schulz GEMMs on bf16 inputs (--muon-bf16)
   bool recompute = false;           // full activation recompute per layer
   int64_t recompute_layers = 0;     // with recompute: layers per stage recomputed (0: all)
   // CPU profiles: threads one rank runs. The rank gets that share of the

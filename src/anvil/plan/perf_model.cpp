@@ -469,6 +469,19 @@ HwProfile cpu_rank_view(const HwProfile& hw, double share) {
   return v;
 }
 
+// optim/muon.cpp's passes: the norm, scaling (or transposing) in and copying
+// (or transposing) out, 20 B an element; then per iteration Y's copy of X (8
+// B an element; 10 with bf16 inputs, rounded in the same pass) and, per
+// element of the Gram matrices, in fp32 A's and B's mirrors (a half read and
+// a half written, 4 B each) and A's copy (8 B), with bf16 inputs A's lower
+// half read and rounded, mirrored and copied whole (8 B) and B's rounded and
+// mirrored (4 B).
+double newton_schulz_bytes(int64_t r, int64_t c, bool bf16) {
+  const double x = static_cast<double>(r) * static_cast<double>(c);
+  const double gram = static_cast<double>(r) * static_cast<double>(r);
+  return 20.0 * x + 5.0 * (bf16 ? 10.0 * x + 12.0 * gram : 8.0 * x + 16.0 * gram);
+}
+
 namespace {
 
 // The compute of a step, part by part (GEMMs, attention, element-wise work,
@@ -594,7 +607,8 @@ double in_place_gbs(const HwProfile& hw) {
 }
 
 // Streaming over the local parameters (a 1/(dp x cp) share with ZeRO-1), plus
-// Muon's Newton-Schulz GEMMs on its share of the matrices.
+// Muon's Newton-Schulz (GEMMs and element-wise passes) on its share of the
+// matrices.
 double predict_optimizer(const model::ModelConfig& c, const HwProfile& hw, const Layout& l) {
   Prediction p;
   const LocalParams lp = local_params(c, l);
@@ -605,14 +619,16 @@ double predict_optimizer(const model::ModelConfig& c, const HwProfile& hw, const
   if (l.optimizer == "muon") {
     Layout balanced = l;  // Newton-Schulz runs on every matrix, whatever its load
     balanced.expert_shares.clear();
+    const std::string dtype = l.muon_bf16 ? "bf16" : "f32";
     for (const auto& g : step_gemms(c, balanced, false)) {
       if (g.shape.name == "lm_head.fwd") continue;
       const int64_t a = std::min(g.shape.n, g.shape.k), b = std::max(g.shape.n, g.shape.k);
-      const GemmPrice xxt = price_gemm(hw, "f32", a, a, b);
-      const GemmPrice aa = price_gemm(hw, "f32", a, a, a);
+      const GemmPrice xxt = price_gemm(hw, dtype, a, a, b);
+      const GemmPrice aa = price_gemm(hw, dtype, a, a, a);
       // X X^T and A A below the diagonal only (optim::symmetric_gram), B X in full.
       const double gram = optim::gram_flop_share(a);
-      p.optimizer_s += 5.0 * ((1 + gram) * xxt.seconds + gram * aa.seconds) *
+      const double ns_s = 5.0 * ((1 + gram) * xxt.seconds + gram * aa.seconds);
+      p.optimizer_s += (ns_s + newton_schulz_bytes(a, b, l.muon_bf16) / (in_place_gbs(hw) * 1e9)) *
                        static_cast<double>(g.count) * owned;
     }
   }
@@ -810,14 +826,17 @@ std::vector<Term> model_terms(const model::ModelConfig& c, const HwProfile& hw, 
     }
   }
   const LocalParams lp = local_params(c, l);
-  terms.push_back({"memory-bound: optimizer step", p.optimizer_s,
-                   fmt(lp.total() / 1e6, 1) + " M local parameters x " +
-                       fmt(optimizer_bytes_per_param(l.optimizer), 0) + " B" +
-                       (l.zero1 || l.fsdp ? (l.cp > 1 ? " / (dp x cp)" : " / dp") : "") +
-                       (l.optimizer == "muon" ? " + Newton-Schulz GEMMs" : "") + " at " +
-                       fmt(in_place_gbs(hw), 1) + " GB/s" +
-                       (in_place_gbs(hw) > memory_gbs(hw) ? " (in place: 4/3 of triad's rate)" : ""),
-                   memory_source(hw)});
+  terms.push_back(
+      {"memory-bound: optimizer step", p.optimizer_s,
+       fmt(lp.total() / 1e6, 1) + " M local parameters x " +
+           fmt(optimizer_bytes_per_param(l.optimizer), 0) + " B" +
+           (l.zero1 || l.fsdp ? (l.cp > 1 ? " / (dp x cp)" : " / dp") : "") +
+           (l.optimizer == "muon" ? std::string(" + Newton-Schulz GEMMs (") +
+                                        (l.muon_bf16 ? "bf16" : "f32") + ") and passes"
+                                  : std::string()) +
+           " at " + fmt(in_place_gbs(hw), 1) + " GB/s" +
+           (in_place_gbs(hw) > memory_gbs(hw) ? " (in place: 4/3 of triad's rate)" : ""),
+       memory_source(hw)});
   std::string link_src = "measured collective fits of " + profile_origin(hw);
   if (!hw.comm.contains("ranks") || hw.comm["ranks"].empty()) {
     const std::string cited = source_of(hw, "achievable.link");

@@ -46,6 +46,10 @@ struct GemmPrice {
   bool surface = false;          // priced from the measured grid (gemm_grid)
   int64_t tiles = 0, waves = 0;  // output tiles; waves after any split-K
 };
+// The bytes Muon's Newton-Schulz (5 iterations) moves besides its GEMMs for
+// one [r, c] matrix (r <= c), fp32 or with bf16 GEMM inputs.
+double newton_schulz_bytes(int64_t r, int64_t c, bool bf16);
+
 // A shape measured into the profile (anvil bench gemm --profile) is priced at
 // its measured rate (`measured` set); others from the measured grid where the
 // profile has one (`surface`), else by the model above.
