@@ -231,6 +231,8 @@ Resolved resolve(const PlanCommands::Model& m) {
   l.zero1 = m.zero1;
   l.global_batch = m.global_batch > 0 ? m.global_batch : m.micro_batch * m.accum * l.dp();
   l.optimizer = m.optimizer;
+  if (m.muon_bf16 && m.optimizer != "muon")
+    throw InputError("--muon-bf16: needs --optimizer muon, got " + m.optimizer);
   l.muon_bf16 = m.muon_bf16;
   l.recompute = m.recompute || m.recompute_layers > 0;
   l.recompute_layers = m.recompute_layers;

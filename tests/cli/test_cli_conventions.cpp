@@ -124,6 +124,11 @@ TEST(CliConventions, NothingGoesToStdoutBeforeTheInputsAreChecked) {
   EXPECT_EQ(r.out, "");
   expect_usage_error("train --config " + kTinyGpt2 + " --resume latest",
                      "--resume: 'latest' needs --out");
+  // A flag of another optimizer's is refused, not ignored.
+  expect_usage_error("train --config " + kTinyGpt2 + " --muon-bf16",
+                     "--muon-bf16: needs --optimizer muon, got adamw");
+  expect_usage_error("plan --config " + kTinyGpt2 + " --hw mi300x --muon-bf16",
+                     "--muon-bf16: needs --optimizer muon, got adamw");
   // A resume that does not continue the checkpoint is refused before anything prints.
   train_tiny(dir);
   r = run_anvil("train --config " + kTinyGpt2 +

@@ -37,6 +37,10 @@ TEST(TrainOptions, ChecksNameTheKeyAndWhatTheValueMustBe) {
   o.checkpoint.resume = "latest";
   expect_input_error([&] { o.finish(); }, {"checkpoint.resume: 'latest' needs checkpoint.out"});
   o = TrainOptions();
+  o.optimizer.muon.ns_bf16 = true;
+  expect_input_error([&] { o.finish(); },
+                     {"optimizer.muon_bf16: needs optimizer.name muon, got adamw"});
+  o = TrainOptions();
   o.faults.inject = "boom@3";
   expect_input_error([&] { o.finish(); }, {"faults.inject: ", "got 'boom@3'"});
 }

@@ -29,6 +29,8 @@ void TrainOptions::finish() {
     throw InputError("checkpoint.resume: 'latest' needs checkpoint.out (the run directory)");
   if (checkpoint.resume_new_accum && checkpoint.resume.empty())
     throw InputError("checkpoint.resume_new_accum: needs checkpoint.resume");
+  if (optimizer.muon.ns_bf16 && optimizer.name != "muon")
+    throw InputError("optimizer.muon_bf16: needs optimizer.name muon, got " + optimizer.name);
   if (!faults.inject.empty()) ft::parse_fault(faults.inject, "faults.inject");
 }
 
