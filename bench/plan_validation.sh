@@ -15,8 +15,9 @@
 #             shapes; collectives at the measured sizes.
 # Held-out:   the same presets from the grid alone (their shapes never
 #             measured); configurations with other widths, sequence lengths
-#             and expert counts, and 2-rank runs, none of whose shapes or
-#             steps went into the profile; collectives at the sizes between
+#             and expert counts, Muon (fp32 and bf16 Newton-Schulz) and
+#             2-rank runs, none of whose shapes or steps went into the
+#             profile; collectives at the sizes between
 #             (the sqrt(2) steps: 362K, 724K, ... 90M; refinement cuts in
 #             thirds, so it never measures them) and beyond the profile's
 #             (128M).
@@ -64,6 +65,8 @@ llama-T384|held|llama-style|3|384|fp32|1|
 byte-d512-T512|held|byte-small|8|512|fp32|1|--set d_model=512 --set n_heads=8 --set ffn_hidden=1536 --set seq_len=512
 zaya-e8-f768|held|zaya-small|8|256|fp32|1|--set n_experts=8 --set expert_ffn_hidden=768
 zaya-T512|held|zaya-small|4|512|fp32|1|--set seq_len=512
+zaya-muon|held|zaya-small|8|256|fp32|1|--optimizer muon
+zaya-muon-bf16|held|zaya-small|8|256|fp32|1|--optimizer muon --muon-bf16
 gpt2-dp2|held|gpt2-124m|2|256|fp32|2|
 zaya-dp2|held|zaya-small|4|256|fp32|2|"
 # Keep in profile $1's collective fits only the sizes that profile $2 holds
