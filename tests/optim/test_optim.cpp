@@ -273,6 +273,15 @@ TEST(Muon, SymmetricGramMatchesTheFullProduct) {
   EXPECT_DOUBLE_EQ(gram_flop_share(512), 5.0 / 8);
 }
 
+// count standard Gaussian floats from a seeded generator.
+std::vector<float> gaussian(int64_t count, unsigned seed) {
+  std::vector<float> out(static_cast<size_t>(count));
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal;
+  for (auto& v : out) v = normal(gen);
+  return out;
+}
+
 // The quintic iteration on full GEMMs, in fp64 and written out here, for G
 // [m, n] with m <= n; with bf16_inputs each GEMM's inputs are rounded to
 // bf16 first, as newton_schulz_bf16 rounds them.
@@ -323,10 +332,8 @@ double relative_rms(const std::vector<float>& got, const std::vector<double>& wa
 // for a matrix wide enough to be cut into strips.
 TEST(Muon, NewtonSchulzMatchesAPlainGemmIteration) {
   const int64_t m = 260, n = 300;
-  std::vector<float> g(m * n), got(m * n);
-  std::mt19937 gen(13);
-  std::normal_distribution<float> normal;
-  for (auto& v : g) v = normal(gen);
+  const std::vector<float> g = gaussian(m * n, 13);
+  std::vector<float> got(m * n);
   std::vector<float> x(m * n), y(m * n), a(m * m), b(m * m);
   optim::newton_schulz(got.data(), g.data(), m, n, 5, x.data(), y.data(), a.data(), b.data());
   EXPECT_LT(relative_rms(got, plain_newton_schulz(g, m, n, false)), 1e-4);
@@ -341,10 +348,8 @@ TEST(Muon, NewtonSchulzMatchesAPlainGemmIteration) {
 // ~1% after five (a third of the way to fp32's result).
 TEST(Muon, NewtonSchulzInBf16MatchesAPlainBf16Iteration) {
   const int64_t m = 300, n = 260;
-  std::vector<float> g(m * n), gt(n * m), got(m * n);
-  std::mt19937 gen(17);
-  std::normal_distribution<float> normal;
-  for (auto& v : g) v = normal(gen);
+  const std::vector<float> g = gaussian(m * n, 17);
+  std::vector<float> gt(n * m), got(m * n);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) gt[j * m + i] = g[i * n + j];
   std::vector<float> x(m * n), y(m * n), a(n * n), b(n * n);
@@ -367,10 +372,8 @@ TEST(Muon, NewtonSchulzInBf16StaysCloseToFp32) {
   // A 64 x 96 Gaussian: the bf16 iteration rounds each GEMM's inputs to 8
   // mantissa bits; the iterate stays fp32, so it ends within a few bf16 ulps.
   const int64_t m = 64, n = 96;
-  std::vector<float> g(m * n), want(m * n), got(m * n);
-  std::mt19937 gen(7);
-  std::normal_distribution<float> normal;
-  for (auto& v : g) v = normal(gen);
+  const std::vector<float> g = gaussian(m * n, 7);
+  std::vector<float> want(m * n), got(m * n);
   std::vector<float> x(m * n), y(m * n), a(m * m), b(m * m);
   std::vector<bf16> xb(m * n), ab(m * m);
   optim::newton_schulz(want.data(), g.data(), m, n, 5, x.data(), y.data(), a.data(), b.data());
