@@ -23,12 +23,14 @@ constexpr float kA = kNewtonSchulzA, kB = kNewtonSchulzB, kC = kNewtonSchulzC;
 
 namespace {
 
-// out [cols, rows] = scale * in^T for in [rows, cols], a 16 x 16 tile at a
-// time through a small buffer: each tile's lines are read and written whole,
-// once, so strides of a power-of-two length (512, 1024 floats, one cache
-// set for every row) cost no conflict misses (an element-wise strided copy
-// took ~1/8 of a zaya-small Muon step).
-void transpose_scaled(float* out, const float* in, int64_t rows, int64_t cols, float scale) {
+// out [cols, rows] = scale * in^T for in [rows, cols] (leading dimensions
+// ldo and ldi), a 16 x 16 tile at a time through a small buffer: each tile's
+// lines are read and written whole, once, so strides of a power-of-two
+// length (512, 1024 floats, one cache set for every row) cost no conflict
+// misses (an element-wise strided copy took ~1/8 of a zaya-small Muon step;
+// 64 x 64 tiles ran 5x slower at 512). `out` and `in` must not overlap.
+void transpose_scaled(float* out, int64_t ldo, const float* in, int64_t ldi, int64_t rows,
+                      int64_t cols, float scale) {
   constexpr int64_t kTile = 16;
 #pragma omp parallel for schedule(static) if (!omp_in_parallel())
   for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
@@ -37,11 +39,11 @@ void transpose_scaled(float* out, const float* in, int64_t rows, int64_t cols, f
     for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
       const int64_t nj = std::min(kTile, cols - j0);
       for (int64_t i = 0; i < ni; ++i) {
-        const float* row = in + (i0 + i) * cols + j0;
+        const float* row = in + (i0 + i) * ldi + j0;
         for (int64_t j = 0; j < nj; ++j) tile[j * kTile + i] = row[j] * scale;
       }
       for (int64_t j = 0; j < nj; ++j) {
-        std::memcpy(out + (j0 + j) * rows + i0, tile + j * kTile,
+        std::memcpy(out + (j0 + j) * ldo + i0, tile + j * kTile,
                     static_cast<size_t>(ni) * sizeof(float));
       }
     }
@@ -57,7 +59,7 @@ bool ns_start(float* x, const float* g, int64_t rows, int64_t cols) {
   for (int64_t i = 0; i < n; ++i) norm2 += static_cast<double>(g[i]) * g[i];
   const auto inv = static_cast<float>(1.0 / (std::sqrt(norm2) + 1e-7));
   if (transposed) {
-    transpose_scaled(x, g, rows, cols, inv);
+    transpose_scaled(x, rows, g, cols, rows, cols, inv);
   } else {
     for (int64_t i = 0; i < n; ++i) x[i] = g[i] * inv;
   }
@@ -66,7 +68,7 @@ bool ns_start(float* x, const float* g, int64_t rows, int64_t cols) {
 
 void ns_finish(float* out, const float* x, int64_t rows, int64_t cols, bool transposed) {
   if (transposed) {
-    transpose_scaled(out, x, cols, rows, 1.0f);  // x is [cols, rows]
+    transpose_scaled(out, cols, x, rows, cols, rows, 1.0f);  // x is [cols, rows]
   } else {
     std::memcpy(out, x, static_cast<size_t>(rows * cols) * sizeof(float));
   }
@@ -138,27 +140,15 @@ template <typename T>
 void gram_mirrored(const T* x, int64_t r, int64_t c, float alpha, float beta, float* out,
                    device::GemmBackend backend) {
   gram_lower(x, r, c, alpha, beta, out, backend);
-  // The upper triangle from the lower, a 16 x 16 tile at a time through a
-  // small buffer: rows of a power-of-two length (512, 1024) put a wider
-  // tile's column in one cache set (64 x 64 tiles ran 5x slower at r = 512).
-  constexpr int64_t kTile = 16;
-  alignas(64) float tile[kTile * kTile];
-  for (int64_t i0 = 0; i0 < r; i0 += kTile) {
-    for (int64_t j0 = i0; j0 < r; j0 += kTile) {
-      const int64_t ie = std::min(r, i0 + kTile), je = std::min(r, j0 + kTile);
-      if (j0 == i0 || ie - i0 < kTile || je - j0 < kTile) {  // diagonal or edge tile
-        for (int64_t i = i0; i < ie; ++i) {
-          for (int64_t j = std::max(j0, i + 1); j < je; ++j) out[i * r + j] = out[j * r + i];
-        }
-        continue;
-      }
-      for (int64_t j = 0; j < kTile; ++j) {
-        for (int64_t i = 0; i < kTile; ++i) tile[i * kTile + j] = out[(j0 + j) * r + i0 + i];
-      }
-      for (int64_t i = 0; i < kTile; ++i) {
-        std::memcpy(out + (i0 + i) * r + j0, tile + i * kTile, kTile * sizeof(float));
-      }
-    }
+  // The upper triangle from the lower, a band of 16 rows at a time: the
+  // diagonal tile element by element, the rest transposed from the column
+  // band below it.
+  constexpr int64_t kBand = 16;
+  for (int64_t i0 = 0; i0 < r; i0 += kBand) {
+    const int64_t ie = std::min(r, i0 + kBand);
+    for (int64_t i = i0; i < ie; ++i)
+      for (int64_t j = i + 1; j < ie; ++j) out[i * r + j] = out[j * r + i];
+    if (ie < r) transpose_scaled(out + i0 * r + ie, r, out + ie * r + i0, r, r - ie, ie - i0, 1.0f);
   }
 }
 
