@@ -44,7 +44,7 @@ TEST(LocalDispatcher, HandsTheSortedRowsToTheExpertsInPlace) {
   const ExpertGrads& g = d.dispatch_grads(dys.data(), dxs.data());
   EXPECT_EQ(g.dy, dys.data());
   ASSERT_EQ(g.dx, dxs.data());
-  for (int64_t i = 0; i < 7 * H; ++i) ASSERT_EQ(g.dx[i], 0.0f) << "cleared for the experts";
+  // The experts write every row of g.dx (experts_backward): no clearing.
   for (int64_t r = 0; r < 7; ++r) {
     for (int64_t c = 0; c < H; ++c) g.dx[r * H + c] = static_cast<float>(r + 1);
   }

@@ -50,23 +50,23 @@ TEST(ZayaExperts, EachExpertRunsSwiGluOnItsOwnSegment) {
 
 // One forward and backward of E experts over uneven segments (an empty one
 // included) on `threads` threads: their outputs, input gradient and weight
-// gradients, back to back.
-std::vector<float> experts_pass(int threads, bool half) {
+// gradients, back to back. The backward's buffers start out holding `fill`.
+std::vector<float> experts_pass(int threads, bool half, float fill = 0.0f) {
   const ZayaMoeShape s{.hidden = 48, .expert_ffn = 32};
   const int64_t H = s.hidden, F = s.expert_ffn, E = 5;
   const std::vector<int64_t> offsets = {0, 37, 37, 40, 101, 130};
   const int64_t rows = offsets.back();
   auto x = random_vector(rows * H, 4), dy = random_vector(rows * H, 5);
   auto w = random_vector(E * 3 * F * H, 6);  // fc1 blocks, then fc2 blocks
-  std::vector<float> g(w.size(), 0.0f);
+  std::vector<float> g(w.size(), fill);
   std::vector<bf16> w_low(w.size());
   for (size_t i = 0; i < w.size(); ++i) w_low[i] = to_bf16(w[i]);
   const kernels::Bf16Weights low{w.data(), w_low.data()};
   const int64_t scratch_elems = experts_bf16_scratch(s, rows);
   std::vector<bf16> sa(scratch_elems), sb(scratch_elems);
   kernels::Bf16Scratch scratch{sa.data(), sb.data(), scratch_elems};
-  std::vector<float> y(rows * H), kept(rows * 2 * F), act(rows * F), dx(rows * H, 0.0f),
-      dfc1(rows * 2 * F), dact(rows * F);
+  std::vector<float> y(rows * H), kept(rows * 2 * F), act(rows * F), dx(rows * H, fill),
+      dfc1(rows * 2 * F, fill), dact(rows * F, fill);
   const ExpertRows r{E,          offsets.data(),           x.data(), y.data(), kept.data(),
                      act.data(), half ? &scratch : nullptr};
   const ZayaExpertParams p{w.data(), w.data() + E * 2 * F * H};
@@ -97,6 +97,19 @@ TEST(ZayaExperts, OnePerThreadMatchesOneThreadInTurnFp32AndBf16) {
     }
     EXPECT_LE(worst, 1e-6 * largest) << (half ? "bf16" : "fp32");
     EXPECT_GT(largest, 0.0);
+  }
+}
+
+// The backward writes its gradients (the input's, the scratch's and every
+// expert's weights', zeros for the expert without rows) over what the
+// buffers held: nothing need be zeroed first, and the bits are those of
+// adding to zeros.
+TEST(ZayaExperts, BackwardWritesOverWhatItsBuffersHeld) {
+  for (bool half : {false, true}) {
+    const auto zeros = experts_pass(1, half), garbage = experts_pass(1, half, std::nanf(""));
+    ASSERT_EQ(zeros.size(), garbage.size());
+    for (size_t i = 0; i < zeros.size(); ++i)
+      ASSERT_EQ(zeros[i], garbage[i]) << (half ? "bf16" : "fp32") << ", value " << i;
   }
 }
 

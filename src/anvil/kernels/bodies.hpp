@@ -43,6 +43,14 @@ ANVIL_HD inline void swiglu_grads_add(float g, float u, float d, float* dg, floa
   *du += d * silu;
   *dg += d * u * sig * (1.0f + g * (1.0f - sig));
 }
+// The same gradients written over *dg and *du (the same bits as adding them
+// to zeros).
+ANVIL_HD inline void swiglu_grads(float g, float u, float d, float* dg, float* du) {
+  const float sig = fast_sigmoid(g);
+  const float silu = g * sig;
+  *du = d * silu;
+  *dg = d * u * sig * (1.0f + g * (1.0f - sig));
+}
 
 // LayerNorm's output of x, given its row's mean and 1 / sqrt(var + eps).
 ANVIL_HD inline float layernorm(float x, float mean, float rstd, float w, float b) {

@@ -227,21 +227,24 @@ void linear_forward(float* out, const float* inp, MatmulWeight weight, const flo
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      MatmulWeight weight, int64_t N, int64_t IC, int64_t OC, Bf16Scratch* scratch,
-                     device::GemmBackend backend) {
+                     device::GemmBackend backend, GradStore store) {
+  const float beta = store == GradStore::add ? 1.0f : 0.0f;
   if (weight.bf16_copy != nullptr) {
     check_scratch(scratch, std::max(N * IC, N * OC));
     convert_to_bf16(scratch->b, dout, N * OC);
     convert_to_bf16(scratch->a, inp, N * IC);
     if (dinp != nullptr) {
-      device::gemm(false, false, N, IC, OC, 1.0f, scratch->b, OC, weight.bf16_copy, IC, 1.0f, dinp, IC,
-           backend);
+      device::gemm(false, false, N, IC, OC, 1.0f, scratch->b, OC, weight.bf16_copy, IC, beta, dinp,
+                   IC, backend);
     }
-    device::gemm(true, false, OC, IC, N, 1.0f, scratch->b, OC, scratch->a, IC, 1.0f, dweight, IC, backend);
+    device::gemm(true, false, OC, IC, N, 1.0f, scratch->b, OC, scratch->a, IC, beta, dweight, IC,
+                 backend);
   } else {
     if (dinp != nullptr) {
-      device::gemm(false, false, N, IC, OC, 1.0f, dout, OC, weight.f32, IC, 1.0f, dinp, IC, backend);
+      device::gemm(false, false, N, IC, OC, 1.0f, dout, OC, weight.f32, IC, beta, dinp, IC,
+                   backend);
     }
-    device::gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC, backend);
+    device::gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, beta, dweight, IC, backend);
   }
   if (dbias == nullptr) return;
   PartialSums sums(OC, 1);
@@ -279,7 +282,8 @@ void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F) {
   }
 }
 
-void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N, int64_t F) {
+void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N, int64_t F,
+                     GradStore store) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* g = inp + n * 2 * F;
@@ -287,8 +291,13 @@ void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N
     const float* d = dout + n * F;
     float* dg = dinp + n * 2 * F;
     float* du = dg + F;
+    if (store == GradStore::write) {
 #pragma omp simd
-    for (int64_t i = 0; i < F; ++i) body::swiglu_grads_add(g[i], u[i], d[i], dg + i, du + i);
+      for (int64_t i = 0; i < F; ++i) body::swiglu_grads(g[i], u[i], d[i], dg + i, du + i);
+    } else {
+#pragma omp simd
+      for (int64_t i = 0; i < F; ++i) body::swiglu_grads_add(g[i], u[i], d[i], dg + i, du + i);
+    }
   }
 }
 

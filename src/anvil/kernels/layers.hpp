@@ -75,10 +75,18 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
 void linear_forward(float* out, const float* inp, MatmulWeight weight, const float* bias, int64_t N,
                     int64_t IC, int64_t OC, Bf16Scratch* scratch = nullptr,
                     device::GemmBackend backend = device::GemmBackend::automatic);
-// dinp may be null (first layer); dbias may be null (no bias).
+// How a backward stores its gradients: added to what the output buffers
+// hold (a weight or input used more than once sums its uses), or written
+// over them where this call alone produces them (no zeroing pass first, and
+// the GEMMs do not read the old values). Both give the same bits.
+enum class GradStore { add, write };
+// dinp may be null (first layer); dbias may be null (no bias). `store`
+// applies to dinp and dweight; dbias is always added to.
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      MatmulWeight weight, int64_t N, int64_t IC, int64_t OC,
-                     Bf16Scratch* scratch = nullptr, device::GemmBackend backend = device::GemmBackend::automatic);
+                     Bf16Scratch* scratch = nullptr,
+                     device::GemmBackend backend = device::GemmBackend::automatic,
+                     GradStore store = GradStore::add);
 
 // ---- activations ----
 // GELU, tanh approximation (GPT-2's "gelu_new").
@@ -86,7 +94,8 @@ void gelu_forward(float* out, const float* inp, int64_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
 // SwiGLU: inp rows are [gate (F) | up (F)]; out[n, f] = silu(gate) * up.
 void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F);
-void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N, int64_t F);
+void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N, int64_t F,
+                     GradStore store = GradStore::add);
 
 // ---- residual: out = a + b ----
 void residual_forward(float* out, const float* a, const float* b, int64_t n);

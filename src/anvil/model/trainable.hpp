@@ -72,6 +72,8 @@ class TrainableModel {
   virtual bf16* fresh_bf16_weights() { return nullptr; }
   virtual void bf16_weights_refreshed() {}
   virtual const MemoryPlan& plan() const = 0;
+  // Clears what the next forward_backward adds its gradients to (a model
+  // may leave out the gradients its backward writes whole).
   virtual void zero_grads() = 0;
   virtual double forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
                          int64_t* scored) = 0;

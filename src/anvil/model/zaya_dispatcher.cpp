@@ -71,7 +71,6 @@ void LocalDispatcher::send() {
 }
 
 void LocalDispatcher::send_grads(const float* dys, float* dxs) {
-  kernels::zero(dxs, sorted_rows_ * s_.hidden);
   grads_.dy = dys;
   grads_.dx = dxs;
 }

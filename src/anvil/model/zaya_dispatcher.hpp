@@ -65,7 +65,7 @@ class TokenDispatcher {
   //                  rows this process's experts run on, with room for what
   //                  they write;
   //   receive        rows_.y back into ys_, in sorted order;
-  //   send_grads     dys (sorted) to grads_, grads_.dx zeroed;
+  //   send_grads     dys (sorted) to grads_ (the experts write grads_.dx);
   //   receive_grads  grads_.dx back into dxs, in sorted order.
   virtual void carve_own(Carver& c) = 0;
   virtual void send() = 0;

@@ -89,18 +89,25 @@ void experts_forward(const ExpertRows& r, const ZayaMoeShape& s, const ZayaExper
 void experts_backward(const ExpertGrads& d, const ExpertRows& r, const ZayaMoeShape& s,
                       const ZayaExpertParams& g, const ZayaExpertParams& p,
                       const kernels::Bf16Weights* low) {
-  const int64_t H = s.hidden, F = s.expert_ffn, rows = r.rows();
-  kernels::zero(d.dact, rows * F);
-  kernels::zero(d.dfc1, rows * 2 * F);
+  const int64_t H = s.hidden, F = s.expert_ffn;
+  // Every gradient here is written, not added: an expert's rows and weights
+  // are its own, so nothing is zeroed first (and no GEMM reads old values).
+  // An expert without rows has zero weight gradients.
+  for (int64_t e = 0; e < r.experts; ++e) {
+    if (r.offsets[e + 1] > r.offsets[e]) continue;
+    kernels::zero(g.fc1 + e * 2 * F * H, 2 * F * H);
+    kernels::zero(g.fc2 + e * H * F, H * F);
+  }
+  constexpr auto kWrite = kernels::GradStore::write;
   for_each_expert(r, s, [&](int64_t e, kernels::Bf16Scratch* bf16) {
     const int64_t b = r.offsets[e], n = r.offsets[e + 1] - b;
     kernels::linear_backward(d.dact + b * F, g.fc2 + e * H * F, nullptr, d.dy + b * H,
                              r.act + b * F, kernels::matmul_weight(low, p.fc2 + e * H * F), n, F, H,
-                             bf16, kSegmentGemm);
-    kernels::swiglu_backward(d.dfc1 + b * 2 * F, d.dact + b * F, r.fc1 + b * 2 * F, n, F);
+                             bf16, kSegmentGemm, kWrite);
+    kernels::swiglu_backward(d.dfc1 + b * 2 * F, d.dact + b * F, r.fc1 + b * 2 * F, n, F, kWrite);
     kernels::linear_backward(d.dx + b * H, g.fc1 + e * 2 * F * H, nullptr, d.dfc1 + b * 2 * F,
                              r.x + b * H, kernels::matmul_weight(low, p.fc1 + e * 2 * F * H), n, H,
-                             2 * F, bf16, kSegmentGemm);
+                             2 * F, bf16, kSegmentGemm, kWrite);
   });
 }
 

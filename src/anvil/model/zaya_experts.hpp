@@ -28,8 +28,8 @@ struct ExpertRows {
   int64_t rows() const { return offsets[experts]; }
 };
 
-// Their backward: dy in, dx out (zeroed by the dispatcher; added to here),
-// and the experts' scratch.
+// Their backward: dy in, dx out (written, every row), and the experts'
+// scratch.
 struct ExpertGrads {
   const float* dy = nullptr;  // [rows, H]
   float* dx = nullptr;        // [rows, H]
@@ -41,7 +41,8 @@ struct ExpertGrads {
 // their inputs through rows.bf16; fp32 accumulation either way.
 void experts_forward(const ExpertRows& rows, const ZayaMoeShape& s, const ZayaExpertParams& p,
                      const kernels::Bf16Weights* low = nullptr);
-// Adds d/dx to d.dx and the experts' weight gradients to g.
+// Writes d/dx into d.dx and every expert's weight gradients into g (over
+// what they held: zeros for an expert without rows).
 void experts_backward(const ExpertGrads& d, const ExpertRows& rows, const ZayaMoeShape& s,
                       const ZayaExpertParams& g, const ZayaExpertParams& p,
                       const kernels::Bf16Weights* low = nullptr);

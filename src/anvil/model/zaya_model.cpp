@@ -355,7 +355,16 @@ ZayaMoeParams ZayaModel::moe_params(int64_t n, float* base) const {
 }
 
 void ZayaModel::zero_grads() {
-  kernels::zero(grads_f(), registry_.total());
+  // The experts' weights (most of the parameters) are left out: their
+  // backward writes their gradients whole (zaya_experts.hpp).
+  float* g = grads_f();
+  int64_t from = 0;
+  for (const ParamSpec& s : registry_.specs()) {
+    if (s.sharding != Sharding::expert) continue;
+    kernels::zero(g + from, s.offset - from);
+    from = s.offset + s.numel;
+  }
+  kernels::zero(g + from, registry_.total() - from);
 }
 
 void ZayaModel::run_forward(const int32_t* tokens) {

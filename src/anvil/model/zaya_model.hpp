@@ -76,7 +76,9 @@ class ZayaModel : public TrainableModel {
   std::vector<std::vector<float>>& balancing_biases() { return balancer_.biases(); }
   void zero_grads() override;
   // Summed loss over rows with target >= 0; with backward, gradients of
-  // (loss * grad_scale) are added to grads(). B and T must be the planned ones.
+  // (loss * grad_scale) are added to grads(), but for the experts' weights'
+  // which are written over (zero_grads() leaves them alone). B and T must
+  // be the planned ones.
   double forward(const int32_t* tokens, const int32_t* targets, int64_t* scored);
   double forward_backward(const int32_t* tokens, const int32_t* targets, float grad_scale,
                           int64_t* scored);

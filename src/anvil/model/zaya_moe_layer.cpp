@@ -58,7 +58,7 @@ void ZayaMoeLayer::backward(float* dx, float* drstate_prev, const ZayaMoeParams&
   // Combine, experts, dispatch, then the router: only through the gates.
   float* dys = back_.dys;
   float* dgate = back_.dgate;
-  kernels::zero(dys, dispatcher_->sorted_rows() * H);
+  // The combine's backward writes every sorted row of dys (once each).
   std::fill(dgate, dgate + N_ * k, 0.0f);
   kernels::moe_combine_backward(dys, dgate, dx, dout, dispatcher_->outputs(), x, router_.gates(),
                                 dispatcher_->slots(), s_.skip_identity, N_, k, H);

@@ -144,7 +144,6 @@ void AllToAllDispatcher::send_grads(const float* dys, float* /*dxs*/) {
   at_least(scratch_->dfc1, rows * 2 * F);
   at_least(scratch_->dact, rows * F);
   at_least(dxr, rows * H);
-  std::fill(dxr.begin(), dxr.begin() + rows * H, 0.0f);
   grads_.dy = dyr.data();
   grads_.dx = dxr.data();
   grads_.dfc1 = scratch_->dfc1.data();
