@@ -107,9 +107,17 @@ StepPart price_attention(const HwProfile& hw, const std::string& dtype, const At
 }
 
 double optimizer_bytes_per_param(const std::string& optimizer) {
-  // AdamW reads p, g, m, v and writes p, m, v (28 B), plus the gradient-norm
-  // pass and zeroing the gradients (8 B). Muon's momentum: read g, m, write m.
+  // AdamW reads p, g, m, v and writes p, m, v (28 B), plus the gradient
+  // norm's two reads (8 B: its largest element, then the scaled squares).
+  // Muon's momentum: read g, m, write m (12 B), and the same norm.
   return optimizer == "muon" ? 20.0 : 36.0;
+}
+
+// Zeroing the gradients before a step (4 B each): those the backward adds
+// to, every rank its whole array (only FSDP shards it). The experts'
+// backward writes their gradients whole, so they are not zeroed.
+double zeroed_gradients(const LocalParams& lp, const Layout& l) {
+  return lp.replicated * (l.fsdp ? 1.0 / static_cast<double>(l.replicas()) : 1.0);
 }
 
 // The bracket of x among sorted distinct values: lower and upper index and
@@ -614,7 +622,7 @@ double predict_optimizer(const model::ModelConfig& c, const HwProfile& hw, const
   const LocalParams lp = local_params(c, l);
   const double owned = l.zero1 || l.fsdp ? 1.0 / static_cast<double>(l.replicas()) : 1.0;
   const double stream = lp.total() * owned * optimizer_bytes_per_param(l.optimizer) +
-                        (l.dtype != "f32" ? lp.total() * 6.0 : 0.0);
+                        zeroed_gradients(lp, l) * 4.0 + (l.dtype != "f32" ? lp.total() * 6.0 : 0.0);
   p.optimizer_s = stream / (in_place_gbs(hw) * 1e9);
   if (l.optimizer == "muon") {
     Layout balanced = l;  // Newton-Schulz runs on every matrix, whatever its load
@@ -830,7 +838,8 @@ std::vector<Term> model_terms(const model::ModelConfig& c, const HwProfile& hw, 
       {"memory-bound: optimizer step", p.optimizer_s,
        fmt(lp.total() / 1e6, 1) + " M local parameters x " +
            fmt(optimizer_bytes_per_param(l.optimizer), 0) + " B" +
-           (l.zero1 || l.fsdp ? (l.cp > 1 ? " / (dp x cp)" : " / dp") : "") +
+           (l.zero1 || l.fsdp ? (l.cp > 1 ? " / (dp x cp)" : " / dp") : "") + " + " +
+           fmt(zeroed_gradients(lp, l) / 1e6, 1) + " M gradients zeroed x 4 B" +
            (l.optimizer == "muon" ? std::string(" + Newton-Schulz GEMMs (") +
                                         (l.muon_bf16 ? "bf16" : "f32") + ") and passes"
                                   : std::string()) +
