@@ -458,6 +458,52 @@ TEST(Planner, CpuBf16ConvertsEachLinearLayersActivations) {
   EXPECT_EQ(conversions(gpu_node()), 0.0);
 }
 
+// On a CPU each GEMM's weight side comes from DRAM: the forward and the
+// dgrad read the weight in the dtype they multiply, the wgrad reads and
+// writes its fp32 gradient (8 B). GPUs overlap it, and the term is zero.
+TEST(Planner, CpuGemmsPayTheirWeightsTrafficFromDram) {
+  const auto c = preset("gpt2-124m");
+  HwProfile cpu = cpu_node();
+  cpu.peak.push_back({"bf16", 2, 300});
+  PlanOptions o;
+  o.layout.micro_batch = 2;
+  o.layout.seq = 256;
+  o.layout.global_batch = 2;
+  for (const char* dtype : {"f32", "bf16"}) {
+    o.layout.dtype = dtype;
+    const Prediction p = predict_step(c, cpu, o);
+    const double w = std::string(dtype) == "bf16" ? 2.0 : 4.0;
+    for (const auto& part : p.compute) {
+      if (part.kind != "gemm") continue;
+      for (const auto& g : step_gemms(c, o.layout, true)) {
+        if (g.shape.name != part.name) continue;
+        const double elements = g.shape.name.ends_with(".wgrad")
+                                    ? static_cast<double>(g.shape.m * g.shape.n)
+                                    : static_cast<double>(g.shape.n * g.shape.k);
+        const double bytes = (g.shape.name.ends_with(".wgrad") ? 8.0 : w) * elements;
+        EXPECT_NEAR(part.weights_s, bytes * static_cast<double>(g.count) / 30e9,
+                    1e-9 * part.weights_s)
+            << dtype << " " << part.name;
+        EXPECT_GT(part.seconds, part.weights_s);
+      }
+    }
+    // --explain shows it as its own term, and the terms still add up.
+    double weights = 0, total = 0;
+    for (const auto& part : p.compute) weights += part.weights_s;
+    for (const auto& t : p.terms) {
+      total += t.seconds;
+      if (t.name == "memory-bound: GEMM weights from DRAM") {
+        EXPECT_NEAR(t.seconds, weights, 1e-12);
+      }
+    }
+    EXPECT_GT(weights, 0.0);
+    EXPECT_NEAR(total, p.step_s, 1e-9 * p.step_s);
+  }
+  o.layout.dtype = "bf16";
+  o.layout.devices_per_node = 1;
+  for (const auto& part : predict_step(c, gpu_node(), o).compute) EXPECT_EQ(part.weights_s, 0.0);
+}
+
 // Recomputing N of a stage's layers costs N / (L / pp) of the forward again
 // and keeps that share of the layers at their inputs only.
 TEST(Planner, PartialRecomputeCostsItsShareOfTheForward) {

@@ -120,6 +120,20 @@ double zeroed_gradients(const LocalParams& lp, const Layout& l) {
   return lp.replicated * (l.fsdp ? 1.0 / static_cast<double>(l.replicas()) : 1.0);
 }
 
+// A CPU BLAS packs each panel of an operand before it multiplies it, on the
+// thread that then computes with it, so an operand that comes from DRAM adds
+// its transfer to the GEMM's time instead of hiding under it. The measured
+// grid repeats each call with its operands in cache; in a step each weight
+// matrix is used once per pass and a layer's weights outgrow the caches
+// (an expert's most of all: 128 rows to amortise them over). So the weight
+// side is priced apart: read by the forward and the dgrad in the dtype they
+// multiply, and the wgrad's fp32 output written after its lines are read
+// (the old sum, or the write-allocate): 8 B per element.
+double cold_weight_bytes(const model::GemmShape& s, const std::string& dtype) {
+  if (s.name.ends_with(".wgrad")) return 8.0 * static_cast<double>(s.m * s.n);
+  return bytes_of(dtype) * static_cast<double>(s.n * s.k);
+}
+
 // The bracket of x among sorted distinct values: lower and upper index and
 // the weight of the upper one (log scale), x clamped to the ends.
 struct Bracket {
@@ -511,6 +525,7 @@ void predict_compute(const model::ModelConfig& c, const HwProfile& hw, const Lay
   // linear_backward: read 4 B, write 2 B per element). The weights' bf16
   // copies are written by the optimizer step (predict_optimizer).
   double bf16_convert_bytes = 0;
+  const double gbs = memory_gbs(hw);
   for (const auto& g : step_gemms(c, l, true)) {
     const bool classifier = g.shape.name.rfind("lm_head", 0) == 0;
     const std::string dtype = l.dtype == "fp8" && classifier ? wide : l.dtype;
@@ -522,8 +537,16 @@ void predict_compute(const model::ModelConfig& c, const HwProfile& hw, const Lay
     if (dtype == "bf16" && hw.kind == "cpu" && g.shape.name.ends_with(".fwd"))
       bf16_convert_bytes +=
           6.0 * static_cast<double>(g.shape.m * (2 * g.shape.k + g.shape.n)) * count;
-    StepPart part{g.shape.name, price.seconds * count, price.flops * count, "", "gemm", dtype,
-                  price.efficiency};
+    const double weights_s =
+        hw.kind == "cpu" ? cold_weight_bytes(g.shape, dtype) * count / (gbs * 1e9) : 0.0;
+    StepPart part{g.shape.name,
+                  price.seconds * count + weights_s,
+                  price.flops * count,
+                  "",
+                  "gemm",
+                  dtype,
+                  price.efficiency,
+                  weights_s};
     std::ostringstream d;
     d << g.count << " x [" << g.shape.m << " x " << g.shape.n << " x " << g.shape.k << "], eff "
       << fmt(price.efficiency * 100, 1) << "%"
@@ -533,6 +556,7 @@ void predict_compute(const model::ModelConfig& c, const HwProfile& hw, const Lay
     if (hw.kind == "gpu")
       d << " (tile " << fmt(price.tile, 2) << ", wave " << fmt(price.wave, 2) << ")";
     if (dtype != l.dtype) d << ", " << dtype;
+    if (weights_s > 0) d << ", + " << fmt(weights_s * 1e3, 1) << " ms weights from DRAM";
     part.detail = d.str();
     if (g.shape.name.ends_with(".fwd") && !classifier) forward_s += part.seconds;
     p.compute.push_back(part);
@@ -551,7 +575,6 @@ void predict_compute(const model::ModelConfig& c, const HwProfile& hw, const Lay
   no_recompute.pp = 1;  // every layer, one micro-batch: the stage's share comes below
   const MemoryPerRank m0 = memory_per_rank(c, no_recompute);
   const double elementwise_bytes = 6.0 * m0.activations_no_recompute * micro;
-  const double gbs = memory_gbs(hw);
   p.compute.push_back({"element-wise", elementwise_bytes / (gbs * 1e9), 0,
                        fmt(elementwise_bytes / 1e9, 2) + " GB at " + fmt(gbs, 1) + " GB/s",
                        "memory", "", 0});
@@ -775,10 +798,11 @@ std::vector<Term> model_terms(const model::ModelConfig& c, const HwProfile& hw, 
     if (part.kind == "gemm") plateau[part.dtype] = std::max(plateau[part.dtype], part.efficiency);
   if (hw.origin == "published")
     for (auto& [dtype, e] : plateau) e = std::max(e, achievable_gemm(hw, dtype));
-  double gemm_s = 0, ideal_s = 0, flops = 0;
+  double gemm_s = 0, ideal_s = 0, flops = 0, weights_s = 0;
   for (const auto& part : p.compute) {
     if (part.kind != "gemm") continue;
-    gemm_s += part.seconds;
+    gemm_s += part.seconds - part.weights_s;
+    weights_s += part.weights_s;
     flops += part.flops;
     ideal_s += part.flops / (peak_or_throw(hw, part.dtype) * 1e9 * plateau[part.dtype]);
   }
@@ -811,6 +835,12 @@ std::vector<Term> model_terms(const model::ModelConfig& c, const HwProfile& hw, 
            ? "tile and wave quantization (docs/plan.md, as in Anthony et al. 2024); roofline from " +
                  memory_source(hw)
            : profile_origin(hw) + " (anvil bench gemm --preset grid / model)"});
+  if (weights_s > 0)
+    terms.push_back({"memory-bound: GEMM weights from DRAM", weights_s,
+                     "each weight read by the forward and the dgrad (the GEMM's dtype), its "
+                     "fp32 gradient read and written by the wgrad, at " +
+                         fmt(memory_gbs(hw), 1) + " GB/s: a CPU packs it on the computing thread",
+                     memory_source(hw)});
   for (const auto& part : p.compute) {
     if (part.kind == "attention") {
       std::string src;

@@ -99,6 +99,7 @@ struct StepPart {
   std::string kind;
   std::string dtype;
   double efficiency = 0;
+  double weights_s = 0;  // of `seconds`: a CPU GEMM's weight traffic from DRAM
 };
 
 // One term of the step-time model, as `anvil plan --explain` prints it: its
