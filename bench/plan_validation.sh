@@ -34,7 +34,7 @@
 # GEMM rates pool 3 passes over the shapes (--passes 3, 0.05 s each): a
 # slow spell of this shared VM (tens of seconds at half speed) otherwise
 # lands on a run of neighbouring grid shapes and moves whole cells by 2x.
-# Usage: [KEEP=DIR | ANALYSE=DIR] bench/plan_validation.sh [ROUNDS (default 3)] [STEPS (default 6)]
+# Usage: [KEEP=DIR | ANALYSE=DIR [REPLAN=1]] bench/plan_validation.sh [ROUNDS (default 3)] [STEPS (default 6)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -45,7 +45,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cores=$(nproc)
 export OMP_NUM_THREADS=$cores
 half=$((cores / 2)); [ "$half" -ge 1 ] || half=1
-# KEEP=DIR keeps the measurements there; ANALYSE=DIR re-prints a kept run.
+# KEEP=DIR keeps the measurements there; ANALYSE=DIR re-prints a kept run
+# (REPLAN=1: priced again by this build, below).
 if [ -n "${ANALYSE:-}" ]; then
   out=$ANALYSE
 elif [ -n "${KEEP:-}" ]; then
@@ -110,6 +111,23 @@ comm_ops="--op allreduce reduce_scatter allgather --algo shm ring"
 # few sizes.
 profile_sweep="-b 256K -e 64M -f 2 -n 4 -w 2 --passes 3 --refine 1.5"
 comm_sweep="-b 256K -e 128M -f 1.41421356 -n 4 -w 2 --passes 3"
+plan_flags() {  # config B T prec np sets -> pflags
+  local dtype=f32; [ "$4" = bf16 ] && dtype=bf16
+  # shellcheck disable=SC2206
+  pflags=(--config "configs/$1.json" $6 --micro-batch "$2" --seq "$3" --dtype "$dtype" --dp "$5" --json)
+}
+# ANALYSE=DIR REPLAN=1 prices a kept run's cases again with this build's
+# anvil plan, from the profiles the run measured (the measurements stay).
+if [ -n "${ANALYSE:-}" ] && [ -n "${REPLAN:-}" ]; then
+  for r in $(seq 1 "$rounds"); do
+    while IFS='|' read -r name kind config B T prec np sets; do
+      plan_flags "$config" "$B" "$T" "$prec" "$np" "$sets"
+      "$anvil" plan --hw "$out/grid-$r.json" "${pflags[@]}" > "$out/plan-grid-$name-$r.json"
+      [ "$kind" != in ] ||
+        "$anvil" plan --hw "$out/shapes-$r.json" "${pflags[@]}" > "$out/plan-shapes-$name-$r.json"
+    done <<< "$cases"
+  done
+fi
 # FIRST_ROUND=N (with KEEP) continues a kept run from round N.
 for r in $(seq "${FIRST_ROUND:-1}" "$rounds"); do
   [ -z "${ANALYSE:-}" ] || break
@@ -150,8 +168,7 @@ for r in $(seq "${FIRST_ROUND:-1}" "$rounds"); do
         -B "$B" -T "$T" --steps "$steps" --precision "$prec" --log-every 1000 \
         --json-out "$out/train-$name-$r.json" < /dev/null > /dev/null
     fi
-    pflags=(--config "configs/$config.json" $sets --micro-batch "$B" --seq "$T" --dtype "$dtype"
-            --dp "$np" --json)
+    plan_flags "$config" "$B" "$T" "$prec" "$np" "$sets"
     "$anvil" plan --hw "$grid" "${pflags[@]}" > "$out/plan-grid-$name-$r.json"
     if [ "$kind" = in ]; then
       "$anvil" plan --hw "$shapes" "${pflags[@]}" > "$out/plan-shapes-$name-$r.json"
@@ -221,7 +238,7 @@ def plan_parts(p):
         n = part["name"]
         key = ("attention" if n == "attention" else "experts" if n.startswith("expert.")
                else "other" if n in ("element-wise", "moe dispatch + combine", "fp8 casts",
-                                                "bf16 input conversions")
+                                                "bf16 input conversions", "gradient zeroing")
                else None if n in ("recompute (forward again)", "pipeline bubble") else "gemm")
         if key:
             acc[key] += part["seconds"]
