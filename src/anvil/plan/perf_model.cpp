@@ -113,8 +113,8 @@ double optimizer_bytes_per_param(const std::string& optimizer) {
   return optimizer == "muon" ? 20.0 : 36.0;
 }
 
-// The gradients zeroed before each micro-batch: those the backward adds
-// to, every rank its whole array (only FSDP shards it). The experts'
+// The gradients zeroed before a step: those the backward adds to, every
+// rank its whole array (only FSDP shards it). The experts'
 // backward writes their gradients whole, so they are not zeroed.
 double zeroed_gradients(const LocalParams& lp, const Layout& l) {
   return lp.replicated * (l.fsdp ? 1.0 / static_cast<double>(l.replicas()) : 1.0);
@@ -578,9 +578,12 @@ void predict_compute(const model::ModelConfig& c, const HwProfile& hw, const Lay
   p.compute.push_back({"element-wise", elementwise_bytes / (gbs * 1e9), 0,
                        fmt(elementwise_bytes / 1e9, 2) + " GB at " + fmt(gbs, 1) + " GB/s",
                        "memory", "", 0});
-  // Zeroing the gradients before each micro-batch (4 B each), of the
-  // forward and backward's time as the trainer counts it.
-  const double zero_bytes = 4.0 * zeroed_gradients(local_params(c, no_recompute), l) * micro;
+  // Zeroing the gradients before the step (4 B each), of the forward and
+  // backward's time as the trainer counts it. Once a step: Megatron-Core
+  // accumulates the micro-batches into one buffer; anvil's trainer clears
+  // again before each further micro-batch and sums them apart, a copy or
+  // add per micro-batch that is not priced either.
+  const double zero_bytes = 4.0 * zeroed_gradients(local_params(c, no_recompute), l);
   p.compute.push_back({"gradient zeroing", zero_bytes / (gbs * 1e9), 0,
                        fmt(zero_bytes / 1e9, 2) + " GB at " + fmt(gbs, 1) +
                            " GB/s (the experts' gradients are written, not zeroed)",
