@@ -39,6 +39,16 @@ HwProfile gpu_node() {
   return hw;
 }
 
+// One micro-batch of B x T per step on one rank, in `dtype`.
+PlanOptions one_batch(int64_t B, int64_t T, const std::string& dtype) {
+  PlanOptions o;
+  o.layout.micro_batch = B;
+  o.layout.seq = T;
+  o.layout.global_batch = B;
+  o.layout.dtype = dtype;
+  return o;
+}
+
 // A 2-core CPU profile: f32 at 80 GFLOP/s on one thread and 150 on two,
 // DRAM at 30 GB/s.
 HwProfile cpu_node() {
@@ -354,12 +364,8 @@ TEST(Planner, Fp8CastsTheLayersGemmOperandsAndKeepsTheClassifierInBf16) {
   const auto c = preset("llama-style");
   HwProfile hw = gpu_node();
   hw.peak.push_back({"fp8", 0, 2000e3});
-  PlanOptions o;
+  PlanOptions o = one_batch(1, 1024, "fp8");
   o.layout.devices_per_node = 1;
-  o.layout.micro_batch = 1;
-  o.layout.seq = 1024;
-  o.layout.global_batch = 1;
-  o.layout.dtype = "fp8";
   const Prediction p = predict_step(c, hw, o);
   double expected_bytes = 0;
   for (const auto& g : step_gemms(c, o.layout, true)) {
@@ -433,11 +439,7 @@ TEST(Planner, CpuBf16ConvertsEachLinearLayersActivations) {
   const auto c = preset("gpt2-124m");
   HwProfile cpu = cpu_node();
   cpu.peak.push_back({"bf16", 2, 300});
-  PlanOptions o;
-  o.layout.micro_batch = 4;
-  o.layout.seq = 256;
-  o.layout.global_batch = 4;
-  o.layout.dtype = "bf16";
+  PlanOptions o = one_batch(4, 256, "bf16");
   const auto conversions = [&](const HwProfile& hw) {
     for (const auto& part : predict_step(c, hw, o).compute)
       if (part.name == "bf16 input conversions") return part.seconds;
@@ -465,10 +467,7 @@ TEST(Planner, CpuGemmsPayTheirWeightsTrafficFromDram) {
   const auto c = preset("gpt2-124m");
   HwProfile cpu = cpu_node();
   cpu.peak.push_back({"bf16", 2, 300});
-  PlanOptions o;
-  o.layout.micro_batch = 2;
-  o.layout.seq = 256;
-  o.layout.global_batch = 2;
+  PlanOptions o = one_batch(2, 256, "f32");
   for (const char* dtype : {"f32", "bf16"}) {
     o.layout.dtype = dtype;
     const Prediction p = predict_step(c, cpu, o);
@@ -508,11 +507,8 @@ TEST(Planner, CpuGemmsPayTheirWeightsTrafficFromDram) {
 // and keeps that share of the layers at their inputs only.
 TEST(Planner, PartialRecomputeCostsItsShareOfTheForward) {
   const auto c = preset("gpt2-124m");  // 12 layers
-  PlanOptions o;
+  PlanOptions o = one_batch(2, 512, "bf16");
   o.layout.devices_per_node = 1;
-  o.layout.micro_batch = 2;
-  o.layout.seq = 512;
-  o.layout.global_batch = 2;
   o.layout.recompute = true;
   auto recompute_s = [&](int64_t layers) {
     o.layout.recompute_layers = layers;
