@@ -114,8 +114,8 @@ double optimizer_bytes_per_param(const std::string& optimizer) {
 }
 
 // The gradients zeroed before a step: those the backward adds to, every
-// rank its whole array (only FSDP shards it). The experts'
-// backward writes their gradients whole, so they are not zeroed.
+// rank its whole array (only FSDP shards it). The experts' backward writes
+// their gradients whole, so they are not zeroed.
 double zeroed_gradients(const LocalParams& lp, const Layout& l) {
   return lp.replicated * (l.fsdp ? 1.0 / static_cast<double>(l.replicas()) : 1.0);
 }
@@ -584,10 +584,11 @@ void predict_compute(const model::ModelConfig& c, const HwProfile& hw, const Lay
   // again before each further micro-batch and sums them apart, a copy or
   // add per micro-batch that is not priced either.
   const double zero_bytes = 4.0 * zeroed_gradients(local_params(c, no_recompute), l);
-  p.compute.push_back({"gradient zeroing", zero_bytes / (gbs * 1e9), 0,
-                       fmt(zero_bytes / 1e9, 2) + " GB at " + fmt(gbs, 1) +
-                           " GB/s (the experts' gradients are written, not zeroed)",
-                       "memory", "", 0});
+  p.compute.push_back(
+      {"gradient zeroing", zero_bytes / (gbs * 1e9), 0,
+       fmt(zero_bytes / 1e9, 2) + " GB at " + fmt(gbs, 1) + " GB/s" +
+           (c.n_experts > 0 ? " (the experts' gradients are written, not zeroed)" : ""),
+       "memory", "", 0});
   if (bf16_convert_bytes > 0)
     p.compute.push_back({"bf16 input conversions", bf16_convert_bytes / (gbs * 1e9), 0,
                          fmt(bf16_convert_bytes / 1e9, 2) + " GB at " + fmt(gbs, 1) + " GB/s",
