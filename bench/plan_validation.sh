@@ -111,20 +111,23 @@ comm_ops="--op allreduce reduce_scatter allgather --algo shm ring"
 # few sizes.
 profile_sweep="-b 256K -e 64M -f 2 -n 4 -w 2 --passes 3 --refine 1.5"
 comm_sweep="-b 256K -e 128M -f 1.41421356 -n 4 -w 2 --passes 3"
-plan_flags() {  # config B T prec np sets -> pflags
-  local dtype=f32; [ "$4" = bf16 ] && dtype=bf16
+# One case of round r priced from the round's grid profile (held-out) and,
+# for in-sample cases, from the profile holding their own shapes.
+price_case() {  # round name kind config B T prec np sets
+  local dtype=f32; [ "$7" = bf16 ] && dtype=bf16
   # shellcheck disable=SC2206
-  pflags=(--config "configs/$1.json" $6 --micro-batch "$2" --seq "$3" --dtype "$dtype" --dp "$5" --json)
+  local pflags=(--config "configs/$4.json" $9 --micro-batch "$5" --seq "$6" --dtype "$dtype"
+                --dp "$8" --json)
+  "$anvil" plan --hw "$out/grid-$1.json" "${pflags[@]}" > "$out/plan-grid-$2-$1.json"
+  [ "$3" != in ] ||
+    "$anvil" plan --hw "$out/shapes-$1.json" "${pflags[@]}" > "$out/plan-shapes-$2-$1.json"
 }
 # ANALYSE=DIR REPLAN=1 prices a kept run's cases again with this build's
 # anvil plan, from the profiles the run measured (the measurements stay).
 if [ -n "${ANALYSE:-}" ] && [ -n "${REPLAN:-}" ]; then
   for r in $(seq 1 "$rounds"); do
     while IFS='|' read -r name kind config B T prec np sets; do
-      plan_flags "$config" "$B" "$T" "$prec" "$np" "$sets"
-      "$anvil" plan --hw "$out/grid-$r.json" "${pflags[@]}" > "$out/plan-grid-$name-$r.json"
-      [ "$kind" != in ] ||
-        "$anvil" plan --hw "$out/shapes-$r.json" "${pflags[@]}" > "$out/plan-shapes-$name-$r.json"
+      price_case "$r" "$name" "$kind" "$config" "$B" "$T" "$prec" "$np" "$sets"
     done <<< "$cases"
   done
 fi
@@ -158,7 +161,6 @@ for r in $(seq "${FIRST_ROUND:-1}" "$rounds"); do
   while IFS='|' read -r name kind config B T prec np sets; do
     [ -z "${COLLECTIVES_ONLY:-}" ] || continue
     echo "round $r/$rounds: train $name ($np rank(s), B=$B T=$T $prec, $steps steps)" >&2
-    dtype=f32; [ "$prec" = bf16 ] && dtype=bf16
     flags=(--config "configs/$config.json" $sets)
     if [ "$np" = 1 ]; then
       "$anvil" train "${flags[@]}" -B "$B" -T "$T" --steps "$steps" --precision "$prec" \
@@ -168,11 +170,7 @@ for r in $(seq "${FIRST_ROUND:-1}" "$rounds"); do
         -B "$B" -T "$T" --steps "$steps" --precision "$prec" --log-every 1000 \
         --json-out "$out/train-$name-$r.json" < /dev/null > /dev/null
     fi
-    plan_flags "$config" "$B" "$T" "$prec" "$np" "$sets"
-    "$anvil" plan --hw "$grid" "${pflags[@]}" > "$out/plan-grid-$name-$r.json"
-    if [ "$kind" = in ]; then
-      "$anvil" plan --hw "$shapes" "${pflags[@]}" > "$out/plan-shapes-$name-$r.json"
-    fi
+    price_case "$r" "$name" "$kind" "$config" "$B" "$T" "$prec" "$np" "$sets"
   done <<< "$cases"
   [ -z "${STEPS_ONLY:-}" ] || continue
   comm_sizes=$(/usr/bin/python3 -c 'import json, sys
