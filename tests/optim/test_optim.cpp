@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -438,6 +439,36 @@ TEST(Clipping, SumOfSquaresIsExactSoSplitsDoNotChangeIt) {
   EXPECT_TRUE(std::isnan(optim::global_norm(g.data(), static_cast<int64_t>(g.size()))));
   g[5] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_TRUE(std::isnan(optim::global_norm(g.data(), static_cast<int64_t>(g.size()))));
+}
+
+// With a scale hint the sum is read in one pass at the guessed scale: the
+// same bits as without one, whether the guess holds, is too small or too
+// large (its wrapped integers thrown away), and the hint follows the data.
+TEST(Clipping, ScaleHintKeepsTheBitsAndFollowsTheLargestMagnitude) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1e-2f);
+  std::vector<float> g(70001);
+  for (auto& x : g) x = normal(rng);
+  const auto n = static_cast<int64_t>(g.size());
+  const double plain = optim::sum_of_squares(g.data(), n);
+  const int scale = optim::square_scale(optim::max_abs(g.data(), n));
+  for (int guess : {scale, scale - 2, scale + 2, scale + 40, scale - 40}) {
+    std::optional<int> hint = guess;
+    EXPECT_EQ(optim::sum_of_squares(g.data(), n, &hint), plain) << "guess " << guess;
+    EXPECT_EQ(hint, scale) << "guess " << guess;
+    const auto both = optim::max_and_square_sum(g.data(), n, scale);
+    EXPECT_EQ(both.max, optim::max_abs(g.data(), n));
+  }
+  std::optional<int> hint;  // none yet: two passes, and the hint is set
+  EXPECT_EQ(optim::sum_of_squares(g.data(), n, &hint), plain);
+  EXPECT_EQ(hint, scale);
+  g[17] = 1e3f;  // the largest magnitude moves up: the guess fails, the sum is redone
+  EXPECT_EQ(optim::sum_of_squares(g.data(), n, &hint), optim::sum_of_squares(g.data(), n));
+  EXPECT_EQ(hint, optim::square_scale(1e3f));
+  g[17] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(optim::global_norm(g.data(), n, &hint)));
+  std::vector<float> zeros(10, 0.0f);
+  EXPECT_EQ(optim::global_norm(zeros.data(), 10, &hint), 0.0);
 }
 
 TEST(Clipping, CoefficientIsTorchsAndAdamWAppliesIt) {

@@ -105,15 +105,25 @@ std::vector<model::TensorShard> AdamW::state(const std::vector<Range>& within) {
   return out;
 }
 
-double sum_of_squares(const float* grads, int64_t n) {
+double sum_of_squares(const float* grads, int64_t n, std::optional<int>* scale_hint) {
+  if (scale_hint && *scale_hint) {  // the largest magnitude and the sum at the guess together
+    const MaxAndSquareSum guessed = max_and_square_sum(grads, n, **scale_hint);
+    const float m = guessed.max;
+    if (!(m > 0)) return std::isnan(m) ? static_cast<double>(m) : 0.0;
+    const int scale = square_scale(m);
+    if (scale == **scale_hint) return square_sum_value(guessed.sum, scale);
+    *scale_hint = scale;
+    return square_sum_value(scaled_square_sum(grads, n, scale), scale);
+  }
   const float m = max_abs(grads, n);
   if (!(m > 0)) return std::isnan(m) ? static_cast<double>(m) : 0.0;  // NaN or Inf, or all zero
   const int scale = square_scale(m);
+  if (scale_hint) *scale_hint = scale;
   return square_sum_value(scaled_square_sum(grads, n, scale), scale);
 }
 
-double global_norm(const float* grads, int64_t n) {
-  return std::sqrt(sum_of_squares(grads, n));
+double global_norm(const float* grads, int64_t n, std::optional<int>* scale_hint) {
+  return std::sqrt(sum_of_squares(grads, n, scale_hint));
 }
 
 float clip_coefficient(double norm, double max_norm) {

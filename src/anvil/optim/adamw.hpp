@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,10 +76,13 @@ class AdamW {
 
 // The L2 norm of all gradients, summed exactly (optim/square_sum.hpp): the
 // same bits however the elements are split or ordered; NaN when one is NaN
-// or infinite.
-double global_norm(const float* grads, int64_t n);
+// or infinite. `scale_hint`, where given, carries the fixed-point scale from
+// one call to the next: while the largest magnitude keeps its power of two
+// (most steps of a run), one pass over the gradients instead of two, with
+// the same bits.
+double global_norm(const float* grads, int64_t n, std::optional<int>* scale_hint = nullptr);
 // Sum of squares of grads[0, n) (global_norm squared).
-double sum_of_squares(const float* grads, int64_t n);
+double sum_of_squares(const float* grads, int64_t n, std::optional<int>* scale_hint = nullptr);
 // The factor torch.nn.utils.clip_grad_norm_ scales gradients by so their
 // global norm is at most max_norm: min(1, max_norm / (norm + 1e-6)); 1 when
 // max_norm <= 0 (clipping off).

@@ -65,6 +65,31 @@ SquareSum scaled_square_sum(const float* grads, int64_t n, int scale) {
   return to_limbs(total);
 }
 
+MaxAndSquareSum max_and_square_sum(const float* grads, int64_t n, int guess) {
+  const double s = std::ldexp(1.0, guess);
+  u128 total = 0;
+  float m = 0.0f, probe = 0.0f;
+#pragma omp parallel reduction(max : m) reduction(+ : probe)
+  {
+    u128 mine = 0;
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < n; b += kBlock) {
+      const int64_t end = std::min(n, b + kBlock);
+      uint64_t acc = 0;
+#pragma omp simd reduction(+ : acc) reduction(max : m) reduction(+ : probe)
+      for (int64_t i = b; i < end; ++i) {
+        m = std::max(m, std::fabs(grads[i]));
+        probe += grads[i] * 0.0f;
+        acc += kernels::body::fixed_square(grads[i], s);
+      }
+      mine += acc;
+    }
+#pragma omp critical
+    total += mine;
+  }
+  return {std::isnan(probe) ? std::numeric_limits<float>::quiet_NaN() : m, to_limbs(total)};
+}
+
 void add(SquareSum& into, const SquareSum& more) {
   for (int i = 0; i < 3; ++i) into.limbs[i] += more.limbs[i];
 }

@@ -28,6 +28,16 @@ int square_scale(float max_abs);
 // The fixed-point squares of grads[0, n) at `scale`, summed.
 SquareSum scaled_square_sum(const float* grads, int64_t n, int scale);
 
+// max_abs and scaled_square_sum(grads, n, guess) in one pass over the
+// memory. `sum` is the exact sum at `guess`, so it equals scaled_square_sum's
+// only where square_scale(max) == guess; otherwise it is to be thrown away
+// (a too large guess wraps its integers around, without harm).
+struct MaxAndSquareSum {
+  float max = 0.0f;  // NaN when an element is NaN or infinite
+  SquareSum sum;
+};
+MaxAndSquareSum max_and_square_sum(const float* grads, int64_t n, int guess);
+
 // Limb-wise sum (for several ranges or ranks).
 void add(SquareSum& into, const SquareSum& more);
 

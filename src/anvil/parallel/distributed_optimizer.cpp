@@ -219,14 +219,25 @@ double DistributedOptimizer::grad_norm() {
   // its own): the norm is local, and the exact sum makes it the one-rank
   // run's bits.
   if (!adamw_->sharded() && (device_ || !reducer_ || ep_ <= 1))
-    return device_ ? device_->global_norm(g, total) : optim::global_norm(g, total);
+    return device_ ? device_->global_norm(g, total) : optim::global_norm(g, total, &norm_scale_);
   // Otherwise each rank's owned blocks, in fixed point at the scale of the
   // largest magnitude anywhere: integer sums, the same bits on any layout.
+  // On the CPU each block is also summed at the last step's scale in the
+  // same pass, kept where the scale has not moved.
   const auto ranges = owned();
+  const bool guess = !device_ && norm_scale_.has_value();
+  optim::SquareSum guessed;
   float mine = 0.0f;
   for (const auto& [begin, end] : ranges) {
-    const float m =
-        device_ ? device_->max_abs(g + begin, end - begin) : optim::max_abs(g + begin, end - begin);
+    float m;
+    if (guess) {
+      const auto both = optim::max_and_square_sum(g + begin, end - begin, *norm_scale_);
+      optim::add(guessed, both.sum);
+      m = both.max;
+    } else {
+      m = device_ ? device_->max_abs(g + begin, end - begin)
+                  : optim::max_abs(g + begin, end - begin);
+    }
     mine = std::isnan(m) || std::isnan(mine) ? m : std::max(mine, m);
   }
   float largest = 0.0f;
@@ -236,9 +247,14 @@ double DistributedOptimizer::grad_norm() {
   if (!(largest > 0)) return std::isnan(largest) ? static_cast<double>(largest) : 0.0;
   const int scale = optim::square_scale(largest);
   optim::SquareSum sum;
-  for (const auto& [begin, end] : ranges)
-    optim::add(sum, device_ ? device_->square_sum(g + begin, end - begin, scale)
-                            : optim::scaled_square_sum(g + begin, end - begin, scale));
+  if (guess && scale == *norm_scale_) {
+    sum = guessed;
+  } else {
+    for (const auto& [begin, end] : ranges)
+      optim::add(sum, device_ ? device_->square_sum(g + begin, end - begin, scale)
+                              : optim::scaled_square_sum(g + begin, end - begin, scale));
+  }
+  if (!device_) norm_scale_ = scale;
   dp_->sum(std::span<int64_t>(sum.limbs, 3));
   return std::sqrt(optim::square_sum_value(sum, scale));
 }

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -104,6 +105,9 @@ class DistributedOptimizer {
   device::Event ready_, comm_start_, comm_stop_;
   int64_t buckets_ = 0;
   double reduce_seconds_ = 0;  // the CPU device's reductions, run as they come
+  // The gradient norm's fixed-point scale at the last step (optim/square_sum.hpp):
+  // on the CPU the next norm guesses it and reads the gradients once.
+  std::optional<int> norm_scale_;
 };
 
 }  // namespace anvil::parallel

@@ -106,11 +106,15 @@ StepPart price_attention(const HwProfile& hw, const std::string& dtype, const At
   return p;
 }
 
-double optimizer_bytes_per_param(const std::string& optimizer) {
+double optimizer_bytes_per_param(const std::string& optimizer, const std::string& kind) {
   // AdamW reads p, g, m, v and writes p, m, v (28 B), plus the gradient
-  // norm's two reads (8 B: its largest element, then the scaled squares).
+  // norm's reads: on a GPU two (8 B: its largest element, then the scaled
+  // squares); on a CPU one (4 B), the squares summed in the same pass at the
+  // last step's scale (optim/square_sum.hpp), redone only on the rare step
+  // where the largest element changes its power of two.
   // Muon's momentum: read g, m, write m (12 B), and the same norm.
-  return optimizer == "muon" ? 20.0 : 36.0;
+  const double norm = kind == "cpu" ? 4.0 : 8.0;
+  return (optimizer == "muon" ? 12.0 : 28.0) + norm;
 }
 
 // The gradients zeroed before a step: those the backward adds to, every
@@ -655,7 +659,7 @@ double predict_optimizer(const model::ModelConfig& c, const HwProfile& hw, const
   Prediction p;
   const LocalParams lp = local_params(c, l);
   const double owned = l.zero1 || l.fsdp ? 1.0 / static_cast<double>(l.replicas()) : 1.0;
-  const double stream = lp.total() * owned * optimizer_bytes_per_param(l.optimizer) +
+  const double stream = lp.total() * owned * optimizer_bytes_per_param(l.optimizer, hw.kind) +
                         (l.dtype != "f32" ? lp.total() * 6.0 : 0.0);
   p.optimizer_s = stream / (in_place_gbs(hw) * 1e9);
   if (l.optimizer == "muon") {
@@ -878,7 +882,7 @@ std::vector<Term> model_terms(const model::ModelConfig& c, const HwProfile& hw, 
   terms.push_back(
       {"memory-bound: optimizer step", p.optimizer_s,
        fmt(lp.total() / 1e6, 1) + " M local parameters x " +
-           fmt(optimizer_bytes_per_param(l.optimizer), 0) + " B" +
+           fmt(optimizer_bytes_per_param(l.optimizer, hw.kind), 0) + " B" +
            (l.zero1 || l.fsdp ? (l.cp > 1 ? " / (dp x cp)" : " / dp") : "") +
            (l.optimizer == "muon" ? std::string(" + Newton-Schulz GEMMs (") +
                                         (l.muon_bf16 ? "bf16" : "f32") + ") and passes"
