@@ -43,11 +43,20 @@ AdamW::AdamW(const model::ParamRegistry& registry, AdamWConfig config, bool skip
         }
         return pieces;
       }()),
-      m_("adamw.exp_avg", static_cast<size_t>(pieces_.empty() ? 0 : pieces_.back().local +
-                                                                         pieces_.back().end -
-                                                                         pieces_.back().begin) *
-                              sizeof(float)),
-      v_("adamw.exp_avg_sq", m_.capacity()) {}
+      m_("adamw.exp_avg",
+         static_cast<size_t>(pieces_.empty() ? 0
+                                             : pieces_.back().local + pieces_.back().end -
+                                                   pieces_.back().begin) *
+             sizeof(float)),
+      v_("adamw.exp_avg_sq", m_.capacity()) {
+  // Blocks of 16 KiB of weights: each is converted to the bf16 copy (when
+  // there is one) right after its update, while it is still in cache.
+  constexpr int64_t kBlock = 4096;
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    const int64_t n = pieces_[i].end - pieces_[i].begin;
+    for (int64_t b = 0; b < n; b += kBlock) blocks_.push_back({i, b, std::min(kBlock, n - b)});
+  }
+}
 
 kernels::body::AdamWStep AdamW::constants(const Piece& piece, float lr, int64_t step) const {
   const float b1 = config_.beta1, b2 = config_.beta2;
@@ -63,25 +72,26 @@ void AdamW::update(float* params, const float* grads, float lr, int64_t step, fl
                    bf16* params_bf16) {
   float* m = exp_avg();
   float* v = exp_avg_sq();
-  // Blocks of 16 KiB of weights: each is converted to the bf16 copy (when
-  // there is one) right after its update, while it is still in cache.
-  constexpr int64_t kBlock = 4096;
-  for (const Piece& piece : pieces_) {
-    const kernels::body::AdamWStep st = constants(piece, lr, step);
-    float* p = params + piece.begin;
-    const float* g = grads + piece.begin;
-    float* ms = m + piece.local;
-    float* vs = v + piece.local;
-    const int64_t n = piece.end - piece.begin;
-    bf16* low = params_bf16 == nullptr ? nullptr : params_bf16 + piece.begin;
+  std::vector<kernels::body::AdamWStep> steps;
+  steps.reserve(pieces_.size());
+  for (const Piece& piece : pieces_) steps.push_back(constants(piece, lr, step));
+  // One parallel region over every piece's blocks: a norm's weights or a
+  // bias do not cost a region each with one thread at work.
+  const auto blocks = static_cast<int64_t>(blocks_.size());
 #pragma omp parallel for schedule(static)
-    for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
-      const int64_t i1 = std::min(n, i0 + kBlock);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const Block& block = blocks_[static_cast<size_t>(b)];
+    const Piece& piece = pieces_[block.piece];
+    const kernels::body::AdamWStep& st = steps[block.piece];
+    const int64_t i0 = piece.begin + block.offset, n = block.size;
+    float* p = params + i0;
+    const float* g = grads + i0;
+    float* ms = m + piece.local + block.offset;
+    float* vs = v + piece.local + block.offset;
 #pragma omp simd
-      for (int64_t i = i0; i < i1; ++i)
-        kernels::body::adamw(p + i, ms + i, vs + i, g[i] * grad_scale, st);
-      if (low != nullptr) to_bf16(low + i0, p + i0, i1 - i0);
-    }
+    for (int64_t i = 0; i < n; ++i)
+      kernels::body::adamw(p + i, ms + i, vs + i, g[i] * grad_scale, st);
+    if (params_bf16 != nullptr) to_bf16(params_bf16 + i0, p, n);
   }
 }
 

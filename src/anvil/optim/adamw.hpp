@@ -71,6 +71,11 @@ class AdamW {
   std::vector<Range> owned_;
   bool sharded_;
   std::vector<Piece> pieces_;
+  struct Block {  // a stretch of one piece, the unit of update()'s threads
+    size_t piece;
+    int64_t offset, size;
+  };
+  std::vector<Block> blocks_;
   tensor::Arena m_, v_;
 };
 
