@@ -17,6 +17,10 @@ namespace anvil::kernels {
 
 namespace {
 
+// A head's dimensions are walked this many at a time where the loop over a
+// group's heads sits inside (a stack buffer per stretch, vectorised).
+constexpr int64_t kLanes = 64;
+
 // W1 [C, group, 2] -> one [C, group] matrix per tap: taps[tap][c][j].
 std::vector<float> split_taps(const float* w1, int64_t C, int64_t group) {
   std::vector<float> taps(static_cast<size_t>(2 * C * group));
@@ -204,16 +208,25 @@ void cca_mean_skip_forward(float* q_out, float* k_out, int64_t out_stride, const
     const float* ck = cq + Hq * D;
     float* qo = q_out + n * out_stride;
     float* ko = k_out + n * out_stride;
+    // Lanes of a head's dimensions at a time, the group's heads in order
+    // inside: each element's sums run in the scalar order.
     for (int64_t j = 0; j < Hkv; ++j) {
-      for (int64_t i = 0; i < D; ++i) {
-        float mean = 0.0f;
+      for (int64_t i0 = 0; i0 < D; i0 += kLanes) {
+        const int64_t w = std::min(kLanes, D - i0);
+        const float* kj = k + j * D + i0;
+        float mean[kLanes] = {};
         for (int64_t a = 0; a < g; ++a) {
-          const int64_t h = j * g + a;
-          const float qm = 0.5f * (q[h * D + i] + k[j * D + i]);
-          qo[h * D + i] = cq[h * D + i] + qm;
-          mean += qm;
+          const int64_t h = (j * g + a) * D + i0;
+#pragma omp simd
+          for (int64_t i = 0; i < w; ++i) {
+            const float qm = 0.5f * (q[h + i] + kj[i]);
+            qo[h + i] = cq[h + i] + qm;
+            mean[i] += qm;
+          }
         }
-        ko[j * D + i] = ck[j * D + i] + mean / static_cast<float>(g);
+#pragma omp simd
+        for (int64_t i = 0; i < w; ++i)
+          ko[j * D + i0 + i] = ck[j * D + i0 + i] + mean[i] / static_cast<float>(g);
       }
     }
   }
@@ -233,18 +246,26 @@ void cca_mean_skip_backward(float* dqp, float* dkp, float* dconv, const float* d
     float* dcq = dconv + n * conv_stride;
     float* dck = dcq + Hq * D;
     for (int64_t j = 0; j < Hkv; ++j) {
-      for (int64_t i = 0; i < D; ++i) {
-        const float from_k = dko[j * D + i] / static_cast<float>(g);  // d qm[h] from km[j]
-        dck[j * D + i] += dko[j * D + i];
-        float dkp_sum = 0.0f;
-        for (int64_t a = 0; a < g; ++a) {
-          const int64_t h = j * g + a;
-          const float dqm = dqo[h * D + i] + from_k;
-          dcq[h * D + i] += dqo[h * D + i];
-          dq_in[h * D + i] += 0.5f * dqm;
-          dkp_sum += 0.5f * dqm;
+      for (int64_t i0 = 0; i0 < D; i0 += kLanes) {
+        const int64_t w = std::min(kLanes, D - i0), kj = j * D + i0;
+        float from_k[kLanes], dkp_sum[kLanes] = {};
+#pragma omp simd
+        for (int64_t i = 0; i < w; ++i) {
+          from_k[i] = dko[kj + i] / static_cast<float>(g);  // d qm[h] from km[j]
+          dck[kj + i] += dko[kj + i];
         }
-        dk_in[j * D + i] += dkp_sum;
+        for (int64_t a = 0; a < g; ++a) {
+          const int64_t h = (j * g + a) * D + i0;
+#pragma omp simd
+          for (int64_t i = 0; i < w; ++i) {
+            const float dqm = dqo[h + i] + from_k[i];
+            dcq[h + i] += dqo[h + i];
+            dq_in[h + i] += 0.5f * dqm;
+            dkp_sum[i] += 0.5f * dqm;
+          }
+        }
+#pragma omp simd
+        for (int64_t i = 0; i < w; ++i) dk_in[kj + i] += dkp_sum[i];
       }
     }
   }
