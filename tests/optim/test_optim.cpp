@@ -441,9 +441,10 @@ TEST(Clipping, SumOfSquaresIsExactSoSplitsDoNotChangeIt) {
   EXPECT_TRUE(std::isnan(optim::global_norm(g.data(), static_cast<int64_t>(g.size()))));
 }
 
-// With a scale hint the sum is read in one pass at the guessed scale: the
-// same bits as without one, whether the guess holds, is too small or too
-// large (its wrapped integers thrown away), and the hint follows the data.
+// With a scale hint the sum is read in one pass at the guessed scale and its
+// two neighbours: the same bits as without one, whether one of them holds
+// or none does (too fine a scale's wrapped integers thrown away), and the
+// hint follows the data.
 TEST(Clipping, ScaleHintKeepsTheBitsAndFollowsTheLargestMagnitude) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1e-2f);
@@ -452,12 +453,17 @@ TEST(Clipping, ScaleHintKeepsTheBitsAndFollowsTheLargestMagnitude) {
   const auto n = static_cast<int64_t>(g.size());
   const double plain = optim::sum_of_squares(g.data(), n);
   const int scale = optim::square_scale(optim::max_abs(g.data(), n));
-  for (int guess : {scale, scale - 2, scale + 2, scale + 40, scale - 40}) {
+  for (int guess : {scale, scale - 2, scale + 2, scale - 4, scale + 4, scale + 40, scale - 40}) {
     std::optional<int> hint = guess;
     EXPECT_EQ(optim::sum_of_squares(g.data(), n, &hint), plain) << "guess " << guess;
     EXPECT_EQ(hint, scale) << "guess " << guess;
-    const auto both = optim::max_and_square_sum(g.data(), n, scale);
+    const auto both = optim::max_and_square_sum(g.data(), n, guess);
     EXPECT_EQ(both.max, optim::max_abs(g.data(), n));
+    const optim::SquareSum* at = both.at(scale);
+    EXPECT_EQ(at != nullptr, std::abs(guess - scale) <= 2) << "guess " << guess;
+    if (at) {
+      EXPECT_EQ(optim::square_sum_value(*at, scale), plain) << "guess " << guess;
+    }
   }
   std::optional<int> hint;  // none yet: two passes, and the hint is set
   EXPECT_EQ(optim::sum_of_squares(g.data(), n, &hint), plain);

@@ -121,8 +121,8 @@ double sum_of_squares(const float* grads, int64_t n, std::optional<int>* scale_h
     const float m = guessed.max;
     if (!(m > 0)) return std::isnan(m) ? static_cast<double>(m) : 0.0;
     const int scale = square_scale(m);
-    if (scale == **scale_hint) return square_sum_value(guessed.sum, scale);
     *scale_hint = scale;
+    if (const SquareSum* sum = guessed.at(scale)) return square_sum_value(*sum, scale);
     return square_sum_value(scaled_square_sum(grads, n, scale), scale);
   }
   const float m = max_abs(grads, n);

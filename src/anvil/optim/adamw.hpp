@@ -82,9 +82,9 @@ class AdamW {
 // The L2 norm of all gradients, summed exactly (optim/square_sum.hpp): the
 // same bits however the elements are split or ordered; NaN when one is NaN
 // or infinite. `scale_hint`, where given, carries the fixed-point scale from
-// one call to the next: while the largest magnitude keeps its power of two
-// (most steps of a run), one pass over the gradients instead of two, with
-// the same bits.
+// one call to the next: while the largest magnitude stays within a factor
+// of two of its power of two the call before (most steps of a run), one pass
+// over the gradients instead of two, with the same bits.
 double global_norm(const float* grads, int64_t n, std::optional<int>* scale_hint = nullptr);
 // Sum of squares of grads[0, n) (global_norm squared).
 double sum_of_squares(const float* grads, int64_t n, std::optional<int>* scale_hint = nullptr);

@@ -66,28 +66,43 @@ SquareSum scaled_square_sum(const float* grads, int64_t n, int scale) {
 }
 
 MaxAndSquareSum max_and_square_sum(const float* grads, int64_t n, int guess) {
-  const double s = std::ldexp(1.0, guess);
-  u128 total = 0;
+  const double coarse = std::ldexp(1.0, guess - 2), middle = std::ldexp(1.0, guess),
+               fine = std::ldexp(1.0, guess + 2);
+  u128 totals[3] = {0, 0, 0};
   float m = 0.0f, probe = 0.0f;
 #pragma omp parallel reduction(max : m) reduction(+ : probe)
   {
-    u128 mine = 0;
+    u128 mine[3] = {0, 0, 0};
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < n; b += kBlock) {
       const int64_t end = std::min(n, b + kBlock);
-      uint64_t acc = 0;
-#pragma omp simd reduction(+ : acc) reduction(max : m) reduction(+ : probe)
+      uint64_t a0 = 0, a1 = 0, a2 = 0;
+#pragma omp simd reduction(+ : a0, a1, a2) reduction(max : m) reduction(+ : probe)
       for (int64_t i = b; i < end; ++i) {
         m = std::max(m, std::fabs(grads[i]));
         probe += grads[i] * 0.0f;
-        acc += kernels::body::fixed_square(grads[i], s);
+        a0 += kernels::body::fixed_square(grads[i], coarse);
+        a1 += kernels::body::fixed_square(grads[i], middle);
+        a2 += kernels::body::fixed_square(grads[i], fine);
       }
-      mine += acc;
+      mine[0] += a0;
+      mine[1] += a1;
+      mine[2] += a2;
     }
 #pragma omp critical
-    total += mine;
+    for (int i = 0; i < 3; ++i) totals[i] += mine[i];
   }
-  return {std::isnan(probe) ? std::numeric_limits<float>::quiet_NaN() : m, to_limbs(total)};
+  MaxAndSquareSum out;
+  out.max = std::isnan(probe) ? std::numeric_limits<float>::quiet_NaN() : m;
+  out.guess = guess;
+  for (int i = 0; i < 3; ++i) out.sums[i] = to_limbs(totals[i]);
+  return out;
+}
+
+const SquareSum* MaxAndSquareSum::at(int scale) const {
+  for (int i = 0; i < 3; ++i)
+    if (scale == guess + 2 * (i - 1)) return &sums[i];
+  return nullptr;
 }
 
 void add(SquareSum& into, const SquareSum& more) {

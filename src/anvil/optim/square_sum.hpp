@@ -28,13 +28,18 @@ int square_scale(float max_abs);
 // The fixed-point squares of grads[0, n) at `scale`, summed.
 SquareSum scaled_square_sum(const float* grads, int64_t n, int scale);
 
-// max_abs and scaled_square_sum(grads, n, guess) in one pass over the
-// memory. `sum` is the exact sum at `guess`, so it equals scaled_square_sum's
-// only where square_scale(max) == guess; otherwise it is to be thrown away
-// (a too large guess wraps its integers around, without harm).
+// max_abs and scaled_square_sum at the scales around a guess, in one pass
+// over the memory: the sums at guess - 2, guess and guess + 2 (the largest
+// magnitude one power of two larger, the same, one smaller). Each is exact
+// at its scale, so where square_scale(max) is one of them its sum equals
+// scaled_square_sum's; the others are thrown away (a too fine scale wraps
+// its integers around, without harm).
 struct MaxAndSquareSum {
   float max = 0.0f;  // NaN when an element is NaN or infinite
-  SquareSum sum;
+  int guess = 0;
+  SquareSum sums[3];  // at guess - 2, guess, guess + 2
+  // The sum at `scale`, or null where it was not among the guesses.
+  const SquareSum* at(int scale) const;
 };
 MaxAndSquareSum max_and_square_sum(const float* grads, int64_t n, int guess);
 

@@ -222,18 +222,19 @@ double DistributedOptimizer::grad_norm() {
     return device_ ? device_->global_norm(g, total) : optim::global_norm(g, total, &norm_scale_);
   // Otherwise each rank's owned blocks, in fixed point at the scale of the
   // largest magnitude anywhere: integer sums, the same bits on any layout.
-  // On the CPU each block is also summed at the last step's scale in the
-  // same pass, kept where the scale has not moved.
+  // On the CPU each block is also summed at the last step's scale and its
+  // two neighbours in the same pass, kept where the scale is one of them.
   const auto ranges = owned();
   const bool guess = !device_ && norm_scale_.has_value();
-  optim::SquareSum guessed;
+  optim::MaxAndSquareSum guessed;  // its max unused: `mine` below
+  if (guess) guessed.guess = *norm_scale_;
   float mine = 0.0f;
   for (const auto& [begin, end] : ranges) {
     float m;
     if (guess) {
-      const auto both = optim::max_and_square_sum(g + begin, end - begin, *norm_scale_);
-      optim::add(guessed, both.sum);
-      m = both.max;
+      const auto part = optim::max_and_square_sum(g + begin, end - begin, *norm_scale_);
+      for (int i = 0; i < 3; ++i) optim::add(guessed.sums[i], part.sums[i]);
+      m = part.max;
     } else {
       m = device_ ? device_->max_abs(g + begin, end - begin)
                   : optim::max_abs(g + begin, end - begin);
@@ -247,8 +248,8 @@ double DistributedOptimizer::grad_norm() {
   if (!(largest > 0)) return std::isnan(largest) ? static_cast<double>(largest) : 0.0;
   const int scale = optim::square_scale(largest);
   optim::SquareSum sum;
-  if (guess && scale == *norm_scale_) {
-    sum = guessed;
+  if (const optim::SquareSum* at = guess ? guessed.at(scale) : nullptr) {
+    sum = *at;
   } else {
     for (const auto& [begin, end] : ranges)
       optim::add(sum, device_ ? device_->square_sum(g + begin, end - begin, scale)

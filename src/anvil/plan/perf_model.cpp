@@ -110,8 +110,8 @@ double optimizer_bytes_per_param(const std::string& optimizer, const std::string
   // AdamW reads p, g, m, v and writes p, m, v (28 B), plus the gradient
   // norm's reads: on a GPU two (8 B: its largest element, then the scaled
   // squares); on a CPU one (4 B), the squares summed in the same pass at the
-  // last step's scale (optim/square_sum.hpp), redone only on the rare step
-  // where the largest element changes its power of two.
+  // last step's scale and its neighbours (optim/square_sum.hpp), redone only
+  // on the rare step where the largest element moves by more than 2x.
   // Muon's momentum: read g, m, write m (12 B), and the same norm.
   const double norm = kind == "cpu" ? 4.0 : 8.0;
   return (optimizer == "muon" ? 12.0 : 28.0) + norm;
