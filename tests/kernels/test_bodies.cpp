@@ -4,10 +4,12 @@
 // reduction per row, then the bodies) against the CPU layers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "anvil/kernels/bodies.hpp"
+#include "anvil/kernels/fast_math.hpp"
 #include "anvil/kernels/layers.hpp"
 #include "support/gradient_check.hpp"
 
@@ -136,6 +138,27 @@ TEST(Bodies, CrossEntropyGradientIsSoftmaxMinusTheTarget) {
     const double fd = (loss(j, 1e-5) - loss(j, -1e-5)) / 2e-5;
     EXPECT_NEAR(got, fd, 1e-6) << j;
   }
+}
+
+// The vectorised normal CDF against erfc in double, relative: within a
+// millionth where |x| <= 2 (float's 1 + erf(x) path reaches 9e-7 there),
+// and within the float rounding of x^2 / 2 further out: 3e-5 down to
+// x = -12 (Phi ~ 2e-33), where 1 + erf(x) in float is 0.
+TEST(FastMath, NormalCdfKeepsItsRelativeAccuracyInBothTails) {
+  double worst_middle = 0.0, worst_tail = 0.0;
+  for (int i = -16000; i <= 16000; ++i) {
+    const float x = static_cast<float>(i) * 7.5e-4f;  // [-12, 12]
+    const double want = 0.5 * std::erfc(-static_cast<double>(x) / std::sqrt(2.0));
+    const double rel = std::abs(fast_normal_cdf(x) - want) / want;
+    double& worst = std::abs(x) <= 2.0f ? worst_middle : worst_tail;
+    worst = std::max(worst, rel);
+  }
+  EXPECT_LT(worst_middle, 1e-6);
+  EXPECT_LT(worst_tail, 3e-5);
+  EXPECT_EQ(fast_normal_cdf(40.0f), 1.0f);
+  EXPECT_GE(fast_normal_cdf(-40.0f), 0.0f);
+  EXPECT_LT(fast_normal_cdf(-40.0f), 1e-30f);
+  EXPECT_TRUE(std::isnan(fast_normal_cdf(std::nanf(""))));
 }
 
 // A GPU block's reduction: pairwise halving over a power-of-two span, as

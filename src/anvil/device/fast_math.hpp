@@ -1,4 +1,4 @@
-// exp, tanh and sigmoid written so that GCC vectorises loops calling them
+// exp, tanh, sigmoid and the normal CDF written so that GCC vectorises loops calling them
 // (no libm call inside the loop): exp(x) = 2^k * p(r) with r = x - k ln2 in
 // [-ln2/2, ln2/2] and p a degree-6 Taylor polynomial, relative error < 2e-7
 // over the clamped range. Used by GELU, SiLU, softmax and attention, where
@@ -60,6 +60,33 @@ ANVIL_HD inline float fast_tanh(float x) {
 ANVIL_SIMD_FN
 ANVIL_HD inline float fast_sigmoid(float x) {
   return 1.0f / (1.0f + fast_exp(-x));
+}
+
+// The standard normal CDF, Phi(x) = erfc(-x / sqrt 2) / 2, for the exact
+// GELU x Phi(x) (the ZAYA1 router's), without libm's scalar erf:
+// erfc(z) = t exp(P(t) - z^2), t = 1 / (1 + z / 2), z = |x| / sqrt 2, with
+// P a degree-9 polynomial fitted by least squares on Chebyshev nodes of z in
+// [0, 10] to log(erfc(z) / t) + z^2 (within 5e-8). Phi(-|x|) is that
+// erfc's half, so the result keeps its relative accuracy in the lower tail,
+// where 1 + erf(x) loses its digits: within 6e-7 relative for |x| <= 2,
+// and within the float rounding of z^2 beyond (2e-6 at |x| = 5, 2e-5 at 12;
+// tests/kernels/test_bodies.cpp).
+ANVIL_SIMD_FN
+ANVIL_HD inline float fast_normal_cdf(float x) {
+  const float z = (x < 0.0f ? -x : x) * 0.70710678118654752f;
+  const float t = 1.0f / (1.0f + 0.5f * z);
+  float p = 0.144930214f;
+  p = p * t - 0.680827178f;
+  p = p * t + 1.15673376f;
+  p = p * t - 0.6962519f;
+  p = p * t - 0.0802804311f;
+  p = p * t + 0.00126758567f;
+  p = p * t + 0.0346028003f;
+  p = p * t + 0.386640412f;
+  p = p * t + 0.998632783f;
+  p = p * t - 1.265448f;
+  const float lower = 0.5f * t * fast_exp(p - z * z);  // Phi(-|x|)
+  return x < 0.0f ? lower : 1.0f - lower;
 }
 
 #if !ANVIL_DEVICE_CODE

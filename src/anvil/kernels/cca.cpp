@@ -283,11 +283,13 @@ void l2norm_heads_forward(float* y, float* norms, const float* x, const float* t
     for (int64_t h = 0; h < heads; ++h) {
       const float* v = x + n * stride + h * D;
       float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
       for (int64_t i = 0; i < D; ++i) ss += v[i] * v[i];
       const float norm = std::sqrt(ss + kNormEps);
       norms[n * heads + h] = norm;
       const float scale = root_d / norm * (temp != nullptr ? temp[h] : 1.0f);
       float* o = y + n * stride + h * D;
+#pragma omp simd
       for (int64_t i = 0; i < D; ++i) o[i] = v[i] * scale;
     }
   }
@@ -309,10 +311,12 @@ void l2norm_heads_backward(float* dx, float* dtemp, const float* dy, const float
         const float* d = dy + n * stride + h * D;
         const float norm = norms[n * heads + h];
         float dot = 0.0f;  // x_hat . dy
+#pragma omp simd reduction(+ : dot)
         for (int64_t i = 0; i < D; ++i) dot += v[i] / norm * d[i];
         const float t = temp != nullptr ? temp[h] : 1.0f;
         const float c = root_d * t / norm;
         float* o = dx + n * stride + h * D;
+#pragma omp simd
         for (int64_t i = 0; i < D; ++i) o[i] += c * (d[i] - v[i] / norm * dot);
         mine[h] += static_cast<double>(root_d) * dot;  // d/dtemp of temp * sqrt(D) x_hat . dy
       }

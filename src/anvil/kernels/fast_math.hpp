@@ -1,4 +1,4 @@
-// The kernels' exp, tanh, sigmoid and row maximum: device/fast_math.hpp's
+// The kernels' exp, tanh, sigmoid, normal CDF and row maximum: device/fast_math.hpp's
 // (the GEMM epilogues share them), named in this namespace.
 #pragma once
 
@@ -7,6 +7,7 @@
 namespace anvil::kernels {
 
 using device::fast_exp;
+using device::fast_normal_cdf;
 using device::fast_sigmoid;
 using device::fast_tanh;
 #if !ANVIL_DEVICE_CODE
