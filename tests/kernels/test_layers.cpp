@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -69,6 +70,42 @@ TEST(LayerGradients, LinearMatchesFiniteDifferences) {
   expect_matches_finite_differences("dx", x, dx, objective);
   expect_matches_finite_differences("dweight", w, dw, objective);
   expect_matches_finite_differences("dbias", b, db, objective);
+}
+
+// The three ways a backward stores: `add` sums into both gradients,
+// `write` overwrites both, `write_input` overwrites the input's and adds to
+// the weight's (its buffers may hold anything, NaN included, beforehand).
+// Each is the add-into-zeros result bit for bit, plus what was added to.
+TEST(LayerGradients, LinearAndActivationsStoreAsTheyAreTold) {
+  const int64_t N = 33, IC = 40, OC = 24;
+  const auto x = random_vector(N * IC, 1), w = random_vector(OC * IC, 2);
+  const auto dy = random_vector(N * OC, 3), held = random_vector(OC * IC, 4);
+  std::vector<float> dx0(N * IC, 0.0f), dw0(OC * IC, 0.0f);
+  linear_backward(dx0.data(), dw0.data(), nullptr, dy.data(), x.data(), w.data(), N, IC, OC);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> dx(N * IC, nan), dw(OC * IC, nan);
+  linear_backward(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), N, IC, OC, nullptr,
+                  device::GemmBackend::automatic, GradStore::write);
+  EXPECT_EQ(dx, dx0);
+  EXPECT_EQ(dw, dw0);
+  std::fill(dx.begin(), dx.end(), nan);
+  dw = held;
+  linear_backward(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), N, IC, OC, nullptr,
+                  device::GemmBackend::automatic, GradStore::write_input);
+  EXPECT_EQ(dx, dx0);
+  for (int64_t i = 0; i < OC * IC; ++i)
+    EXPECT_NEAR(dw[i], held[i] + dw0[i], 1e-5f * (1 + std::abs(dw0[i]))) << i;
+
+  const auto a = random_vector(N * IC, 5, 2.0f);
+  std::vector<float> d0(N * IC, 0.0f), d(N * IC, nan);
+  gelu_backward(d0.data(), a.data(), x.data(), N * IC);
+  gelu_backward(d.data(), a.data(), x.data(), N * IC, GradStore::write_input);
+  EXPECT_EQ(d, d0);
+  const auto gu = random_vector(N * 2 * IC, 6, 2.0f);
+  std::vector<float> s0(N * 2 * IC, 0.0f), s(N * 2 * IC, nan);
+  swiglu_backward(s0.data(), x.data(), gu.data(), N, IC);
+  swiglu_backward(s.data(), x.data(), gu.data(), N, IC, GradStore::write_input);
+  EXPECT_EQ(s, s0);
 }
 
 TEST(LayerGradients, GeluAndSwigluMatchFiniteDifferences) {

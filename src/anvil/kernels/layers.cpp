@@ -228,7 +228,8 @@ void linear_forward(float* out, const float* inp, MatmulWeight weight, const flo
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      MatmulWeight weight, int64_t N, int64_t IC, int64_t OC, Bf16Scratch* scratch,
                      device::GemmBackend backend, GradStore store) {
-  const float beta = store == GradStore::add ? 1.0f : 0.0f;
+  const float beta = store == GradStore::add ? 1.0f : 0.0f;  // dinp's
+  const float beta_w = store == GradStore::write ? 0.0f : 1.0f;
   if (weight.bf16_copy != nullptr) {
     check_scratch(scratch, std::max(N * IC, N * OC));
     convert_to_bf16(scratch->b, dout, N * OC);
@@ -237,14 +238,14 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
       device::gemm(false, false, N, IC, OC, 1.0f, scratch->b, OC, weight.bf16_copy, IC, beta, dinp,
                    IC, backend);
     }
-    device::gemm(true, false, OC, IC, N, 1.0f, scratch->b, OC, scratch->a, IC, beta, dweight, IC,
+    device::gemm(true, false, OC, IC, N, 1.0f, scratch->b, OC, scratch->a, IC, beta_w, dweight, IC,
                  backend);
   } else {
     if (dinp != nullptr) {
       device::gemm(false, false, N, IC, OC, 1.0f, dout, OC, weight.f32, IC, beta, dinp, IC,
                    backend);
     }
-    device::gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, beta, dweight, IC, backend);
+    device::gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, beta_w, dweight, IC, backend);
   }
   if (dbias == nullptr) return;
   PartialSums sums(OC, 1);
@@ -266,9 +267,14 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = body::gelu(inp[i]);
 }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, GradStore store) {
+  if (store == GradStore::add) {
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) dinp[i] += dout[i] * body::gelu_slope(inp[i]);
+    for (int64_t i = 0; i < n; ++i) dinp[i] += dout[i] * body::gelu_slope(inp[i]);
+  } else {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) dinp[i] = dout[i] * body::gelu_slope(inp[i]);
+  }
 }
 
 void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F) {
@@ -291,7 +297,7 @@ void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N
     const float* d = dout + n * F;
     float* dg = dinp + n * 2 * F;
     float* du = dg + F;
-    if (store == GradStore::write) {
+    if (store != GradStore::add) {  // no weights: write and write_input alike
 #pragma omp simd
       for (int64_t i = 0; i < F; ++i) body::swiglu_grads(g[i], u[i], d[i], dg + i, du + i);
     } else {

@@ -79,9 +79,11 @@ void linear_forward(float* out, const float* inp, MatmulWeight weight, const flo
 // hold (a weight or input used more than once sums its uses), or written
 // over them where this call alone produces them (no zeroing pass first, and
 // the GEMMs do not read the old values). Both give the same bits.
-enum class GradStore { add, write };
+// write_input: the input's gradient written (a fresh buffer of this call),
+// the weight's added (weights sum over micro-batches).
+enum class GradStore { add, write, write_input };
 // dinp may be null (first layer); dbias may be null (no bias). `store`
-// applies to dinp and dweight; dbias is always added to.
+// applies to dinp and dweight as above; dbias is always added to.
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      MatmulWeight weight, int64_t N, int64_t IC, int64_t OC,
                      Bf16Scratch* scratch = nullptr,
@@ -91,7 +93,8 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
 // ---- activations ----
 // GELU, tanh approximation (GPT-2's "gelu_new").
 void gelu_forward(float* out, const float* inp, int64_t n);
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n,
+                   GradStore store = GradStore::add);
 // SwiGLU: inp rows are [gate (F) | up (F)]; out[n, f] = silu(gate) * up.
 void swiglu_forward(float* out, const float* inp, int64_t N, int64_t F);
 void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N, int64_t F,

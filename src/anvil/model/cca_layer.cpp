@@ -137,8 +137,8 @@ void CcaLayer::backward(float* dx, const CcaParams& g, const float* dout, const 
   const int64_t Hq = s_.q_heads, Hkv = s_.kv_heads, Cq = s_.q_latent();
   const int64_t W = (Hq + 2 * Hkv) * d;
   using kernels::zero;
-  zero(sc_.d_att, N_ * Cq);
-  kernels::linear_backward(sc_.d_att, g.wo, nullptr, dout, att_, w(p.wo), N_, Cq, H, low_scratch_);
+  kernels::linear_backward(sc_.d_att, g.wo, nullptr, dout, att_, w(p.wo), N_, Cq, H, low_scratch_,
+                           device::GemmBackend::automatic, kernels::GradStore::write_input);
   if (cp_)
     cp_->attention_backward(sc_.d_qkv, sc_.d_att, qkv_, att_, lse_, Hq, Hkv, d);
   else

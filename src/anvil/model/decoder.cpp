@@ -380,44 +380,40 @@ void Decoder::run_backward(const int32_t* tokens, int64_t B, int64_t T) {
   const int64_t N = B * T;
   const float* P = params_.f();
   float* G = grads_.f();
-  auto zero = [](float* p, int64_t n) {
-    std::memset(p, 0, static_cast<size_t>(n) * sizeof(float));
-  };
   auto mut = [](const float* p) { return const_cast<float*>(p); };
-  zero(d_res_, N * C_);
+  kernels::zero(d_res_, N * C_);
   norm_backward(d_res_, mut(param("model.norm.weight", G)), mut(param("model.norm.bias", G)),
                 d_lnf_, x_[L_], param("model.norm.weight", P), lnf_mean_, lnf_rstd_, N);
   for (int64_t l = L_ - 1; l >= 0; --l) {
     const Layer& p = layer_params(l);
     const Layer& g = layer_grads(l);
     const LayerActs& a = acts_by_layer_[l];
-    // x[l+1] = mid + down(act(up(norm2(mid))))
-    zero(d_fca_, N * F_);
+    // x[l+1] = mid + down(act(up(norm2(mid)))). The input gradients of the
+    // projections and activations are fresh buffers: written, not cleared
+    // and added to; the weights' gradients add (micro-batches).
+    constexpr auto kFresh = kernels::GradStore::write_input;
+    constexpr auto kAuto = device::GemmBackend::automatic;
     kernels::linear_backward(d_fca_, mut(g.down_w), mut(g.down_b), d_res_, a.fca,
-                             matmul_weight(p.down_w), N, F_, C_, &scratch_);
-    zero(d_fch_, N * F2_);
+                             matmul_weight(p.down_w), N, F_, C_, &scratch_, kAuto, kFresh);
     if (config_.mlp == Mlp::swiglu) {
-      kernels::swiglu_backward(d_fch_, d_fca_, a.fch, N, F_);
+      kernels::swiglu_backward(d_fch_, d_fca_, a.fch, N, F_, kFresh);
     } else {
-      kernels::gelu_backward(d_fch_, a.fch, d_fca_, N * F_);
+      kernels::gelu_backward(d_fch_, a.fch, d_fca_, N * F_, kFresh);
     }
-    zero(d_ln_, N * C_);
     kernels::linear_backward(d_ln_, mut(g.up_w), mut(g.up_b), d_fch_, a.ln2, matmul_weight(p.up_w),
-                             N, C_, F2_, &scratch_);
+                             N, C_, F2_, &scratch_, kAuto, kFresh);
     norm_backward(d_res_, mut(g.ln2_w), mut(g.ln2_b), d_ln_, a.mid, p.ln2_w, a.ln2_mean, a.ln2_rstd,
                   N);
     // mid = x[l] + o(attention(rope(qkv(norm1(x[l])))))
-    zero(d_att_, N * Hq_ * D_);
     kernels::linear_backward(d_att_, mut(g.o_w), mut(g.o_b), d_res_, a.att, matmul_weight(p.o_w), N,
-                             Hq_ * D_, C_, &scratch_);
+                             Hq_ * D_, C_, &scratch_, kAuto, kFresh);
     if (cp_.split())
       cp_.attention_backward(d_qkv_, d_att_, a.qkv, a.att, a.lse, Hq_, Hkv_, D_);
     else
       kernels::attention_backward(d_qkv_, d_att_, a.qkv, a.att, a.lse, B, T, Hq_, Hkv_, D_);
     if (config_.position == Position::rope) rope(d_qkv_, N, T, true);
-    zero(d_ln_, N * C_);
     kernels::linear_backward(d_ln_, mut(g.qkv_w), mut(g.qkv_b), d_qkv_, a.ln1,
-                             matmul_weight(p.qkv_w), N, C_, Q_, &scratch_);
+                             matmul_weight(p.qkv_w), N, C_, Q_, &scratch_, kAuto, kFresh);
     norm_backward(d_res_, mut(g.ln1_w), mut(g.ln1_b), d_ln_, x_[l], p.ln1_w, a.ln1_mean, a.ln1_rstd,
                   N);
     grads_ready_from(layer_begin_[static_cast<size_t>(l)]);
