@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -95,6 +96,19 @@ TEST(Zaya, ResidualMergeBackwardMatchesADoubleReferenceOnAnyThreadCount) {
     runs.push_back(all);
   }
   EXPECT_EQ(runs[0], runs[1]);
+  // Written over NaNs: the add into zeros' bits; the scales' sums still add.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> dr0(N * C, 0.0f), dh0(N * C, 0.0f), dr(N * C, nan), dh(N * C, nan);
+  std::vector<float> s0(4 * C, 0.0f), s1(4 * C, 0.0f);
+  residual_merge_backward(dr0.data(), dh0.data(), s0.data(), s0.data() + C, s0.data() + 2 * C,
+                          s0.data() + 3 * C, d.data(), r.data(), h.data(), hs.data(), hb.data(),
+                          rs.data(), rb.data(), N, C);
+  residual_merge_backward(dr.data(), dh.data(), s1.data(), s1.data() + C, s1.data() + 2 * C,
+                          s1.data() + 3 * C, d.data(), r.data(), h.data(), hs.data(), hb.data(),
+                          rs.data(), rb.data(), N, C, GradStore::write_input);
+  EXPECT_EQ(dr, dr0);
+  EXPECT_EQ(dh, dh0);
+  EXPECT_EQ(s1, s0);
 }
 
 TEST(Zaya, ExactGeluMatchesItsDefinitionAndFiniteDifferences) {

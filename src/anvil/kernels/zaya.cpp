@@ -33,9 +33,10 @@ void residual_merge_forward(float* out, const float* r, const float* h, const fl
 void residual_merge_backward(float* dr, float* dh, float* dhs, float* dhb, float* drs, float* drb,
                              const float* dout, const float* r, const float* h, const float* hs,
                              const float* hb, const float* rs, const float* rb, int64_t N,
-                             int64_t C) {
+                             int64_t C, GradStore store) {
   // One pass over the rows: the input gradients, and the sums the scales
   // need (sum d, sum d (h + hb), sum d (r + rb)).
+  const bool add = store == GradStore::add;
   std::vector<float> sums(static_cast<size_t>(3 * C));
   column_sums(sums.data(), 3, N, C, [&](int64_t n, float* s) {
     const float* d = dout + n * C;
@@ -43,7 +44,7 @@ void residual_merge_backward(float* dr, float* dh, float* dhs, float* dhb, float
     float* dhn = dh + n * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
-      dhn[c] += d[c] * hs[c];
+      dhn[c] = (add ? dhn[c] : 0.0f) + d[c] * hs[c];
       s[c] += d[c];
       s[C + c] += d[c] * (hn[c] + hb[c]);
     }
@@ -52,7 +53,7 @@ void residual_merge_backward(float* dr, float* dh, float* dhs, float* dhb, float
     float* drn = dr + n * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
-      drn[c] += d[c] * rs[c];
+      drn[c] = (add ? drn[c] : 0.0f) + d[c] * rs[c];
       s[2 * C + c] += d[c] * (rn[c] + rb[c]);
     }
   });

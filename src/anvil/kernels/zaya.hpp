@@ -1,9 +1,11 @@
 // ZAYA1's residual scaling and the router's element-wise parts
 // (docs/zaya1-spec.md sections 4 and 5), as forward/backward pairs over rows;
-// backward accumulates (+=).
+// backward accumulates (+=) unless told to write.
 #pragma once
 
 #include <cstdint>
+
+#include "anvil/kernels/layers.hpp"
 
 namespace anvil::kernels {
 
@@ -12,11 +14,13 @@ namespace anvil::kernels {
 void residual_merge_forward(float* out, const float* r, const float* h, const float* hs,
                             const float* hb, const float* rs, const float* rb, int64_t N,
                             int64_t C);
-// dr/drs/drb are skipped when r is null.
+// dr/drs/drb are skipped when r is null. `store` applies to dr and dh
+// (write_input: written, not added to); the scales' and biases' gradients
+// are always added to.
 void residual_merge_backward(float* dr, float* dh, float* dhs, float* dhb, float* drs, float* drb,
                              const float* dout, const float* r, const float* h, const float* hs,
                              const float* hb, const float* rs, const float* rb, int64_t N,
-                             int64_t C);
+                             int64_t C, GradStore store = GradStore::add);
 
 // GELU with the exact erf (the router MLP's activation): x * Phi(x).
 void gelu_erf_forward(float* out, const float* inp, int64_t n);

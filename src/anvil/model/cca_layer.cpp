@@ -163,7 +163,8 @@ void CcaLayer::backward(float* dx, const CcaParams& g, const float* dout, const 
                              u_halo_, du_halo_);
   // The halo rows' gradients, back to the ranks (or chunks) they came from.
   if (cp_) cp_->halo_backward(sc_.d_u, C, du_halo_, C, 2);
-  kernels::linear_backward(dx, g.wqk, nullptr, sc_.d_u, x, w(p.wqk), N_, H, C, low_scratch_);
+  kernels::linear_backward(dx, g.wqk, nullptr, sc_.d_u, x, w(p.wqk), N_, H, C, low_scratch_,
+                           device::GemmBackend::automatic, kernels::GradStore::write_input);
   // Values: head 0 came from x_t Wv1^T, head 1 from x_{t-1} Wv2^T.
   kernels::copy_rows(sc_.d_v, d, sc_.d_qkv + (Hq + Hkv) * d, W, N_, d);
   kernels::linear_backward(dx, g.wv1, nullptr, sc_.d_v, x, w(p.wv1), N_, H, d, low_scratch_);

@@ -69,7 +69,8 @@ class CcaLayer {
   void allocate();
   // out [B*S, H] = CCA(x); keeps what backward needs.
   void forward(float* out, const float* x, const CcaParams& p);
-  // Adds the gradients of sum(out * dout) to dx and to the gradient arena `g`.
+  // Writes the gradient of sum(out * dout) to dx (its old contents unread)
+  // and adds the weights' to the gradient arena `g`.
   void backward(float* dx, const CcaParams& g, const float* dout, const float* x,
                 const CcaParams& p);
 

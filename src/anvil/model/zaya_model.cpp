@@ -460,25 +460,27 @@ double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets
   kernels::rmsnorm_backward(d_rf, at("model.final_norm.weight", G), d_lnf, rf_,
                             at("model.final_norm.weight", P), lnf_rstd_, N_, H_);
   // dr: gradient of the current merged residual; dh: of the current layer output.
+  // The merges' backward writes dr and dh (GradStore::write_input), a CCA
+  // layer's backward writes dx; the MoE layer's adds to a cleared dx.
+  constexpr auto kWrite = kernels::GradStore::write_input;
   float*& dr = back_.dr;
   float*& dh = back_.dh;
-  zeroed(dr, NH);
-  zeroed(dh, NH);
   float* dx = back_.dx;
   kernels::residual_merge_backward(
       dr, dh, at("model.res_scale.hidden_states_scale", G),
       at("model.res_scale.hidden_states_bias", G), at("model.res_scale.residual_scale", G),
       at("model.res_scale.residual_bias", G), d_rf, r_[layers_ - 1], h_[layers_ - 1],
       at("model.res_scale.hidden_states_scale", P), at("model.res_scale.hidden_states_bias", P),
-      at("model.res_scale.residual_scale", P), at("model.res_scale.residual_bias", P), N_, H_);
+      at("model.res_scale.residual_scale", P), at("model.res_scale.residual_bias", P), N_, H_,
+      kWrite);
   const std::vector<float*>& drstate = back_.drstate;
   for (float* d : drstate) zeroed(d, N_ * R_);
   for (int64_t n = layers_ - 1; n >= 0; --n) {
-    zeroed(dx, NH);
     if (n % 2 == 0) {
       cca_[n / 2]->backward(dx, cca_g_[n / 2], dh, x_[n], cca_p_[n / 2]);
     } else {
       const int64_t m = n / 2;
+      zeroed(dx, NH);
       moe_[m]->backward(dx, m > 0 ? drstate[m - 1] : nullptr, moe_g_[m], dh, drstate[m], x_[n],
                         m > 0 ? rstate_[m - 1] : nullptr, moe_p_[m], grad_scale);
     }
@@ -486,13 +488,12 @@ double ZayaModel::forward_backward(const int32_t* tokens, const int32_t* targets
                               at(layer_param_name(n, "input_norm.weight"), P), rstd_[n], N_, H_);
     // r_n = merge(r_{n-1}, h_{n-1}) (n = 0: merge(none, embedding)).
     const std::string p = layer_param_name(n, "res_scale.");
-    float* dr_prev = zeroed(back_.dr_prev, NH);
-    float* dh_prev = zeroed(back_.dh_prev, NH);
-    kernels::residual_merge_backward(
-        dr_prev, dh_prev, at(p + "hidden_states_scale", G), at(p + "hidden_states_bias", G),
-        at(p + "residual_scale", G), at(p + "residual_bias", G), dr, n > 0 ? r_[n - 1] : nullptr,
-        n > 0 ? h_[n - 1] : emb_, at(p + "hidden_states_scale", P), at(p + "hidden_states_bias", P),
-        at(p + "residual_scale", P), at(p + "residual_bias", P), N_, H_);
+    kernels::residual_merge_backward(back_.dr_prev, back_.dh_prev, at(p + "hidden_states_scale", G),
+                                     at(p + "hidden_states_bias", G), at(p + "residual_scale", G),
+                                     at(p + "residual_bias", G), dr, n > 0 ? r_[n - 1] : nullptr,
+                                     n > 0 ? h_[n - 1] : emb_, at(p + "hidden_states_scale", P),
+                                     at(p + "hidden_states_bias", P), at(p + "residual_scale", P),
+                                     at(p + "residual_bias", P), N_, H_, kWrite);
     std::swap(dr, back_.dr_prev);
     std::swap(dh, back_.dh_prev);
     grads_ready_from(registry_.layer_begin(n));
