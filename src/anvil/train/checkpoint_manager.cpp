@@ -123,8 +123,10 @@ void CheckpointManager::save(int64_t step, ckpt::ShardedSave save, const RunReco
     try {
       std::string note;
       ckpt::save_sharded(dir, step, save, group, keep, &note);
-      if (!note.empty() && report_)
-        std::fprintf(stderr, "anvil: warning: checkpoint of step %lld: %s\n",
+      // Every rank that made room says so, as for a save that failed: the
+      // rank that met the full disk first and pruned need not be rank 0.
+      if (!note.empty())
+        std::fprintf(stderr, "anvil: warning: rank %d: checkpoint of step %lld: %s\n", rank_,
                      static_cast<long long>(step), note.c_str());
     } catch (...) {
       save_error_ = std::current_exception();
