@@ -78,7 +78,8 @@ void linear_forward(float* out, const float* inp, MatmulWeight weight, const flo
 // How a backward stores its gradients: added to what the output buffers
 // hold (a weight or input used more than once sums its uses), or written
 // over them where this call alone produces them (no zeroing pass first, and
-// the GEMMs do not read the old values). Both give the same bits.
+// the GEMMs do not read the old values). Both give the same values (a
+// zero's sign aside: adding -0 to a cleared buffer leaves +0).
 // write_input: the input's gradient written (a fresh buffer of this call),
 // the weight's added (weights sum over micro-batches).
 enum class GradStore { add, write, write_input };
