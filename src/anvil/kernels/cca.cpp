@@ -50,6 +50,28 @@ std::vector<float> previous_D(const float* halo, const float* w0, const float* b
   return prev;
 }
 
+// `count` rows of `width` floats, `stride` apart, kept aside while a GEMM
+// over the whole batch writes rows it must leave as they were.
+class BoundaryRows {
+ public:
+  BoundaryRows(int64_t count, int64_t width)
+      : count_(std::max<int64_t>(count, 0)),
+        width_(width),
+        rows_(static_cast<size_t>(count_ * width)) {}
+  void save(const float* first, int64_t stride) {
+    for (int64_t i = 0; i < count_; ++i)
+      std::copy_n(first + i * stride, width_, rows_.data() + i * width_);
+  }
+  void restore(float* first, int64_t stride) const {
+    for (int64_t i = 0; i < count_; ++i)
+      std::copy_n(rows_.data() + i * width_, width_, first + i * stride);
+  }
+
+ private:
+  int64_t count_, width_;
+  std::vector<float> rows_;
+};
+
 }  // namespace
 
 void cca_conv_forward(float* conv, float* D, const float* u, const float* w0, const float* b0,
@@ -82,13 +104,26 @@ void cca_conv_forward(float* conv, float* D, const float* u, const float* w0, co
       for (int64_t j = 0; j < group; ++j) edge[b * C + c] += tap0[c * group + j] * dp[base + j];
     }
   }
-  for (int64_t base = 0; base < C; base += group) {
-    device::gemm(false, true, N, group, group, 1.0f, D + base, C, tap1 + base * group, group, 1.0f,
-         conv + base, C);
-    for (int64_t b = 0; b < B; ++b) {
-      if (S > 1)
-        device::gemm(false, true, S - 1, group, group, 1.0f, D + b * S * C + base, C, tap0 + base * group,
-             group, 1.0f, conv + (b * S + 1) * C + base, C);
+  // One task per head (its columns of conv are its own), each GEMM on the
+  // task's thread: ten small GEMMs a layer do not pay a parallel region each.
+  // Tap 0 runs over the whole batch, rows n >= 1 reading D[n-1]; the first
+  // row of every later sequence must not see the sequence before it, so those
+  // rows are kept aside and put back (each C element is its own sum, so the
+  // others' bits are those of per-sequence GEMMs).
+  const int64_t heads = C / group;
+#pragma omp parallel
+  {
+    BoundaryRows starts(B - 1, group);
+#pragma omp for schedule(static)
+    for (int64_t head = 0; head < heads; ++head) {
+      const int64_t base = head * group;
+      device::gemm(false, true, N, group, group, 1.0f, D + base, C, tap1 + base * group, group,
+                   1.0f, conv + base, C);
+      if (S < 2) continue;
+      starts.save(conv + S * C + base, S * C);
+      device::gemm(false, true, N - 1, group, group, 1.0f, D + base, C, tap0 + base * group, group,
+                   1.0f, conv + C + base, C);
+      starts.restore(conv + S * C + base, S * C);
     }
   }
   for (int64_t b = 0; b < B; ++b) {
@@ -104,22 +139,35 @@ void cca_conv_backward(float* du, float* dw0, float* db0, float* dw1, float* db1
   const std::vector<float> taps = split_taps(w1, C, group);
   const float* tap0 = taps.data();
   const float* tap1 = taps.data() + C * group;
-  // dD[n] = W_1^T dconv[n] + W_0^T dconv[n + 1] (same sequence), per head.
-  std::fill(dD, dD + N * C, 0.0f);
+  // dD[n] = W_1^T dconv[n] + W_0^T dconv[n + 1] (same sequence), per head:
+  // tap 1 writes every element, tap 0 adds.
   // dW_tap[c][j] = sum_n dconv[n][c] x (tap 1: D[n]; tap 0: D[n-1]).
   std::vector<float> dtaps(static_cast<size_t>(2 * C * group), 0.0f);
-  for (int64_t base = 0; base < C; base += group) {
-    device::gemm(false, false, N, group, group, 1.0f, dconv + base, C, tap1 + base * group, group, 1.0f,
-         dD + base, C);
-    device::gemm(true, false, group, group, N, 1.0f, dconv + base, C, D + base, C, 1.0f,
-         dtaps.data() + C * group + base * group, group);
-    for (int64_t b = 0; b < B; ++b) {
+  // One task per head, as in the forward: its columns of dD and its block of
+  // the taps' gradients are its own.
+  const int64_t heads = C / group;
+#pragma omp parallel
+  {
+    BoundaryRows ends(B - 1, group);
+#pragma omp for schedule(static)
+    for (int64_t head = 0; head < heads; ++head) {
+      const int64_t base = head * group;
+      device::gemm(false, false, N, group, group, 1.0f, dconv + base, C, tap1 + base * group, group,
+                   0.0f, dD + base, C);
+      device::gemm(true, false, group, group, N, 1.0f, dconv + base, C, D + base, C, 1.0f,
+                   dtaps.data() + C * group + base * group, group);
       if (S < 2) continue;
-      const int64_t row = b * S;
-      device::gemm(false, false, S - 1, group, group, 1.0f, dconv + (row + 1) * C + base, C,
-           tap0 + base * group, group, 1.0f, dD + row * C + base, C);
-      device::gemm(true, false, group, group, S - 1, 1.0f, dconv + (row + 1) * C + base, C,
-           D + row * C + base, C, 1.0f, dtaps.data() + base * group, group);
+      // dD[n] for n < N - 1 from dconv[n + 1] in one GEMM; the last row of
+      // every sequence but the last must not see the next one's first row.
+      ends.save(dD + (S - 1) * C + base, S * C);
+      device::gemm(false, false, N - 1, group, group, 1.0f, dconv + C + base, C,
+                   tap0 + base * group, group, 1.0f, dD + base, C);
+      ends.restore(dD + (S - 1) * C + base, S * C);
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t row = b * S;
+        device::gemm(true, false, group, group, S - 1, 1.0f, dconv + (row + 1) * C + base, C,
+                     D + row * C + base, C, 1.0f, dtaps.data() + base * group, group);
+      }
     }
   }
   // The t = 0 rows' tap 0 saw D_{-1} = b0 (D_{t0-1} from the halo): its
