@@ -4,13 +4,15 @@
 // convolution is a group x group matrix per head and tap, run as GEMMs.
 #include "anvil/kernels/cca.hpp"
 
-#include "anvil/kernels/column_sums.hpp"
+#include "anvil/base/step_parts.hpp"
 #include "anvil/device/gemm.hpp"
+#include "anvil/kernels/column_sums.hpp"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 namespace anvil::kernels {
@@ -111,6 +113,7 @@ void cca_conv_forward(float* conv, float* D, const float* u, const float* w0, co
   // rows are kept aside and put back (each C element is its own sum, so the
   // others' bits are those of per-sequence GEMMs).
   const int64_t heads = C / group;
+  std::optional<StepPartScope> part(StepPart::gemm);  // the GEMMs in the tasks count as GEMMs
 #pragma omp parallel
   {
     BoundaryRows starts(B - 1, group);
@@ -126,6 +129,7 @@ void cca_conv_forward(float* conv, float* D, const float* u, const float* w0, co
       starts.restore(conv + S * C + base, S * C);
     }
   }
+  part.reset();
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t c = 0; c < C; ++c) conv[b * S * C + c] += edge[b * C + c];
   }
@@ -146,6 +150,7 @@ void cca_conv_backward(float* du, float* dw0, float* db0, float* dw1, float* db1
   // One task per head, as in the forward: its columns of dD and its block of
   // the taps' gradients are its own.
   const int64_t heads = C / group;
+  std::optional<StepPartScope> part(StepPart::gemm);  // the GEMMs in the tasks count as GEMMs
 #pragma omp parallel
   {
     BoundaryRows ends(B - 1, group);
@@ -170,6 +175,7 @@ void cca_conv_backward(float* du, float* dw0, float* db0, float* dw1, float* db1
       }
     }
   }
+  part.reset();
   // The t = 0 rows' tap 0 saw D_{-1} = b0 (D_{t0-1} from the halo): its
   // weight gradient, and that row's gradient (dprev) for b0 (and the halo).
   const std::vector<float> prev = previous_D(halo, w0, b0, halo == nullptr ? 1 : B, C);
