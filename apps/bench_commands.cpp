@@ -75,8 +75,8 @@ class BenchCommands : public CommandFamily {
       attention_options_.progress = stderr_is_terminal();
       const auto result = bench::run_attention_bench(attention_options_);
       char peak[160];
-      std::snprintf(peak, sizeof peak,
-                    "sgemm peak (2048^3 fp32, %d threads, same run): %.1f GFLOP/s\n",
+      std::snprintf(peak, sizeof peak, "%s peak (2048^3 %s, %d threads, same run): %.1f GFLOP/s\n",
+                    result.dtype == "bf16" ? "bf16 GEMM" : "sgemm", result.dtype.c_str(),
                     result.threads, result.sgemm_peak_gflops);
       attention_out_.emit(result, peak);
       return 0;
@@ -245,6 +245,12 @@ void BenchCommands::add_attention(CLI::App* bench) {
       ->capture_default_str();
   attention_->add_option("--min-time", a.min_seconds, "Seconds timed per case and pass")
       ->check(in_range(0.001, 60))
+      ->capture_default_str();
+  attention_
+      ->add_option("--dtype", a.dtype,
+                   "fp32, or bf16: the tiles a bf16 run takes (AVX512_BF16), against the "
+                   "bf16 GEMM peak")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   attention_out_.add_to(attention_);
 }

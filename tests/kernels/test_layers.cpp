@@ -181,11 +181,20 @@ TEST(LayerGradients, GroupedQueryAttentionMatchesFiniteDifferences) {
 
 // T = 300: three query/key blocks of the tile path, the last one partial, so
 // the online softmax crosses blocks and the diagonal blocks are masked.
-void expect_blocked_attention_matches_reference(AttentionTiles tiles, int64_t D) {
-  SCOPED_TRACE("D = " + std::to_string(D));
-  const int64_t B = 2, T = 300, Hq = 4, Hkv = 2, Q = (Hq + 2 * Hkv) * D;
+// The bf16 tiles are checked with tolerances for their bf16 probabilities
+// against a reference that reads the inputs rounded to bf16 as they do.
+struct AttentionTolerance {
+  double out = 2e-6, grads = 2e-5, lse = 1e-5;
+  bool bf16_inputs = false;
+};
+
+void expect_blocked_attention_matches_reference(AttentionTiles tiles, int64_t D,
+                                                AttentionTolerance tol = {}, int64_t T = 300) {
+  SCOPED_TRACE("D = " + std::to_string(D) + ", T = " + std::to_string(T));
+  const int64_t B = 2, Hq = 4, Hkv = 2, Q = (Hq + 2 * Hkv) * D;
   const auto qkv = random_vector(B * T * Q, 7);
   const auto dout = random_vector(B * T * Hq * D, 8);
+  auto input = [&](float x) { return tol.bf16_inputs ? to_float(to_bf16(x)) : x; };
   // dqkv starts as garbage: the backward writes every entry, it does not add.
   std::vector<float> out(B * T * Hq * D), lse(B * Hq * T), dqkv(B * T * Q, 1e3f);
   attention_forward(out.data(), lse.data(), qkv.data(), B, T, Hq, Hkv, D, tiles);
@@ -198,7 +207,7 @@ void expect_blocked_attention_matches_reference(AttentionTiles tiles, int64_t D)
     for (int64_t h = 0; h < Hq; ++h) {
       const int64_t g = h / (Hq / Hkv);
       auto at = [&](int64_t t, int64_t off) {
-        return static_cast<double>(qkv[(b * T + t) * Q + off]);
+        return static_cast<double>(input(qkv[(b * T + t) * Q + off]));
       };
       const int64_t qo = h * D, ko = (Hq + g) * D, vo = (Hq + Hkv + g) * D;
       for (int64_t t = 0; t < T; ++t) {
@@ -212,7 +221,8 @@ void expect_blocked_attention_matches_reference(AttentionTiles tiles, int64_t D)
         }
         for (auto& x : p) sum += (x = std::exp(x - mx));
         for (auto& x : p) x /= sum;
-        const float* go = &dout[(b * T + t) * Hq * D + h * D];
+        std::vector<double> go(D);
+        for (int64_t d = 0; d < D; ++d) go[d] = input(dout[(b * T + t) * Hq * D + h * D + d]);
         double delta = 0;
         std::vector<double> o(D, 0.0);
         for (int64_t j = 0; j <= t; ++j)
@@ -242,19 +252,19 @@ void expect_blocked_attention_matches_reference(AttentionTiles tiles, int64_t D)
     }
     return err / norm;
   };
-  EXPECT_LT(rel(out, ref_out), 2e-6);
-  EXPECT_LT(rel(dqkv, ref_d), 2e-5);
+  EXPECT_LT(rel(out, ref_out), tol.out);
+  EXPECT_LT(rel(dqkv, ref_d), tol.grads);
   // The log-sum-exp of the last row of the first head, from the reference.
   double mx = -1e300, sum = 0;
   std::vector<double> sc(T);
   for (int64_t j = 0; j < T; ++j) {
     double x = 0;
     for (int64_t d = 0; d < D; ++d)
-      x += static_cast<double>(qkv[(T - 1) * Q + d]) * qkv[j * Q + Hq * D + d];
+      x += static_cast<double>(input(qkv[(T - 1) * Q + d])) * input(qkv[j * Q + Hq * D + d]);
     mx = std::max(mx, sc[j] = x * scale);
   }
   for (double x : sc) sum += std::exp(x - mx);
-  EXPECT_NEAR(lse[T - 1], mx + std::log(sum), 1e-5);
+  EXPECT_NEAR(lse[T - 1], mx + std::log(sum), tol.lse);
 }
 
 TEST(LayerGradients, BlockedAttentionMatchesADoubleReferenceAcrossBlocks) {
@@ -268,6 +278,21 @@ TEST(LayerGradients, TileKernelAttentionMatchesADoubleReferenceAcrossBlocks) {
   if (tile_gemm_lanes() == 0) GTEST_SKIP() << "this build has no tile kernel (no AVX2 + FMA)";
   for (int64_t D : {16, 24, 64, 128})
     expect_blocked_attention_matches_reference(AttentionTiles::kernel, D);
+}
+
+// The bf16 tiles (AVX512_BF16): inputs rounded to bf16 as the reference
+// reads them, the probabilities P and dS rounded to bf16 for their products
+// (the error left). T = 301 leaves an odd last block (odd rows and keys).
+TEST(LayerGradients, Bf16TileAttentionMatchesABf16InputReferenceAcrossBlocks) {
+  if (!tile_gemm_bf16_available()) GTEST_SKIP() << "no AVX512_BF16 tile kernel on this CPU/build";
+  AttentionTolerance tol;
+  tol.out = 3e-3;
+  tol.grads = 6e-3;
+  tol.lse = 2e-6;
+  tol.bf16_inputs = true;
+  for (int64_t D : {16, 64, 128})
+    for (int64_t T : {300, 301})
+      expect_blocked_attention_matches_reference(AttentionTiles::bf16, D, tol, T);
 }
 
 // Context parallelism's view of attention: the sequence cut into 2C chunks,
@@ -337,15 +362,20 @@ void expect_chunked_attention_matches_packed(AttentionTiles tiles, int64_t T, in
     EXPECT_EQ(lse_err, 0.0) << what;
     EXPECT_EQ(dq_err, 0.0) << what;
   }
-  EXPECT_LE(out_err, 1e-6 * scale) << what;
+  // Other chunk starts pair other rows on the bf16 tiles: the same exact
+  // products summed in another order, and a probability whose fp32 value
+  // moved by an ulp may round to a neighbouring bf16.
+  const double tol = tiles == AttentionTiles::bf16 ? 2e-3 : 1e-6;
+  EXPECT_LE(out_err, tol * scale) << what;
   EXPECT_LE(lse_err, 1e-5) << what;
-  EXPECT_LE(dq_err, 1e-6 * g_scale) << what;
-  EXPECT_LE(kv_err, 1e-6 * g_scale) << what;
+  EXPECT_LE(dq_err, tol * g_scale) << what;
+  EXPECT_LE(kv_err, tol * g_scale) << what;
 }
 
 TEST(LayerGradients, AttentionOverSequenceChunksMatchesTheWholeSequence) {
   std::vector<AttentionTiles> paths = {AttentionTiles::blas};
   if (tile_gemm_lanes() != 0) paths.push_back(AttentionTiles::kernel);
+  if (tile_gemm_bf16_available()) paths.push_back(AttentionTiles::bf16);
   for (const AttentionTiles tiles : paths) {
     expect_chunked_attention_matches_packed(tiles, 512, 4, 16);   // aligned chunks
     expect_chunked_attention_matches_packed(tiles, 300, 4, 16);   // chunks of 75

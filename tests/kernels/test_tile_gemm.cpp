@@ -78,5 +78,86 @@ TEST(TileGemm, TransposeCopiesEveryBlockAndEdgeExactly) {
   }
 }
 
+// The bf16 pairs: the halves of a pair are the two values rounded to bf16,
+// the lower k (or row) low; a missing odd row is zero.
+TEST(TileGemm, Bf16PairsHoldTheRoundedValuesInOrder) {
+  auto half = [](uint32_t pair, int which) {
+    return to_float(bf16{static_cast<uint16_t>(which == 0 ? pair & 0xffffu : pair >> 16)});
+  };
+  auto rounded = [](float x) { return to_float(to_bf16(x)); };
+  std::mt19937 gen(29);
+  std::uniform_int_distribution<int64_t> size(1, 40);
+  for (int trial = 0; trial < 100; ++trial) {
+    const int64_t n = size(gen), cols = 2 * size(gen), stride = cols + trial % 3;
+    const auto x = random_vector(n * stride, 500 + trial);
+    std::vector<uint32_t> along(n * cols / 2), across((n + 1) / 2 * cols);
+    bf16_pairs_along_rows(along.data(), cols / 2, x.data(), stride, n, cols);
+    bf16_pairs_across_rows(across.data(), cols, x.data(), stride, n, cols);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < cols; ++j) {
+        ASSERT_EQ(half(along[i * cols / 2 + j / 2], j % 2), rounded(x[i * stride + j]))
+            << "trial " << trial << " along at " << i << "," << j;
+        ASSERT_EQ(half(across[i / 2 * cols + j], i % 2), rounded(x[i * stride + j]))
+            << "trial " << trial << " across at " << i << "," << j;
+      }
+    }
+    if (n % 2 != 0) {
+      for (int64_t j = 0; j < cols; ++j) ASSERT_EQ(across[n / 2 * cols + j] >> 16, 0u);
+    }
+  }
+}
+
+// tile_gemm_bf16 against a double reference of the same bf16 values: the
+// products are exact in fp32, so only the fp32 sums' rounding is left.
+TEST(TileGemm, Bf16PairsMatchADoubleReferenceOnRandomShapes) {
+  if (!tile_gemm_bf16_available()) GTEST_SKIP() << "no AVX512_BF16 tile kernel on this CPU/build";
+  std::mt19937 gen(31);
+  std::uniform_int_distribution<int64_t> rows(1, 40), vecs(1, 10), depth(0, 40);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t m = rows(gen), n = vecs(gen) * 16, kp = depth(gen), k = 2 * kp;
+    const bool transposed = trial % 2 == 1, accumulate = trial % 3 == 0;
+    const float alpha = trial % 5 == 0 ? 0.125f : 1.0f;
+    // A as m x k values: pairs along rows (row-major), or, transposed,
+    // pairs across the rows of its k x m transpose (a_row 1, a_col = ld).
+    const auto a = random_vector(m * k, 600 + trial), b = random_vector(k * n, 700 + trial);
+    std::vector<float> at(k * m);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < k; ++p) at[p * m + i] = a[i * k + p];
+    const int64_t lda = transposed ? m + 3 : kp + 2, ldb = n + 16, ldc = n + 7;
+    std::vector<uint32_t> ap((transposed ? kp : m) * lda + 1), bp(std::max<int64_t>(kp, 1) * ldb);
+    if (transposed) {
+      bf16_pairs_across_rows(ap.data(), lda, at.data(), m, k, m);
+    } else {
+      bf16_pairs_along_rows(ap.data(), lda, a.data(), k, m, k);
+    }
+    bf16_pairs_across_rows(bp.data(), ldb, b.data(), n, k, n);
+    auto c = random_vector(m * ldc, 800 + trial);
+    const std::vector<float> c0 = c;
+    const int64_t a_row = transposed ? 1 : lda, a_col = transposed ? lda : 1;
+    tile_gemm_bf16(m, n, kp, alpha, accumulate, ap.data(), a_row, a_col, bp.data(), ldb, c.data(),
+                   ldc);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < ldc; ++j) {
+        if (j >= n) {
+          ASSERT_EQ(c[i * ldc + j], c0[i * ldc + j]) << "trial " << trial;
+          continue;
+        }
+        double want = 0, mag = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          const double t = static_cast<double>(to_float(to_bf16(a[i * k + p]))) *
+                           to_float(to_bf16(b[p * n + j]));
+          want += t;
+          mag += std::abs(t);
+        }
+        want *= alpha;
+        if (accumulate) want += c0[i * ldc + j];
+        ASSERT_NEAR(c[i * ldc + j], want, 1e-6 * (mag + 1))
+            << "trial " << trial << " m " << m << " n " << n << " k " << k << " at " << i << ","
+            << j;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace anvil::kernels

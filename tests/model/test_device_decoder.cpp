@@ -14,6 +14,7 @@
 
 #include "anvil/base/error.hpp"
 #include "anvil/kernels/device_layers.hpp"
+#include "anvil/kernels/layers.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/model/decoder.hpp"
 #include "anvil/model/device_decoder.hpp"
@@ -60,7 +61,7 @@ double relative_gap(const float* a, const float* b, int64_t n, double floor) {
 
 // Every parameter tensor's gradient against Decoder's, one by one.
 void expect_same_training_step(const ModelConfig& c, int64_t B, int64_t T, int micro_batches,
-                               Precision precision = Precision::fp32) {
+                               Precision precision = Precision::fp32, double tolerance = 2e-4) {
   Decoder ref(c, B, T, true, precision);
   DeviceDecoder dev(c, B, T, true, device::DeviceKind::cpu, precision);
   ref.registry().initialize(ref.params(), 7);
@@ -75,11 +76,12 @@ void expect_same_training_step(const ModelConfig& c, int64_t B, int64_t T, int m
     const double dev_loss =
         dev.forward_backward(b.tokens.data(), b.targets.data(), B, T, 0.25f, &dev_scored);
     EXPECT_EQ(dev_scored, ref_scored);
-    EXPECT_NEAR(dev_loss, ref_loss, 2e-5 * std::fabs(ref_loss)) << "micro-batch " << m;
+    EXPECT_NEAR(dev_loss, ref_loss, tolerance / 10 * std::fabs(ref_loss)) << "micro-batch " << m;
   }
   const double floor = 1e-3 * max_abs(ref.grads(), ref.registry().total());
   for (const ParamSpec& p : ref.registry().specs()) {
-    EXPECT_LT(relative_gap(dev.grads() + p.offset, ref.grads() + p.offset, p.numel, floor), 2e-4)
+    EXPECT_LT(relative_gap(dev.grads() + p.offset, ref.grads() + p.offset, p.numel, floor),
+              tolerance)
         << c.name << " " << p.name;
   }
 }
@@ -98,10 +100,19 @@ TEST(DeviceDecoder, BiasesAndAnUntiedHeadMatchTheDecoder) {
 
 // bf16 converts the same tensors at the same points as Decoder (weights
 // once per upload, each GEMM's activation and gradient inputs), so the two
-// agree as closely as in fp32.
+// agree as closely as in fp32 where their attention is the same fp32. Where
+// Decoder's attention runs on the bf16 tiles (AVX512_BF16; the device
+// decoder's CPU attention stays fp32), they agree to bf16's resolution.
 TEST(DeviceDecoder, Bf16MatmulsMatchTheDecodersBf16) {
-  expect_same_training_step(tiny("gpt2-tiny"), 2, 20, 2, Precision::bf16);
-  expect_same_training_step(tiny("llama-tiny"), 2, 24, 1, Precision::bf16);
+  for (const char* name : {"gpt2-tiny", "llama-tiny"}) {
+    const ModelConfig c = tiny(name);
+    const bool bf16_tiles =
+        kernels::attention_tiles_for(true, c.head_dim) == kernels::AttentionTiles::bf16;
+    SCOPED_TRACE(bf16_tiles ? "bf16 attention tiles" : "fp32 attention");
+    const int64_t T = name[0] == 'g' ? 20 : 24;
+    expect_same_training_step(c, 2, T, name[0] == 'g' ? 2 : 1, Precision::bf16,
+                              bf16_tiles ? 1e-2 : 2e-4);
+  }
 }
 
 TEST(DeviceDecoder, ASmallerBatchThanPlannedAndUpdatedWeightsAreSeen) {

@@ -21,6 +21,7 @@
 #include "anvil/base/files.hpp"
 #include "anvil/ckpt/safetensors.hpp"
 #include "anvil/ckpt/sharded.hpp"
+#include "anvil/kernels/layers.hpp"
 #include "support/train_runs.hpp"
 
 namespace {
@@ -397,8 +398,14 @@ TEST(DataParallel, TheDeviceDecoderOnTheCpuTrainsTheDecodersTrajectory) {
   expect_same_trajectory(gpt_dev, gpt, 1e-5, "gpt2-tiny, device decoder", 1e-4, 1e-5);
   expect_same_trajectory(lla_dev, lla, 1e-5, "llama-tiny, device decoder", 1e-4, 1e-5);
   // bf16 rounds the same values at the same points; an fp32 difference
-  // that crosses a bf16 rounding boundary shows at bf16 size.
-  expect_same_trajectory(gpt16_dev, gpt16, 2e-4, "gpt2-tiny bf16, device decoder", 2e-2, 5e-3);
+  // that crosses a bf16 rounding boundary shows at bf16 size. Where the CPU
+  // decoder's attention runs on the bf16 tiles (AVX512_BF16) and the device
+  // decoder's in fp32, their weights part by more (measured 6.5e-2 of a
+  // tensor's largest entry, 6.4e-3 in norm) while the losses stay within 2e-4.
+  const bool bf16_tiles =
+      anvil::kernels::attention_tiles_for(true, 16) == anvil::kernels::AttentionTiles::bf16;
+  expect_same_trajectory(gpt16_dev, gpt16, 2e-4, "gpt2-tiny bf16, device decoder",
+                         bf16_tiles ? 1.5e-1 : 2e-2, bf16_tiles ? 1.5e-2 : 5e-3);
   expect_same_trajectory(gpt_dev2, gpt, 1e-5, "gpt2-tiny, device decoder on 2 ranks with ZeRO-1",
                          1e-4, 1e-5);
   // Every run steps on the device (optim/device_adamw.hpp): one process with

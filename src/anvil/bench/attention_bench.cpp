@@ -29,11 +29,20 @@ std::vector<AttentionRow> time_attention(const AttentionBenchOptions& o) {
     if (T < 1) throw InputError("--seqs: expected lengths >= 1, got " + std::to_string(T));
   for (int64_t D : o.head_dims)
     if (D < 1) throw InputError("--head-dims: expected sizes >= 1, got " + std::to_string(D));
+  if (o.dtype != "fp32" && o.dtype != "bf16")
+    throw InputError("--dtype: expected fp32 or bf16, got '" + o.dtype + "'");
   if (o.threads > 0) set_num_threads(o.threads);
   TimingPolicy policy;
   policy.min_seconds = o.min_seconds;
   std::vector<AttentionRow> rows;
   for (int64_t D : o.head_dims) {
+    const kernels::AttentionTiles tiles = o.dtype == "bf16" ? kernels::attention_tiles_for(true, D)
+                                                            : kernels::AttentionTiles::automatic;
+    if (o.dtype == "bf16" && tiles != kernels::AttentionTiles::bf16)
+      throw InputError(
+          "--dtype bf16: the bf16 tiles need AVX512_BF16, the tile kernel and a head "
+          "size of 16k (got --head-dims " +
+          std::to_string(D) + ")");
     for (int64_t T : o.seqs) {
       const int64_t B = std::max<int64_t>(1, o.tokens / T), H = o.heads;
       const int64_t Q = (H + 2 * Hkv) * D;
@@ -45,12 +54,14 @@ std::vector<AttentionRow> time_attention(const AttentionBenchOptions& o) {
         std::fprintf(stderr, "\rattention T=%lld D=%lld ...", static_cast<long long>(T),
                      static_cast<long long>(D));
       const Samples fwd = time_calls(
-          [&] { kernels::attention_forward(att.data(), lse.data(), qkv.data(), B, T, H, Hkv, D); },
+          [&] {
+            kernels::attention_forward(att.data(), lse.data(), qkv.data(), B, T, H, Hkv, D, tiles);
+          },
           policy);
       const Samples bwd = time_calls(
           [&] {
             kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(),
-                                        lse.data(), B, T, H, Hkv, D);
+                                        lse.data(), B, T, H, Hkv, D, tiles);
           },
           policy);
       const double f = 4.0 * static_cast<double>(D) * static_cast<double>(T) *
@@ -77,13 +88,24 @@ AttentionBenchResult run_attention_bench(const AttentionBenchOptions& o) {
   result.threads = num_threads();
   TimingPolicy policy;
   policy.min_seconds = o.min_seconds;
+  result.dtype = o.dtype;
   {
     const int64_t n = 2048;
     const auto a = filled(n * n, 2654435761u), b = filled(n * n, 40503u);
+    std::vector<bf16> a16(o.dtype == "bf16" ? n * n : 0), b16(a16.size());
+    for (size_t i = 0; i < a16.size(); ++i) {
+      a16[i] = to_bf16(a[i]);
+      b16[i] = to_bf16(b[i]);
+    }
     std::vector<float> c(n * n);
     const Samples s = time_calls(
         [&] {
-          device::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+          if (o.dtype == "bf16") {
+            device::gemm(false, false, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f, c.data(),
+                         n);
+          } else {
+            device::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+          }
         },
         policy);
     result.sgemm_peak_gflops = 2.0 * n * n * n / s.median() / 1e9;
@@ -94,6 +116,7 @@ AttentionBenchResult run_attention_bench(const AttentionBenchOptions& o) {
 
 nlohmann::json AttentionBenchResult::to_json() const {
   nlohmann::json j = {{"benchmark", "attention"},
+                      {"dtype", dtype},
                       {"threads", threads},
                       {"sgemm_peak_gflops", sgemm_peak_gflops},
                       {"rows", nlohmann::json::array()}};
@@ -113,7 +136,7 @@ nlohmann::json AttentionBenchResult::to_json() const {
 
 Table AttentionBenchResult::to_table() const {
   Table t({"T", "head dim", "B x H (kv)", "fwd GFLOP/s", "bwd GFLOP/s", "fwd+bwd GFLOP/s",
-           "% of sgemm peak"});
+           dtype == "bf16" ? "% of bf16 GEMM peak" : "% of sgemm peak"});
   for (const auto& r : rows) {
     t.add_row({std::to_string(r.seq), std::to_string(r.head_dim),
                std::to_string(r.batch) + " x " + std::to_string(r.heads) + " (" +

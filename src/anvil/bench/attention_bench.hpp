@@ -3,10 +3,13 @@
 // measured in the same run (a 2048^3 fp32 GEMM on the same threads). FLOPs
 // are counted without the causal-masked half or the backward's recompute:
 // forward 4 D T (T + 1) / 2 per (sequence, head), backward twice that.
+// `--dtype bf16` times the tiles a bf16 run takes (kernels::attention_tiles_for)
+// against the bf16 GEMM peak.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "anvil/base/table.hpp"
@@ -22,6 +25,7 @@ struct AttentionBenchOptions {
   int64_t tokens = 4096;     // tokens per call (batch = tokens / seq, at least 1)
   int threads = 0;           // 0: all cores
   double min_seconds = 0.3;  // timed per case
+  std::string dtype = "fp32";  // fp32, or bf16: the bf16 runs' tiles (AVX512_BF16)
   bool progress = false;
 };
 
@@ -33,7 +37,8 @@ struct AttentionRow {
 
 struct AttentionBenchResult {
   int threads = 1;
-  double sgemm_peak_gflops = 0;  // 2048^3 fp32, median, same threads
+  std::string dtype = "fp32";
+  double sgemm_peak_gflops = 0;  // 2048^3 GEMM of the dtype (fp32: sgemm), median, same threads
   std::vector<AttentionRow> rows;
   nlohmann::json to_json() const;
   Table to_table() const;

@@ -98,7 +98,10 @@ json hw_report() {
         {"description", device::bf16_path_description(device::bf16_path())}}},
       {"attention_tiles",
        {{"path", kernels::attention_tiles() == kernels::AttentionTiles::kernel ? "kernel" : "blas"},
-        {"description", kernels::attention_tiles_description(kernels::attention_tiles())}}},
+        {"description", kernels::attention_tiles_description(kernels::attention_tiles())},
+        // What a bf16 run's attention takes (head sizes of 16k).
+        {"bf16_description",
+         kernels::attention_tiles_description(kernels::attention_tiles_for(true, 64))}}},
       {"mpi", mpi_library_version()},
       {"cuda_built", device::cuda_built()},
       {"gpus", gpu_report()},
@@ -137,6 +140,8 @@ std::string hw_report_text(const json& r) {
   t.add_row({"oneDNN", r["onednn"].get<std::string>()});
   t.add_row({"bf16 GEMM", r["bf16_gemm"]["description"].get<std::string>()});
   t.add_row({"attention tiles", r["attention_tiles"]["description"].get<std::string>()});
+  t.add_row(
+      {"attention tiles, bf16 runs", r["attention_tiles"]["bf16_description"].get<std::string>()});
   t.add_row({"MPI", r["mpi"].get<std::string>()});
   return t.to_text() + gpu_report_text(r["gpus"]);
 }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -252,6 +253,270 @@ void block_scores(const TileProducts& tp, float* s, const float* q, int64_t qs, 
   });
 }
 
+// A key block's dK and dV rows ([nk x D] each) into the outputs: written,
+// or added with accumulate_kv.
+void store_kv_grads(const AttentionGrads& g_out, int64_t b, int64_t g, int64_t j0, int64_t nk,
+                    int64_t D, const float* dk, const float* dv) {
+  float* dkr = g_out.dk + b * g_out.dkv_batch + j0 * g_out.dkv_row + g * D;
+  float* dvr = g_out.dv + b * g_out.dkv_batch + j0 * g_out.dkv_row + g * D;
+  for (int64_t j = 0; j < nk; ++j) {
+    float* kr = dkr + j * g_out.dkv_row;
+    float* vr = dvr + j * g_out.dkv_row;
+    if (g_out.accumulate_kv) {
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) {
+        kr[d] += dk[j * D + d];
+        vr[d] += dv[j * D + d];
+      }
+    } else {
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) {
+        kr[d] = dk[j * D + d];
+        vr[d] = dv[j * D + d];
+      }
+    }
+  }
+}
+
+// ---- bf16 tiles (AVX512_BF16) ----
+// The same blocks, strips and online softmax as the fp32 tile kernel, with
+// every product on tile_gemm_bf16: its inputs (Q, K, V, dO, and the
+// probabilities P and dS of a block pair) rounded to bf16 and laid out as
+// pairs of consecutive k, its sums in fp32. The softmax, the running
+// statistics, delta and the outputs stay fp32.
+constexpr Strips kPairStrips{12, true};
+
+inline int64_t round16(int64_t n) {
+  return (n + 15) / 16 * 16;
+}
+
+// A key or value block for the products against it: `across` [ceil(n/2)][D]
+// (pairs of rows: the B side of P V and dS K) and `transposed` [D/2][kBlock]
+// (pairs of dimensions, keys as columns, zero up to a whole vector: the B
+// side of Q K^T and dO V^T). `scratch` holds n * D / 2 pairs.
+void pack_key_block(uint32_t* across, uint32_t* transposed, uint32_t* scratch, const float* rows,
+                    int64_t stride, int64_t n, int64_t D) {
+  if (across != nullptr) bf16_pairs_across_rows(across, D, rows, stride, n, D);
+  if (transposed == nullptr) return;
+  bf16_pairs_transposed(transposed, kBlock, rows, stride, n, D, scratch);
+  for (int64_t p = 0; p < D / 2; ++p)
+    std::fill(transposed + p * kBlock + n, transposed + p * kBlock + round16(n), 0u);
+}
+
+// Scores of one block pair on the bf16 tiles (block_scores' contract); qa:
+// the query rows' pairs [mq][D/2], kt: the key block's transposed pairs.
+void block_scores_bf16(float* s, const uint32_t* qa, const uint32_t* kt, int64_t mq, int64_t nk,
+                       int64_t D, float scale, int64_t off) {
+  for_each_row_strip(kPairStrips, mq, nk, off, [&](int64_t r0, int64_t r1, int64_t kend) {
+    tile_gemm_bf16(r1 - r0, round16(kend), D / 2, scale, false, qa + r0 * (D / 2), D / 2, 1, kt,
+                   kBlock, s + r0 * kBlock, kBlock);
+  });
+}
+
+// Rows of a block pair's P or dS as pairs of keys: an odd nk's last pair
+// takes a zero for the key past the block.
+void pack_probabilities(uint32_t* out, float* rows, int64_t mq, int64_t nk) {
+  if (nk % 2 != 0) {
+    for (int64_t i = 0; i < mq; ++i) rows[i * kBlock + nk] = 0.0f;
+  }
+  bf16_pairs_along_rows(out, kBlock / 2, rows, kBlock, mq, nk + nk % 2);
+}
+
+void attention_forward_bf16(const AttentionView& a) {
+  const int64_t D = a.D, Hq = a.Hq, q0 = a.q0, Tk = a.q0 + a.Tq;
+  const int64_t group = Hq / a.Hkv;
+  const int64_t key_blocks = (Tk + kBlock - 1) / kBlock;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+#pragma omp parallel
+  {
+    std::vector<float> s(kBlock * kBlock), acc(kBlock * D), m(kBlock), l(kBlock);
+    std::vector<uint32_t> t(kBlock * D / 2), qa(kBlock * D / 2), pa(kBlock * kBlock / 2),
+        kt(key_blocks * D / 2 * kBlock), vp(key_blocks * kBlock / 2 * D);
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int64_t b = 0; b < a.B; ++b) {
+      for (int64_t h = 0; h < Hq; ++h) {
+        const float* k = a.k + b * a.kv_batch + (h / group) * D;
+        const float* v = a.v + b * a.kv_batch + (h / group) * D;
+        int64_t packed = 0;  // key blocks in kt and vp
+        for (int64_t g0 = q0; g0 < Tk;) {
+          const Piece p = piece_at(g0, q0, Tk);
+          g0 = p.next;
+          const int64_t mq = p.mq;
+          for (; packed * kBlock <= p.G; ++packed) {
+            const int64_t j0 = packed * kBlock;
+            const int64_t n = j0 == p.G ? p.next - j0 : kBlock;
+            pack_key_block(nullptr, kt.data() + j0 * D / 2, t.data(), k + j0 * a.kv_row, a.kv_row,
+                           n, D);
+            bf16_pairs_across_rows(vp.data() + j0 / 2 * D, D, v + j0 * a.kv_row, a.kv_row, n, D);
+          }
+          bf16_pairs_along_rows(qa.data(), D / 2, a.q + b * a.q_batch + p.i0 * a.q_row + h * D,
+                                a.q_row, mq, D);
+          std::fill(acc.begin(), acc.begin() + mq * D, 0.0f);
+          std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+          std::fill(l.begin(), l.end(), 0.0f);
+          for (int64_t j0 = 0; j0 <= p.G; j0 += kBlock) {
+            const bool held = j0 == p.G;
+            const int64_t nk = held ? p.next - j0 : kBlock;
+            const int64_t off = held ? p.g0 - j0 : kFull;
+            block_scores_bf16(s.data(), qa.data(), kt.data() + j0 * D / 2, mq, nk, D, scale, off);
+            for (int64_t i = 0; i < mq; ++i) {
+              float* row = s.data() + i * kBlock;
+              const int64_t n = visible_keys(i, nk, off);
+              const float mx = max_of(row, n, m[i]);
+              float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+              for (int64_t j = 0; j < n; ++j) {
+                row[j] = fast_exp(row[j] - mx);
+                sum += row[j];
+              }
+              zero_invisible(row, i, nk, off);
+              const float c = fast_exp(m[i] - mx);
+              m[i] = mx;
+              l[i] = l[i] * c + sum;
+              float* acc_row = acc.data() + i * D;
+#pragma omp simd
+              for (int64_t d = 0; d < D; ++d) acc_row[d] *= c;
+            }
+            pack_probabilities(pa.data(), s.data(), mq, nk);
+            for_each_row_strip(kPairStrips, mq, nk, off, [&](int64_t r0, int64_t r1, int64_t kend) {
+              tile_gemm_bf16(r1 - r0, D, (kend + 1) / 2, 1.0f, true, pa.data() + r0 * (kBlock / 2),
+                             kBlock / 2, 1, vp.data() + j0 / 2 * D, D, acc.data() + r0 * D, D);
+            });
+          }
+          float* o = a.out + b * a.out_batch + p.i0 * a.out_row + h * D;
+          for (int64_t i = 0; i < mq; ++i) {
+            const float inv = 1.0f / l[i];
+#pragma omp simd
+            for (int64_t d = 0; d < D; ++d) o[i * a.out_row + d] = acc[i * D + d] * inv;
+            a.lse[(b * Hq + h) * a.Tq + p.i0 + i] = m[i] + std::log(l[i]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The backward of attention_forward_bf16, in attention_backward's order
+// (one task per batch row and kv head, key blocks outermost). The transposed
+// products read pairs of query rows; a key strip's first row is taken down
+// to an even one, whose rows before it see none of the strip's keys (their
+// P and dS there are exact zeros).
+void attention_backward_bf16(const AttentionView& a, const float* dout,
+                             const AttentionGrads& g_out) {
+  const int64_t D = a.D, Hq = a.Hq, Hkv = a.Hkv, Tq = a.Tq, q0 = a.q0, Tk = a.q0 + a.Tq;
+  const int64_t group = Hq / Hkv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  constexpr int64_t kHalf = kBlock / 2;
+#pragma omp parallel
+  {
+    std::vector<float> p(kBlock * kBlock), dp(kBlock * kBlock), dk(kBlock * D), dv(kBlock * D),
+        delta(group * Tq);
+    std::vector<uint32_t> t(kBlock * D / 2), kt(D / 2 * kBlock), vt(D / 2 * kBlock),
+        k_across(kHalf * D), qa(kBlock * D / 2), q_across(kHalf * D), doa(kBlock * D / 2),
+        do_across(kHalf * D), p_across(kHalf * kBlock), ds_across(kHalf * kBlock),
+        ds_along(kBlock * kHalf);
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int64_t b = 0; b < a.B; ++b) {
+      for (int64_t g = 0; g < Hkv; ++g) {
+        for (int64_t hh = 0; hh < group; ++hh) {
+          const int64_t h = g * group + hh;
+          for (int64_t t0 = 0; t0 < Tq; ++t0) {
+            const float* o = a.out + b * a.out_batch + t0 * a.out_row + h * D;
+            const float* d_o = dout + b * a.out_batch + t0 * a.out_row + h * D;
+            delta[hh * Tq + t0] = dot(d_o, o, D);
+          }
+        }
+        for (int64_t j0 = 0; j0 < Tk; j0 += kBlock) {
+          const int64_t nk_all = std::min(kBlock, Tk - j0);
+          const float* k = a.k + b * a.kv_batch + j0 * a.kv_row + g * D;
+          const float* v = a.v + b * a.kv_batch + j0 * a.kv_row + g * D;
+          pack_key_block(k_across.data(), kt.data(), t.data(), k, a.kv_row, nk_all, D);
+          pack_key_block(nullptr, vt.data(), t.data(), v, a.kv_row, nk_all, D);
+          std::fill(dk.begin(), dk.begin() + nk_all * D, 0.0f);
+          std::fill(dv.begin(), dv.begin() + nk_all * D, 0.0f);
+          for (int64_t hh = 0; hh < group; ++hh) {
+            const int64_t h = g * group + hh;
+            for (int64_t g0 = std::max(q0, j0); g0 < Tk;) {
+              const Piece pc = piece_at(g0, q0, Tk);
+              g0 = pc.next;
+              const int64_t mq = pc.mq;
+              const bool held = pc.G == j0;
+              const int64_t nk = held ? pc.next - j0 : kBlock;
+              const int64_t off = held ? pc.g0 - j0 : kFull;
+              const float* q = a.q + b * a.q_batch + pc.i0 * a.q_row + h * D;
+              const float* d_o = dout + b * a.out_batch + pc.i0 * a.out_row + h * D;
+              bf16_pairs_along_rows(qa.data(), D / 2, q, a.q_row, mq, D);
+              bf16_pairs_across_rows(q_across.data(), D, q, a.q_row, mq, D);
+              bf16_pairs_along_rows(doa.data(), D / 2, d_o, a.out_row, mq, D);
+              bf16_pairs_across_rows(do_across.data(), D, d_o, a.out_row, mq, D);
+              block_scores_bf16(p.data(), qa.data(), kt.data(), mq, nk, D, scale, off);
+              const float* row_lse = a.lse + (b * Hq + h) * Tq + pc.i0;
+              for (int64_t i = 0; i < mq; ++i) {
+                float* row = p.data() + i * kBlock;
+                const float li = row_lse[i];
+                const int64_t n = visible_keys(i, nk, off);
+#pragma omp simd
+                for (int64_t j = 0; j < n; ++j) row[j] = fast_exp(row[j] - li);
+                zero_invisible(row, i, nk, off);
+              }
+              bf16_pairs_across_rows(p_across.data(), kBlock, p.data(), kBlock, mq, nk);
+              // dV += P^T dO.
+              for_each_key_strip(kPairStrips, nk, off, [&](int64_t c0, int64_t c1, int64_t first) {
+                const int64_t f = first / 2;
+                tile_gemm_bf16(c1 - c0, D, (mq + 1) / 2 - f, 1.0f, true,
+                               p_across.data() + f * kBlock + c0, 1, kBlock,
+                               do_across.data() + f * D, D, dv.data() + c0 * D, D);
+              });
+              // dP = dO V^T.
+              for_each_row_strip(kPairStrips, mq, nk, off,
+                                 [&](int64_t r0, int64_t r1, int64_t kend) {
+                                   tile_gemm_bf16(r1 - r0, round16(kend), D / 2, 1.0f, false,
+                                                  doa.data() + r0 * (D / 2), D / 2, 1, vt.data(),
+                                                  kBlock, dp.data() + r0 * kBlock, kBlock);
+                                 });
+              for (int64_t i = 0; i < mq; ++i) {
+                const float di = delta[hh * Tq + pc.i0 + i];
+                float* ds = dp.data() + i * kBlock;
+                const float* pr = p.data() + i * kBlock;
+                const int64_t n = visible_keys(i, nk, off);
+#pragma omp simd
+                for (int64_t j = 0; j < n; ++j) ds[j] = pr[j] * (ds[j] - di) * scale;
+                zero_invisible(ds, i, nk, off);
+              }
+              pack_probabilities(ds_along.data(), dp.data(), mq, nk);
+              bf16_pairs_across_rows(ds_across.data(), kBlock, dp.data(), kBlock, mq, nk);
+              // dQ (+)= dS K: key block 0 is every query piece's first and writes.
+              float* dq = g_out.dq + b * g_out.dq_batch + pc.i0 * g_out.dq_row + h * D;
+              for_each_row_strip(
+                  kPairStrips, mq, nk, off, [&](int64_t r0, int64_t r1, int64_t kend) {
+                    tile_gemm_bf16(r1 - r0, D, (kend + 1) / 2, 1.0f, j0 != 0,
+                                   ds_along.data() + r0 * kHalf, kHalf, 1, k_across.data(), D,
+                                   dq + r0 * g_out.dq_row, g_out.dq_row);
+                  });
+              // dK += dS^T Q.
+              for_each_key_strip(kPairStrips, nk, off, [&](int64_t c0, int64_t c1, int64_t first) {
+                const int64_t f = first / 2;
+                tile_gemm_bf16(c1 - c0, D, (mq + 1) / 2 - f, 1.0f, true,
+                               ds_across.data() + f * kBlock + c0, 1, kBlock,
+                               q_across.data() + f * D, D, dk.data() + c0 * D, D);
+              });
+            }
+          }
+          store_kv_grads(g_out, b, g, j0, nk_all, D, dk.data(), dv.data());
+        }
+      }
+    }
+  }
+}
+
+const AttentionView& checked_bf16(const AttentionView& a) {
+  if (!tile_gemm_bf16_available() || a.D % 16 != 0)
+    throw std::logic_error(
+        "attention: the bf16 tiles need AVX512_BF16 and a head size of 16k (D = " +
+        std::to_string(a.D) + "); see attention_tiles_for");
+  return a;
+}
+
 }  // namespace
 
 AttentionTiles attention_tiles() {
@@ -269,7 +534,16 @@ AttentionTiles attention_tiles() {
   return tiles;
 }
 
+AttentionTiles attention_tiles_for(bool bf16_matmuls, int64_t D) {
+  if (bf16_matmuls && tile_gemm_bf16_available() && D % 16 == 0 &&
+      device::bf16_path() == device::Bf16Path::native &&
+      attention_tiles() == AttentionTiles::kernel)
+    return AttentionTiles::bf16;
+  return AttentionTiles::automatic;
+}
+
 std::string attention_tiles_description(AttentionTiles tiles) {
+  if (tiles == AttentionTiles::bf16) return "bf16 tile kernel (AVX512_BF16, 6 x 64 register tile)";
   if (tiles == AttentionTiles::automatic) tiles = attention_tiles();
   return tiles == AttentionTiles::kernel
              ? std::string("tile kernel (") + tile_gemm_description() + ")"
@@ -282,6 +556,7 @@ std::string attention_tiles_description(AttentionTiles tiles) {
 // transposed once per task, when the first piece that reaches it does.
 void attention_forward(const AttentionView& a, AttentionTiles tiles) {
   const StepPartScope part(StepPart::attention);
+  if (tiles == AttentionTiles::bf16) return attention_forward_bf16(checked_bf16(a));
   const int64_t D = a.D, Hq = a.Hq, Tq = a.Tq, q0 = a.q0, Tk = a.q0 + a.Tq;
   const TileProducts tp = tile_products(tiles, D);
   const int64_t group = Hq / a.Hkv;
@@ -367,6 +642,7 @@ void attention_forward(const AttentionView& a, AttentionTiles tiles) {
 void attention_backward(const AttentionView& a, const float* dout, const AttentionGrads& g_out,
                         AttentionTiles tiles) {
   const StepPartScope part(StepPart::attention);
+  if (tiles == AttentionTiles::bf16) return attention_backward_bf16(checked_bf16(a), dout, g_out);
   const int64_t D = a.D, Hq = a.Hq, Hkv = a.Hkv, Tq = a.Tq, q0 = a.q0, Tk = a.q0 + a.Tq;
   const TileProducts tp = tile_products(tiles, D);
   const int64_t group = Hq / Hkv;
@@ -449,25 +725,7 @@ void attention_backward(const AttentionView& a, const float* dout, const Attenti
               });
             }
           }
-          float* dkr = g_out.dk + b * g_out.dkv_batch + j0 * g_out.dkv_row + g * D;
-          float* dvr = g_out.dv + b * g_out.dkv_batch + j0 * g_out.dkv_row + g * D;
-          for (int64_t j = 0; j < nk_all; ++j) {
-            float* kr = dkr + j * g_out.dkv_row;
-            float* vr = dvr + j * g_out.dkv_row;
-            if (g_out.accumulate_kv) {
-#pragma omp simd
-              for (int64_t d = 0; d < D; ++d) {
-                kr[d] += dk[j * D + d];
-                vr[d] += dv[j * D + d];
-              }
-            } else {
-#pragma omp simd
-              for (int64_t d = 0; d < D; ++d) {
-                kr[d] = dk[j * D + d];
-                vr[d] = dv[j * D + d];
-              }
-            }
-          }
+          store_kv_grads(g_out, b, g, j0, nk_all, D, dk.data(), dv.data());
         }
       }
     }

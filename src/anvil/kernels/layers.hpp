@@ -136,13 +136,21 @@ void rope_backward(float* dx, int64_t N, int64_t T, int64_t pos0, int64_t n_head
 // The products of the [128 x D] query/key tiles run on the register-blocked
 // tile kernel (tile_gemm.hpp) or on single-threaded BLAS calls:
 // AttentionTiles::automatic takes attention_tiles(). Both give the same
-// results to rounding.
-enum class AttentionTiles { automatic, kernel, blas };
+// results to rounding. AttentionTiles::bf16 runs every product on the
+// AVX512_BF16 tile kernel (tile_gemm_bf16) with its inputs rounded to bf16
+// and fp32 sums (softmax and statistics in fp32): the bf16 matmul mode's
+// attention, where attention_tiles_for picks it.
+enum class AttentionTiles { automatic, kernel, blas, bf16 };
 // The process's choice, made once: ANVIL_ATTENTION_TILES=kernel|blas|auto
 // (unset: auto); auto is the tile kernel where the build has its AVX-512
 // form (measured faster, docs/kernels.md), else BLAS. "kernel" on a build
 // without a tile kernel is an InputError.
 AttentionTiles attention_tiles();
+// The tiles of a layer's attention: bf16 where its matmuls are bf16, the
+// bf16 GEMM path is native, the process's choice is the tile kernel and the
+// head size D is a multiple of 16; automatic otherwise (so
+// ANVIL_ATTENTION_TILES=blas and ANVIL_BF16=emulated keep attention fp32).
+AttentionTiles attention_tiles_for(bool bf16_matmuls, int64_t D);
 // "tile kernel (AVX-512, 6 x 64 register tile)" or "BLAS (OpenBLAS, single-threaded per tile)".
 std::string attention_tiles_description(AttentionTiles tiles);
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t Hq,

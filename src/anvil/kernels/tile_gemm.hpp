@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "anvil/base/bf16.hpp"
+
 namespace anvil::kernels {
 
 // Floats per vector of the build's tile kernel; 0 when it has none.
@@ -30,5 +32,36 @@ void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, bool accumulate, co
 // AVX registers (scalar at the edges; all scalar without a tile kernel).
 void tile_transpose(float* bt, int64_t ldt, const float* rows, int64_t stride, int64_t n,
                     int64_t D);
+
+// ---- bf16 products on AVX512_BF16 (VDPBF16PS) ----
+// A pair is two bf16 of consecutive k in one 32-bit word, the lower k in
+// the low half. The kernel is tile_gemm's with pairs for elements: a 6 x 64
+// block of C in registers; per pair of k, 4 loads of B's pairs, 6 broadcasts
+// of A's, 24 VDPBF16PS (each adds both products of a pair to an fp32 sum).
+
+// Whether the build has the kernel and this CPU runs it.
+bool tile_gemm_bf16_available();
+
+// C(i, :) = alpha * sum_p A(i, p) . B(p, :) (+ C(i, :) when accumulate) for
+// i < m and the first n columns (n a multiple of 16), with A(i, p) =
+// a[i * a_row + p * a_col] the pair of k = 2p, 2p + 1 of row i and B(p, j)
+// = b[p * ldb + j] the pair of column j. kp pairs; fp32 sums.
+void tile_gemm_bf16(int64_t m, int64_t n, int64_t kp, float alpha, bool accumulate,
+                    const uint32_t* a, int64_t a_row, int64_t a_col, const uint32_t* b, int64_t ldb,
+                    float* c, int64_t ldc);
+
+// Pairs along rows: out[i * ld + p] = (x[i][2p], x[i][2p + 1]) rounded to
+// bf16, for i < n rows (`stride` floats apart) and cols (even) columns.
+void bf16_pairs_along_rows(uint32_t* out, int64_t ld, const float* x, int64_t stride, int64_t n,
+                           int64_t cols);
+// Pairs across rows: out[p * ld + j] = (x[2p][j], x[2p + 1][j]) rounded to
+// bf16, for p < ceil(n / 2) and j < cols; an odd n's missing row is zero.
+void bf16_pairs_across_rows(uint32_t* out, int64_t ld, const float* x, int64_t stride, int64_t n,
+                            int64_t cols);
+// Pairs along rows, transposed: bt[p * ldt + j] = (rows[j][2p], rows[j][2p + 1])
+// for j < n rows and p < D/2 (D even), through `scratch` (n * D / 2 pairs):
+// the B side of a product against the rows' transpose (Q K^T's K).
+void bf16_pairs_transposed(uint32_t* bt, int64_t ldt, const float* rows, int64_t stride, int64_t n,
+                           int64_t D, uint32_t* scratch);
 
 }  // namespace anvil::kernels

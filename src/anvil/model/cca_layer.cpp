@@ -125,9 +125,9 @@ void CcaLayer::forward(float* out, const float* x, const CcaParams& p) {
   // 6-9. RoPE, attention, output projection.
   rope(qkv_, false);
   if (cp_)
-    cp_->attention_forward(att_, lse_, qkv_, Hq, Hkv, d);
+    cp_->attention_forward(att_, lse_, qkv_, Hq, Hkv, d, attention_tiles());
   else
-    kernels::attention_forward(att_, lse_, qkv_, B_, S_, Hq, Hkv, d);
+    kernels::attention_forward(att_, lse_, qkv_, B_, S_, Hq, Hkv, d, attention_tiles());
   kernels::linear_forward(out, att_, w(p.wo), nullptr, N_, Cq, H, low_scratch_);
 }
 
@@ -140,9 +140,10 @@ void CcaLayer::backward(float* dx, const CcaParams& g, const float* dout, const 
   kernels::linear_backward(sc_.d_att, g.wo, nullptr, dout, att_, w(p.wo), N_, Cq, H, low_scratch_,
                            device::GemmBackend::automatic, kernels::GradStore::write_input);
   if (cp_)
-    cp_->attention_backward(sc_.d_qkv, sc_.d_att, qkv_, att_, lse_, Hq, Hkv, d);
+    cp_->attention_backward(sc_.d_qkv, sc_.d_att, qkv_, att_, lse_, Hq, Hkv, d, attention_tiles());
   else
-    kernels::attention_backward(sc_.d_qkv, sc_.d_att, qkv_, att_, lse_, B_, S_, Hq, Hkv, d);
+    kernels::attention_backward(sc_.d_qkv, sc_.d_att, qkv_, att_, lse_, B_, S_, Hq, Hkv, d,
+                                attention_tiles());
   rope(sc_.d_qkv, true);
   // L2 norm backward: gather the q | k gradients into C-wide rows first.
   float* d_normed = sc_.d_conv;  // free until the mean-skip backward

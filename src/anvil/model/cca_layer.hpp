@@ -108,6 +108,10 @@ class CcaLayer {
   const kernels::Bf16Weights* low_ = nullptr;
   kernels::Bf16Scratch* low_scratch_ = nullptr;
   kernels::MatmulWeight w(const float* p) const { return kernels::matmul_weight(low_, p); }
+  // bf16 tiles with the bf16 projections (kernels::attention_tiles_for).
+  kernels::AttentionTiles attention_tiles() const {
+    return kernels::attention_tiles_for(low_ != nullptr, s_.head_dim);
+  }
   tensor::Arena own_;  // allocate()'s
   // Decode state.
   int64_t max_len_ = 0;

@@ -103,15 +103,16 @@ void ContextParallel::gather_kv(const float* qkv, int64_t W, int64_t off, int64_
 }
 
 void ContextParallel::attention_forward(float* out, float* lse, const float* qkv, int64_t Hq,
-                                        int64_t Hkv, int64_t D) {
+                                        int64_t Hkv, int64_t D, kernels::AttentionTiles tiles) {
   gather_kv(qkv, (Hq + 2 * Hkv) * D, Hq * D, 2 * Hkv * D);
   for (int p = 0; p < 2; ++p)
-    kernels::attention_forward(chunk_view(layout_, p, B_, out, lse, qkv, natural_, Hq, Hkv, D));
+    kernels::attention_forward(chunk_view(layout_, p, B_, out, lse, qkv, natural_, Hq, Hkv, D),
+                               tiles);
 }
 
 void ContextParallel::attention_backward(float* dqkv, const float* dout, const float* qkv,
                                          const float* out, const float* lse, int64_t Hq,
-                                         int64_t Hkv, int64_t D) {
+                                         int64_t Hkv, int64_t D, kernels::AttentionTiles tiles) {
   const int64_t W = (Hq + 2 * Hkv) * D, KVW = 2 * Hkv * D, Tl = local(), S = chunk(),
                 T = layout_.seq;
   gather_kv(qkv, W, Hq * D, KVW);
@@ -129,7 +130,7 @@ void ContextParallel::attention_backward(float* dqkv, const float* dout, const f
     g.dkv_row = KVW;
     g.dkv_batch = T * KVW;
     g.accumulate_kv = true;
-    kernels::attention_backward(a, dout + p * S * Hq * D, g);
+    kernels::attention_backward(a, dout + p * S * Hq * D, g, tiles);
   }
   // dK/dV of every key, in the ranks' order, summed over the group onto
   // the keys' owners.

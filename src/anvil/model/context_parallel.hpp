@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "anvil/base/clock.hpp"
+#include "anvil/kernels/layers.hpp"
 #include "anvil/model/carver.hpp"
 
 namespace anvil::model {
@@ -96,12 +97,13 @@ class ContextParallel {
 
   // Causal attention over this rank's rows when split (C = 1 takes the
   // packed kernels): qkv [B][local][q | k | v] (Hq, Hkv heads of D); out
-  // [B][local][Hq D]; lse [2][B][Hq][S].
+  // [B][local][Hq D]; lse [2][B][Hq][S]; on `tiles` (kernels::attention_tiles_for).
   void attention_forward(float* out, float* lse, const float* qkv, int64_t Hq, int64_t Hkv,
-                         int64_t D);
+                         int64_t D, kernels::AttentionTiles tiles);
   // Writes every entry of dqkv, as kernels::attention_backward does.
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                          const float* lse, int64_t Hq, int64_t Hkv, int64_t D);
+                          const float* lse, int64_t Hq, int64_t Hkv, int64_t D,
+                          kernels::AttentionTiles tiles);
 
   // Halos over local sequences (chunk p of row b is sequence 2b + p, rows
   // [(2b + p) S, (2b + p + 1) S) of `rows`, `stride` floats apart): heads

@@ -334,9 +334,9 @@ void Decoder::run_forward(const int32_t* tokens, int64_t B, int64_t T) {
     kernels::linear_forward(a.qkv, a.ln1, matmul_weight(p.qkv_w), p.qkv_b, N, C_, Q_, &scratch_);
     if (config_.position == Position::rope) rope(a.qkv, N, T, false);
     if (cp_.split())
-      cp_.attention_forward(a.att, a.lse, a.qkv, Hq_, Hkv_, D_);
+      cp_.attention_forward(a.att, a.lse, a.qkv, Hq_, Hkv_, D_, attention_tiles());
     else
-      kernels::attention_forward(a.att, a.lse, a.qkv, B, T, Hq_, Hkv_, D_);
+      kernels::attention_forward(a.att, a.lse, a.qkv, B, T, Hq_, Hkv_, D_, attention_tiles());
     kernels::linear_forward(a.mid, a.att, matmul_weight(p.o_w), p.o_b, N, Hq_ * D_, C_, &scratch_);
     kernels::residual_forward(a.mid, a.mid, x_[l], N * C_);
     norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, p.ln2_w, p.ln2_b, N);
@@ -408,9 +408,10 @@ void Decoder::run_backward(const int32_t* tokens, int64_t B, int64_t T) {
     kernels::linear_backward(d_att_, mut(g.o_w), mut(g.o_b), d_res_, a.att, matmul_weight(p.o_w), N,
                              Hq_ * D_, C_, &scratch_, kAuto, kFresh);
     if (cp_.split())
-      cp_.attention_backward(d_qkv_, d_att_, a.qkv, a.att, a.lse, Hq_, Hkv_, D_);
+      cp_.attention_backward(d_qkv_, d_att_, a.qkv, a.att, a.lse, Hq_, Hkv_, D_, attention_tiles());
     else
-      kernels::attention_backward(d_qkv_, d_att_, a.qkv, a.att, a.lse, B, T, Hq_, Hkv_, D_);
+      kernels::attention_backward(d_qkv_, d_att_, a.qkv, a.att, a.lse, B, T, Hq_, Hkv_, D_,
+                                  attention_tiles());
     if (config_.position == Position::rope) rope(d_qkv_, N, T, true);
     kernels::linear_backward(d_ln_, mut(g.qkv_w), mut(g.qkv_b), d_qkv_, a.ln1,
                              matmul_weight(p.qkv_w), N, C_, Q_, &scratch_, kAuto, kFresh);

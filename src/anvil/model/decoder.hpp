@@ -86,6 +86,10 @@ class Decoder : public TrainableModel {
   };
   Layer layer(int64_t l, const float* base) const;
   kernels::MatmulWeight matmul_weight(const float* w) const;
+  // bf16 tiles with the bf16 matmuls (kernels::attention_tiles_for).
+  kernels::AttentionTiles attention_tiles() const {
+    return kernels::attention_tiles_for(weights_bf16_ != nullptr, D_);
+  }
   void refresh_low_precision();
   // Resolved once at construction (the arenas never move).
   const Layer& layer_params(int64_t l) const { return param_layers_[l]; }

@@ -1,4 +1,5 @@
 #include "anvil/train/trainer.hpp"
+#include "anvil/kernels/layers.hpp"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -351,6 +352,10 @@ void Trainer::print_plan() const {
   if (precision_ == model::Precision::bf16 ||
       (o_.optimizer.name == "muon" && o_.optimizer.muon.ns_bf16))
     std::printf("bf16 GEMM: %s\n", device::bf16_path_description(device::bf16_path()).c_str());
+  if (precision_ == model::Precision::bf16 && o_.model.device != "cuda") {
+    const kernels::AttentionTiles tiles = kernels::attention_tiles_for(true, config_.head_dim);
+    std::printf("attention: %s\n", kernels::attention_tiles_description(tiles).c_str());
+  }
   std::fflush(stdout);
 }
 
