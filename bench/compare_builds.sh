@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Training throughput of two anvil builds, interleaved run by run: gpt2-124m
-# (B=4, T=256) and zaya-small (B=8, T=256), fp32, random tokens, 2 threads.
+# (B=4, T=256) and zaya-small (B=8, T=256), fp32 (PRECISION=bf16 for bf16),
+# random tokens, 2 threads.
 # Each run's tokens/s is the trainer's median step after the first; the
 # table gives each build's median over the rounds and their ratio (this
-# build / OTHER). Writes bench/results/compare_builds.json.
-# Usage: bench/compare_builds.sh OTHER_ANVIL [ROUNDS (default 3)] [STEPS (default 8)]
+# build / OTHER). Writes bench/results/compare_builds.json
+# (compare_builds-bf16.json for bf16).
+# Usage: [PRECISION=fp32|bf16] bench/compare_builds.sh OTHER_ANVIL [ROUNDS (default 3)] [STEPS (default 8)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 other=${1:?usage: bench/compare_builds.sh OTHER_ANVIL [ROUNDS] [STEPS]}
@@ -13,6 +15,8 @@ steps=${3:-8}
 [ -x "$other" ] || { echo "OTHER_ANVIL: $other is not an executable" >&2; exit 2; }
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS: expected a positive integer, got '$rounds'" >&2; exit 2; }
 [[ "$steps" =~ ^[1-9][0-9]*$ ]] || { echo "STEPS: expected a positive integer, got '$steps'" >&2; exit 2; }
+precision=${PRECISION:-fp32}
+[[ "$precision" =~ ^(fp32|bf16)$ ]] || { echo "PRECISION: expected fp32 or bf16, got '$precision'" >&2; exit 2; }
 anvil=build/anvil
 [ -x "$anvil" ] || scripts/build.sh
 export OMP_NUM_THREADS=2
@@ -27,14 +31,14 @@ for r in $(seq 1 "$rounds"); do
       echo "round $r/$rounds: $model, $build build" >&2
       # shellcheck disable=SC2086
       "$bin" train --config "configs/$model.json" ${args[$model]} --steps "$steps" \
-        --peak-gflops 100 --json-out "$out/$model-$build-$r.json" > /dev/null
+        --precision "$precision" --peak-gflops 100 --json-out "$out/$model-$build-$r.json" > /dev/null
     done
   done
 done
 mkdir -p bench/results
-python3 - "$out" "$rounds" "$other" <<'PY'
+python3 - "$out" "$rounds" "$other" "$precision" <<'PY'
 import json, statistics as st, sys
-out, rounds, other = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out, rounds, other, precision = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 rows = {}
 print(f"{'model':12} {'this tok/s':>11} {'other tok/s':>12} {'ratio':>7}  per round (this/other)")
 for model in ("gpt2-124m", "zaya-small"):
@@ -47,5 +51,5 @@ for model in ("gpt2-124m", "zaya-small"):
                    "pairwise": pairs}
     print(f"{model:12} {med['this']:11.1f} {med['other']:12.1f} {med['this'] / med['other']:7.3f}  "
           + " ".join(f"{p:.3f}" for p in pairs))
-json.dump({"other": other, "rounds": rounds, "models": rows}, open("bench/results/compare_builds.json", "w"), indent=1)
+json.dump({"other": other, "rounds": rounds, "precision": precision, "models": rows}, open("bench/results/compare_builds.json" if precision == "fp32" else f"bench/results/compare_builds-{precision}.json", "w"), indent=1)
 PY
