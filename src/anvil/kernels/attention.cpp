@@ -180,6 +180,86 @@ inline Piece piece_at(int64_t g0, int64_t q0, int64_t Tk) {
   return {g0, g0 - q0, next - g0, G, next};
 }
 
+// The element-wise steps both tile paths share.
+
+// Folds a block pair's scores s (ld kBlock) into its query rows' online
+// softmax: running max m, sum l, and the unnormalised output acc (ld D)
+// rescaled; s becomes the block's probabilities, zero past each row's keys.
+void online_softmax_rows(float* s, float* m, float* l, float* acc, int64_t mq, int64_t nk,
+                         int64_t off, int64_t D) {
+  for (int64_t i = 0; i < mq; ++i) {
+    float* row = s + i * kBlock;
+    const int64_t n = visible_keys(i, nk, off);
+    const float mx = max_of(row, n, m[i]);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; ++j) {
+      row[j] = fast_exp(row[j] - mx);
+      sum += row[j];
+    }
+    zero_invisible(row, i, nk, off);
+    const float c = fast_exp(m[i] - mx);
+    m[i] = mx;
+    l[i] = l[i] * c + sum;
+    float* acc_row = acc + i * D;
+#pragma omp simd
+    for (int64_t d = 0; d < D; ++d) acc_row[d] *= c;
+  }
+}
+
+// A query piece's output rows (acc / l) and their log-sum-exp.
+void finish_rows(const AttentionView& a, int64_t b, int64_t h, const Piece& p, const float* acc,
+                 const float* m, const float* l) {
+  const int64_t D = a.D;
+  float* o = a.out + b * a.out_batch + p.i0 * a.out_row + h * D;
+  for (int64_t i = 0; i < p.mq; ++i) {
+    const float inv = 1.0f / l[i];
+#pragma omp simd
+    for (int64_t d = 0; d < D; ++d) o[i * a.out_row + d] = acc[i * D + d] * inv;
+    a.lse[(b * a.Hq + h) * a.Tq + p.i0 + i] = m[i] + std::log(l[i]);
+  }
+}
+
+// delta[hh][t] = dO . O of query row t, for the query heads of kv head g.
+void row_deltas(float* delta, const AttentionView& a, const float* dout, int64_t b, int64_t g) {
+  const int64_t D = a.D, group = a.Hq / a.Hkv;
+  for (int64_t hh = 0; hh < group; ++hh) {
+    const int64_t h = g * group + hh;
+    for (int64_t t = 0; t < a.Tq; ++t) {
+      const float* o = a.out + b * a.out_batch + t * a.out_row + h * D;
+      const float* d_o = dout + b * a.out_batch + t * a.out_row + h * D;
+      delta[hh * a.Tq + t] = dot(d_o, o, D);
+    }
+  }
+}
+
+// The backward's probabilities, from the scores in p and each row's saved
+// log-sum-exp; zero past each row's keys.
+void probabilities(float* p, const float* row_lse, int64_t mq, int64_t nk, int64_t off) {
+  for (int64_t i = 0; i < mq; ++i) {
+    float* row = p + i * kBlock;
+    const float li = row_lse[i];
+    const int64_t n = visible_keys(i, nk, off);
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) row[j] = fast_exp(row[j] - li);
+    zero_invisible(row, i, nk, off);
+  }
+}
+
+// dS = P * (dP - delta) * scale in place of dP; zero past each row's keys.
+void score_gradients(float* dp, const float* p, const float* delta, int64_t mq, int64_t nk,
+                     int64_t off, float scale) {
+  for (int64_t i = 0; i < mq; ++i) {
+    const float di = delta[i];
+    float* ds = dp + i * kBlock;
+    const float* pr = p + i * kBlock;
+    const int64_t n = visible_keys(i, nk, off);
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) ds[j] = pr[j] * (ds[j] - di) * scale;
+    zero_invisible(ds, i, nk, off);
+  }
+}
+
 // The three products of a block pair, on the tile kernel or on BLAS. The
 // tile kernel reads B row by row, so A B^T takes B^T laid out as
 // [D][kBlock] (transposed_block) with its columns zero up to a whole vector.
@@ -359,37 +439,14 @@ void attention_forward_bf16(const AttentionView& a) {
             const int64_t nk = held ? p.next - j0 : kBlock;
             const int64_t off = held ? p.g0 - j0 : kFull;
             block_scores_bf16(s.data(), qa.data(), kt.data() + j0 * D / 2, mq, nk, D, scale, off);
-            for (int64_t i = 0; i < mq; ++i) {
-              float* row = s.data() + i * kBlock;
-              const int64_t n = visible_keys(i, nk, off);
-              const float mx = max_of(row, n, m[i]);
-              float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-              for (int64_t j = 0; j < n; ++j) {
-                row[j] = fast_exp(row[j] - mx);
-                sum += row[j];
-              }
-              zero_invisible(row, i, nk, off);
-              const float c = fast_exp(m[i] - mx);
-              m[i] = mx;
-              l[i] = l[i] * c + sum;
-              float* acc_row = acc.data() + i * D;
-#pragma omp simd
-              for (int64_t d = 0; d < D; ++d) acc_row[d] *= c;
-            }
+            online_softmax_rows(s.data(), m.data(), l.data(), acc.data(), mq, nk, off, D);
             pack_probabilities(pa.data(), s.data(), mq, nk);
             for_each_row_strip(kPairStrips, mq, nk, off, [&](int64_t r0, int64_t r1, int64_t kend) {
               tile_gemm_bf16(r1 - r0, D, (kend + 1) / 2, 1.0f, true, pa.data() + r0 * (kBlock / 2),
                              kBlock / 2, 1, vp.data() + j0 / 2 * D, D, acc.data() + r0 * D, D);
             });
           }
-          float* o = a.out + b * a.out_batch + p.i0 * a.out_row + h * D;
-          for (int64_t i = 0; i < mq; ++i) {
-            const float inv = 1.0f / l[i];
-#pragma omp simd
-            for (int64_t d = 0; d < D; ++d) o[i * a.out_row + d] = acc[i * D + d] * inv;
-            a.lse[(b * Hq + h) * a.Tq + p.i0 + i] = m[i] + std::log(l[i]);
-          }
+          finish_rows(a, b, h, p, acc.data(), m.data(), l.data());
         }
       }
     }
@@ -418,14 +475,7 @@ void attention_backward_bf16(const AttentionView& a, const float* dout,
 #pragma omp for collapse(2) schedule(dynamic, 1)
     for (int64_t b = 0; b < a.B; ++b) {
       for (int64_t g = 0; g < Hkv; ++g) {
-        for (int64_t hh = 0; hh < group; ++hh) {
-          const int64_t h = g * group + hh;
-          for (int64_t t0 = 0; t0 < Tq; ++t0) {
-            const float* o = a.out + b * a.out_batch + t0 * a.out_row + h * D;
-            const float* d_o = dout + b * a.out_batch + t0 * a.out_row + h * D;
-            delta[hh * Tq + t0] = dot(d_o, o, D);
-          }
-        }
+        row_deltas(delta.data(), a, dout, b, g);
         for (int64_t j0 = 0; j0 < Tk; j0 += kBlock) {
           const int64_t nk_all = std::min(kBlock, Tk - j0);
           const float* k = a.k + b * a.kv_batch + j0 * a.kv_row + g * D;
@@ -450,15 +500,7 @@ void attention_backward_bf16(const AttentionView& a, const float* dout,
               bf16_pairs_along_rows(doa.data(), D / 2, d_o, a.out_row, mq, D);
               bf16_pairs_across_rows(do_across.data(), D, d_o, a.out_row, mq, D);
               block_scores_bf16(p.data(), qa.data(), kt.data(), mq, nk, D, scale, off);
-              const float* row_lse = a.lse + (b * Hq + h) * Tq + pc.i0;
-              for (int64_t i = 0; i < mq; ++i) {
-                float* row = p.data() + i * kBlock;
-                const float li = row_lse[i];
-                const int64_t n = visible_keys(i, nk, off);
-#pragma omp simd
-                for (int64_t j = 0; j < n; ++j) row[j] = fast_exp(row[j] - li);
-                zero_invisible(row, i, nk, off);
-              }
+              probabilities(p.data(), a.lse + (b * Hq + h) * Tq + pc.i0, mq, nk, off);
               bf16_pairs_across_rows(p_across.data(), kBlock, p.data(), kBlock, mq, nk);
               // dV += P^T dO.
               for_each_key_strip(kPairStrips, nk, off, [&](int64_t c0, int64_t c1, int64_t first) {
@@ -474,15 +516,8 @@ void attention_backward_bf16(const AttentionView& a, const float* dout,
                                                   doa.data() + r0 * (D / 2), D / 2, 1, vt.data(),
                                                   kBlock, dp.data() + r0 * kBlock, kBlock);
                                  });
-              for (int64_t i = 0; i < mq; ++i) {
-                const float di = delta[hh * Tq + pc.i0 + i];
-                float* ds = dp.data() + i * kBlock;
-                const float* pr = p.data() + i * kBlock;
-                const int64_t n = visible_keys(i, nk, off);
-#pragma omp simd
-                for (int64_t j = 0; j < n; ++j) ds[j] = pr[j] * (ds[j] - di) * scale;
-                zero_invisible(ds, i, nk, off);
-              }
+              score_gradients(dp.data(), p.data(), delta.data() + hh * Tq + pc.i0, mq, nk, off,
+                              scale);
               pack_probabilities(ds_along.data(), dp.data(), mq, nk);
               bf16_pairs_across_rows(ds_across.data(), kBlock, dp.data(), kBlock, mq, nk);
               // dQ (+)= dS K: key block 0 is every query piece's first and writes.
@@ -557,7 +592,7 @@ std::string attention_tiles_description(AttentionTiles tiles) {
 void attention_forward(const AttentionView& a, AttentionTiles tiles) {
   const StepPartScope part(StepPart::attention);
   if (tiles == AttentionTiles::bf16) return attention_forward_bf16(checked_bf16(a));
-  const int64_t D = a.D, Hq = a.Hq, Tq = a.Tq, q0 = a.q0, Tk = a.q0 + a.Tq;
+  const int64_t D = a.D, Hq = a.Hq, q0 = a.q0, Tk = a.q0 + a.Tq;
   const TileProducts tp = tile_products(tiles, D);
   const int64_t group = Hq / a.Hkv;
   const int64_t key_blocks = (Tk + kBlock - 1) / kBlock;
@@ -594,36 +629,13 @@ void attention_forward(const AttentionView& a, AttentionTiles tiles) {
             const float* ktj = tp.kernel() ? kt.data() + j0 * D : nullptr;  // block j0 / kBlock
             block_scores(tp, s.data(), q, a.q_row, k + j0 * a.kv_row, a.kv_row, ktj, mq, nk, D,
                          scale, off);
-            for (int64_t i = 0; i < mq; ++i) {
-              float* row = s.data() + i * kBlock;
-              const int64_t n = visible_keys(i, nk, off);
-              const float mx = max_of(row, n, m[i]);
-              float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-              for (int64_t j = 0; j < n; ++j) {
-                row[j] = fast_exp(row[j] - mx);
-                sum += row[j];
-              }
-              zero_invisible(row, i, nk, off);
-              const float c = fast_exp(m[i] - mx);
-              m[i] = mx;
-              l[i] = l[i] * c + sum;
-              float* acc_row = acc.data() + i * D;
-#pragma omp simd
-              for (int64_t d = 0; d < D; ++d) acc_row[d] *= c;
-            }
+            online_softmax_rows(s.data(), m.data(), l.data(), acc.data(), mq, nk, off, D);
             for_each_row_strip(tp.strips(), mq, nk, off, [&](int64_t r0, int64_t r1, int64_t kend) {
               tp.nn(r1 - r0, D, kend, true, s.data() + r0 * kBlock, kBlock, v + j0 * a.kv_row,
                     a.kv_row, acc.data() + r0 * D, D);
             });
           }
-          float* o = a.out + b * a.out_batch + p.i0 * a.out_row + h * D;
-          for (int64_t i = 0; i < mq; ++i) {
-            const float inv = 1.0f / l[i];
-#pragma omp simd
-            for (int64_t d = 0; d < D; ++d) o[i * a.out_row + d] = acc[i * D + d] * inv;
-            a.lse[(b * Hq + h) * Tq + p.i0 + i] = m[i] + std::log(l[i]);
-          }
+          finish_rows(a, b, h, p, acc.data(), m.data(), l.data());
         }
       }
     }
@@ -654,14 +666,7 @@ void attention_backward(const AttentionView& a, const float* dout, const Attenti
 #pragma omp for collapse(2) schedule(dynamic, 1)
     for (int64_t b = 0; b < a.B; ++b) {
       for (int64_t g = 0; g < Hkv; ++g) {
-        for (int64_t hh = 0; hh < group; ++hh) {
-          const int64_t h = g * group + hh;
-          for (int64_t t = 0; t < Tq; ++t) {
-            const float* o = a.out + b * a.out_batch + t * a.out_row + h * D;
-            const float* d_o = dout + b * a.out_batch + t * a.out_row + h * D;
-            delta[hh * Tq + t] = dot(d_o, o, D);
-          }
-        }
+        row_deltas(delta.data(), a, dout, b, g);
         for (int64_t j0 = 0; j0 < Tk; j0 += kBlock) {
           const int64_t nk_all = std::min(kBlock, Tk - j0);
           const float* k = a.k + b * a.kv_batch + j0 * a.kv_row + g * D;
@@ -685,15 +690,7 @@ void attention_backward(const AttentionView& a, const float* dout, const Attenti
               const float* d_o = dout + b * a.out_batch + pc.i0 * a.out_row + h * D;
               block_scores(tp, p.data(), q, a.q_row, k, a.kv_row, kt.data(), mq, nk, D, scale,
                            off);
-              const float* row_lse = a.lse + (b * Hq + h) * Tq + pc.i0;
-              for (int64_t i = 0; i < mq; ++i) {
-                float* row = p.data() + i * kBlock;
-                const float li = row_lse[i];
-                const int64_t n = visible_keys(i, nk, off);
-#pragma omp simd
-                for (int64_t j = 0; j < n; ++j) row[j] = fast_exp(row[j] - li);
-                zero_invisible(row, i, nk, off);
-              }
+              probabilities(p.data(), a.lse + (b * Hq + h) * Tq + pc.i0, mq, nk, off);
               for_each_key_strip(tp.strips(), nk, off, [&](int64_t c0, int64_t c1, int64_t first) {
                 tp.tn(c1 - c0, D, mq - first, p.data() + first * kBlock + c0, kBlock,
                       d_o + first * a.out_row, a.out_row, dv.data() + c0 * D, D);
@@ -703,15 +700,8 @@ void attention_backward(const AttentionView& a, const float* dout, const Attenti
                                    tp.nt(r1 - r0, kend, D, 1.0f, d_o + r0 * a.out_row, a.out_row, v,
                                          a.kv_row, vt.data(), dp.data() + r0 * kBlock, kBlock);
                                  });
-              for (int64_t i = 0; i < mq; ++i) {
-                const float di = delta[hh * Tq + pc.i0 + i];
-                float* ds = dp.data() + i * kBlock;
-                const float* pr = p.data() + i * kBlock;
-                const int64_t n = visible_keys(i, nk, off);
-#pragma omp simd
-                for (int64_t j = 0; j < n; ++j) ds[j] = pr[j] * (ds[j] - di) * scale;
-                zero_invisible(ds, i, nk, off);
-              }
+              score_gradients(dp.data(), p.data(), delta.data() + hh * Tq + pc.i0, mq, nk, off,
+                              scale);
               // Key block 0 is every query piece's first: it writes dQ, later ones add.
               float* dq = g_out.dq + b * g_out.dq_batch + pc.i0 * g_out.dq_row + h * D;
               for_each_row_strip(tp.strips(), mq, nk, off,
