@@ -150,19 +150,27 @@ namespace {
 
 // The trainer's causal attention, forward + backward, at 8 heads of 64 and
 // 2048 tokens per call, over sequence lengths: what the planner prices
-// attention with on this machine (`anvil bench attention`'s timing).
+// attention with on this machine (`anvil bench attention`'s timing); the
+// bf16 tiles too where bf16 runs take them.
 std::vector<plan::AttentionPoint> measure_attention(const ProfileOptions& o) {
   AttentionBenchOptions a;
   a.seqs = {64, 128, 256, 512, 1024, 2048};
   a.head_dims = {64};
   a.tokens = 2048;
   a.min_seconds = o.min_seconds;
+  std::vector<std::string> dtypes = {"fp32"};
+  if (kernels::attention_tiles_for(true, 64) == kernels::AttentionTiles::bf16)
+    dtypes.push_back("bf16");
   std::vector<plan::AttentionPoint> out;
-  for (const auto& r : time_attention(a)) {
-    out.push_back({"f32", r.seq, r.head_dim, r.total_gflops});
-    if (o.progress)
-      std::fprintf(stderr, "attention T=%lld: %.1f GFLOP/s\n", static_cast<long long>(r.seq),
-                   r.total_gflops);
+  for (const std::string& dtype : dtypes) {
+    a.dtype = dtype;
+    const std::string name = dtype == "fp32" ? "f32" : dtype;  // the profile's dtype names
+    for (const auto& r : time_attention(a)) {
+      out.push_back({name, r.seq, r.head_dim, r.total_gflops});
+      if (o.progress)
+        std::fprintf(stderr, "attention %s T=%lld: %.1f GFLOP/s\n", name.c_str(),
+                     static_cast<long long>(r.seq), r.total_gflops);
+    }
   }
   return out;
 }

@@ -70,11 +70,17 @@ double interpolate_points(const nlohmann::json& fit, double bytes) {
 }
 
 // The measured attention rate at sequence length T (log-linear between the
-// measured lengths, clamped at the ends); 0 when the profile has none.
-double measured_attention_gflops(const HwProfile& hw, int64_t T) {
-  std::vector<std::pair<double, double>> pts;
-  for (const auto& a : hw.attention) pts.push_back({static_cast<double>(a.seq), a.gflops});
-  return interpolate_log_x(pts, static_cast<double>(T), /*log_y=*/false, /*clamp=*/true);
+// measured lengths, clamped at the ends) from the points of the run's dtype,
+// or of any dtype where the profile has none of it (a CPU without bf16
+// tiles runs a bf16 model's attention in fp32); 0 when the profile has none.
+double measured_attention_gflops(const HwProfile& hw, const std::string& dtype, int64_t T) {
+  std::vector<std::pair<double, double>> same, any;
+  for (const auto& a : hw.attention) {
+    any.push_back({static_cast<double>(a.seq), a.gflops});
+    if (a.dtype == dtype) same.push_back(any.back());
+  }
+  return interpolate_log_x(same.empty() ? any : same, static_cast<double>(T), /*log_y=*/false,
+                           /*clamp=*/true);
 }
 
 // Flash-style attention: (sequence, head) problems of T queries x T keys.
@@ -82,7 +88,7 @@ StepPart price_attention(const HwProfile& hw, const std::string& dtype, const At
                          const std::string& name) {
   const double peak = peak_or_throw(hw, dtype);
   const double T = static_cast<double>(w.T);
-  if (const double measured = measured_attention_gflops(hw, w.T); measured > 0) {
+  if (const double measured = measured_attention_gflops(hw, dtype, w.T); measured > 0) {
     StepPart p{name, w.flops / (measured * 1e9), w.flops, "", "attention", dtype, 0};
     std::ostringstream d;
     d << w.problems << " x causal [" << w.T << " x " << w.T << " x " << w.head_dim << "] at "
