@@ -715,6 +715,31 @@ TEST(Planner, CpuRanksGetTheirShareOfTheProcessor) {
   EXPECT_THROW(price_collective(gpu_node(), "allreduce", 2, 2, 1e6, "shm"), InputError);
 }
 
+// A run's attention is priced at the profile's points of its dtype (the
+// bf16 tiles for a bf16 run), at any dtype's where it has none of its own.
+TEST(Planner, AttentionTakesTheRateOfTheRunsDtype) {
+  HwProfile cpu = cpu_node();
+  cpu.peak.push_back({"bf16", 2, 300});
+  cpu.attention = {{"f32", 64, 64, 15}};
+  const auto c = preset("gpt2-124m");
+  auto attention_s = [&](const std::string& dtype) {
+    PlanOptions o;
+    o.layout.dtype = dtype;
+    o.layout.micro_batch = 2;
+    o.layout.seq = 64;
+    o.layout.global_batch = 2;
+    for (const StepPart& part : predict_step(c, cpu, o).compute)
+      if (part.kind == "attention") return part.seconds;
+    ADD_FAILURE() << "no attention part";
+    return 0.0;
+  };
+  const double f32 = attention_s("f32");
+  EXPECT_DOUBLE_EQ(attention_s("bf16"), f32);  // no bf16 points: the f32 rate
+  cpu.attention.push_back({"bf16", 64, 64, 30});
+  EXPECT_DOUBLE_EQ(attention_s("f32"), f32);
+  EXPECT_NEAR(attention_s("bf16"), f32 / 2, 1e-12 * f32);
+}
+
 TEST(Planner, InconsistentLayoutsAndUnknownHardwareAreInputErrors) {
   const auto c = preset("gpt2-124m");
   Layout l;
