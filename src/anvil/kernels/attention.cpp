@@ -454,7 +454,11 @@ void attention_forward_bf16(const AttentionView& a) {
 }
 
 // The backward of attention_forward_bf16, in attention_backward's order
-// (one task per batch row and kv head, key blocks outermost). The transposed
+// (one task per batch row and kv head, key blocks outermost). A task lays
+// out its queries and output gradients once, every piece of every head of
+// its group (4 x Tq x D / 2 pairs a head), and each key and value block once
+// (remaking a piece's layouts for every key block it meets makes the
+// backward ~10% slower at T = 2048: docs/kernels.md). The transposed
 // products read pairs of query rows; a key strip's first row is taken down
 // to an even one, whose rows before it see none of the strip's keys (their
 // P and dS there are exact zeros).
@@ -464,18 +468,41 @@ void attention_backward_bf16(const AttentionView& a, const float* dout,
   const int64_t group = Hq / Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   constexpr int64_t kHalf = kBlock / 2;
+  // The query pieces, in order: every key block meets a run of them that
+  // ends with the last, so their layouts are made once per task.
+  std::vector<Piece> pieces;
+  for (int64_t g0 = q0; g0 < Tk; g0 = pieces.back().next) pieces.push_back(piece_at(g0, q0, Tk));
+  const auto n_pieces = static_cast<int64_t>(pieces.size());
+  const int64_t slot = kBlock * D / 2;  // one layout of one piece, in pairs
 #pragma omp parallel
   {
     std::vector<float> p(kBlock * kBlock), dp(kBlock * kBlock), dk(kBlock * D), dv(kBlock * D),
         delta(group * Tq);
     std::vector<uint32_t> t(kBlock * D / 2), kt(D / 2 * kBlock), vt(D / 2 * kBlock),
-        k_across(kHalf * D), qa(kBlock * D / 2), q_across(kHalf * D), doa(kBlock * D / 2),
-        do_across(kHalf * D), p_across(kHalf * kBlock), ds_across(kHalf * kBlock),
-        ds_along(kBlock * kHalf);
+        k_across(kHalf * D), p_across(kHalf * kBlock), ds_across(kHalf * kBlock),
+        ds_along(kBlock * kHalf), layouts(group * n_pieces * 4 * slot);
+    // Q and dO of head hh, piece pi: along rows (A of Q K^T, dO V^T) and
+    // across rows (B of dS^T Q, P^T dO).
+    auto layout = [&](int64_t hh, int64_t pi, int64_t which) {
+      return layouts.data() + ((hh * n_pieces + pi) * 4 + which) * slot;
+    };
+    enum { q_along, q_across, do_along, do_across };
 #pragma omp for collapse(2) schedule(dynamic, 1)
     for (int64_t b = 0; b < a.B; ++b) {
       for (int64_t g = 0; g < Hkv; ++g) {
         row_deltas(delta.data(), a, dout, b, g);
+        for (int64_t hh = 0; hh < group; ++hh) {
+          const int64_t h = g * group + hh;
+          for (int64_t pi = 0; pi < n_pieces; ++pi) {
+            const Piece& pc = pieces[static_cast<size_t>(pi)];
+            const float* q = a.q + b * a.q_batch + pc.i0 * a.q_row + h * D;
+            const float* d_o = dout + b * a.out_batch + pc.i0 * a.out_row + h * D;
+            bf16_pairs_along_rows(layout(hh, pi, q_along), D / 2, q, a.q_row, pc.mq, D);
+            bf16_pairs_across_rows(layout(hh, pi, q_across), D, q, a.q_row, pc.mq, D);
+            bf16_pairs_along_rows(layout(hh, pi, do_along), D / 2, d_o, a.out_row, pc.mq, D);
+            bf16_pairs_across_rows(layout(hh, pi, do_across), D, d_o, a.out_row, pc.mq, D);
+          }
+        }
         for (int64_t j0 = 0; j0 < Tk; j0 += kBlock) {
           const int64_t nk_all = std::min(kBlock, Tk - j0);
           const float* k = a.k + b * a.kv_batch + j0 * a.kv_row + g * D;
@@ -486,36 +513,33 @@ void attention_backward_bf16(const AttentionView& a, const float* dout,
           std::fill(dv.begin(), dv.begin() + nk_all * D, 0.0f);
           for (int64_t hh = 0; hh < group; ++hh) {
             const int64_t h = g * group + hh;
-            for (int64_t g0 = std::max(q0, j0); g0 < Tk;) {
-              const Piece pc = piece_at(g0, q0, Tk);
-              g0 = pc.next;
+            for (int64_t pi = 0; pi < n_pieces; ++pi) {
+              const Piece& pc = pieces[static_cast<size_t>(pi)];
+              if (pc.next <= j0) continue;  // before the key block: sees none of it
               const int64_t mq = pc.mq;
               const bool held = pc.G == j0;
               const int64_t nk = held ? pc.next - j0 : kBlock;
               const int64_t off = held ? pc.g0 - j0 : kFull;
-              const float* q = a.q + b * a.q_batch + pc.i0 * a.q_row + h * D;
-              const float* d_o = dout + b * a.out_batch + pc.i0 * a.out_row + h * D;
-              bf16_pairs_along_rows(qa.data(), D / 2, q, a.q_row, mq, D);
-              bf16_pairs_across_rows(q_across.data(), D, q, a.q_row, mq, D);
-              bf16_pairs_along_rows(doa.data(), D / 2, d_o, a.out_row, mq, D);
-              bf16_pairs_across_rows(do_across.data(), D, d_o, a.out_row, mq, D);
-              block_scores_bf16(p.data(), qa.data(), kt.data(), mq, nk, D, scale, off);
+              const uint32_t* qa = layout(hh, pi, q_along);
+              const uint32_t* q_pairs = layout(hh, pi, q_across);
+              const uint32_t* doa = layout(hh, pi, do_along);
+              const uint32_t* do_pairs = layout(hh, pi, do_across);
+              block_scores_bf16(p.data(), qa, kt.data(), mq, nk, D, scale, off);
               probabilities(p.data(), a.lse + (b * Hq + h) * Tq + pc.i0, mq, nk, off);
               bf16_pairs_across_rows(p_across.data(), kBlock, p.data(), kBlock, mq, nk);
               // dV += P^T dO.
               for_each_key_strip(kPairStrips, nk, off, [&](int64_t c0, int64_t c1, int64_t first) {
                 const int64_t f = first / 2;
                 tile_gemm_bf16(c1 - c0, D, (mq + 1) / 2 - f, 1.0f, true,
-                               p_across.data() + f * kBlock + c0, 1, kBlock,
-                               do_across.data() + f * D, D, dv.data() + c0 * D, D);
+                               p_across.data() + f * kBlock + c0, 1, kBlock, do_pairs + f * D, D,
+                               dv.data() + c0 * D, D);
               });
               // dP = dO V^T.
-              for_each_row_strip(kPairStrips, mq, nk, off,
-                                 [&](int64_t r0, int64_t r1, int64_t kend) {
-                                   tile_gemm_bf16(r1 - r0, round16(kend), D / 2, 1.0f, false,
-                                                  doa.data() + r0 * (D / 2), D / 2, 1, vt.data(),
-                                                  kBlock, dp.data() + r0 * kBlock, kBlock);
-                                 });
+              for_each_row_strip(
+                  kPairStrips, mq, nk, off, [&](int64_t r0, int64_t r1, int64_t kend) {
+                    tile_gemm_bf16(r1 - r0, round16(kend), D / 2, 1.0f, false, doa + r0 * (D / 2),
+                                   D / 2, 1, vt.data(), kBlock, dp.data() + r0 * kBlock, kBlock);
+                  });
               score_gradients(dp.data(), p.data(), delta.data() + hh * Tq + pc.i0, mq, nk, off,
                               scale);
               pack_probabilities(ds_along.data(), dp.data(), mq, nk);
@@ -532,8 +556,8 @@ void attention_backward_bf16(const AttentionView& a, const float* dout,
               for_each_key_strip(kPairStrips, nk, off, [&](int64_t c0, int64_t c1, int64_t first) {
                 const int64_t f = first / 2;
                 tile_gemm_bf16(c1 - c0, D, (mq + 1) / 2 - f, 1.0f, true,
-                               ds_across.data() + f * kBlock + c0, 1, kBlock,
-                               q_across.data() + f * D, D, dk.data() + c0 * D, D);
+                               ds_across.data() + f * kBlock + c0, 1, kBlock, q_pairs + f * D, D,
+                               dk.data() + c0 * D, D);
               });
             }
           }
