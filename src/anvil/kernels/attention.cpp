@@ -163,6 +163,16 @@ inline void zero_invisible(float* row, int64_t i, int64_t nk, int64_t off) {
   if (n < nk) std::fill(row + n, row + nk, 0.0f);
 }
 
+// dst [n x D] (rows D apart) = n rows of D floats `stride` apart. The tile
+// kernel reads its B operand a row at a time and A through two strides:
+// rows of the packed qkv are (Hq + 2 Hkv) D floats apart, a multiple of
+// 4 KiB for common shapes, so k successive rows fall in a few L1 sets and
+// evict each other; rows D apart do not (~5-10% of the fp32 backward at
+// T >= 1024, docs/kernels.md).
+inline void gather_rows(float* dst, const float* rows, int64_t stride, int64_t n, int64_t D) {
+  for (int64_t j = 0; j < n; ++j) std::copy(rows + j * stride, rows + j * stride + D, dst + j * D);
+}
+
 // The query pieces of a view: its queries [q0, q0 + Tq) cut at global
 // multiples of kBlock, so that a piece and a key block are either disjoint
 // in position or the key block holds the piece (the masked pair).
@@ -624,13 +634,17 @@ void attention_forward(const AttentionView& a, AttentionTiles tiles) {
 #pragma omp parallel
   {
     std::vector<float> s(kBlock * kBlock), acc(kBlock * D), m(kBlock), l(kBlock),
-        kt(tp.kernel() ? key_blocks * D * kBlock : 0);
+        kt(tp.kernel() ? key_blocks * D * kBlock : 0),
+        vc(tp.kernel() ? key_blocks * kBlock * D : 0);
 #pragma omp for collapse(2) schedule(dynamic, 1)
     for (int64_t b = 0; b < a.B; ++b) {
       for (int64_t h = 0; h < Hq; ++h) {
         const float* k = a.k + b * a.kv_batch + (h / group) * D;
         const float* v = a.v + b * a.kv_batch + (h / group) * D;
-        int64_t transposed = 0;  // key blocks in kt
+        // The values as P V reads them: gathered (tile kernel) or in place.
+        const float* vb = tp.kernel() ? vc.data() : v;
+        const int64_t vld = tp.kernel() ? D : a.kv_row;
+        int64_t transposed = 0;  // key blocks in kt and vc
         for (int64_t g0 = q0; g0 < Tk;) {
           const Piece p = piece_at(g0, q0, Tk);
           g0 = p.next;
@@ -638,9 +652,10 @@ void attention_forward(const AttentionView& a, AttentionTiles tiles) {
           const float* q = a.q + b * a.q_batch + p.i0 * a.q_row + h * D;
           if (tp.kernel()) {
             for (; transposed * kBlock <= p.G; ++transposed) {
-              const int64_t j0 = transposed * kBlock;
+              const int64_t j0 = transposed * kBlock, n = j0 == p.G ? p.next - j0 : kBlock;
               tp.transposed_block(kt.data() + transposed * D * kBlock, k + j0 * a.kv_row, a.kv_row,
-                                  j0 == p.G ? p.next - j0 : kBlock, D);
+                                  n, D);
+              gather_rows(vc.data() + j0 * D, v + j0 * a.kv_row, a.kv_row, n, D);
             }
           }
           std::fill(acc.begin(), acc.begin() + mq * D, 0.0f);
@@ -655,8 +670,8 @@ void attention_forward(const AttentionView& a, AttentionTiles tiles) {
                          scale, off);
             online_softmax_rows(s.data(), m.data(), l.data(), acc.data(), mq, nk, off, D);
             for_each_row_strip(tp.strips(), mq, nk, off, [&](int64_t r0, int64_t r1, int64_t kend) {
-              tp.nn(r1 - r0, D, kend, true, s.data() + r0 * kBlock, kBlock, v + j0 * a.kv_row,
-                    a.kv_row, acc.data() + r0 * D, D);
+              tp.nn(r1 - r0, D, kend, true, s.data() + r0 * kBlock, kBlock, vb + j0 * vld, vld,
+                    acc.data() + r0 * D, D);
             });
           }
           finish_rows(a, b, h, p, acc.data(), m.data(), l.data());
@@ -686,11 +701,31 @@ void attention_backward(const AttentionView& a, const float* dout, const Attenti
 #pragma omp parallel
   {
     std::vector<float> p(kBlock * kBlock), dp(kBlock * kBlock), dk(kBlock * D), dv(kBlock * D),
-        delta(group * Tq), kt(tp.kernel() ? D * kBlock : 0), vt(tp.kernel() ? D * kBlock : 0);
+        delta(group * Tq), kt(tp.kernel() ? D * kBlock : 0), vt(tp.kernel() ? D * kBlock : 0),
+        kc(tp.kernel() ? kBlock * D : 0), qc(tp.kernel() ? group * Tq * D : 0),
+        doc(tp.kernel() ? group * Tq * D : 0);
+    // Q and dO rows of head hh from local row i, and their stride: gathered
+    // once per task for the tile kernel, else in place.
+    const int64_t q_ld = tp.kernel() ? D : a.q_row, do_ld = tp.kernel() ? D : a.out_row;
 #pragma omp for collapse(2) schedule(dynamic, 1)
     for (int64_t b = 0; b < a.B; ++b) {
       for (int64_t g = 0; g < Hkv; ++g) {
         row_deltas(delta.data(), a, dout, b, g);
+        auto q_rows = [&](int64_t hh, int64_t i) {
+          return tp.kernel() ? qc.data() + (hh * Tq + i) * D
+                             : a.q + b * a.q_batch + i * a.q_row + (g * group + hh) * D;
+        };
+        auto do_rows = [&](int64_t hh, int64_t i) {
+          return tp.kernel() ? doc.data() + (hh * Tq + i) * D
+                             : dout + b * a.out_batch + i * a.out_row + (g * group + hh) * D;
+        };
+        if (tp.kernel()) {
+          for (int64_t hh = 0; hh < group; ++hh) {
+            const int64_t h = g * group + hh;
+            gather_rows(qc.data() + hh * Tq * D, a.q + b * a.q_batch + h * D, a.q_row, Tq, D);
+            gather_rows(doc.data() + hh * Tq * D, dout + b * a.out_batch + h * D, a.out_row, Tq, D);
+          }
+        }
         for (int64_t j0 = 0; j0 < Tk; j0 += kBlock) {
           const int64_t nk_all = std::min(kBlock, Tk - j0);
           const float* k = a.k + b * a.kv_batch + j0 * a.kv_row + g * D;
@@ -698,7 +733,11 @@ void attention_backward(const AttentionView& a, const float* dout, const Attenti
           if (tp.kernel()) {
             tp.transposed_block(kt.data(), k, a.kv_row, nk_all, D);
             tp.transposed_block(vt.data(), v, a.kv_row, nk_all, D);
+            gather_rows(kc.data(), k, a.kv_row, nk_all, D);
           }
+          // The keys as dS K reads them.
+          const float* kb = tp.kernel() ? kc.data() : k;
+          const int64_t k_ld = tp.kernel() ? D : a.kv_row;
           std::fill(dk.begin(), dk.begin() + nk_all * D, 0.0f);
           std::fill(dv.begin(), dv.begin() + nk_all * D, 0.0f);
           for (int64_t hh = 0; hh < group; ++hh) {
@@ -710,18 +749,17 @@ void attention_backward(const AttentionView& a, const float* dout, const Attenti
               const bool held = pc.G == j0;
               const int64_t nk = held ? pc.next - j0 : kBlock;
               const int64_t off = held ? pc.g0 - j0 : kFull;
-              const float* q = a.q + b * a.q_batch + pc.i0 * a.q_row + h * D;
-              const float* d_o = dout + b * a.out_batch + pc.i0 * a.out_row + h * D;
-              block_scores(tp, p.data(), q, a.q_row, k, a.kv_row, kt.data(), mq, nk, D, scale,
-                           off);
+              const float* q = q_rows(hh, pc.i0);
+              const float* d_o = do_rows(hh, pc.i0);
+              block_scores(tp, p.data(), q, q_ld, k, a.kv_row, kt.data(), mq, nk, D, scale, off);
               probabilities(p.data(), a.lse + (b * Hq + h) * Tq + pc.i0, mq, nk, off);
               for_each_key_strip(tp.strips(), nk, off, [&](int64_t c0, int64_t c1, int64_t first) {
                 tp.tn(c1 - c0, D, mq - first, p.data() + first * kBlock + c0, kBlock,
-                      d_o + first * a.out_row, a.out_row, dv.data() + c0 * D, D);
+                      d_o + first * do_ld, do_ld, dv.data() + c0 * D, D);
               });
               for_each_row_strip(tp.strips(), mq, nk, off,
                                  [&](int64_t r0, int64_t r1, int64_t kend) {
-                                   tp.nt(r1 - r0, kend, D, 1.0f, d_o + r0 * a.out_row, a.out_row, v,
+                                   tp.nt(r1 - r0, kend, D, 1.0f, d_o + r0 * do_ld, do_ld, v,
                                          a.kv_row, vt.data(), dp.data() + r0 * kBlock, kBlock);
                                  });
               score_gradients(dp.data(), p.data(), delta.data() + hh * Tq + pc.i0, mq, nk, off,
@@ -731,11 +769,11 @@ void attention_backward(const AttentionView& a, const float* dout, const Attenti
               for_each_row_strip(tp.strips(), mq, nk, off,
                                  [&](int64_t r0, int64_t r1, int64_t kend) {
                                    tp.nn(r1 - r0, D, kend, j0 != 0, dp.data() + r0 * kBlock, kBlock,
-                                         k, a.kv_row, dq + r0 * g_out.dq_row, g_out.dq_row);
+                                         kb, k_ld, dq + r0 * g_out.dq_row, g_out.dq_row);
                                  });
               for_each_key_strip(tp.strips(), nk, off, [&](int64_t c0, int64_t c1, int64_t first) {
                 tp.tn(c1 - c0, D, mq - first, dp.data() + first * kBlock + c0, kBlock,
-                      q + first * a.q_row, a.q_row, dk.data() + c0 * D, D);
+                      q + first * q_ld, q_ld, dk.data() + c0 * D, D);
               });
             }
           }
