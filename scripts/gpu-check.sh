@@ -40,9 +40,14 @@ for base in site.getsitepackages():
 PY
   ); do libs=$libs:$d; done
 fi
-for d in /usr/lib/x86_64-linux-gnu /usr/lib64 /lib/x86_64-linux-gnu; do
+# The driver's libcuda and libnvidia-ml: the system's folders, or a mount
+# such as /usr/local/nvidia that only LD_LIBRARY_PATH may name
+# (--library-path below replaces LD_LIBRARY_PATH, so it is kept at the end).
+for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64 \
+  /lib/x86_64-linux-gnu; do
   [[ -e $d/libcuda.so.1 ]] && libs=$libs:$d
 done
+libs=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 echo "library path: $libs" > "$out/environment.txt"
 
 # Every binary runs under the bundle's own loader and glibc.
@@ -57,7 +62,8 @@ step() {  # step NAME LIMIT_S command...
   local name=$1 limit=$2
   shift 2
   local t0=$SECONDS
-  if timeout "$limit" bash -c "$*" > "$out/$name.log" 2>&1; then
+  # pipefail inside too: a step's `... | tee` fails when its command does.
+  if timeout "$limit" bash -o pipefail -c "$*" > "$out/$name.log" 2>&1; then
     echo "ok     $name ($((SECONDS - t0)) s)"
   else
     echo "FAILED $name ($((SECONDS - t0)) s): see $name.log"

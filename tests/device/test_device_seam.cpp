@@ -258,7 +258,7 @@ TEST(DeviceSeam, FusedAttentionLayoutAddressesTheDecodersBuffers) {
         }
       }
       for (int64_t h = 0; h < s.Hq; ++h)
-        EXPECT_EQ(at(l.stats, b, h, p, 0), h * s.B * s.T + r);  // the unfused lse's [head][row]
+        EXPECT_EQ(at(l.stats, b, h, p, 0), (b * s.Hq + h) * s.T + p);  // packed [b][h][t]
     }
   EXPECT_THROW(attention_layout({2, 5, 6, 4, 4, 0.5f}), InputError);  // 4 kv heads for 6
   if (!cuda_unavailable_reason().empty()) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -97,15 +98,26 @@ ModelConfig tiny(const std::string& name) {
   return parse_model_config(name == "gpt2-tiny" ? gpt2 : llama, name);
 }
 
+// ANVIL_ATTENTION set to `value` for the guard's life, then unset.
+struct AttentionChoice {
+  explicit AttentionChoice(const char* value) { ::setenv("ANVIL_ATTENTION", value, 1); }
+  ~AttentionChoice() { ::unsetenv("ANVIL_ATTENTION"); }
+  AttentionChoice(const AttentionChoice&) = delete;
+  AttentionChoice& operator=(const AttentionChoice&) = delete;
+};
+
 // One training micro-batch on CUDA and on the CPU device from the same
 // weights: the loss within `loss_tol`, every gradient within `grad_tol` of
-// the largest gradient entry.
+// the largest gradient entry. `attention` is the GPU's ANVIL_ATTENTION; the
+// CPU device, which has only the unfused attention, is built without it
+// (=fused would be an error there).
 void expect_cuda_matches_cpu(const std::string& name, Precision precision, bool tf32,
-                             double loss_tol, double grad_tol) {
+                             double loss_tol, double grad_tol, const char* attention = "auto") {
   const ModelConfig c = tiny(name);
   const int64_t B = 2, T = 64;
-  DeviceDecoder gpu(c, B, T, true, DeviceKind::cuda, precision, tf32);
   DeviceDecoder cpu(c, B, T, true, DeviceKind::cpu, precision);
+  const AttentionChoice choice(attention);
+  DeviceDecoder gpu(c, B, T, true, DeviceKind::cuda, precision, tf32);
   gpu.registry().initialize(gpu.params(), 3);
   cpu.registry().initialize(cpu.params(), 3);
   std::mt19937 rng(9);
@@ -137,10 +149,8 @@ TEST_F(GpuDecoder, Tf32StaysWithinTf32Rounding) {
 // The same bf16-rounded inputs on both devices; only the summation order
 // of the fp32 accumulations differs (the unfused attention on both).
 TEST_F(GpuDecoder, Bf16MatchesTheCpuDeviceInBf16) {
-  ::setenv("ANVIL_ATTENTION", "unfused", 1);
-  expect_cuda_matches_cpu("gpt2-tiny", Precision::bf16, false, 1e-4, 1e-3);
-  expect_cuda_matches_cpu("llama-tiny", Precision::bf16, false, 1e-4, 1e-3);
-  ::unsetenv("ANVIL_ATTENTION");
+  expect_cuda_matches_cpu("gpt2-tiny", Precision::bf16, false, 1e-4, 1e-3, "unfused");
+  expect_cuda_matches_cpu("llama-tiny", Precision::bf16, false, 1e-4, 1e-3, "unfused");
 }
 
 // cuDNN's fused attention (bf16 q, k, v, out and gradients; fp32 softmax
@@ -150,10 +160,8 @@ TEST_F(GpuDecoder, Bf16MatchesTheCpuDeviceInBf16) {
 TEST_F(GpuDecoder, FusedAttentionMatchesTheUnfusedAttentionInBf16) {
   const std::string why = device::fused_attention_unavailable();
   if (!why.empty()) GTEST_SKIP() << "fused attention: " << why;
-  ::setenv("ANVIL_ATTENTION", "fused", 1);
-  expect_cuda_matches_cpu("gpt2-tiny", Precision::bf16, false, 5e-3, 5e-2);
-  expect_cuda_matches_cpu("llama-tiny", Precision::bf16, false, 5e-3, 5e-2);
-  ::unsetenv("ANVIL_ATTENTION");
+  expect_cuda_matches_cpu("gpt2-tiny", Precision::bf16, false, 5e-3, 5e-2, "fused");
+  expect_cuda_matches_cpu("llama-tiny", Precision::bf16, false, 5e-3, 5e-2, "fused");
 }
 
 // Decoding (the KV cache in GPU memory) against the CPU device, position by

@@ -8,7 +8,9 @@
 #include <cuda_runtime.h>
 #include <cudnn_frontend.h>
 
+#include <exception>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -110,7 +112,10 @@ std::string fused_attention_unavailable() {
   return "";
 }
 
-FusedAttention::FusedAttention(const AttentionShape& shape, Stream& stream)
+// The frontend reports some failures (a library or symbol it cannot load)
+// as plain std::runtime_error: they become SystemError like cuDNN's own, so
+// the decoder falls back to the unfused attention for either.
+FusedAttention::FusedAttention(const AttentionShape& shape, Stream& stream) try
     : graphs_(std::make_unique<Graphs>()) {
   require(DeviceKind::cuda, "fused attention");
   if (!cudnn_error().empty()) throw SystemError("fused attention: cuDNN: " + cudnn_error());
@@ -162,6 +167,12 @@ FusedAttention::FusedAttention(const AttentionShape& shape, Stream& stream)
   check(g.backward->get_workspace_size(backward_bytes), "get_workspace_size");
   const auto bytes = static_cast<size_t>(std::max<int64_t>({forward_bytes, backward_bytes, 1}));
   g.workspace = DeviceBuffer(DeviceKind::cuda, bytes, "cuDNN attention workspace");
+} catch (const InputError&) {
+  throw;
+} catch (const SystemError&) {
+  throw;
+} catch (const std::exception& e) {
+  throw SystemError(std::string("cuDNN fused attention: ") + e.what());
 }
 
 FusedAttention::~FusedAttention() = default;

@@ -21,8 +21,9 @@ AttentionLayout attention_layout(const AttentionShape& s) {
   l.k = {{s.B, s.Hkv, s.T, s.D}, {s.T * row, s.D, row, 1}, s.Hq * s.D};
   l.v = {{s.B, s.Hkv, s.T, s.D}, {s.T * row, s.D, row, 1}, (s.Hq + s.Hkv) * s.D};
   l.out = {{s.B, s.Hq, s.T, s.D}, {s.T * out_row, s.D, out_row, 1}, 0};
-  // stats[h][b T + t].
-  l.stats = {{s.B, s.Hq, s.T, 1}, {s.T, s.B * s.T, 1, 1}, 0};
+  // stats[b][h][t]: packed B, H, T (cuDNN before 9.26 reads no other
+  // layout in the backward, and before 9.12 writes no other in the forward).
+  l.stats = {{s.B, s.Hq, s.T, 1}, {s.Hq * s.T, s.T, 1, 1}, 0};
   return l;
 }
 

@@ -9,7 +9,8 @@
 // (attention_layout): qkv rows [B*T, (Hq + 2 Hkv) * D] holding each position's
 // query heads, then key heads, then value heads; out rows [B*T, Hq * D]; and
 // the statistics (each query's log-sum-exp of its scaled scores, fp32) as
-// [Hq][B*T], the unfused path's lse. Query head h reads key/value head
+// [B][Hq][T] (the unfused path's lse is [Hq][B*T]: each path reads only
+// what it wrote itself). Query head h reads key/value head
 // h / (Hq / Hkv) (GQA). qkv, out, their gradients: bf16; statistics: fp32.
 #pragma once
 
