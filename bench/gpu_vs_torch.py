@@ -12,14 +12,18 @@ import argparse
 import json
 import statistics
 import subprocess
+import sys
 
 import torch
 
 
 def anvil(*args):
     cmd = "anvil " + " ".join(args)
-    out = subprocess.run(["bash", "-c", cmd], check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True)
+    if p.returncode:  # anvil's own one-line error, not only the exit status
+        sys.stderr.write(p.stderr)
+        p.check_returncode()
+    return json.loads(p.stdout)
 
 
 def torch_time(fn, min_seconds=0.3):

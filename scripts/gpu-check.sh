@@ -14,6 +14,11 @@
 #
 #   scripts/gpu-check.sh OUT [BUNDLE]   default BUNDLE: gpu-bundle/anvil-gpu.tar.xz
 #
+# GPU_CHECK_SECONDS (default 540) bounds the whole check: each step's limit
+# is cut to the time left, and a step with under 5 s left is not started
+# (it counts as failed). GPU_CHECK_PACK=FILE also writes OUT as one
+# .tar.gz, on every exit, for a machine that returns few files.
+#
 # The CUDA libraries are the machine's own: CUDA_HOME (or /usr/local/cuda)
 # lib64, and PyTorch's nvidia-* wheels where it has them (NCCL, cuBLAS).
 set -uo pipefail
@@ -22,7 +27,13 @@ bundle=${2:-gpu-bundle/anvil-gpu.tar.xz}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+pack=${GPU_CHECK_PACK:-}
+on_exit() {
+  rm -rf "$work"
+  if [[ -n $pack ]]; then tar -czf "$pack" -C "$(dirname "$out")" "$(basename "$out")"; fi
+}
+trap on_exit EXIT
+deadline=$((SECONDS + ${GPU_CHECK_SECONDS:-540}))
 tar -xJf "$bundle" -C "$work" || { echo "gpu-check: cannot unpack $bundle" >&2; exit 2; }
 B=$work/anvil
 
@@ -61,7 +72,13 @@ failed=()
 step() {  # step NAME LIMIT_S command...
   local name=$1 limit=$2
   shift 2
-  local t0=$SECONDS
+  local t0=$SECONDS left=$((deadline - SECONDS))
+  if ((left < 5)); then
+    echo "FAILED $name: not started, the check's $((${GPU_CHECK_SECONDS:-540})) s are spent"
+    failed+=("$name")
+    return
+  fi
+  ((limit > left)) && limit=$left
   # pipefail inside too: a step's `... | tee` fails when its command does.
   if timeout "$limit" bash -o pipefail -c "$*" > "$out/$name.log" 2>&1; then
     echo "ok     $name ($((SECONDS - t0)) s)"
