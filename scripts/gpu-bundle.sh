@@ -10,24 +10,27 @@
 #
 #   scripts/gpu-bundle.sh [OUT]     default OUT: gpu-bundle/anvil-gpu.tar.xz
 #
-# Builds build/ with CUDA on first if the binaries are missing.
+# The binaries come from ANVIL_BUILD_DIR (default build/), which is built
+# with CUDA first if they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-gpu-bundle/anvil-gpu.tar.xz}
+build=${ANVIL_BUILD_DIR:-build}
 limit=$((48 * 1024 * 1024))
-if [[ ! -x build/anvil || ! -x build/tests/anvil_gpu_tests ]]; then
+if [[ ! -x $build/anvil || ! -x $build/tests/anvil_gpu_tests ]]; then
+  [[ $build == build ]] || { echo "gpu-bundle: no anvil and anvil_gpu_tests in $build" >&2; exit 2; }
   scripts/build.sh -DANVIL_CUDA=on -DANVIL_BUILD_TESTS=ON
 fi
-if ! build/anvil hw --json | grep -q '"cuda_built": true'; then
-  echo "gpu-bundle: build/anvil was built without CUDA; rebuild with -DANVIL_CUDA=on" >&2
+if ! "$build/anvil" hw --json | grep -q '"cuda_built": true'; then
+  echo "gpu-bundle: $build/anvil was built without CUDA; rebuild with -DANVIL_CUDA=on" >&2
   exit 2
 fi
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 root=$stage/anvil
 mkdir -p "$root/bin" "$root/lib"
-strip --strip-unneeded -o "$root/bin/anvil" build/anvil
-strip --strip-unneeded -o "$root/bin/anvil_gpu_tests" build/tests/anvil_gpu_tests
+strip --strip-unneeded -o "$root/bin/anvil" "$build/anvil"
+strip --strip-unneeded -o "$root/bin/anvil_gpu_tests" "$build/tests/anvil_gpu_tests"
 # The GPU machine brings its own CUDA: runtime pieces, cuBLAS(Lt), NCCL,
 # cuDNN and the driver's libraries are never packed.
 cuda_own='libcuda\.|libcudart|libcublas|libnccl|libcudnn|libnvidia|libnvrtc|linux-vdso'
@@ -35,7 +38,7 @@ cuda_own='libcuda\.|libcudart|libcublas|libnccl|libcudnn|libnvidia|libnvrtc|linu
 # the OpenMP build and what it loads go in too, found as libopenblas.so.0.
 blas=/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0
 cp -L "$blas" "$root/lib/libopenblas.so.0"
-ldd build/anvil build/tests/anvil_gpu_tests "$blas" | awk '/=> \// {print $3} /^\t\/.*ld-linux/ {print $1}' |
+ldd "$build/anvil" "$build/tests/anvil_gpu_tests" "$blas" | awk '/=> \// {print $3} /^\t\/.*ld-linux/ {print $1}' |
   sort -u | grep -Ev "$cuda_own" | while read -r lib; do
     cp -L "$lib" "$root/lib/"
   done

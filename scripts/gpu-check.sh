@@ -133,11 +133,20 @@ step "train-gpt2-tiny-muon" 120 "anvil train --config $repo/tests/configs/gpt2-t
   tee $out/train-gpt2-tiny-muon-parity.json"
 step train-gpt2-124m 240 "anvil train --config $repo/configs/gpt2-124m.json --device cuda --dtype bf16 \
   -B 16 -T 1024 --steps 30 --log-every 5 --out $work/gpt2-124m --json-out $out/train-gpt2-124m.json"
-# Decoding from that run's checkpoint, the KV cache on the GPU (tokens/s).
-step generate-gpt2-124m 60 "anvil generate --checkpoint $work/gpt2-124m --prompt-tokens 464,3290 \
+# Decoding from that run's checkpoint, the KV cache on the GPU (tokens/s);
+# this and the PyTorch run below need that checkpoint.
+after() {  # after STEP NAME: true when STEP passed, else NAME counts as failed
+  if [[ " ${failed[*]} " == *" $1 "* ]]; then
+    echo "FAILED $2: not started, $1 failed"
+    failed+=("$2")
+    return 1
+  fi
+}
+after train-gpt2-124m generate-gpt2-124m && \
+  step generate-gpt2-124m 60 "anvil generate --checkpoint $work/gpt2-124m --prompt-tokens 464,3290 \
   --max-new 256 --temperature 0 --device cuda > $out/generate-gpt2-124m.txt"
 if [[ -n $py ]] && "$py" -c "import torch, transformers; assert torch.cuda.is_available()" 2>/dev/null; then
-  step torch-train-gpt2-124m 240 "anvil ckpt export --checkpoint $work/gpt2-124m --out $work/gpt2-124m-hf && \
+  after train-gpt2-124m torch-train-gpt2-124m && step torch-train-gpt2-124m 240 "anvil ckpt export --checkpoint $work/gpt2-124m --out $work/gpt2-124m-hf && \
     $py $repo/bench/torch_train_hf.py --model $work/gpt2-124m-hf --device cuda --compile \
       --dtype bf16 -B 16 -T 1024 --steps 10 > $out/torch-train-gpt2-124m.json"
 else
