@@ -14,7 +14,8 @@
 // MPI's vader does. The collectives stage plain buffers.
 //
 // Environment: ANVIL_SHM_CHUNK=BYTES sets the staging chunk (>= 4096; the
-// tests use 4096 so every multi-round path runs on small messages) and
+// default is a quarter of a core's L2, 64 KiB to 1 MiB, rank 0's for all;
+// the tests use 4096 so every multi-round path runs on small messages) and
 // ANVIL_SHM_CMA=0 turns cross-memory attach off (the staged copies then run
 // at every size; registered buffers are then not read in place either), and
 // ANVIL_SHM_DIRECT=0 reads registered buffers by cross-memory attach too (the
