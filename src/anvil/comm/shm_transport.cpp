@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "anvil/base/clock.hpp"
-#include "anvil/base/error.hpp"
 #include "anvil/base/cpu.hpp"
+#include "anvil/base/error.hpp"
 #include "anvil/base/shared_buffer.hpp"
 
 namespace anvil::comm {
