@@ -402,8 +402,17 @@ int BenchCommands::comm(Context& ctx) {
   for (const auto& a : comm_add_sizes_) c.add_sizes.push_back(parse_size(a, "--add-sizes"));
   c.device = device::parse_device(comm_device_, "--device");
   if (c.device == device::DeviceKind::cuda) {
+    // The NCCL sweep has one algorithm and NCCL's own buffers: the flags
+    // about anvil's CPU algorithms are refused, not ignored.
     if (c.late_peer_ms > 0)
       throw InputError("--late-peer: expected --device cpu (it times anvil's CPU collectives)");
+    if (!c.algos.empty())
+      throw InputError("--algo: expected --device cpu (the GPU sweep times NCCL)");
+    if (c.in_place)
+      throw InputError("--inplace: expected --device cpu (NCCL's sweep is out of place)");
+    if (c.registered) throw InputError("--registered: expected --device cpu");
+    if (c.refine != 0) throw InputError("--refine: expected --device cpu");
+    if (c.stall_rank >= 0) throw InputError("--stall-rank: expected --device cpu");
     return comm_gpu(ctx);
   }
   comm::MpiRuntime mpi(&ctx.argc, &ctx.argv);

@@ -20,24 +20,8 @@
 #include "anvil/bench/measure.hpp"
 
 namespace anvil::bench {
-namespace {
 
-using comm::Algo;
-using comm::Communicator;
-using comm::DType;
-using comm::Op;
-using json = nlohmann::json;
-
-// The options, checked (errors in the order of the flags) and parsed.
-struct Plan {
-  DType dtype;
-  comm::ReduceOp redop;
-  std::vector<const CollectiveSpec*> specs;
-  std::vector<Algo> asked;  // empty: every algorithm of each op
-  std::vector<int64_t> sizes;
-};
-
-Plan plan_from(const CommBenchOptions& o, int ranks) {
+CommPlan comm_plan(const CommBenchOptions& o, int ranks) {
   if (o.min_bytes < 0 || o.max_bytes < o.min_bytes) {
     throw InputError("-b/-e: expected 0 <= minbytes <= maxbytes, got " +
                      std::to_string(o.min_bytes) + " and " + std::to_string(o.max_bytes));
@@ -54,7 +38,7 @@ Plan plan_from(const CommBenchOptions& o, int ranks) {
     throw InputError("--root: expected 0.." + std::to_string(ranks - 1) + ", got " +
                      std::to_string(o.root));
   }
-  Plan plan{
+  CommPlan plan{
       comm::parse_dtype(o.dtype, "--dtype"), comm::parse_reduce_op(o.redop, "--redop"), {}, {}, {}};
   if (plan.redop == comm::ReduceOp::avg && !comm::is_floating(plan.dtype)) {
     throw InputError("--redop avg: needs a floating --dtype, got " + o.dtype);
@@ -77,6 +61,14 @@ Plan plan_from(const CommBenchOptions& o, int ranks) {
   plan.sizes.erase(std::unique(plan.sizes.begin(), plan.sizes.end()), plan.sizes.end());
   return plan;
 }
+
+namespace {
+
+using comm::Algo;
+using comm::Communicator;
+using comm::DType;
+using comm::Op;
+using json = nlohmann::json;
 
 // Compute threads beside the collectives (--late-peer). Each repeats a chunk
 // of multiply-adds on registers, with no memory traffic, so what slows it is
@@ -173,8 +165,8 @@ struct LateSums {
 // One op's measurement: its spec, the algorithms measured, the options.
 class OpBench {
  public:
-  OpBench(Communicator& c, const CommBenchOptions& o, const Plan& plan, const CollectiveSpec& spec,
-          const ComputeLoad* load)
+  OpBench(Communicator& c, const CommBenchOptions& o, const CommPlan& plan,
+          const CollectiveSpec& spec, const ComputeLoad* load)
       : c_(c), o_(o), plan_(plan), spec_(spec), load_(load) {
     // mpi first (the baseline), then the others registered for the op.
     algos_ = {Algo::mpi};
@@ -210,7 +202,7 @@ class OpBench {
 
   Communicator& c_;
   const CommBenchOptions& o_;
-  const Plan& plan_;
+  const CommPlan& plan_;
   const CollectiveSpec& spec_;
   const ComputeLoad* load_;  // --late-peer only
   std::vector<Algo> algos_;
@@ -486,7 +478,7 @@ void add_to_profile(const CommBenchResult& result, plan::HwProfile& profile) {
 }
 
 CommBenchResult run_comm_bench(Communicator& c, const CommBenchOptions& o) {
-  const Plan plan = plan_from(o, c.size());
+  const CommPlan plan = comm_plan(o, c.size());
   c.set_timeout(o.timeout_s);
   if (o.stall_rank >= c.size()) {
     throw InputError("--stall-rank: expected 0.." + std::to_string(c.size() - 1) + ", got " +

@@ -100,6 +100,20 @@ double bus_factor(comm::Op op, int n);
 // the last row covering every larger size.
 comm::TuningTable tuning_from(const CommBenchResult& result);
 
+struct CollectiveSpec;
+
+// The options, checked (errors in the order of the flags; InputError) and
+// parsed, for `ranks` ranks: the ops' specs, the algorithms asked for, and
+// the sizes of the -b/-e/-f sweep with --add-sizes, sorted and unique.
+struct CommPlan {
+  comm::DType dtype;
+  comm::ReduceOp redop;
+  std::vector<const CollectiveSpec*> specs;
+  std::vector<comm::Algo> asked;  // empty: every algorithm of each op
+  std::vector<int64_t> sizes;
+};
+CommPlan comm_plan(const CommBenchOptions& options, int ranks);
+
 // Collective over the communicator; every rank returns the same result.
 CommBenchResult run_comm_bench(comm::Communicator& comm, const CommBenchOptions& options);
 

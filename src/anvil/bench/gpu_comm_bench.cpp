@@ -4,6 +4,7 @@
 // copied up; results are copied back and compared element by element.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "anvil/base/error.hpp"
 #include "anvil/bench/comm_specs.hpp"
@@ -70,6 +71,9 @@ void fill(GpuCase& c) {
   namespace ck = comm::check;
   const size_t n = c.send_count();
   c.host_send.assign(n * comm::size_of(c.type), 0);
+  // Broadcast: only the root's input holds the pattern (the others' stay
+  // zero), so a rank that kept its own input would be caught.
+  if (c.op == Op::broadcast && c.rank != c.root) return;
   for (size_t i = 0; i < n; ++i) {
     double v = ck::value(c.rank, i);
     if (c.op == Op::allgather) v = ck::value(c.rank, c.rank * c.per + i);
@@ -79,10 +83,25 @@ void fill(GpuCase& c) {
   }
 }
 
+// How far NCCL's average may be from the exact one. NCCL averages floats
+// as a sum of inputs each multiplied by 1/n first (ncclAvg's "pre-multiplied
+// sum"): exact for n a power of two, within a few roundings of each term
+// otherwise, so those get a tolerance of 2n units in the last place of the
+// type at 2 (the averages are at most 2 in magnitude).
+double avg_tolerance(comm::DType t, int world) {
+  if ((world & (world - 1)) == 0) return 0;
+  const double ulp = t == comm::DType::bf16  ? std::ldexp(1.0, -7)
+                     : t == comm::DType::f32 ? std::ldexp(1.0, -23)
+                                             : std::ldexp(1.0, -52);
+  return 2.0 * world * ulp * 2.0;
+}
+
 int64_t wrong(const GpuCase& c) {
   namespace ck = comm::check;
   int64_t bad = 0;
   const size_t n = c.recv_count();
+  const bool reduces = c.op == Op::allreduce || c.op == Op::reduce_scatter;
+  const double tol = reduces && c.redop == comm::ReduceOp::avg ? avg_tolerance(c.type, c.world) : 0;
   for (size_t i = 0; i < n; ++i) {
     double want = 0;
     switch (c.op) {
@@ -104,7 +123,8 @@ int64_t wrong(const GpuCase& c) {
       default:
         break;
     }
-    bad += ck::get(c.host_recv.data(), i, c.type) != want;
+    const double got = ck::get(c.host_recv.data(), i, c.type);
+    bad += tol == 0 ? got != want : !(std::abs(got - want) <= tol);
   }
   return bad;
 }
@@ -132,6 +152,21 @@ void call(device::DeviceCollectives& nccl, GpuCase& c, device::Stream& s) {
   }
 }
 
+// Calls per timed sample: enough back-to-back calls to last ~1 ms (from one
+// call's time after the warm-up), so a sample of small messages is not the
+// event's resolution and the launch latency (nccl-tests' BenchTime times a
+// batch of calls too). The same on every rank (the slowest rank's estimate).
+int batch_calls(device::DeviceCollectives& nccl, GpuCase& c, device::Stream& stream,
+                const GpuCommRuntime& rt) {
+  device::Event start(DeviceKind::cuda), stop(DeviceKind::cuda);
+  start.record(stream);
+  call(nccl, c, stream);
+  stop.record(stream);
+  stop.synchronize();
+  const double ms = rt.max_over_ranks(device::Event::elapsed_ms(start, stop));
+  return static_cast<int>(std::clamp(std::ceil(1.0 / std::max(ms, 1e-4)), 1.0, 1000.0));
+}
+
 CommPoint measure(device::DeviceCollectives& nccl, GpuCase& c, device::Stream& stream,
                   const CommBenchOptions& o, const GpuCommRuntime& rt) {
   const size_t elem = comm::size_of(c.type);
@@ -143,20 +178,25 @@ CommPoint measure(device::DeviceCollectives& nccl, GpuCase& c, device::Stream& s
   if (o.check) {
     fill(c);
     device::upload(c.host_send, c.send.data(), stream);
+    // A fresh allocation can be the last size's block, holding a prefix of
+    // the right answer: the output starts as zeros.
+    device::upload(std::vector<unsigned char>(c.recv_count() * elem, 0), c.recv.data(), stream);
     call(nccl, c, stream);
     c.host_recv = device::download<unsigned char>(c.recv.data(), c.recv_count() * elem, stream);
     p.wrong = wrong(c);
   }
   for (int w = 0; w < o.warmup; ++w) call(nccl, c, stream);
   stream.synchronize();
+  const int calls = batch_calls(nccl, c, stream, rt);
   device::Event start(DeviceKind::cuda), stop(DeviceKind::cuda);
   std::vector<double> us;
   for (int i = 0; i < o.iters * o.passes; ++i) {
+    rt.max_over_ranks(0);  // all ranks start the batch together
     start.record(stream);
-    call(nccl, c, stream);
+    for (int k = 0; k < calls; ++k) call(nccl, c, stream);
     stop.record(stream);
     stop.synchronize();
-    us.push_back(rt.max_over_ranks(device::Event::elapsed_ms(start, stop) * 1e3));
+    us.push_back(rt.max_over_ranks(device::Event::elapsed_ms(start, stop) * 1e3 / calls));
   }
   std::sort(us.begin(), us.end());
   p.p50_us = us[us.size() / 2];
@@ -170,8 +210,9 @@ CommPoint measure(device::DeviceCollectives& nccl, GpuCase& c, device::Stream& s
 
 CommBenchResult run_comm_bench_gpu(const CommBenchOptions& o, const GpuCommRuntime& rt) {
   device::require(DeviceKind::cuda, "--device");
-  const comm::DType type = comm::parse_dtype(o.dtype, "--dtype");
-  const comm::ReduceOp redop = comm::parse_reduce_op(o.redop, "--redop");
+  const CommPlan plan = comm_plan(o, rt.world);  // the CPU sweep's checks and sizes
+  const comm::DType type = plan.dtype;
+  const comm::ReduceOp redop = plan.redop;
   std::vector<Op> ops;
   for (const auto& name : o.ops) {
     if (name == "all") {
@@ -181,8 +222,7 @@ CommBenchResult run_comm_bench_gpu(const CommBenchOptions& o, const GpuCommRunti
       ops.push_back(comm::parse_op(name, "--op"));
     }
   }
-  int gpus = device::gpu_count();
-  device::DeviceCollectives nccl(rt.rank, rt.world, rt.rank % std::max(gpus, 1), rt.broadcast_id);
+  device::DeviceCollectives nccl(rt.rank, rt.world, device::gpu_for_rank(rt.rank), rt.broadcast_id);
   device::Stream stream(DeviceKind::cuda);
   CommBenchResult result;
   result.ranks = rt.world;
@@ -192,8 +232,7 @@ CommBenchResult run_comm_bench_gpu(const CommBenchOptions& o, const GpuCommRunti
   const size_t elem = comm::size_of(type);
   for (Op op : ops) {
     std::vector<std::pair<double, double>> fit_points;
-    for (double b = static_cast<double>(o.min_bytes); b <= static_cast<double>(o.max_bytes) * 1.0001;
-         b *= o.factor) {
+    for (const int64_t b : plan.sizes) {
       GpuCase c{op, 0, 0, type, redop, o.root, rt.rank, rt.world, {}, {}, {}, {}};
       const size_t block = static_cast<size_t>(rt.world);
       c.count = std::max<size_t>(static_cast<size_t>(b) / elem / block, 1) * block;

@@ -5,7 +5,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <exception>
 #include <mutex>
+#include <string>
 
 #include "anvil/base/error.hpp"
 #include "anvil/device/collectives.hpp"
@@ -21,6 +23,8 @@ struct Nccl {
   decltype(&ncclGetUniqueId) get_unique_id = nullptr;
   decltype(&ncclCommInitRank) init_rank = nullptr;
   decltype(&ncclCommDestroy) destroy = nullptr;
+  decltype(&ncclCommAbort) abort = nullptr;
+  decltype(&ncclCommGetAsyncError) async_error = nullptr;
   decltype(&ncclGetErrorString) error_string = nullptr;
   decltype(&ncclAllReduce) all_reduce = nullptr;
   decltype(&ncclReduceScatter) reduce_scatter = nullptr;
@@ -44,6 +48,8 @@ const Nccl& nccl() {
     bind_symbol(lib, name, "ncclGetUniqueId", n.get_unique_id, n.error);
     bind_symbol(lib, name, "ncclCommInitRank", n.init_rank, n.error);
     bind_symbol(lib, name, "ncclCommDestroy", n.destroy, n.error);
+    bind_symbol(lib, name, "ncclCommAbort", n.abort, n.error);
+    bind_symbol(lib, name, "ncclCommGetAsyncError", n.async_error, n.error);
     bind_symbol(lib, name, "ncclGetErrorString", n.error_string, n.error);
     bind_symbol(lib, name, "ncclAllReduce", n.all_reduce, n.error);
     bind_symbol(lib, name, "ncclReduceScatter", n.reduce_scatter, n.error);
@@ -102,6 +108,27 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
+// ncclGroupStart .. ncclGroupEnd around the calls of one scope: a call
+// that throws between them still closes the group (an open group would
+// queue every later NCCL call of the thread into it, never launched).
+class Group {
+ public:
+  explicit Group(const Nccl& n) : n_(n) { check_nccl(n.group_start(), "ncclGroupStart"); }
+  ~Group() {
+    if (open_) n_.group_end();
+  }
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  void end() {
+    open_ = false;
+    check_nccl(n_.group_end(), "ncclGroupEnd");
+  }
+
+ private:
+  const Nccl& n_;
+  bool open_ = true;
+};
+
 cudaStream_t native(Stream& s) { return static_cast<cudaStream_t>(s.native()); }
 
 void check_blocks(std::span<const size_t> offsets, int world, const char* what) {
@@ -135,6 +162,13 @@ DeviceCollectives::DeviceCollectives(int rank, int world, int ordinal,
     : rank_(rank), world_(world) {
   require(DeviceKind::cuda, "--device");
   const Nccl& n = loaded();
+  // NCCL refuses two ranks of one communicator on one GPU ("invalid usage"
+  // from ncclCommInitRank): say so before it, on every rank of the node.
+  const int gpus = gpu_count(), local = ranks_on_node();
+  if (world > 1 && local > gpus)
+    throw InputError("NCCL: " + std::to_string(local) + " ranks on this node share " +
+                     std::to_string(gpus) +
+                     " GPU(s); expected at most one rank per GPU (mpirun -np <= GPUs per node)");
   cuda::check(cudaSetDevice(ordinal), "cudaSetDevice");
   ncclUniqueId id{};
   if (rank == 0) check_nccl(n.get_unique_id(&id), "ncclGetUniqueId");
@@ -145,7 +179,20 @@ DeviceCollectives::DeviceCollectives(int rank, int world, int ordinal,
 }
 
 DeviceCollectives::~DeviceCollectives() {
-  if (comm_) nccl().destroy(static_cast<ncclComm_t>(comm_));
+  if (!comm_) return;
+  // Destroy waits for the communicator's operations; after an error (one
+  // NCCL reports, or an exception unwinding past this object, which may
+  // have left a peer's call unmatched) that wait can be forever: abort.
+  const Nccl& n = nccl();
+  auto* comm = static_cast<ncclComm_t>(comm_);
+  ncclResult_t pending = ncclSuccess;
+  const bool failed = std::uncaught_exceptions() > 0 ||
+                      n.async_error(comm, &pending) != ncclSuccess ||
+                      (pending != ncclSuccess && pending != ncclInProgress);
+  if (failed)
+    n.abort(comm);
+  else
+    n.destroy(comm);
 }
 
 void DeviceCollectives::all_reduce(const void* send, void* recv, size_t count, Dtype type,
@@ -180,18 +227,15 @@ void DeviceCollectives::all_to_all(const void* send, void* recv, size_t count, D
                                    Stream& stream) {
   const Nccl& n = loaded();
   const size_t block = count * dtype_bytes(type);
-  check_nccl(n.group_start(), "ncclGroupStart");
+  const ncclDataType_t t = nccl_type(type);
+  Group group(n);
   for (int p = 0; p < world_; ++p) {
     const auto* s = static_cast<const char*>(send) + block * static_cast<size_t>(p);
     auto* r = static_cast<char*>(recv) + block * static_cast<size_t>(p);
-    check_nccl(n.send(s, count, nccl_type(type), p, static_cast<ncclComm_t>(comm_),
-                      native(stream)),
-               "ncclSend");
-    check_nccl(n.recv(r, count, nccl_type(type), p, static_cast<ncclComm_t>(comm_),
-                      native(stream)),
-               "ncclRecv");
+    check_nccl(n.send(s, count, t, p, static_cast<ncclComm_t>(comm_), native(stream)), "ncclSend");
+    check_nccl(n.recv(r, count, t, p, static_cast<ncclComm_t>(comm_), native(stream)), "ncclRecv");
   }
-  check_nccl(n.group_end(), "ncclGroupEnd");
+  group.end();
 }
 
 // One NCCL group of `call(block, count, rank p)` over the blocks.
@@ -201,12 +245,13 @@ void DeviceCollectives::per_block(void* data, std::span<const size_t> offsets, D
   check_blocks(offsets, world_, what);
   const Nccl& n = loaded();
   const size_t width = dtype_bytes(type);
-  check_nccl(n.group_start(), "ncclGroupStart");
+  nccl_type(type);  // an unsupported type throws before the group opens
+  Group group(n);
   // Every rank has the same offsets, so all skip the same empty blocks.
   for (int p = 0; p < world_; ++p)
     if (offsets[p + 1] > offsets[p])
       call(static_cast<char*>(data) + offsets[p] * width, offsets[p + 1] - offsets[p], p);
-  check_nccl(n.group_end(), "ncclGroupEnd");
+  group.end();
 }
 
 void DeviceCollectives::reduce_blocks(void* data, std::span<const size_t> offsets, Dtype type,

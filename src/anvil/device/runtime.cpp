@@ -54,6 +54,12 @@ int gpu_for_rank(int rank) {
   return count > 0 ? local % count : 0;
 }
 
+int ranks_on_node() {
+  const char* env = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int n = env != nullptr ? std::atoi(env) : 1;
+  return n > 0 ? n : 1;
+}
+
 // Stream ---------------------------------------------------------------------
 
 Stream::Stream(DeviceKind kind) : kind_(kind) {

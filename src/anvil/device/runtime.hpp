@@ -68,6 +68,9 @@ GpuMemory gpu_memory();
 // The GPU a process of a multi-process run takes: its rank on the node
 // (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, else `rank`) modulo the GPUs.
 int gpu_for_rank(int rank);
+// The processes of this run on this node (Open MPI's
+// OMPI_COMM_WORLD_LOCAL_SIZE; 1 outside mpirun).
+int ranks_on_node();
 
 class Event;
 
