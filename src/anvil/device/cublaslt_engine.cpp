@@ -132,7 +132,8 @@ struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   std::vector<cublasLtMatmulHeuristicResult_t> algos;
-  int asked = 0;  // the most algorithms asked of the heuristic so far
+  int asked = 0;     // the most algorithms asked of the heuristic so far
+  bool aux = false;  // an aux epilogue: refused shapes run unfused
   Plan() = default;
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
@@ -150,12 +151,14 @@ using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, 
 class CublasLtEngine final : public GemmEngine {
  public:
   CublasLtEngine() {
-    check_lt(lt().cublasLtCreate(&handle_), "cublasLtCreate");
+    // The device first: a constructor that throws after cublasLtCreate
+    // would leave the handle behind (no destructor runs).
     int dev = 0;
     check(cudaGetDevice(&dev), "cudaGetDevice");
     cudaDeviceProp p{};
     check(cudaGetDeviceProperties(&p, dev), "cudaGetDeviceProperties");
     cc_ = p.major * 10 + p.minor;
+    check_lt(lt().cublasLtCreate(&handle_), "cublasLtCreate");
   }
   ~CublasLtEngine() override {
     plans_.clear();
@@ -184,6 +187,11 @@ class CublasLtEngine final : public GemmEngine {
         if (cc_ < 89) return "fp8 needs compute capability 8.9 or later, this GPU has " +
                              std::to_string(cc_ / 10) + "." + std::to_string(cc_ % 10);
         if (d.trans_a || !d.trans_b) return "fp8 multiplies A B^T only (trans_b, not trans_a)";
+        // cuBLASLt's fp8 kernels with fp32 output read a bf16 bias, not one
+        // of the output's type as every other GEMM here passes.
+        if (has_bias(d.epilogue) && d.out_type() == Dtype::fp32)
+          return "fp8 with fp32 output takes no bias epilogue here (cuBLASLt reads its bias as "
+                 "bf16)";
         return "";
       default:
         return "cuBLASLt has no " + anvil::to_string(d.type) + " GEMM";
@@ -211,29 +219,16 @@ class CublasLtEngine final : public GemmEngine {
     // cuBLASLt takes an aux matrix whose row stride is a multiple of 8 (the
     // batch was refused above); other aux GEMMs, and those it has no
     // algorithm for, run unfused.
-    if (uses_aux(d.epilogue) && (d.c_stride() % 8 != 0 || plan_for(d, align, 1).algos.empty())) {
+    if (uses_aux(d.epilogue) &&
+        (d.c_stride() % 8 != 0 || plan_for(d, align, 1, bias, aux).algos.empty())) {
       run_unfused(d, a, b, c, bias, stream, aux);
       return;
     }
-    Plan& plan = plan_for(d, align, std::max(algo + 1, 1));
+    Plan& plan = plan_for(d, align, std::max(algo + 1, 1), bias, aux);
     if (plan.algos.empty()) throw SystemError("cuBLASLt: no algorithm for gemm " + d.describe());
     if (algo >= static_cast<int>(plan.algos.size()))
-      throw InputError("gemm " + d.describe() + ": algorithm " + std::to_string(algo) +
-                       " of " + std::to_string(plan.algos.size()));
-    if (has_bias(d.epilogue)) {
-      check_lt(lt().cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                              sizeof bias),
-               "lt().cublasLtMatmulDescSetAttribute(bias)");
-    }
-    if (uses_aux(d.epilogue)) {
-      const int64_t ld = d.c_stride();
-      check_lt(lt().cublasLtMatmulDescSetAttribute(
-                   plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux),
-               "set EPILOGUE_AUX_POINTER");
-      check_lt(lt().cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
-                                                   &ld, sizeof ld),
-               "set EPILOGUE_AUX_LD");
-    }
+      throw InputError("gemm " + d.describe() + ": algorithm " + std::to_string(algo) + " of " +
+                       std::to_string(plan.algos.size()));
     const auto& chosen = plan.algos[static_cast<size_t>(std::max(algo, 0))];
     const cublasStatus_t status = lt().cublasLtMatmul(
         handle_, plan.op, &d.alpha, b, plan.a, a, plan.b, &d.beta, c, plan.c, c, plan.c,
@@ -266,7 +261,11 @@ class CublasLtEngine final : public GemmEngine {
     return workspace_;
   }
 
-  Plan& plan_for(const GemmDesc& d, uint32_t align, int want) {
+  // The plan of a shape, with this call's bias and aux pointers set (the
+  // heuristic reads them for their alignment, so they are set before it
+  // ranks the algorithms) and at least `want` algorithms asked for.
+  Plan& plan_for(const GemmDesc& d, uint32_t align, int want, const void* bias = nullptr,
+                 void* aux = nullptr) {
     const Key key{d.trans_a,
                   d.trans_b,
                   d.m,
@@ -286,6 +285,16 @@ class CublasLtEngine final : public GemmEngine {
     auto it = plans_.find(key);
     if (it == plans_.end()) it = plans_.emplace(key, build(d)).first;
     Plan& plan = *it->second;
+    if (has_bias(d.epilogue)) {
+      check_lt(lt().cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &bias, sizeof bias),
+               "set BIAS_POINTER");
+    }
+    if (uses_aux(d.epilogue)) {
+      check_lt(lt().cublasLtMatmulDescSetAttribute(
+                   plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux),
+               "set EPILOGUE_AUX_POINTER");
+    }
     if (plan.asked < want) {
       rank_algorithms(plan, align, want);
       plan.asked = want;
@@ -311,6 +320,13 @@ class CublasLtEngine final : public GemmEngine {
     check_lt(lt().cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                             sizeof epi),
              "set EPILOGUE");
+    plan->aux = uses_aux(d.epilogue);
+    if (plan->aux) {  // the aux matrix's row stride, C's (the key holds it)
+      const int64_t ld = d.c_stride();
+      check_lt(lt().cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                   &ld, sizeof ld),
+               "set EPILOGUE_AUX_LD");
+    }
     const cudaDataType_t in = cuda_type(d.type);
     const cudaDataType_t out = cuda_type(d.out_type());
     const uint64_t m = static_cast<uint64_t>(d.m), n = static_cast<uint64_t>(d.n),
@@ -358,12 +374,16 @@ class CublasLtEngine final : public GemmEngine {
     lt().cublasLtMatmulPreferenceDestroy(pref);
     // cuBLASLt answers NOT_SUPPORTED, or no result, for a combination it has
     // no kernel for: the plan keeps no algorithm and run() says so (or runs
-    // an aux epilogue unfused).
-    if (s == CUBLAS_STATUS_NOT_SUPPORTED)
+    // an aux epilogue unfused, whatever the heuristic's complaint).
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s != CUBLAS_STATUS_SUCCESS && plan.aux))
       returned = 0;
     else
       check_lt(s, "cublasLtMatmulAlgoGetHeuristic");
     results.resize(static_cast<size_t>(returned));
+    // Only a result whose state is SUCCESS has valid fields.
+    std::erase_if(results, [](const cublasLtMatmulHeuristicResult_t& r) {
+      return r.state != CUBLAS_STATUS_SUCCESS;
+    });
     plan.algos = std::move(results);
   }
 
