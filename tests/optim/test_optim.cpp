@@ -441,6 +441,21 @@ TEST(Clipping, SumOfSquaresIsExactSoSplitsDoNotChangeIt) {
   EXPECT_TRUE(std::isnan(optim::global_norm(g.data(), static_cast<int64_t>(g.size()))));
 }
 
+// The GPU kernel's two words (a low word up to ~2^61 from one launch) become
+// 42-bit limbs: eight ranks' sums add without overflow and keep the value.
+TEST(Clipping, GpuWordsBecomeLimbsThatAddWithoutOverflow) {
+  const uint64_t low = (uint64_t{1} << 61) + 12345, high = 3;
+  const optim::SquareSum one = optim::square_sum_of_words(low, high);
+  for (int64_t limb : one.limbs) {
+    EXPECT_GE(limb, 0);
+    EXPECT_LT(limb, int64_t{1} << 42);
+  }
+  optim::SquareSum eight;
+  for (int r = 0; r < 8; ++r) optim::add(eight, one);
+  const long double want = 8.0L * (static_cast<long double>(high) * 4398046511104.0L + low);
+  EXPECT_DOUBLE_EQ(optim::square_sum_value(eight, 0), static_cast<double>(want));
+}
+
 // With a scale hint the sum is read in one pass at the guessed scale and its
 // two neighbours: the same bits as without one, whether one of them holds
 // or none does (too fine a scale's wrapped integers thrown away), and the

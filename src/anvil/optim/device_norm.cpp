@@ -52,10 +52,9 @@ SquareSum DeviceNorm::square_sum(const float* x, int64_t n, int scale) {
   unsigned long long sums[2] = {0, 0};
   device::copy(sums, sums_, sizeof sums, device::CopyKind::device_to_host, stream_);
   stream_.synchronize();
-  SquareSum total;  // sums[1] x 2^42 + sums[0]: the limbs' reading of it
-  total.limbs[0] = static_cast<int64_t>(sums[0]);
-  total.limbs[1] = static_cast<int64_t>(sums[1]);
-  return total;
+  // The kernel's low word reaches ~2^61 on a large range: carried into
+  // 42-bit limbs, so ZeRO's sums over ranges and ranks cannot overflow.
+  return square_sum_of_words(sums[0], sums[1]);
 }
 
 }  // namespace anvil::optim

@@ -99,6 +99,10 @@ MaxAndSquareSum max_and_square_sum(const float* grads, int64_t n, int guess) {
   return out;
 }
 
+SquareSum square_sum_of_words(uint64_t low, uint64_t high) {
+  return to_limbs((static_cast<u128>(high) << kLimbBits) + low);
+}
+
 const SquareSum* MaxAndSquareSum::at(int scale) const {
   for (int i = 0; i < 3; ++i)
     if (scale == guess + 2 * (i - 1)) return &sums[i];

@@ -43,6 +43,11 @@ struct MaxAndSquareSum {
 };
 MaxAndSquareSum max_and_square_sum(const float* grads, int64_t n, int guess);
 
+// high x 2^42 + low (two unsigned words, as the GPU's kernel sums them) in
+// limbs of 42 bits each, so that, like every other SquareSum, it adds to
+// others as int64 without overflow.
+SquareSum square_sum_of_words(uint64_t low, uint64_t high);
+
 // Limb-wise sum (for several ranges or ranks).
 void add(SquareSum& into, const SquareSum& more);
 
