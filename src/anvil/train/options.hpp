@@ -39,8 +39,9 @@ struct ModelOptions {
       dtype);
     v({.name = "device",
        .help = "Where the model trains: cpu, or cuda (one GPU per process; the dense family "
-               "(gpt2, llama configs), fp32 or bf16; the optimizer and gradient reduction run on "
-               "a host copy of the parameters and gradients)"},
+               "(gpt2, llama configs), fp32 or bf16; AdamW, Muon (without --zero) and the "
+               "data-parallel gradient reduction run on the GPU, NCCL between processes; "
+               "docs/gpu.md)"},
       device, one_of({"cpu", "cuda"}));
     v({.name = "tf32",
        .help = "With --device cuda: matmuls in TensorFloat-32 (fp32 storage, 10-bit mantissa "
