@@ -177,6 +177,29 @@ TEST_F(GpuLayers, DeviceMuonMatchesTheHostMuon) {
   test_support::expect_device_muon_is_muon(DeviceKind::cuda, /*ns_bf16=*/true, 5e-2);
 }
 
+// Muon's start on the GPU, with no host wait: u / (|u|_F + 1e-7) within
+// float rounding of the host's, and the same bits on a second call (the
+// sum's order is fixed).
+TEST_F(GpuLayers, UnitNormScalingMatchesTheHostAndRepeatsItsBits) {
+  Stream stream(DeviceKind::cuda);
+  const int64_t n = 100003;
+  const auto u = values(n, 31, -3.0f, 3.0f);
+  double norm2 = 0;
+  for (float v : u) norm2 += static_cast<double>(v) * v;
+  const float factor = body::muon_unit_factor(std::sqrt(norm2));
+  std::vector<float> want(n);
+  for (int64_t i = 0; i < n; ++i) want[i] = u[i] * factor;
+  auto du = on_device(u, stream);
+  DeviceBuffer x(DeviceKind::cuda, n * 4, "x"), words(DeviceKind::cuda, 4096, "words");
+  auto* partials = static_cast<double*>(words.data());
+  auto* f = reinterpret_cast<float*>(partials + gpu::kUnitPartials);
+  gpu::scale_to_unit_norm(x.as<float>(), du.as<float>(), n, partials, f, stream.native());
+  const auto first = back(x, n, stream);
+  expect_close(first, want, 1e-6f, "scale_to_unit_norm");
+  gpu::scale_to_unit_norm(x.as<float>(), du.as<float>(), n, partials, f, stream.native());
+  EXPECT_EQ(back(x, n, stream), first);
+}
+
 TEST_F(GpuLayers, CrossEntropyMatchesTheSoftmaxOnTheCpu) {
   Stream stream(DeviceKind::cuda);
   const int64_t N = 9, V = 1000;

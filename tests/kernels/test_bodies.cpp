@@ -116,6 +116,27 @@ TEST(Bodies, MuonMomentumAndUpdateMatchTheFormulas) {
   }
 }
 
+// Muon's start X = U / (|U|_F + 1e-7): unit norm for any scale of U, zero
+// stays zero, a NaN norm gives NaN.
+TEST(Bodies, MuonUnitFactorScalesToUnitNorm) {
+  const std::vector<float> base = {0.3f, -1.25f, 2.0f, 1e-3f, -0.7f};
+  for (const double s : {1e-6, 1e-2, 1.0, 3.5, 1e4}) {
+    double norm2 = 0;
+    for (float v : base) norm2 += (v * s) * (v * s);
+    const float f = body::muon_unit_factor(std::sqrt(norm2));
+    double unit2 = 0;
+    for (float v : base) {
+      const double x = static_cast<float>(v * s) * f;
+      unit2 += x * x;
+    }
+    // |U| / (|U| + 1e-7) with the epsilon, within float rounding.
+    const double norm = std::sqrt(norm2);
+    EXPECT_NEAR(std::sqrt(unit2), norm / (norm + 1e-7), 1e-6) << s;
+  }
+  EXPECT_EQ(body::muon_unit_factor(0.0) * 0.0f, 0.0f);
+  EXPECT_TRUE(std::isnan(body::muon_unit_factor(std::nan(""))));
+}
+
 TEST(Bodies, CrossEntropyGradientIsSoftmaxMinusTheTarget) {
   const std::vector<double> logits = {1.5, -0.3, 2.2, 0.0, -4.0, 0.7};
   const int target = 2;

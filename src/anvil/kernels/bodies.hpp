@@ -123,6 +123,12 @@ ANVIL_HD inline void muon_apply(float* p, float update, float decay, float step)
   *p = *p * decay - step * update;
 }
 
+// Muon's start, X = U / (|U|_F + 1e-7): the factor from the norm (the host
+// and the GPU compute it the same way from the same norm).
+ANVIL_HD inline float muon_unit_factor(double norm) {
+  return static_cast<float>(1.0 / (norm + 1e-7));
+}
+
 // One gradient's square in fixed point (optim/square_sum.hpp): g^2 x factor
 // (factor = 2^scale, the square at most 2^52) rounded to the nearest
 // integer. x + 2^52 for 0 <= x <= 2^52 lands on an integer step of 1, so the

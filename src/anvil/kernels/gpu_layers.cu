@@ -357,6 +357,44 @@ __global__ void scale_kernel(float* dst, const float* src, int64_t n, float alph
   for (int64_t i = first_index(); i < n; i += grid_stride()) dst[i] = src[i] * alpha;
 }
 
+// A block's sum of every thread's v in double, by the same tree every time.
+__device__ double block_sum_double(double v) {
+  __shared__ double lane[kThreads];
+  lane[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) lane[threadIdx.x] += lane[threadIdx.x + half];
+    __syncthreads();
+  }
+  return lane[0];
+}
+
+// Block b's partial: the squares of elements b x kThreads + t + k x stride
+// (stride = kUnitPartials x kThreads), each thread's in order of k.
+__global__ void unit_norm_partials_kernel(const float* u, int64_t n, double* partials) {
+  double mine = 0.0;
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const double x = u[i];
+    mine += x * x;
+  }
+  const double total = block_sum_double(mine);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+// One block: the partials in order (thread t: t, t + kThreads, ...), a tree,
+// then the factor.
+__global__ void unit_norm_factor_kernel(const double* partials, float* factor) {
+  double mine = 0.0;
+  for (int i = static_cast<int>(threadIdx.x); i < kUnitPartials; i += kThreads) mine += partials[i];
+  const double total = block_sum_double(mine);
+  if (threadIdx.x == 0) *factor = body::muon_unit_factor(sqrt(total));
+}
+
+__global__ void scale_by_kernel(float* dst, const float* src, int64_t n, const float* factor) {
+  const float alpha = *factor;
+  for (int64_t i = first_index(); i < n; i += grid_stride()) dst[i] = src[i] * alpha;
+}
+
 // Grid row y is piece y; the row's blocks stride over that piece.
 __global__ void adamw_pieces_kernel(float* p, float* m, float* v, const float* g,
                                     const body::AdamWPiece* pieces, float grad_scale) {
@@ -615,6 +653,18 @@ void muon_apply(float* p, const float* u, int64_t n, float decay, float step, vo
 void scale(float* dst, const float* src, int64_t n, float alpha, void* stream) {
   scale_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dst, src, n, alpha);
   launched("scale");
+}
+
+void scale_to_unit_norm(float* x, const float* u, int64_t n, double* partials, float* factor,
+                        void* stream) {
+  // A fixed grid (kUnitPartials blocks, whatever n and the GPU): the sum's
+  // order, so its bits, depend on n alone.
+  unit_norm_partials_kernel<<<kUnitPartials, kThreads, 0, as_stream(stream)>>>(u, n, partials);
+  launched("unit_norm_partials");
+  unit_norm_factor_kernel<<<1, kThreads, 0, as_stream(stream)>>>(partials, factor);
+  launched("unit_norm_factor");
+  scale_by_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(x, u, n, factor);
+  launched("scale_by");
 }
 
 void max_abs_bits(const float* g, int64_t n, uint32_t* bits, void* stream) {

@@ -112,6 +112,16 @@ void scale(float* dst, const float* src, int64_t n, float alpha, void* stream);
 // sums into sums[0] and the rest in units of 2^42 into sums[1], so that
 // sums[1] x 2^42 + sums[0] is the exact integer total in any order.
 void max_abs_bits(const float* g, int64_t n, uint32_t* bits, void* stream);
+
+// x = u x body::muon_unit_factor(|u|_F) with no wait on the host: the sum of
+// squares in double over kUnitPartials fixed slices (each thread's elements
+// in order, then a tree per block), those added in order by one block, the
+// factor written to *factor and read by the scaling kernel. The same bits
+// for the same u on any GPU; not the host's exact sum (within ~1e-15).
+// `partials` holds kUnitPartials doubles.
+constexpr int kUnitPartials = 256;
+void scale_to_unit_norm(float* x, const float* u, int64_t n, double* partials, float* factor,
+                        void* stream);
 void fixed_square_sum(const float* g, int64_t n, double factor, unsigned long long* sums,
                       void* stream);
 

@@ -89,6 +89,9 @@ void muon_apply(float*, const float*, int64_t, float, float, void*) {
 void scale(float*, const float*, int64_t, float, void*) {
   absent();
 }
+void scale_to_unit_norm(float*, const float*, int64_t, double*, float*, void*) {
+  absent();
+}
 void max_abs_bits(const float*, int64_t, uint32_t*, void*) {
   absent();
 }

@@ -90,9 +90,9 @@ void DeviceMuon::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
 
 float* DeviceMuon::orthogonalise(int64_t rows, int64_t cols) {
   const int64_t n = rows * cols;
-  // X = U / (|U|_F + 1e-7), as muon.cpp's ns_start (its norm an exact sum here).
-  const double norm = norm_.norm(u_, n);
-  kernels::dev::scale(stream_, x_, u_, n, static_cast<float>(1.0 / (norm + 1e-7)));
+  // X = U / (|U|_F + 1e-7), as muon.cpp's ns_start; on a GPU with no wait
+  // on the host (DeviceNorm::scale_to_unit_norm).
+  norm_.scale_to_unit_norm(x_, u_, n);
   // Wide (rows <= cols): A = X X^T, Y = a X + B X. Tall: A = X^T X, Y = a X
   // + X B: the wide iteration of X^T, transposed. r is the Gram's side.
   const bool tall = rows > cols;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "anvil/kernels/device_layers.hpp"
 #include "anvil/kernels/gpu_layers.hpp"
 
 namespace anvil::optim {
@@ -13,6 +14,8 @@ device::ArenaPlan words_plan() {
   device::ArenaPlan plan;
   plan.add(sizeof(uint32_t));
   plan.add(2 * sizeof(unsigned long long));
+  plan.add(kernels::gpu::kUnitPartials * sizeof(double));
+  plan.add(sizeof(float));
   return plan;
 }
 
@@ -22,6 +25,16 @@ DeviceNorm::DeviceNorm(device::Stream& stream)
     : stream_(stream), arena_(stream.kind(), "norm words", words_plan()) {
   max_bits_ = arena_.take<uint32_t>(1);
   sums_ = arena_.take<unsigned long long>(2);
+  partials_ = arena_.take<double>(kernels::gpu::kUnitPartials);
+  factor_ = arena_.take<float>(1);
+}
+
+void DeviceNorm::scale_to_unit_norm(float* x, const float* u, int64_t n) {
+  if (stream_.kind() == device::DeviceKind::cpu) {
+    kernels::dev::scale(stream_, x, u, n, kernels::body::muon_unit_factor(norm(u, n)));
+    return;
+  }
+  kernels::gpu::scale_to_unit_norm(x, u, n, partials_, factor_, stream_.native());
 }
 
 double DeviceNorm::norm(const float* x, int64_t n) {

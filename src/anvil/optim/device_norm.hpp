@@ -2,7 +2,8 @@
 // magnitude (integer atomicMax of the float bits on a GPU), then the squares
 // in fixed point summed with integer atomics, so the total has the host's
 // bits in any order. On a CPU stream the host functions run. One small
-// arena of device words per object; each call waits for its result.
+// arena of device words per object; each call but scale_to_unit_norm waits
+// for its result.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,11 @@ class DeviceNorm {
   // held by several ranks (ZeRO-1).
   float max_abs(const float* x, int64_t n);
   SquareSum square_sum(const float* x, int64_t n, int scale);
+  // x = u / (|u|_F + 1e-7) (Muon's start, body::muon_unit_factor), x and u
+  // on the stream's device. A GPU does it without waiting on the host (a
+  // double sum in a fixed order, not the exact one); a CPU stream with the
+  // exact norm.
+  void scale_to_unit_norm(float* x, const float* u, int64_t n);
   size_t device_bytes() const { return arena_.capacity(); }
 
  private:
@@ -30,6 +36,8 @@ class DeviceNorm {
   device::DeviceArena arena_;
   uint32_t* max_bits_ = nullptr;
   unsigned long long* sums_ = nullptr;
+  double* partials_ = nullptr;  // the GPU's unit-norm partial sums
+  float* factor_ = nullptr;
 };
 
 }  // namespace anvil::optim

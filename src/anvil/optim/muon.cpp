@@ -57,7 +57,7 @@ bool ns_start(float* x, const float* g, int64_t rows, int64_t cols) {
   double norm2 = 0;
 #pragma omp simd reduction(+ : norm2)
   for (int64_t i = 0; i < n; ++i) norm2 += static_cast<double>(g[i]) * g[i];
-  const auto inv = static_cast<float>(1.0 / (std::sqrt(norm2) + 1e-7));
+  const float inv = kernels::body::muon_unit_factor(std::sqrt(norm2));
   if (transposed) {
     transpose_scaled(x, rows, g, cols, rows, cols, inv);
   } else {
