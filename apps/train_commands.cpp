@@ -61,6 +61,7 @@ nlohmann::json summary_json(const train::TrainResult& r) {
           {"context_seconds", r.context_seconds},
           {"context_halo_seconds", r.context_halo_seconds},
           {"device_used_bytes", r.device_used_bytes},
+          {"device_planned_bytes", r.device_planned_bytes},
           {"device_total_bytes", r.device_total_bytes}};
 }
 

@@ -51,7 +51,17 @@ ldd "$build/anvil" "$build/tests/anvil_gpu_tests" "$blas" | awk '/=> \// {print 
   sort -u | grep -Ev "$cuda_own" | while read -r lib; do
     cp -L "$lib" "$root/lib/"
   done
+# The rest of this glibc too: CUDA's and the driver's libraries, loaded at
+# run time, need libdl, libpthread and librt, which would otherwise come from
+# the GPU machine's glibc, whose private symbols need its own libc, not ours.
+for lib in libdl.so.2 libpthread.so.0 librt.so.1 libutil.so.1 libresolv.so.2; do
+  if [[ -e /lib/x86_64-linux-gnu/$lib && ! -e $root/lib/$lib ]]; then
+    cp -L "/lib/x86_64-linux-gnu/$lib" "$root/lib/"
+  fi
+done
 cp -r profiles "$root/profiles"
+# The commit the binaries were built from (the check writes it down).
+git describe --always --dirty > "$root/SOURCE" 2>/dev/null || echo unknown > "$root/SOURCE"
 mkdir -p "$(dirname "$out")"
 tar -C "$stage" -cf - anvil | xz -T2 -9 > "$out.tmp"
 size=$(stat -c %s "$out.tmp")

@@ -7,7 +7,8 @@
 # gpt2-tiny and llama-tiny 20 steps on the CPU and on CUDA (fp32 with TF32
 # off: losses within 1e-4 relative; bf16: within 2e-2; bench/loss_parity.py;
 # gpt2-tiny with Muon stepping on the GPU: within 1e-3),
-# then gpt2-124m (B=16, T=1024, bf16) for 30 steps next to PyTorch training the same model
+# then gpt2-124m (B=16, T=1024, bf16) for 30 steps, a sample from its
+# checkpoint on the GPU (`generate`), and PyTorch training the same model
 # exported from anvil (bench/torch_train_hf.py --device cuda --compile),
 # writing every log and JSON to OUT. Exits non-zero when any step fails.
 # About 7 minutes on one H200.
@@ -60,6 +61,7 @@ for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu
 done
 libs=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 echo "library path: $libs" > "$out/environment.txt"
+echo "bundle built from: $(cat "$B/SOURCE" 2>/dev/null || echo unknown)" >> "$out/environment.txt"
 
 # Every binary runs under the bundle's own loader and glibc.
 loader=$(ls "$B"/lib/ld-linux-x86-64.so.* | head -1)

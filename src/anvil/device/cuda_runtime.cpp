@@ -25,7 +25,9 @@ std::string read_line(const std::string& path) {
   return line;
 }
 
-// "32.0 GT/s PCIe x16" from sysfs, empty when the files are not there.
+// "32.0 GT/s PCIe x16" from sysfs, empty when the files are not there. An
+// idle GPU lowers its link (to 2.5 GT/s), so where the current link is
+// below the maximum both show: "2.5 GT/s PCIe x16 now, 32.0 GT/s PCIe x16 max".
 std::string pcie_link(const std::string& bus_id) {
   std::string id = bus_id;
   for (char& ch : id) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -33,7 +35,36 @@ std::string pcie_link(const std::string& bus_id) {
   const std::string speed = read_line(dir + "current_link_speed");
   const std::string width = read_line(dir + "current_link_width");
   if (speed.empty() || width.empty()) return "";
-  return speed + " x" + width;
+  const std::string now = speed + " x" + width;
+  const std::string max_speed = read_line(dir + "max_link_speed");
+  const std::string max_width = read_line(dir + "max_link_width");
+  if (max_speed.empty() || max_width.empty()) return now;
+  const std::string max = max_speed + " x" + max_width;
+  return max == now ? now : now + " now, " + max + " max";
+}
+
+// Why the runtime found no usable driver, in words a user can act on:
+// none loaded (cudaDriverGetVersion gives 0: libcuda.so.1's own error), or
+// one older than this build's runtime needs.
+std::string driver_problem(cudaError_t e) {
+  int driver = 0;
+  cudaDriverGetVersion(&driver);
+  cudaGetLastError();
+  if (driver == 0) {
+    std::string error;
+    if (void* lib = open_library("libcuda.so.1", error); lib != nullptr)
+      return "the CUDA runtime found no driver, though libcuda.so.1 loads";
+    return "no GPU driver: " + error;
+  }
+  if (e == cudaErrorInsufficientDriver) {
+    return "the driver supports CUDA " + std::to_string(driver / 1000) + "." +
+           std::to_string(driver % 1000 / 10) + ", this build's runtime needs " +
+           std::to_string(CUDART_VERSION / 1000) + "." +
+           std::to_string(CUDART_VERSION % 1000 / 10) +
+           " (a newer driver, or CUDA's forward-compatibility libcuda from cuda/compat on the "
+           "library path)";
+  }
+  return "";
 }
 
 // Active NVLinks through NVML (part of the driver), -1 where NVML is absent.
@@ -72,6 +103,7 @@ std::string unavailable_reason() {
       reason = "cudaGetDeviceCount returned " + std::to_string(static_cast<int>(e)) + " (" +
                cudaGetErrorString(e) + ")";
       cudaGetLastError();  // clear it
+      if (const std::string why = driver_problem(e); !why.empty()) reason += ": " + why;
     } else if (count == 0) {
       reason = "the CUDA runtime sees no GPU";
     }

@@ -216,7 +216,7 @@ std::string device_memory_shortfall(size_t planned_bytes, int64_t free_bytes, in
          "split over more GPUs under mpirun)";
 }
 
-void Trainer::check_device_memory() const {
+void Trainer::check_device_memory() {
   const model::MemoryPlan plan = model::DeviceDecoder::plan_for(
       config_, B_, T_local_, /*training=*/true, precision_,
       model::DeviceDecoder::fuses_attention(device::DeviceKind::cuda, precision_));
@@ -237,8 +237,10 @@ void Trainer::check_device_memory() const {
     planned += optim::DeviceMuon::planned_bytes(model::decoder_registry(config_), o_.optimizer.muon,
                                                 dp_rank_, dp_size_) +
                (32u << 20);
-  const std::string why = device_memory_shortfall(planned, device::gpu_memory().free_bytes,
-                                                  device::gpu_for_rank(rank_));
+  result_.device_planned_bytes = planned;
+  device_free_at_start_ = device::gpu_memory().free_bytes;
+  const std::string why =
+      device_memory_shortfall(planned, device_free_at_start_, device::gpu_for_rank(rank_));
   if (!why.empty()) throw InputError(why);
 }
 
@@ -665,7 +667,8 @@ void Trainer::finish_result(const std::vector<StepStats>& steps) {
   result_.peak_rss_bytes = peak_rss_bytes();
   if (o_.model.device == "cuda") {
     const device::GpuMemory m = device::gpu_memory();
-    result_.device_used_bytes = static_cast<size_t>(m.total_bytes - m.free_bytes);
+    result_.device_used_bytes =
+        static_cast<size_t>(std::max<int64_t>(0, device_free_at_start_ - m.free_bytes));
     result_.device_total_bytes = static_cast<size_t>(m.total_bytes);
   }
   if (dp_ && world_ > 1)
@@ -686,11 +689,11 @@ void Trainer::print_summary(bool stopped) const {
       human_bytes(r.planned_bytes).c_str());
   if (r.device_total_bytes > 0)
     std::printf(
-        "GPU memory in use: %s of %s (CUDA's context and cuBLASLt's workspace "
-        "included; the plan %s)\n",
+        "GPU memory taken by the run: %s of %s (arenas, workspaces, NCCL; not CUDA's "
+        "context; the device plan %s)\n",
         human_bytes(static_cast<double>(r.device_used_bytes)).c_str(),
         human_bytes(static_cast<double>(r.device_total_bytes)).c_str(),
-        human_bytes(static_cast<double>(r.planned_bytes)).c_str());
+        human_bytes(static_cast<double>(r.device_planned_bytes)).c_str());
   if (world_ > 1) {
     std::printf("communication per step (median): %.1f ms gradient %s, %.1f ms exposed%s\n",
                 1e3 * r.comm_seconds,

@@ -64,10 +64,12 @@ struct TrainResult {
   double context_seconds = 0;   // median per step: context parallelism's K/V and halo traffic
   double context_halo_seconds = 0;  // of which the halo exchanges
   int cp = 1;                   // ranks per context group
-  // --device cuda: the GPU's memory in use when the run ends (cudaMemGetInfo;
-  // the arenas are allocated once, so this is the peak, CUDA's context and
-  // cuBLASLt's workspace included) and the GPU's total; 0 on the CPU.
-  size_t device_used_bytes = 0, device_total_bytes = 0;
+  // --device cuda: what this run took of the GPU's memory (cudaMemGetInfo's
+  // free bytes once the GPU is chosen, before the model, less those at the
+  // end: the arenas, allocated once, and the libraries' workspaces and NCCL's
+  // buffers; not CUDA's context nor other processes'), the device plan it
+  // was checked against before allocating, and the GPU's total; 0 on the CPU.
+  size_t device_used_bytes = 0, device_planned_bytes = 0, device_total_bytes = 0;
 };
 
 // The device memory a --device cuda run plans (its arenas, the device
@@ -98,7 +100,8 @@ class Trainer {
  private:
   void build_model();
   // --device cuda: InputError when the plan does not fit the GPU's free memory.
-  void check_device_memory() const;
+  // Sets result_.device_planned_bytes; InputError when it does not fit.
+  void check_device_memory();
   void start(const std::optional<ResumePoint>& from);
   void print_plan() const;
   RunRecord record() const;
@@ -139,6 +142,7 @@ class Trainer {
   std::vector<int32_t> tokens_, targets_, full_tokens_, full_targets_;
   std::vector<float> earlier_grads_;  // with --accum: the step's earlier micro-batches' gradients, summed
   int64_t step_ = 0;
+  int64_t device_free_at_start_ = 0;  // --device cuda: free bytes before the model
   TrainResult result_;
 };
 
