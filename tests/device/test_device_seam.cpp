@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include "anvil/base/error.hpp"
+#include "anvil/bench/gpu_bench.hpp"
 #include "anvil/device/epilogue.hpp"
 #include "anvil/device/fused_attention.hpp"
 #include "anvil/device/gemm_engine.hpp"
@@ -89,6 +91,46 @@ TEST(DeviceSeam, ParsesDevicesAndSaysWhyCudaIsUnavailable) {
 }
 
 // The STREAM bodies on the CPU: exactly the arithmetic STREAM defines.
+// `anvil hw`'s GPU lines from properties, no GPU needed: the SXM datasheets
+// for H100 and H200 SXM only (not NVL, PCIe, GH200 or a MIG slice), CUDA
+// versions as X.Y, and no NVML said so.
+TEST(DeviceSeam, GpuReportNamesTheDatasheetAndTheVersions) {
+  ::setenv("ANVIL_PROFILES", ANVIL_SOURCE_DIR "/profiles", 1);
+  auto sheet = [](const char* name, int sms) {
+    GpuProperties g;
+    g.name = name;
+    g.sms = sms;
+    const auto p = bench::gpu_datasheet(g);
+    return p ? p->name : std::string("none");
+  };
+  EXPECT_EQ(sheet("NVIDIA H100 80GB HBM3", 132), "h100-sxm");
+  EXPECT_EQ(sheet("NVIDIA H200", 132), "h200-sxm");
+  EXPECT_EQ(sheet("NVIDIA H100 NVL", 132), "none");
+  EXPECT_EQ(sheet("NVIDIA H100 PCIe", 114), "none");
+  EXPECT_EQ(sheet("NVIDIA GH200 480GB", 132), "none");
+  EXPECT_EQ(sheet("NVIDIA H200 MIG 3g.71gb", 60), "none");
+  const nlohmann::json gpus = {{"available", true},
+                               {"devices",
+                                {{{"ordinal", 0},
+                                  {"name", "NVIDIA H200"},
+                                  {"compute_capability", "9.0"},
+                                  {"sms", 132},
+                                  {"clock_ghz", 1.98},
+                                  {"memory_bytes", 150e9},
+                                  {"l2_bytes", 62914560.0},
+                                  {"pci_bus_id", "0000:18:00.0"},
+                                  {"pcie_link", "32.0 GT/s PCIe x16"},
+                                  {"nvlinks_active", -1},
+                                  {"driver_version", 13000},
+                                  {"runtime_version", 13000},
+                                  {"cublaslt_version", 130100},
+                                  {"nccl_version", "2.28.9"}}}}};
+  const std::string text = bench::gpu_report_text(gpus);
+  EXPECT_NE(text.find("NVLinks active n/a (no NVML)"), std::string::npos) << text;
+  EXPECT_NE(text.find("driver for CUDA 13.0, runtime 13.0"), std::string::npos) << text;
+  EXPECT_NE(text.find("PCI 0000:18:00.0"), std::string::npos) << text;
+}
+
 TEST(DeviceSeam, StreamKernelBodies) {
   const std::vector<double> a = {1.5, -2.0, 0.25, 8.0}, b = {3.0, 0.5, -1.0, 2.0};
   double sum = 0;

@@ -119,9 +119,12 @@ std::optional<plan::HwProfile> gpu_datasheet(const device::GpuProperties& gpu) {
   std::string name;
   // The SXM parts only: H100 PCIe has 114 SMs; the NVL parts (H100 NVL has
   // 132 SMs too) run lower clocks and power, so other peaks.
-  if (gpu.name.find("NVL") != std::string::npos) return std::nullopt;
+  // GH200 (Grace Hopper) is another part too; a MIG slice has fewer SMs.
+  if (gpu.name.find("NVL") != std::string::npos || gpu.name.find("GH200") != std::string::npos ||
+      gpu.sms != 132)
+    return std::nullopt;
   if (gpu.name.find("H200") != std::string::npos) name = "h200-sxm";
-  if (gpu.name.find("H100") != std::string::npos && gpu.sms == 132) name = "h100-sxm";
+  if (gpu.name.find("H100") != std::string::npos) name = "h100-sxm";
   if (name.empty()) return std::nullopt;
   try {
     return plan::find_hw_profile(name, "datasheet");
@@ -255,17 +258,24 @@ std::string gpu_report_text(const nlohmann::json& gpus) {
                   g["clock_ghz"].get<double>(), g["memory_bytes"].get<double>() / (1 << 30),
                   g["l2_bytes"].get<double>() / (1 << 20));
     out += line;
-    std::snprintf(line, sizeof line,
-                  "          link %s, NVLinks active %d; driver %d, runtime %d, cuBLASLt %d, "
-                  "NCCL %s\n",
-                  g["pcie_link"].get<std::string>().empty()
-                      ? "unknown"
-                      : g["pcie_link"].get<std::string>().c_str(),
-                  g["nvlinks_active"].get<int>(), g["driver_version"].get<int>(),
-                  g["runtime_version"].get<int>(), g["cublaslt_version"].get<int>(),
-                  g["nccl_version"].get<std::string>().empty()
-                      ? "not found"
-                      : g["nccl_version"].get<std::string>().c_str());
+    // CUDA versions as "13.0" (the driver's: the newest CUDA it runs).
+    auto cuda_version = [](int v) {
+      return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+    };
+    const int links = g["nvlinks_active"].get<int>();
+    const std::string nvlinks = links < 0 ? "n/a (no NVML)" : std::to_string(links);
+    std::snprintf(
+        line, sizeof line,
+        "          PCI %s, link %s, NVLinks active %s; driver for CUDA %s, runtime %s, "
+        "cuBLASLt %d, NCCL %s\n",
+        g.value("pci_bus_id", std::string("?")).c_str(),
+        g["pcie_link"].get<std::string>().empty() ? "unknown"
+                                                  : g["pcie_link"].get<std::string>().c_str(),
+        nvlinks.c_str(), cuda_version(g["driver_version"].get<int>()).c_str(),
+        cuda_version(g["runtime_version"].get<int>()).c_str(), g["cublaslt_version"].get<int>(),
+        g["nccl_version"].get<std::string>().empty()
+            ? "not found"
+            : g["nccl_version"].get<std::string>().c_str());
     out += line;
     if (g.contains("datasheet")) {
       const auto& d = g["datasheet"];
