@@ -54,6 +54,14 @@ class DeviceCollectives {
   void reduce_blocks(void* data, std::span<const size_t> offsets, Dtype type, ReduceOp op,
                      Stream& stream);
   void broadcast_blocks(void* data, std::span<const size_t> offsets, Dtype type, Stream& stream);
+  // In place, one NCCL group: piece i (elements [offset, offset + count) of
+  // `data`) goes from rank `root` to every rank. Every rank passes the same
+  // pieces in the same order (Muon's matrices from their owners).
+  struct Piece {
+    size_t offset = 0, count = 0;
+    int root = 0;
+  };
+  void broadcast_pieces(void* data, std::span<const Piece> pieces, Dtype type, Stream& stream);
 
  private:
   template <class Call>

@@ -76,6 +76,9 @@ void DeviceCollectives::all_to_all(const void*, void*, size_t, Dtype, Stream&) {
 void DeviceCollectives::reduce_blocks(void*, std::span<const size_t>, Dtype, ReduceOp, Stream&) {
   cuda::absent();
 }
+void DeviceCollectives::broadcast_pieces(void*, std::span<const Piece>, Dtype, Stream&) {
+  cuda::absent();
+}
 void DeviceCollectives::broadcast_blocks(void*, std::span<const size_t>, Dtype, Stream&) {
   cuda::absent();
 }

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -164,8 +165,11 @@ DeviceCollectives::DeviceCollectives(int rank, int world, int ordinal,
   const Nccl& n = loaded();
   // NCCL refuses two ranks of one communicator on one GPU ("invalid usage"
   // from ncclCommInitRank): say so before it, on every rank of the node.
+  // With CUDA_VISIBLE_DEVICES a launcher may give each rank its own GPU, so
+  // each sees fewer than the ranks: then only NCCL's refusal tells.
   const int gpus = gpu_count(), local = ranks_on_node();
-  if (world > 1 && local > gpus)
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (world > 1 && local > gpus && visible == nullptr)
     throw InputError("NCCL: " + std::to_string(local) + " ranks on this node share " +
                      std::to_string(gpus) +
                      " GPU(s); expected at most one rank per GPU (mpirun -np <= GPUs per node)");
@@ -174,7 +178,11 @@ DeviceCollectives::DeviceCollectives(int rank, int world, int ordinal,
   if (rank == 0) check_nccl(n.get_unique_id(&id), "ncclGetUniqueId");
   if (world > 1) broadcast_id(&id, sizeof id);
   ncclComm_t comm = nullptr;
-  check_nccl(n.init_rank(&comm, world, id, rank), "ncclCommInitRank");
+  const ncclResult_t r = n.init_rank(&comm, world, id, rank);
+  if (r == ncclInvalidUsage)
+    throw SystemError("ncclCommInitRank failed: " + std::string(n.error_string(r)) +
+                      " (two ranks on one GPU? NCCL needs a GPU of its own for every rank)");
+  check_nccl(r, "ncclCommInitRank");
   comm_ = comm;
 }
 
@@ -261,6 +269,21 @@ void DeviceCollectives::reduce_blocks(void* data, std::span<const size_t> offset
                                static_cast<ncclComm_t>(comm_), native(stream)),
                "ncclReduce");
   });
+}
+
+void DeviceCollectives::broadcast_pieces(void* data, std::span<const Piece> pieces, Dtype type,
+                                         Stream& stream) {
+  const Nccl& n = loaded();
+  const ncclDataType_t t = nccl_type(type);
+  const size_t width = dtype_bytes(type);
+  Group group(n);
+  for (const Piece& p : pieces) {
+    void* at = static_cast<char*>(data) + p.offset * width;
+    check_nccl(
+        n.broadcast(at, at, p.count, t, p.root, static_cast<ncclComm_t>(comm_), native(stream)),
+        "ncclBroadcast");
+  }
+  group.end();
 }
 
 void DeviceCollectives::broadcast_blocks(void* data, std::span<const size_t> offsets, Dtype type,

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <span>
+#include <vector>
 
 #include "anvil/base/clock.hpp"
 #include "anvil/kernels/device_layers.hpp"
@@ -100,11 +101,35 @@ std::vector<size_t> DistributedOptimizer::block_offsets() const {
   return offsets;
 }
 
-void DistributedOptimizer::start_reduction(const float* earlier) {
+void DistributedOptimizer::keep_earlier(bool first) {
+  const int64_t n = model_.registry().total();
+  if (device_) {  // queued on the stream before the next micro-batch zeroes the gradients
+    const auto* arrays = model_.device_arrays();
+    make_device_earlier();
+    if (first) {
+      device::copy(device_earlier_, arrays->grads, static_cast<size_t>(n) * sizeof(float),
+                   device::CopyKind::device_to_device, *arrays->stream);
+    } else {  // earlier = earlier + grads, element-wise as the host's sum
+      kernels::dev::residual_forward(*arrays->stream, device_earlier_, device_earlier_,
+                                     arrays->grads, n);
+    }
+    return;
+  }
+  const float* g = model_.grads();
+  host_earlier_.resize(static_cast<size_t>(n));
+  float* e = host_earlier_.data();
+  if (first) {
+    std::copy(g, g + n, e);
+  } else {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) e[i] = e[i] + g[i];
+  }
+}
+
+void DistributedOptimizer::start_reduction(bool with_earlier) {
   if (device_) {  // backward's gradients are queued on the device when it hands them over
-    earlier_ = earlier;
+    device_has_earlier_ = with_earlier;
     if (!overlapped()) return;
-    if (earlier_) upload_earlier();
     finished_from_ = model_.registry().total();
     buckets_ = 0;
     reduce_seconds_ = 0;
@@ -112,6 +137,7 @@ void DistributedOptimizer::start_reduction(const float* earlier) {
     return;
   }
   if (reducer_) reducer_->begin();
+  const float* earlier = with_earlier ? host_earlier_.data() : nullptr;
   if (!reducer_ && !earlier) return;
   earlier_ = earlier;
   finished_from_ = model_.registry().total();
@@ -121,17 +147,14 @@ void DistributedOptimizer::start_reduction(const float* earlier) {
   });
 }
 
-void DistributedOptimizer::upload_earlier() {
+void DistributedOptimizer::make_device_earlier() {
+  if (device_earlier_) return;
   const auto* arrays = model_.device_arrays();
   const int64_t n = model_.registry().total();
-  if (!device_earlier_) {
-    device::ArenaPlan plan;
-    plan.add(static_cast<size_t>(n) * sizeof(float));
-    earlier_arena_ = device::DeviceArena(arrays->stream->kind(), "earlier gradients", plan);
-    device_earlier_ = earlier_arena_.take<float>(n);
-  }
-  device::copy(device_earlier_, earlier_, static_cast<size_t>(n) * sizeof(float),
-               device::CopyKind::host_to_device, *arrays->stream);
+  device::ArenaPlan plan;
+  plan.add(static_cast<size_t>(n) * sizeof(float));
+  earlier_arena_ = device::DeviceArena(arrays->stream->kind(), "earlier gradients", plan);
+  device_earlier_ = earlier_arena_.take<float>(n);
 }
 
 void DistributedOptimizer::reduce_on_device_from(int64_t offset) {
@@ -140,7 +163,8 @@ void DistributedOptimizer::reduce_on_device_from(int64_t offset) {
   float* g = arrays->grads + offset;
   const int64_t n = finished_from_ - offset;
   // grads = earlier + grads over the range, element-wise (add_earlier_from's sum).
-  if (earlier_) kernels::dev::residual_forward(*arrays->stream, g, device_earlier_ + offset, g, n);
+  if (device_has_earlier_)
+    kernels::dev::residual_forward(*arrays->stream, g, device_earlier_ + offset, g, n);
   if (nccl_) {
     ready_.record(*arrays->stream);
     comm_stream_.wait(ready_);
@@ -184,13 +208,12 @@ void DistributedOptimizer::stop_handing_over() {
     if (overlapped()) {
       reduce_on_device_from(0);  // backward's last call says 0; this only makes sure
       model_.set_grads_ready_hook({});
-    } else if (earlier_) {  // grads = earlier + grads, element-wise as add_earlier_from does it
+    } else if (device_has_earlier_) {  // grads = earlier + grads, as add_earlier_from
       const auto* arrays = model_.device_arrays();
-      upload_earlier();
       kernels::dev::residual_forward(*arrays->stream, arrays->grads, device_earlier_, arrays->grads,
                                      model_.registry().total());
     }
-    earlier_ = nullptr;
+    device_has_earlier_ = false;
     return;
   }
   add_earlier_from(0);  // backward's last call says 0; this only makes sure
@@ -239,7 +262,9 @@ double DistributedOptimizer::grad_norm() {
       m = device_ ? device_->max_abs(g + begin, end - begin)
                   : optim::max_abs(g + begin, end - begin);
     }
-    mine = std::isnan(m) || std::isnan(mine) ? m : std::max(mine, m);
+    // A NaN in any range stays NaN (a later finite range must not hide it).
+    mine = std::isnan(m) || std::isnan(mine) ? std::numeric_limits<float>::quiet_NaN()
+                                             : std::max(mine, m);
   }
   float largest = 0.0f;
   for (double m : dp_->gather(static_cast<double>(mine)))
@@ -307,13 +332,19 @@ void DistributedOptimizer::broadcast_muon_matrices(float* data) {
   // stream, after the update that wrote the matrix.
   const auto& specs = model_.registry().specs();
   const auto& owners = muon_->owners();
+  if (nccl_) {  // one NCCL group for all of them
+    std::vector<device::DeviceCollectives::Piece> pieces;
+    for (size_t i = 0; i < specs.size(); ++i)
+      if (owners[i] >= 0)
+        pieces.push_back(
+            {static_cast<size_t>(specs[i].offset), static_cast<size_t>(specs[i].numel), owners[i]});
+    nccl_->broadcast_pieces(data, pieces, Dtype::fp32, *model_.device_arrays()->stream);
+    return;
+  }
   for (size_t i = 0; i < specs.size(); ++i) {
     if (owners[i] < 0) continue;
     const auto n = static_cast<size_t>(specs[i].numel);
-    if (nccl_) {
-      nccl_->broadcast(data + specs[i].offset, data + specs[i].offset, n, Dtype::fp32, owners[i],
-                       *model_.device_arrays()->stream);
-    } else if (ep_ > 1 && specs[i].sharding == model::Sharding::expert) {
+    if (ep_ > 1 && specs[i].sharding == model::Sharding::expert) {
       comm::Communicator& group = dp_->expert_data_group();
       if (group.size() > 1)
         group.broadcast(data + specs[i].offset, n, comm::DType::f32, owners[i] / ep_,

@@ -41,13 +41,16 @@ class DistributedOptimizer {
                        const ParallelOptions& parallel, DataParallelGroup* dp);
   ~DistributedOptimizer();
 
+  // After each of a step's micro-batches but the last: its gradients join
+  // the step's earlier ones (`first`: they start the sum), on the device
+  // when the step runs there (the gradients never leave it), else on the host.
+  void keep_earlier(bool first);
   // Around the step's last backward: its gradients go to the reduction as
-  // backward finishes them. `earlier` (or null): the step's earlier
-  // micro-batches' gradients, summed; each range is added to (earlier +
-  // last) as it finishes, before it is handed over: the sum two ranks'
-  // reduction makes of one micro-batch each, so one rank with two
-  // micro-batches gets the same bits. Must live until stop_handing_over.
-  void start_reduction(const float* earlier = nullptr);
+  // backward finishes them. `with_earlier`: keep_earlier ran this step; each
+  // range is then added to (earlier + last) as it finishes, before it is
+  // handed over: the sum two ranks' reduction makes of one micro-batch each,
+  // so one rank with two micro-batches gets the same bits.
+  void start_reduction(bool with_earlier = false);
   void stop_handing_over();
   // Waits for the whole reduction (zero times on one process).
   ReduceTimes finish_reduction();
@@ -80,8 +83,10 @@ class DistributedOptimizer {
   model::TrainableModel& model_;
   DataParallelGroup* dp_;
   int ep_;
-  // The earlier micro-batches' summed gradients; added already at offsets >= finished_from_.
+  // The earlier micro-batches' summed gradients (host_earlier_'s data, or
+  // null); added already at offsets >= finished_from_.
   const float* earlier_ = nullptr;
+  std::vector<float> host_earlier_;
   int64_t finished_from_ = 0;
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<optim::AdamW> adamw_;
@@ -93,13 +98,14 @@ class DistributedOptimizer {
   bool mirror_newer_ = false;
   device::DeviceArena earlier_arena_;
   float* device_earlier_ = nullptr;
+  bool device_has_earlier_ = false;                  // this step's device_earlier_ is to be added
   std::unique_ptr<device::DeviceCollectives> nccl_;  // data parallel on GPUs
   // Data parallel on devices: each range of gradients is reduced as
   // backward queues it (reduce_on_device_from), on GPUs on comm_stream_ once
   // the compute stream passes `ready_` (all-reduced, or with ZeRO-1 reduced
   // to the ranks whose blocks it meets; the CPU device all-reduces).
   void reduce_on_device_from(int64_t offset);
-  void upload_earlier();
+  void make_device_earlier();
   bool overlapped() const { return device_ && dp_; }
   device::Stream comm_stream_;
   device::Event ready_, comm_start_, comm_stop_;

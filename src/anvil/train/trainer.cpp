@@ -423,25 +423,15 @@ std::array<double, 2> Trainer::forward_backward_step() {
     // one rank with two micro-batches trains the two-rank run's bits.
     const bool last = m + 1 == accum;
     if (m > 0) model_->zero_grads();
-    if (last) optimizer_->start_reduction(m > 0 ? earlier_grads_.data() : nullptr);
+    if (last) optimizer_->start_reduction(/*with_earlier=*/m > 0);
     int64_t scored = 0;
     sums[0] += model_->forward_backward(tokens_.data(), targets_.data(), B_, T_local_, grad_scale,
                                         &scored);
     sums[1] += static_cast<double>(scored);
-    if (last) {
+    if (last)
       optimizer_->stop_handing_over();
-    } else {
-      const float* g = model_->grads();
-      const int64_t n = model_->registry().total();
-      earlier_grads_.resize(static_cast<size_t>(n));
-      float* e = earlier_grads_.data();
-      if (m == 0) {
-        std::copy(g, g + n, e);
-      } else {
-#pragma omp parallel for simd schedule(static)
-        for (int64_t i = 0; i < n; ++i) e[i] = e[i] + g[i];
-      }
-    }
+    else
+      optimizer_->keep_earlier(/*first=*/m == 0);
   }
   sums[0] = injector_.step_loss(step_, sums[0]);
   return sums;

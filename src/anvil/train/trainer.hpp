@@ -140,7 +140,6 @@ class Trainer {
   std::unique_ptr<MetricsLogger> metrics_;
   GemmPeak peak_;
   std::vector<int32_t> tokens_, targets_, full_tokens_, full_targets_;
-  std::vector<float> earlier_grads_;  // with --accum: the step's earlier micro-batches' gradients, summed
   int64_t step_ = 0;
   int64_t device_free_at_start_ = 0;  // --device cuda: free bytes before the model
   TrainResult result_;
