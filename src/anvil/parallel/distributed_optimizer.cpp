@@ -78,8 +78,6 @@ DistributedOptimizer::DistributedOptimizer(model::TrainableModel& model,
           });
       comm_stream_ = device::Stream(device::DeviceKind::cuda);
       ready_ = device::Event(device::DeviceKind::cuda);
-      comm_start_ = device::Event(device::DeviceKind::cuda);
-      comm_stop_ = device::Event(device::DeviceKind::cuda);
     }
   }
 }
@@ -168,7 +166,13 @@ void DistributedOptimizer::reduce_on_device_from(int64_t offset) {
   if (nccl_) {
     ready_.record(*arrays->stream);
     comm_stream_.wait(ready_);
-    if (buckets_ == 0) comm_start_.record(comm_stream_);
+    // The bucket's own time: from the comm stream passing the wait (not
+    // its idle time before, while backward computes) to its collective's end.
+    if (static_cast<size_t>(buckets_) == bucket_events_.size())
+      bucket_events_.emplace_back(device::Event(device::DeviceKind::cuda),
+                                  device::Event(device::DeviceKind::cuda));
+    auto& [bucket_start, bucket_stop] = bucket_events_[static_cast<size_t>(buckets_)];
+    bucket_start.record(comm_stream_);
     if (adamw_->sharded()) {
       // ZeRO-1: the range's part of each rank's block summed to that rank
       // (the blocks clipped to the range; empty ones are skipped).
@@ -181,6 +185,7 @@ void DistributedOptimizer::reduce_on_device_from(int64_t offset) {
       nccl_->all_reduce(g, g, static_cast<size_t>(n), Dtype::fp32, device::ReduceOp::sum,
                         comm_stream_);
     }
+    bucket_stop.record(comm_stream_);
   } else {  // the CPU device: the stream's work is done; reduce now (with
             // ZeRO-1 too: each rank then updates its block of the sums)
     const double t0 = now_seconds();
@@ -225,10 +230,14 @@ ReduceTimes DistributedOptimizer::finish_reduction() {
   if (overlapped()) {  // the layers' reductions were queued during backward
     const double t0 = now_seconds();
     if (nccl_) {
-      comm_stop_.record(comm_stream_);
       comm_stream_.synchronize();
       const double exposed = now_seconds() - t0;
-      return {device::Event::elapsed_ms(comm_start_, comm_stop_) / 1e3, exposed, buckets_};
+      double ms = 0;
+      for (int64_t b = 0; b < buckets_; ++b) {
+        const auto& [start, stop] = bucket_events_[static_cast<size_t>(b)];
+        ms += device::Event::elapsed_ms(start, stop);
+      }
+      return {ms / 1e3, exposed, buckets_};
     }
     return {reduce_seconds_, reduce_seconds_, buckets_};  // the CPU device overlaps nothing
   }

@@ -108,7 +108,11 @@ class DistributedOptimizer {
   void make_device_earlier();
   bool overlapped() const { return device_ && dp_; }
   device::Stream comm_stream_;
-  device::Event ready_, comm_start_, comm_stop_;
+  device::Event ready_;
+  // Per bucket of this step (grown to the most buckets a step has had): its
+  // reduction's start and end on comm_stream_; their sum is the step's
+  // communication time.
+  std::vector<std::pair<device::Event, device::Event>> bucket_events_;
   int64_t buckets_ = 0;
   double reduce_seconds_ = 0;  // the CPU device's reductions, run as they come
   // The gradient norm's fixed-point scale at the last step (optim/square_sum.hpp):
