@@ -45,6 +45,7 @@ class Decoder : public TrainableModel {
     low_stale_ = true;
     return params_.f();
   }
+  float* params_for_reading() override { return params_.f(); }
   Precision precision() const { return precision_; }
   float* grads() override { return grads_.f(); }
   bf16* fresh_bf16_weights() override { return low_stale_ ? nullptr : weights_bf16_; }

@@ -247,15 +247,20 @@ DeviceDecoder::DeviceDecoder(const ModelConfig& config, int64_t B, int64_t T, bo
 
 DeviceDecoder::~DeviceDecoder() = default;
 
-float* DeviceDecoder::params() {
+float* DeviceDecoder::params_for_reading() {
   if (host_params_behind_) {
     device::copy(host_params_.data(), dparams_, host_params_.size() * sizeof(float),
                  device::CopyKind::device_to_host, stream_);
     stream_.synchronize();
     host_params_behind_ = false;
   }
-  params_stale_ = true;  // the caller may write them
   return host_params_.data();
+}
+
+float* DeviceDecoder::params() {
+  float* p = params_for_reading();
+  params_stale_ = true;  // the caller may write them
+  return p;
 }
 
 float* DeviceDecoder::grads() {

@@ -68,6 +68,7 @@ class DeviceDecoder : public TrainableModel {
 
   const ParamRegistry& registry() const override { return registry_; }
   float* params() override;
+  float* params_for_reading() override;
   float* grads() override;
   const MemoryPlan& plan() const override { return plan_; }
   void zero_grads() override;

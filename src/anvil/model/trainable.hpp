@@ -63,6 +63,10 @@ class TrainableModel {
   virtual ~TrainableModel() = default;
   virtual const ParamRegistry& registry() const = 0;
   virtual float* params() = 0;
+  // The same weights, for a caller that only reads them (a checkpoint's
+  // save): unlike params() this leaves the bf16 copy fresh and a device's
+  // copy current, so the next forward converts and uploads nothing.
+  virtual float* params_for_reading() { return params(); }
   virtual float* grads() = 0;
   // bf16 training's copy of the weights (the registry's layout) while it
   // still matches them; nullptr without one, or once params() handed the

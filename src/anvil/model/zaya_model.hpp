@@ -56,6 +56,7 @@ class ZayaModel : public TrainableModel {
     low_stale_ = true;
     return params_f();
   }
+  float* params_for_reading() override { return params_f(); }
   float* grads() override { return grads_f(); }
   bf16* fresh_bf16_weights() override { return low_stale_ ? nullptr : weights_bf16_; }
   void bf16_weights_refreshed() override { low_stale_ = false; }

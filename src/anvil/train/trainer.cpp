@@ -524,7 +524,7 @@ void Trainer::save() {
   // reducer blocks, the optimizer state it owns (ZeRO-1 ranges, its Muon
   // matrices); rank 0 the extras.
   ckpt::ShardedSave save;
-  save.model = model_->registry().shards(model_->params(), optimizer_->owned());
+  save.model = model_->registry().shards(model_->params_for_reading(), optimizer_->owned());
   save.optimizer = optimizer_->state_to_save();
   if (rank_ == 0)
     for (const auto& e : model_->extra_state())
