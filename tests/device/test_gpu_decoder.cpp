@@ -112,9 +112,9 @@ struct AttentionChoice {
 // CPU device, which has only the unfused attention, is built without it
 // (=fused would be an error there).
 void expect_cuda_matches_cpu(const std::string& name, Precision precision, bool tf32,
-                             double loss_tol, double grad_tol, const char* attention = "auto") {
+                             double loss_tol, double grad_tol, const char* attention = "auto",
+                             int64_t B = 2, int64_t T = 64) {
   const ModelConfig c = tiny(name);
-  const int64_t B = 2, T = 64;
   DeviceDecoder cpu(c, B, T, true, DeviceKind::cpu, precision);
   const AttentionChoice choice(attention);
   DeviceDecoder gpu(c, B, T, true, DeviceKind::cuda, precision, tf32);
@@ -140,6 +140,13 @@ void expect_cuda_matches_cpu(const std::string& name, Precision precision, bool 
 TEST_F(GpuDecoder, Gpt2AndLlamaTinyMatchTheCpuDeviceInFp32) {
   expect_cuda_matches_cpu("gpt2-tiny", Precision::fp32, false, 1e-5, 1e-4);
   expect_cuda_matches_cpu("llama-tiny", Precision::fp32, false, 1e-5, 1e-4);
+}
+
+// 20 x 64 = 1280 rows: the classifier's logits in two chunks (1024 rows,
+// then 256), which the 128-row runs above never reach.
+TEST_F(GpuDecoder, RowsPastOneClassifierChunkMatchTheCpuDevice) {
+  expect_cuda_matches_cpu("gpt2-tiny", Precision::fp32, false, 1e-5, 1e-4, "auto", 20, 64);
+  expect_cuda_matches_cpu("llama-tiny", Precision::bf16, false, 1e-4, 1e-3, "unfused", 20, 64);
 }
 
 TEST_F(GpuDecoder, Tf32StaysWithinTf32Rounding) {
