@@ -276,5 +276,25 @@ TEST_F(Gpu, NcclBlockCollectivesOnOneRankKeepTheData) {
                InputError);
 }
 
+// Muon's grouped broadcasts on one rank leave the data as it is; a call
+// NCCL refuses inside the group (a root past the ranks) throws and closes
+// the group, so the next call still runs.
+TEST_F(Gpu, NcclGroupedBroadcastsOnOneRankAndAFailedGroupCloses) {
+  std::string why;
+  if (nccl_version(&why).empty()) GTEST_SKIP() << "NCCL: " << why;
+  Stream stream(DeviceKind::cuda);
+  DeviceCollectives nccl(0, 1, 0, {});
+  const std::vector<float> values = random_values(1001, 8);
+  DeviceBuffer data(DeviceKind::cuda, values.size() * sizeof(float), "pieces");
+  upload(values, data.data(), stream);
+  const std::vector<DeviceCollectives::Piece> pieces = {{0, 300, 0}, {300, 1, 0}, {301, 700, 0}};
+  nccl.broadcast_pieces(data.data(), pieces, Dtype::fp32, stream);
+  EXPECT_EQ(download<float>(data.data(), values.size(), stream), values);
+  const std::vector<DeviceCollectives::Piece> bad = {{0, 300, 0}, {300, 1, 5}};
+  EXPECT_THROW(nccl.broadcast_pieces(data.data(), bad, Dtype::fp32, stream), SystemError);
+  nccl.broadcast_pieces(data.data(), pieces, Dtype::fp32, stream);
+  EXPECT_EQ(download<float>(data.data(), values.size(), stream), values);
+}
+
 }  // namespace
 }  // namespace anvil::device
