@@ -310,5 +310,14 @@ TEST(DeviceSeam, FusedAttentionLayoutAddressesTheDecodersBuffers) {
   }
 }
 
+// The memory plan's bound on cuDNN's workspace: the deterministic
+// backward's bf16 dP (T rounded up to 64 by 128), the softmax sums, an fp32
+// dQ accumulator, and with GQA dK and dV for every query head.
+TEST(DeviceSeam, FusedAttentionWorkspaceBoundCountsEachBuffer) {
+  const size_t dp = 2 * 4 * 128 * 128 * 2, sums = 2 * 4 * 100 * 4, dq = 2 * 4 * 100 * 8 * 4;
+  EXPECT_EQ(fused_attention_workspace_bound({2, 100, 4, 4, 8, 1.0f}), dp + sums + dq);
+  EXPECT_EQ(fused_attention_workspace_bound({2, 100, 4, 2, 8, 1.0f}), dp + sums + 3 * dq);
+}
+
 }  // namespace
 }  // namespace anvil::device

@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "anvil/base/bf16.hpp"
 #include "anvil/device/fused_attention.hpp"
 #include "anvil/device/runtime.hpp"
 #include "anvil/kernels/device_layers.hpp"
@@ -169,6 +171,44 @@ TEST_F(GpuDecoder, FusedAttentionMatchesTheUnfusedAttentionInBf16) {
   if (!why.empty()) GTEST_SKIP() << "fused attention: " << why;
   expect_cuda_matches_cpu("gpt2-tiny", Precision::bf16, false, 5e-3, 5e-2, "fused");
   expect_cuda_matches_cpu("llama-tiny", Precision::bf16, false, 5e-3, 5e-2, "fused");
+}
+
+// The fused backward three times on the same inputs repeats its bits
+// (cuDNN's deterministic algorithm: by default dQ's fp32 sums follow the
+// order its blocks finish), with a workspace within the bound the memory
+// plan counts. T = 512: several key blocks per query block; GQA.
+TEST_F(GpuDecoder, FusedAttentionBackwardRepeatsItsBitsWithinThePlannedWorkspace) {
+  const std::string why = device::fused_attention_unavailable();
+  if (!why.empty()) GTEST_SKIP() << "fused attention: " << why;
+  const device::AttentionShape s{2, 512, 8, 2, 64, 0.125f};
+  Stream stream(DeviceKind::cuda);
+  device::FusedAttention fused(s, stream);
+  EXPECT_LE(fused.workspace_bytes(), device::fused_attention_workspace_bound(s));
+  const int64_t N = s.B * s.T, Q = (s.Hq + 2 * s.Hkv) * s.D, A = s.Hq * s.D;
+  const auto low = [](const std::vector<float>& v) {
+    std::vector<bf16> b(v.size());
+    to_bf16(b.data(), v.data(), static_cast<int64_t>(v.size()));
+    return b;
+  };
+  DeviceBuffer qkv = on_device(low(values(static_cast<size_t>(N * Q), 21)), stream);
+  DeviceBuffer dout = on_device(low(values(static_cast<size_t>(N * A), 22)), stream);
+  DeviceBuffer out(DeviceKind::cuda, static_cast<size_t>(N * A) * sizeof(bf16), "out");
+  DeviceBuffer stats(DeviceKind::cuda, static_cast<size_t>(N * s.Hq) * sizeof(float), "stats");
+  DeviceBuffer dqkv(DeviceKind::cuda, static_cast<size_t>(N * Q) * sizeof(bf16), "dqkv");
+  fused.forward(qkv.as<bf16>(), out.as<bf16>(), stats.as<float>());
+  std::vector<std::vector<bf16>> runs;
+  for (int r = 0; r < 3; ++r) {
+    fused.backward(qkv.as<bf16>(), out.as<bf16>(), dout.as<bf16>(), stats.as<float>(),
+                   dqkv.as<bf16>());
+    std::vector<bf16> host(static_cast<size_t>(N * Q));
+    device::copy(host.data(), dqkv.data(), host.size() * sizeof(bf16),
+                 device::CopyKind::device_to_host, stream);
+    stream.synchronize();
+    runs.push_back(std::move(host));
+  }
+  for (int r = 1; r < 3; ++r)
+    EXPECT_EQ(std::memcmp(runs[0].data(), runs[r].data(), runs[0].size() * sizeof(bf16)), 0)
+        << "backward " << r + 1 << " differs from the first";
 }
 
 // Decoding (the KV cache in GPU memory) against the CPU device, position by

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <cudnn_frontend.h>
 
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -29,11 +30,23 @@ namespace {
 
 namespace fe = cudnn_frontend;
 
-// Empty once cuDNN is loaded; else why not.
+// Empty once cuDNN is loaded; else why not. The frontend makes its own CUDA
+// runtime calls through a shared libcudart it opens by name (anvil links
+// the runtime statically), trying CUDA 12's before 13's: it is pointed at
+// the major version anvil was built with unless CUDNN_FRONTEND_CUDART_LIB_NAME
+// names one, and that library must open here, or every graph build fails.
 const std::string& cudnn_error() {
   static std::string error;
   static std::once_flag once;
   std::call_once(once, [] {
+    const std::string cudart = "libcudart.so." + std::to_string(CUDART_VERSION / 1000);
+    ::setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", cudart.c_str(), /*overwrite=*/0);
+    const char* name = std::getenv("CUDNN_FRONTEND_CUDART_LIB_NAME");
+    std::string why;
+    if (open_library(name, why) == nullptr) {
+      error = std::string(name) + " (the cuDNN frontend's CUDA runtime): " + why;
+      return;
+    }
     void* lib = open_library("libcudnn.so.9", error);
     if (lib) fe::cudnn_dlhandle = lib;
   });
@@ -94,7 +107,9 @@ struct FusedAttention::Graphs {
   std::shared_ptr<fe::graph::Graph> forward, backward;
   AttentionLayout layout;
   DeviceBuffer workspace;
-  ~Graphs() {
+  ~Graphs() {  // the plans before the handle they were built on
+    forward.reset();
+    backward.reset();
     if (handle) fe::detail::destroy_handle(handle);
   }
 };
@@ -152,10 +167,15 @@ FusedAttention::FusedAttention(const AttentionShape& shape, Stream& stream) try
                               .set_stride(vec(l.stats.strides))
                               .set_uid(kStats)
                               .set_data_type(fe::DataType_t::FLOAT));
+    // Deterministic: by default dQ is summed over key blocks in an fp32
+    // buffer in whatever order the blocks finish, and a run would not
+    // repeat its bits (nor resume onto them). On Hopper this takes the dP
+    // workspace (fused_attention_workspace_bound).
     auto options = fe::graph::SDPA_backward_attributes()
                        .set_name("attention backward")
                        .set_causal_mask(true)
-                       .set_attn_scale(shape.scale);
+                       .set_attn_scale(shape.scale)
+                       .set_deterministic_algorithm(true);
     auto [dq, dk, dv] = b.sdpa_backward(q, k, v, out, dout, stats, options);
     output(dq, l.q, kDq);
     output(dk, l.k, kDk);
@@ -176,6 +196,10 @@ FusedAttention::FusedAttention(const AttentionShape& shape, Stream& stream) try
 }
 
 FusedAttention::~FusedAttention() = default;
+
+size_t FusedAttention::workspace_bytes() const {
+  return graphs_->workspace.bytes();
+}
 
 namespace {
 

@@ -20,5 +20,8 @@ FusedAttention::FusedAttention(const AttentionShape&, Stream&) {
 FusedAttention::~FusedAttention() = default;
 void FusedAttention::forward(const bf16*, bf16*, float*) {}
 void FusedAttention::backward(const bf16*, const bf16*, const bf16*, const float*, bf16*) {}
+size_t FusedAttention::workspace_bytes() const {
+  return 0;
+}
 
 }  // namespace anvil::device

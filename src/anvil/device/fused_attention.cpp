@@ -27,4 +27,14 @@ AttentionLayout attention_layout(const AttentionShape& s) {
   return l;
 }
 
+size_t fused_attention_workspace_bound(const AttentionShape& s) {
+  const auto up = [](int64_t n, int64_t to) { return (n + to - 1) / to * to; };
+  const int64_t heads = s.B * s.Hq;
+  int64_t bytes = heads * up(s.T, 64) * up(s.T, 128) * 2;  // dP, bf16
+  bytes += heads * s.T * 4;                                // softmax sums
+  bytes += heads * s.T * s.D * 4;                          // dQ accumulator
+  if (s.Hq != s.Hkv) bytes += 2 * heads * s.T * s.D * 4;   // dK, dV per query head
+  return static_cast<size_t>(bytes);
+}
+
 }  // namespace anvil::device

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -41,6 +42,14 @@ struct AttentionLayout {
 // The layout above for `shape` (InputError for a shape GQA cannot group).
 AttentionLayout attention_layout(const AttentionShape& shape);
 
+// Device memory a FusedAttention of `shape` may ask for as its workspace,
+// an upper bound for planning (the exact figure is known only once cuDNN
+// has built the graphs: FusedAttention::workspace_bytes). The deterministic
+// backward's dP buffer (bf16, B x Hq x T x T with T rounded up to 64 and
+// 128), cuDNN's softmax sums, an fp32 dQ accumulator and, with GQA, the
+// per-query-head dK and dV it reduces.
+size_t fused_attention_workspace_bound(const AttentionShape& shape);
+
 // Empty when fused attention can run here; else why not (not built with
 // CUDA or the cuDNN frontend, cuDNN not loadable, no GPU, a GPU before sm_80).
 std::string fused_attention_unavailable();
@@ -59,6 +68,8 @@ class FusedAttention {
   void forward(const bf16* qkv, bf16* out, float* stats);
   // dqkv (all of it written) from the forward's qkv, out and stats and dout.
   void backward(const bf16* qkv, const bf16* out, const bf16* dout, const float* stats, bf16* dqkv);
+  // The device workspace both graphs share.
+  size_t workspace_bytes() const;
 
  private:
   struct Graphs;

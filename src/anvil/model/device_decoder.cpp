@@ -145,10 +145,14 @@ MemoryPlan DeviceDecoder::plan_for(const ModelConfig& config, int64_t B, int64_t
     low.add(static_cast<size_t>(r.total()) * sizeof(bf16));
     for (int i = 0; i < 2; ++i) low.add(static_cast<size_t>(scratch_elements(s)) * sizeof(bf16));
     // Fused attention's bf16 qkv and out (and for backward dout and dqkv).
-    if (fused_attention)
+    if (fused_attention) {
       for (int i = 0; i < (training ? 2 : 1); ++i)
         for (const int64_t width : {s.Q, s.A})
           low.add(static_cast<size_t>(s.N * width) * sizeof(bf16));
+      // and cuDNN's workspace, allocated when the graphs are first built
+      low.add(device::fused_attention_workspace_bound(
+          {B, T, config.n_heads, config.n_kv_heads, config.head_dim}));
+    }
     p.low_precision = low.total();
   }
   return p;
