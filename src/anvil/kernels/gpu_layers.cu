@@ -2,8 +2,10 @@
 // bodies.hpp's functions; row kernels run one 256-thread block per row:
 // each thread sums its strided share of the row, then the block halves over
 // shared memory (the order test_bodies.cpp reproduces on the CPU).
-// Parameter gradients of the norms are column sums, one thread per column
-// adding the rows in order, so they are deterministic (no atomics).
+// Parameter gradients of the norms and biases are column sums in two
+// stages: chunks of rows, each summed by a block's warps in a fixed
+// interleave, then the chunks' partials added in order; a fixed order for
+// a given shape, so deterministic (no atomics).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -245,6 +245,7 @@ DeviceDecoder::DeviceDecoder(const ModelConfig& config, int64_t B, int64_t T, bo
   host_params_ = host(n, "host parameters");
   if (training) host_grads_ = host(n, "host gradients");
   host_row_loss_ = host(static_cast<size_t>(B * T), "host row losses");
+  loss_copied_ = device::Event(kind);
   if (training) zero_grads();
   arrays_ = {&stream_, dparams_, dgrads_};
 }
@@ -553,7 +554,7 @@ void DeviceDecoder::run_forward(int64_t B, int64_t T) {
                param("model.norm.bias", P), N);
 }
 
-double DeviceDecoder::classifier(float* dx, int64_t N, float grad_scale) {
+void DeviceDecoder::classifier(float* dx, int64_t N, float grad_scale) {
   const char* name = config_.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
   const float* w = param(name, dparams_);
   float* dw = dx != nullptr ? const_cast<float*>(param(name, dgrads_)) : nullptr;
@@ -581,7 +582,11 @@ double DeviceDecoder::classifier(float* dx, int64_t N, float grad_scale) {
   }
   device::copy(host_row_loss_.data(), row_loss_, static_cast<size_t>(N) * sizeof(float),
                device::CopyKind::device_to_host, stream_);
-  stream_.synchronize();
+  loss_copied_.record(stream_);
+}
+
+double DeviceDecoder::summed_loss(int64_t N) {
+  loss_copied_.synchronize();
   double loss = 0;
   for (int64_t n = 0; n < N; ++n) loss += host_row_loss_.data()[n];
   return loss;
@@ -593,7 +598,8 @@ double DeviceDecoder::forward(const int32_t* tokens, const int32_t* targets, int
   upload_params();
   upload_batch(tokens, targets, B * T, /*backward=*/false);
   run_forward(B, T);
-  const double loss = classifier(nullptr, B * T, 0.0f);
+  classifier(nullptr, B * T, 0.0f);
+  const double loss = summed_loss(B * T);
   if (scored != nullptr)
     *scored = std::count_if(targets, targets + B * T, [](int32_t t) { return t >= 0; });
   return loss;
@@ -606,8 +612,8 @@ double DeviceDecoder::forward_backward(const int32_t* tokens, const int32_t* tar
   upload_params();
   upload_batch(tokens, targets, B * T, /*backward=*/true);
   run_forward(B, T);
-  const double loss = classifier(d_lnf_, B * T, grad_scale);
-  run_backward(B, T);
+  classifier(d_lnf_, B * T, grad_scale);
+  run_backward(B, T);  // queued before the host waits for the losses
   if (!grads_on_device_) {
     device::copy(host_grads_.data(), dgrads_, host_grads_.size() * sizeof(float),
                  device::CopyKind::device_to_host, stream_);
@@ -616,7 +622,7 @@ double DeviceDecoder::forward_backward(const int32_t* tokens, const int32_t* tar
   if (scored != nullptr)
     *scored = std::count_if(targets, targets + B * T, [](int32_t t) { return t >= 0; });
   grads_ready_from(0);
-  return loss;
+  return summed_loss(B * T);
 }
 
 void DeviceDecoder::run_backward(int64_t B, int64_t T) {

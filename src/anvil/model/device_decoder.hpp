@@ -148,7 +148,11 @@ class DeviceDecoder : public TrainableModel {
   void attention_backward(const Acts& a, const float* datt, float* dqkv, int64_t B, int64_t T);
   void run_forward(int64_t B, int64_t T);
   // Classifier and loss over the N rows, chunked; with dx the gradients too.
-  double classifier(float* dx, int64_t N, float grad_scale);
+  // Queues the row losses' copy to the host and records loss_copied_;
+  // summed_loss waits for that copy alone (not for work queued after it,
+  // such as the backward) and adds the rows.
+  void classifier(float* dx, int64_t N, float grad_scale);
+  double summed_loss(int64_t N);
   void run_backward(int64_t B, int64_t T);
 
   ModelConfig config_;
@@ -172,6 +176,7 @@ class DeviceDecoder : public TrainableModel {
     size_t size() const { return count; }
   };
   HostFloats host_params_, host_grads_, host_row_loss_;
+  device::Event loss_copied_;
   bool params_stale_ = true;         // the host array is newer: upload before a forward
   bool host_params_behind_ = false;  // the device's are newer: download in params()
   bool grads_on_device_ = false;     // an optimizer steps there: no download after backward
