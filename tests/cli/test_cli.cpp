@@ -756,8 +756,11 @@ TEST(Cli, TrainOnCudaRefusesWhatItCannotRunWithOneLine) {
   expect_usage_error("train" + gpt + " --device cuda --hw-profile x.json", "--hw-profile");
   expect_usage_error("train" + gpt + " --device tpu", "--device");
   expect_usage_error("train" + gpt + " --tf32", "--tf32");
-  if (!anvil::device::cuda_unavailable_reason().empty())  // no driver, or no CUDA in the build
+  if (!anvil::device::cuda_unavailable_reason().empty()) {  // no driver, or no CUDA in the build
     expect_usage_error("train" + gpt + " --device cuda", "--device");
+    // before the data is read: the device, not the missing corpus, is said
+    expect_usage_error("train" + gpt + " --device cuda --data /nonexistent/corpus.txt", "--device");
+  }
 }
 
 // A --device cuda plan past the GPU's free memory is refused with one line

@@ -130,7 +130,11 @@ Trainer::Trainer(const TrainOptions& options, parallel::DataParallelGroup* dp)
       cp_(o_.parallel.cp),
       dp_rank_(rank_ / cp_),
       dp_size_(std::max(1, world_ / cp_)),
-      config_(model::load_model_config(o_.model.config, o_.model.set)),
+      config_([this] {  // the device refused before the data is read
+        model::ModelConfig c = model::load_model_config(o_.model.config, o_.model.set);
+        check_device(o_, c);
+        return c;
+      }()),
       B_(o_.train.batch),
       T_(o_.train.seq == 0 ? config_.seq_len : o_.train.seq),
       T_local_(T_ / cp_),
@@ -144,7 +148,6 @@ Trainer::Trainer(const TrainOptions& options, parallel::DataParallelGroup* dp)
     throw InputError("train.seq: expected 1.." + std::to_string(config_.seq_len) +
                      " (the config's seq_len), got " + std::to_string(T_));
   }
-  check_device(o_, config_);
   if (cp_ > 1) {
     if (dp_ == nullptr || world_ % cp_ != 0)
       throw InputError("parallel.cp: expected a run under mpirun with a multiple of " +
@@ -357,6 +360,12 @@ void Trainer::print_plan() const {
   if (precision_ == model::Precision::bf16 && o_.model.device != "cuda") {
     const kernels::AttentionTiles tiles = kernels::attention_tiles_for(true, config_.head_dim);
     std::printf("attention: %s\n", kernels::attention_tiles_description(tiles).c_str());
+  } else if (o_.model.device == "cuda") {
+    std::printf("attention: %s\n",
+                model::DeviceDecoder::fuses_attention(device::DeviceKind::cuda, precision_)
+                    ? "cuDNN fused (bf16; a shape cuDNN has no plan for runs unfused, with a "
+                      "warning)"
+                    : "unfused (GEMMs and a softmax kernel)");
   }
   std::fflush(stdout);
 }
