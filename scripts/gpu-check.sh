@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # The GPU check, on a machine with a CUDA GPU: unpacks the bundle that
-# scripts/gpu-bundle.sh made, runs the GPU tests, `anvil hw`, `bench gemm`
-# and `bench membw` at a reduced sweep, `bench comm` (NCCL) on one rank,
-# `hw --profile`, the PyTorch baselines (bench/gpu_vs_torch.py: torch.matmul
-# and copy_ against anvil, interleaved, medians of 3), and training on the GPU:
-# gpt2-tiny and llama-tiny 20 steps on the CPU and on CUDA (fp32 with TF32
-# off: losses within 1e-4 relative; bf16: within 2e-2; bench/loss_parity.py;
-# gpt2-tiny with Muon stepping on the GPU: within 1e-3),
-# then gpt2-124m (B=16, T=1024, bf16) for 30 steps, a sample from its
-# checkpoint on the GPU (`generate`), and PyTorch training the same model
-# exported from anvil (bench/torch_train_hf.py --device cuda --compile),
-# writing every log and JSON to OUT. Exits non-zero when any step fails.
-# About 7 minutes on one H200.
+# scripts/gpu-bundle.sh made and runs, correctness first:
+#   - the GPU tests and `anvil hw`;
+#   - training on the GPU against the CPU: gpt2-tiny and llama-tiny 20 steps
+#     (fp32 with TF32 off: losses within 1e-4 relative; bf16: within 2e-2;
+#     bench/loss_parity.py), gpt2-tiny with Muon stepping on the GPU (within
+#     1e-3), and a bf16 run repeated on the GPU (the same losses, bit for bit);
+#   - gpt2-124m (B=16, T=1024, bf16) for 30 steps (and whether its attention
+#     ran fused), a sample from its checkpoint on the GPU (`generate`), and
+#     PyTorch training the same model exported from anvil
+#     (bench/torch_train_hf.py --device cuda, compiled where a C compiler is);
+#   - then the benchmarks: the PyTorch baselines (bench/gpu_vs_torch.py:
+#     torch.matmul and copy_ against anvil, interleaved, medians of 3),
+#     `bench gemm` and `bench membw` at a reduced sweep, `hw --profile`, and
+#     `bench comm` (NCCL) on one rank;
+# writing every log and JSON to OUT, and the ok / FAILED lines to
+# OUT/summary.txt. Exits non-zero when any step fails.
 #
 #   scripts/gpu-check.sh OUT [BUNDLE]   default BUNDLE: gpu-bundle/anvil-gpu.tar.xz
 #
-# GPU_CHECK_SECONDS (default 540) bounds the whole check: each step's limit
+# GPU_CHECK_SECONDS (default 420) bounds the whole check: each step's limit
 # is cut to the time left, and a step with under 5 s left is not started
 # (it counts as failed). GPU_CHECK_PACK=FILE also writes OUT as one
 # .tar.gz, on every exit, for a machine that returns few files.
@@ -34,7 +38,8 @@ on_exit() {
   if [[ -n $pack ]]; then tar -czf "$pack" -C "$(dirname "$out")" "$(basename "$out")"; fi
 }
 trap on_exit EXIT
-deadline=$((SECONDS + ${GPU_CHECK_SECONDS:-540}))
+budget=${GPU_CHECK_SECONDS:-420}
+deadline=$((SECONDS + budget))
 tar -xJf "$bundle" -C "$work" || { echo "gpu-check: cannot unpack $bundle" >&2; exit 2; }
 B=$work/anvil
 
@@ -61,7 +66,15 @@ for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu
 done
 libs=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 echo "library path: $libs" > "$out/environment.txt"
-echo "bundle built from: $(cat "$B/SOURCE" 2>/dev/null || echo unknown)" >> "$out/environment.txt"
+built=$(cat "$B/SOURCE" 2>/dev/null || echo unknown)
+echo "bundle built from: $built" >> "$out/environment.txt"
+: > "$out/summary.txt"
+say() { echo "$*" | tee -a "$out/summary.txt"; }
+# Binaries from other sources than these scripts and tests check the wrong code.
+here=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
+if [[ $built != "$here" ]]; then
+  say "warning: the bundle was built from $built, this checkout is $here (scripts/gpu-bundle.sh)"
+fi
 
 # Every binary runs under the bundle's own loader and glibc.
 loader=$(ls "$B"/lib/ld-linux-x86-64.so.* | head -1)
@@ -76,16 +89,16 @@ step() {  # step NAME LIMIT_S command...
   shift 2
   local t0=$SECONDS left=$((deadline - SECONDS))
   if ((left < 5)); then
-    echo "FAILED $name: not started, the check's $((${GPU_CHECK_SECONDS:-540})) s are spent"
+    say "FAILED $name: not started, the check's $budget s are spent"
     failed+=("$name")
     return
   fi
   ((limit > left)) && limit=$left
   # pipefail inside too: a step's `... | tee` fails when its command does.
   if timeout "$limit" bash -o pipefail -c "$*" > "$out/$name.log" 2>&1; then
-    echo "ok     $name ($((SECONDS - t0)) s)"
+    say "ok     $name ($((SECONDS - t0)) s)"
   else
-    echo "FAILED $name ($((SECONDS - t0)) s): see $name.log"
+    say "FAILED $name ($((SECONDS - t0)) s): see $name.log"
     failed+=("$name")
   fi
 }
@@ -93,24 +106,10 @@ step() {  # step NAME LIMIT_S command...
 command -v nvidia-smi > /dev/null && nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 step gpu-tests 120 "run_bin $B/bin/anvil_gpu_tests --gtest_output=json:$out/gpu-tests.json"
 if command -v nvidia-smi > /dev/null && grep -q "SKIPPED" "$out/gpu-tests.log"; then
-  echo "FAILED gpu-tests: skipped on a machine with nvidia-smi (see gpu-tests.log)"
+  say "FAILED gpu-tests: skipped on a machine with nvidia-smi (see gpu-tests.log)"
   failed+=("gpu-tests-skipped")
 fi
 step hw 30 "anvil hw && anvil hw --json > $out/hw.json"
-step gemm 150 "anvil bench gemm --device cuda --dtype bf16,fp16,tf32,fp32,fp8 --sizes 1024,4096,8192 \
-  --algos 8 --min-time 0.05 --out $out/gemm.json"
-step gemm-model 90 "anvil bench gemm --device cuda --preset model --config $repo/configs/zaya-small.json \
-  --dtype bf16 --algos 4 --min-time 0.03 --out $out/gemm-model.json || \
-  anvil bench gemm --device cuda --preset aligned --sizes 4096 --dtype bf16 --min-time 0.03 \
-  --out $out/gemm-model.json"
-step membw 90 "anvil bench membw --device cuda --min-time 0.05 --out $out/membw.json"
-step comm 90 "anvil bench comm --device cuda --op all -b 1K -e 256M -f 4 -n 10 --out $out/comm.json"
-step profile 150 "anvil hw --profile $out/gpu-profile.json --device cuda --min-time 0.03"
-if [[ -n $py ]] && "$py" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
-  step torch-baselines 120 "$py $repo/bench/gpu_vs_torch.py --rounds 3 --out $out/torch-baselines.json"
-else
-  echo "skipped torch-baselines: no python3 with CUDA PyTorch" | tee "$out/torch-baselines.log"
-fi
 
 # Training: the CPU's losses against the GPU's on the same batches.
 tiny="-T 64 -B 4 --steps 20 --lr 3e-3 --warmup 2 --log-every 5 --peak-gflops 1"
@@ -133,13 +132,26 @@ step "train-gpt2-tiny-muon" 120 "anvil train --config $repo/tests/configs/gpt2-t
   ${py:-python3} $repo/bench/loss_parity.py $out/train-gpt2-tiny-muon-cpu.json \
   $out/train-gpt2-tiny-muon-cuda.json --tol 1e-3 --label gpt2-tiny-muon | \
   tee $out/train-gpt2-tiny-muon-parity.json"
-step train-gpt2-124m 240 "anvil train --config $repo/configs/gpt2-124m.json --device cuda --dtype bf16 \
+# The same bf16 run twice on the GPU (fused attention where cuDNN has it):
+# the same losses, bit for bit.
+step "repeat-llama-tiny-bf16" 60 "anvil train --config $repo/tests/configs/llama-tiny.json $tiny \
+  --dtype bf16 --device cuda --json-out $out/repeat-llama-tiny-1.json && \
+  anvil train --config $repo/tests/configs/llama-tiny.json $tiny --dtype bf16 --device cuda \
+  --json-out $out/repeat-llama-tiny-2.json && \
+  ${py:-python3} $repo/bench/loss_parity.py $out/repeat-llama-tiny-1.json \
+  $out/repeat-llama-tiny-2.json --tol 0 --label llama-tiny-bf16-repeat"
+step train-gpt2-124m 180 "anvil train --config $repo/configs/gpt2-124m.json --device cuda --dtype bf16 \
   -B 16 -T 1024 --steps 30 --log-every 5 --out $work/gpt2-124m --json-out $out/train-gpt2-124m.json"
+# Whether its attention ran fused (a shape cuDNN refuses falls back with a warning).
+if grep -q "runs unfused" "$out/train-gpt2-124m.log" 2>/dev/null; then
+  say "FAILED attention-fused-gpt2-124m: cuDNN's fused attention fell back (train-gpt2-124m.log)"
+  failed+=("attention-fused-gpt2-124m")
+fi
 # Decoding from that run's checkpoint, the KV cache on the GPU (tokens/s);
 # this and the PyTorch run below need that checkpoint.
 after() {  # after STEP NAME: true when STEP passed, else NAME counts as failed
   if [[ " ${failed[*]} " == *" $1 "* ]]; then
-    echo "FAILED $2: not started, $1 failed"
+    say "FAILED $2: not started, $1 failed"
     failed+=("$2")
     return 1
   fi
@@ -147,17 +159,35 @@ after() {  # after STEP NAME: true when STEP passed, else NAME counts as failed
 after train-gpt2-124m generate-gpt2-124m && \
   step generate-gpt2-124m 60 "anvil generate --checkpoint $work/gpt2-124m --prompt-tokens 464,3290 \
   --max-new 256 --temperature 0 --device cuda > $out/generate-gpt2-124m.txt"
-if [[ -n $py ]] && "$py" -c "import torch, transformers; assert torch.cuda.is_available()" 2>/dev/null; then
-  after train-gpt2-124m torch-train-gpt2-124m && step torch-train-gpt2-124m 240 "anvil ckpt export --checkpoint $work/gpt2-124m --out $work/gpt2-124m-hf && \
-    $py $repo/bench/torch_train_hf.py --model $work/gpt2-124m-hf --device cuda --compile \
+if [[ -n $py ]] && timeout 60 "$py" -c "import torch, transformers; assert torch.cuda.is_available()" 2>/dev/null; then
+  # torch.compile's Triton builds its launchers with a C compiler.
+  compile=--compile
+  if ! command -v cc > /dev/null && ! command -v gcc > /dev/null; then
+    compile=
+    say "note: no C compiler, so PyTorch trains eager (no torch.compile)"
+  fi
+  after train-gpt2-124m torch-train-gpt2-124m && step torch-train-gpt2-124m 180 "anvil ckpt export --checkpoint $work/gpt2-124m --out $work/gpt2-124m-hf && \
+    $py $repo/bench/torch_train_hf.py --model $work/gpt2-124m-hf --device cuda $compile \
       --dtype bf16 -B 16 -T 1024 --steps 10 > $out/torch-train-gpt2-124m.json"
 else
-  echo "skipped torch-train-gpt2-124m: no python3 with CUDA PyTorch and transformers" | \
+  say "skipped torch-train-gpt2-124m: no python3 with CUDA PyTorch and transformers" | \
     tee "$out/torch-train-gpt2-124m.log"
 fi
 
+# The benchmarks, the PyTorch comparison first.
+if [[ -n $py ]] && timeout 60 "$py" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  step torch-baselines 120 "$py $repo/bench/gpu_vs_torch.py --rounds 3 --out $out/torch-baselines.json"
+else
+  say "skipped torch-baselines: no python3 with CUDA PyTorch" | tee "$out/torch-baselines.log"
+fi
+step gemm 90 "anvil bench gemm --device cuda --dtype bf16,fp8,tf32 --sizes 4096,8192 \
+  --algos 8 --min-time 0.05 --out $out/gemm.json"
+step membw 60 "anvil bench membw --device cuda --min-time 0.05 --out $out/membw.json"
+step profile 120 "anvil hw --profile $out/gpu-profile.json --device cuda --min-time 0.03"
+step comm 60 "anvil bench comm --device cuda --op all -b 1K -e 64M -f 4 -n 10 --out $out/comm.json"
+
 if ((${#failed[@]})); then
-  echo "gpu-check: ${#failed[@]} step(s) failed: ${failed[*]}"
+  say "gpu-check: ${#failed[@]} step(s) failed: ${failed[*]}"
   exit 1
 fi
-echo "gpu-check: every step passed; logs and JSON in $out"
+say "gpu-check: every step passed; logs and JSON in $out"
