@@ -34,6 +34,10 @@ Samples time_on_gpu(device::Stream& stream, const std::function<void()>& body,
   double timed = 0;
   while ((timed < policy.min_seconds || static_cast<int>(out.seconds.size()) < policy.min_samples) &&
          static_cast<int>(out.seconds.size()) < policy.max_samples) {
+    // An untimed call ahead keeps the GPU busy while the timed ones are
+    // queued: after the last synchronize it is idle, and the gap until the
+    // first launch would count in the sample.
+    body();
     start.record(stream);
     for (int r = 0; r < reps; ++r) body();
     stop.record(stream);
@@ -72,25 +76,49 @@ std::string peak_word(Dtype t) {
 
 // One GEMM row: the default algorithm, then the best of the top candidates.
 GemmRow time_gemm(device::GemmEngine& engine, device::Stream& stream, const GemmCase& g,
-                  const std::string& dtype, const GemmBenchOptions& o, double datasheet_gflops) {
+                  const std::string& dtype, const GemmBenchOptions& o, double datasheet_gflops,
+                  int64_t l2_bytes) {
   device::GemmDesc d;
   d.type = parse_dtype(dtype, "--dtype");
   d.trans_a = g.trans_a;
   d.trans_b = g.trans_b;
   if (d.type == Dtype::fp8) d.trans_a = false, d.trans_b = true;  // the layout fp8 takes
   d.m = g.m, d.n = g.n, d.k = g.k;
-  d.out_f32 = d.type == Dtype::fp32 || d.type == Dtype::tf32;
+  d.out_f32 = d.type == Dtype::fp32 || d.type == Dtype::tf32 ||
+              (o.low_out_f32 && (d.type == Dtype::bf16 || d.type == Dtype::fp16));
   GemmRow row{g, dtype, 0, 0, 0, 0, {}, std::nan("")};
   row.shape.trans_a = d.trans_a;
   row.shape.trans_b = d.trans_b;
   const std::string why = engine.unsupported(d);
   if (!why.empty()) throw InputError("--dtype " + dtype + ": " + why);
-  const auto a = random_on_gpu(d.type, g.m * g.k, 1, stream, "gemm A");
-  const auto b = random_on_gpu(d.type, g.k * g.n, 2, stream, "gemm B");
-  device::DeviceBuffer c(DeviceKind::cuda, static_cast<size_t>(g.m * g.n) *
-                                               dtype_bytes(d.out_type()), "gemm C");
+  // Operand sets rotated call by call, as many as make twice the GPU's L2,
+  // so that a small shape's calls do not all find their operands in L2
+  // (a training GEMM's weights and inputs mostly come from HBM).
+  const auto c_bytes = static_cast<size_t>(g.m * g.n) * dtype_bytes(d.out_type());
+  const auto set_bytes = static_cast<double>(g.m * g.k + g.k * g.n) * dtype_bytes(d.type) +
+                         static_cast<double>(c_bytes);
+  const int sets = static_cast<int>(
+      std::clamp(std::ceil(2.0 * static_cast<double>(l2_bytes) / set_bytes), 1.0, 64.0));
+  // The other sets are device copies of the first (other addresses, the
+  // same values: drawing each on the host would take minutes over a grid).
+  std::vector<device::DeviceBuffer> a, b, c;
+  a.push_back(random_on_gpu(d.type, g.m * g.k, 1, stream, "gemm A"));
+  b.push_back(random_on_gpu(d.type, g.k * g.n, 2, stream, "gemm B"));
+  for (int i = 1; i < sets; ++i) {
+    for (auto* v : {&a, &b}) {
+      v->emplace_back(DeviceKind::cuda, v->front().bytes(), "gemm operand");
+      device::copy(v->back().data(), v->front().data(), v->front().bytes(),
+                   device::CopyKind::device_to_device, stream);
+    }
+  }
+  for (int i = 0; i < sets; ++i) c.emplace_back(DeviceKind::cuda, c_bytes, "gemm C");
+  int next = 0;
   auto call = [&](int algo) {
-    return [&, algo] { engine.run(d, a.data(), b.data(), c.data(), nullptr, stream, algo); };
+    return [&, algo] {
+      const auto i = static_cast<size_t>(next);
+      next = (next + 1) % sets;
+      engine.run(d, a[i].data(), b[i].data(), c[i].data(), nullptr, stream, algo);
+    };
   };
   const Samples s = time_on_gpu(stream, call(-1), o.timing);
   row.gflops = g.flops() / s.median() / 1e9;
@@ -154,7 +182,7 @@ GemmBenchResult run_gemm_bench_gpu(const GemmBenchOptions& o) {
     for (const auto& g : cases) {
       progress_line(o.progress, done++, total, dtype + " " + std::to_string(g.m) + "x" +
                                               std::to_string(g.n) + "x" + std::to_string(g.k));
-      result.rows.push_back(time_gemm(*engine, stream, g, dtype, o, peak));
+      result.rows.push_back(time_gemm(*engine, stream, g, dtype, o, peak, gpu.l2_bytes));
     }
   }
   progress_line(o.progress, total, total, "");
@@ -181,11 +209,11 @@ MembwResult run_membw_bench_gpu(const MembwOptions& o) {
       const auto k = device::stream::parse_kernel(name, "--kernels");
       progress_line(o.progress, done++, total, name + " " + std::to_string(ws) + " B");
       const int64_t elems = std::max<int64_t>(ws / (device::stream::arrays_of(k) * 8), 64) / 2 * 2;
-      std::vector<device::DeviceBuffer> arrays;
-      for (int i = 0; i < 3; ++i)
+      std::vector<device::DeviceBuffer> arrays;  // zeroed on the GPU (no host copies)
+      for (int i = 0; i < 3; ++i) {
         arrays.emplace_back(DeviceKind::cuda, static_cast<size_t>(elems) * 8, "membw array");
-      for (auto& buf : arrays) device::upload(std::vector<double>(static_cast<size_t>(elems), 1.0),
-                                              buf.data(), stream);
+        device::zero(arrays.back().data(), static_cast<size_t>(elems) * 8, stream);
+      }
       TimingPolicy policy;
       policy.min_seconds = o.min_seconds;
       policy.min_samples = 5;
@@ -308,6 +336,7 @@ plan::HwProfile measure_gpu_profile(const ProfileOptions& o) {
   g.device = DeviceKind::cuda;
   g.preset = "grid";
   g.dtypes = {"bf16", "f32", "tf32"};
+  g.low_out_f32 = true;  // bf16 writes fp32, as the trainer's GEMMs do
   g.algos = 1;
   g.timing.min_seconds = o.min_seconds;
   g.progress = o.progress;

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <vector>
 
 #include "anvil/base/bf16.hpp"
@@ -156,8 +157,16 @@ GemmPeak device_gemm_peak(double given, device::DeviceKind kind, Dtype type) {
   float* a = arena.take<float>(n * n);
   float* b = arena.take<float>(n * n);
   float* c = arena.take<float>(n * n);
-  device::upload(std::vector<float>(static_cast<size_t>(n * n), 0.5f), a, stream);
-  device::upload(std::vector<float>(static_cast<size_t>(n * n), 0.25f), b, stream);
+  // Random operands in the type's own encoding: a GPU draws less power on
+  // constant data, and a power-capped one would then show a peak training
+  // does not reach.
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> values(static_cast<size_t>(n * n));
+  for (float* dst : {a, b}) {
+    for (float& v : values) v = u(rng);
+    device::upload(device::encode(values, type), dst, stream);
+  }
   device::GemmDesc d;
   d.m = d.n = d.k = n;
   d.type = type;
