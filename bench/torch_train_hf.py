@@ -7,10 +7,14 @@ bf16, on the CPU or a CUDA GPU (scripts/gpu-check.sh), and prints one JSON line:
 the timed steps, and the seconds the first (compiling) step took.
 
 The step is what anvil's is: forward, cross-entropy over B x T next tokens,
-backward, global-norm clipping at 1.0, AdamW. Attention runs through
-PyTorch's scaled_dot_product_attention; --experts picks transformers' MoE
-experts implementation (eager: a loop over the experts hit; batched_mm;
-grouped_mm).
+backward, global-norm clipping at 1.0, AdamW (PyTorch's fused kernel where
+it has one). Attention runs through PyTorch's scaled_dot_product_attention;
+for the dense families (gpt2, llama) as a causal attention with no mask
+built (is_causal=True), which torch.compile otherwise loses: transformers
+materialises the causal mask while compiling (before torch 2.14), and an
+explicit mask rules out the flash kernels. Under --compile the loss is
+compiled with the model. --experts picks transformers' MoE experts
+implementation (eager: a loop over the experts hit; batched_mm; grouped_mm).
 """
 import argparse
 import json
@@ -20,6 +24,28 @@ import time
 import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
+
+
+def causal_attention():
+    """Registers an attention for transformers that is SDPA with is_causal=True
+    and no mask (the training batches have no padding), and returns its name;
+    "sdpa" where this transformers has no registries for it."""
+    try:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface
+    except ImportError:
+        return "sdpa"
+
+    def causal_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                    **kwargs):
+        out = F.scaled_dot_product_attention(
+            query, key, value, dropout_p=dropout if module.training else 0.0, scale=scaling,
+            is_causal=True, enable_gqa=query.shape[1] != key.shape[1])
+        return out.transpose(1, 2).contiguous(), None
+
+    AttentionInterface.register("causal_sdpa", causal_sdpa)
+    AttentionMaskInterface.register("causal_sdpa", lambda *args, **kwargs: None)
+    return "causal_sdpa"
 
 
 def main():
@@ -43,21 +69,30 @@ def main():
     if a.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = a.tf32
         torch.backends.cudnn.allow_tf32 = a.tf32
-    kw = {"dtype": torch.float32, "attn_implementation": "sdpa"}
     cfg = json.load(open(f"{a.model}/config.json"))
+    dense = cfg.get("model_type") in ("gpt2", "llama")
+    kw = {"dtype": torch.float32, "attn_implementation": causal_attention() if dense else "sdpa"}
     if "num_experts" in cfg:
         kw["experts_implementation"] = a.experts
     model = AutoModelForCausalLM.from_pretrained(a.model, **kw).to(a.device)
     model.train()
     V = model.config.vocab_size
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    fwd = torch.compile(model) if a.compile else model
+    adamw = {"lr": 3e-4, "betas": (0.9, 0.95), "weight_decay": 0.1}
+    try:
+        opt = torch.optim.AdamW(model.parameters(), fused=True, **adamw)
+    except (RuntimeError, TypeError):  # no fused kernel for this device or torch
+        opt = torch.optim.AdamW(model.parameters(), **adamw)
+
+    def loss_of(idx):
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+            logits = model(input_ids=idx[:, :-1], use_cache=False).logits
+        return F.cross_entropy(logits.float().reshape(-1, V), idx[:, 1:].reshape(-1))
+
+    fwd_loss = torch.compile(loss_of) if a.compile else loss_of
 
     def step(idx):
         opt.zero_grad(set_to_none=True)
-        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
-            logits = fwd(input_ids=idx[:, :-1]).logits
-        loss = F.cross_entropy(logits.float().reshape(-1, V), idx[:, 1:].reshape(-1))
+        loss = fwd_loss(idx)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -79,6 +114,8 @@ def main():
     print(json.dumps({"seconds_per_step": med, "tokens_per_second": a.B * a.T / med,
                       "first_step_seconds": first, "steps": a.steps, "loss": loss,
                       "dtype": a.dtype, "compile": a.compile, "device": a.device,
+                      "attention": kw["attn_implementation"],
+                      "adamw_fused": bool(opt.defaults.get("fused")),
                       "peak_memory_bytes": (torch.cuda.max_memory_allocated()
                                             if a.device == "cuda" else None), "experts": a.experts,
                       "torch": torch.__version__}))
