@@ -55,8 +55,8 @@ struct GemmBenchOptions {
   bool progress = false;  // a live line on stderr
   device::DeviceKind device = device::DeviceKind::cpu;  // cuda: gpu_bench.hpp
   int algos = 8;  // cuda: cuBLASLt's top heuristic algorithms timed for the best-algo column
-  bool low_out_f32 =
-      false;  // cuda: bf16 and fp16 write fp32 output (as training does), not their own
+  // cuda: bf16 and fp16 write fp32 output (as training's GEMMs do), not their own type
+  bool low_out_f32 = false;
 };
 
 struct GemmRow {
