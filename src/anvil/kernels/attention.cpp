@@ -170,7 +170,10 @@ inline void zero_invisible(float* row, int64_t i, int64_t nk, int64_t off) {
 // evict each other; rows D apart do not (~5-10% of the fp32 backward at
 // T >= 1024, docs/kernels.md).
 inline void gather_rows(float* dst, const float* rows, int64_t stride, int64_t n, int64_t D) {
-  for (int64_t j = 0; j < n; ++j) std::copy(rows + j * stride, rows + j * stride + D, dst + j * D);
+  for (int64_t j = 0; j < n; ++j) {
+    if (j + kRowsAhead < n) prefetch_row(rows + (j + kRowsAhead) * stride, D * 4);
+    std::copy(rows + j * stride, rows + j * stride + D, dst + j * D);
+  }
 }
 
 // The query pieces of a view: its queries [q0, q0 + Tq) cut at global
@@ -223,6 +226,7 @@ void finish_rows(const AttentionView& a, int64_t b, int64_t h, const Piece& p, c
   const int64_t D = a.D;
   float* o = a.out + b * a.out_batch + p.i0 * a.out_row + h * D;
   for (int64_t i = 0; i < p.mq; ++i) {
+    if (i + kRowsAhead < p.mq) prefetch_row(o + (i + kRowsAhead) * a.out_row, D * 4, true);
     const float inv = 1.0f / l[i];
 #pragma omp simd
     for (int64_t d = 0; d < D; ++d) o[i * a.out_row + d] = acc[i * D + d] * inv;
@@ -238,6 +242,10 @@ void row_deltas(float* delta, const AttentionView& a, const float* dout, int64_t
     for (int64_t t = 0; t < a.Tq; ++t) {
       const float* o = a.out + b * a.out_batch + t * a.out_row + h * D;
       const float* d_o = dout + b * a.out_batch + t * a.out_row + h * D;
+      if (t + kRowsAhead < a.Tq) {
+        prefetch_row(o + kRowsAhead * a.out_row, D * 4);
+        prefetch_row(d_o + kRowsAhead * a.out_row, D * 4);
+      }
       delta[hh * a.Tq + t] = dot(d_o, o, D);
     }
   }
@@ -339,6 +347,7 @@ void block_scores(const TileProducts& tp, float* s, const float* q, int64_t qs, 
                   int64_t ks, const float* kt, int64_t mq, int64_t nk, int64_t D, float scale,
                   int64_t off) {
   for_each_row_strip(tp.strips(), mq, nk, off, [&](int64_t r0, int64_t r1, int64_t kend) {
+    for (int64_t i = r1; i < std::min(mq, 2 * r1 - r0); ++i) prefetch_row(q + i * qs, D * 4);
     tp.nt(r1 - r0, kend, D, scale, q + r0 * qs, qs, k, ks, kt, s + r0 * kBlock, kBlock);
   });
 }
@@ -352,6 +361,10 @@ void store_kv_grads(const AttentionGrads& g_out, int64_t b, int64_t g, int64_t j
   for (int64_t j = 0; j < nk; ++j) {
     float* kr = dkr + j * g_out.dkv_row;
     float* vr = dvr + j * g_out.dkv_row;
+    if (j + kRowsAhead < nk) {
+      prefetch_row(kr + kRowsAhead * g_out.dkv_row, D * 4, true);
+      prefetch_row(vr + kRowsAhead * g_out.dkv_row, D * 4, true);
+    }
     if (g_out.accumulate_kv) {
 #pragma omp simd
       for (int64_t d = 0; d < D; ++d) {

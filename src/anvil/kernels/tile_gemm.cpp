@@ -309,6 +309,8 @@ void transpose32(void* bt_bytes, int64_t ldt, const void* rows_bytes, int64_t st
   };
   const int64_t n8 = n / 8 * 8, d8 = D / 8 * 8;
   for (int64_t j = 0; j < n8; j += 8) {
+    for (int64_t i = j + kRowsAhead; i < std::min(n, j + kRowsAhead + 8); ++i)
+      prefetch_row(rows + 4 * i * stride, 4 * D);
     for (int64_t d = 0; d < d8; d += 8) {
       __m256 r[8], t[8], u[8];
       for (int i = 0; i < 8; ++i) r[i] = load(j + i, d);
