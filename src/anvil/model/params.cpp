@@ -1,11 +1,25 @@
 #include "anvil/model/params.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "anvil/base/error.hpp"
 #include "anvil/base/rng.hpp"
 #include "anvil/tensor/tensor.hpp"
+
+// glibc's vector math library (libmvec, which -lm brings in) has SIMD
+// versions of cos and log; glibc's math.h declares them only under
+// -ffast-math. Declared here, for this file alone, so the Box-Muller loop
+// below is vectorised (~13x faster on AVX-512, ~6x on AVX2; a one-step
+// gpt2-124m run on 2 Zen 5 cores, 4.9 -> 3.8 s, medians of 3 interleaved)
+// while every other loop keeps the scalar libm.
+// Their double results round to the same floats (no difference in 16.7M
+// draws of the AVX-512, AVX2 and SSE variants against the scalar libm).
+#pragma omp declare simd notinbranch
+extern "C" double cos(double);
+#pragma omp declare simd notinbranch
+extern "C" double log(double);
 
 namespace anvil::model {
 
@@ -76,24 +90,41 @@ const ParamSpec& ParamRegistry::get(const std::string& name) const {
   return *s;
 }
 
+namespace {
+
+// n values of `std` x N(0, 1) for elements [first, first + n) of a stream:
+// random_normal's Box-Muller, its uniforms drawn a chunk at a time, then its
+// log and cos over the chunk in one vectorised loop.
+void fill_normal(float* p, int64_t first, int64_t n, double std, uint64_t seed, uint64_t stream) {
+  constexpr int64_t kMost = 256;
+  double u1[kMost], u2[kMost];
+  for (int64_t i = 0; i < n; ++i) {
+    u1[i] = random_unit(seed, stream, 2 * (first + i));
+    u2[i] = random_unit(seed, stream, 2 * (first + i) + 1);
+  }
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    p[i] = static_cast<float>(
+        std * (std::sqrt(-2.0 * std::log(u1[i])) * std::cos(6.283185307179586 * u2[i])));
+}
+
+}  // namespace
+
 void ParamRegistry::initialize(float* params, uint64_t seed) const {
+  // Normal tensors in chunks of 256 elements at multiples of 256, whatever
+  // the thread count: which elements a vector call computes (and which a
+  // chunk's scalar remainder) depends on the tensor alone.
+  constexpr int64_t kChunk = 256;
   for (const auto& s : specs_) {
     float* p = params + s.offset;
+    if (s.init != Init::normal) {
+      std::fill(p, p + s.numel, s.init == Init::ones ? 1.0f : 0.0f);
+      continue;
+    }
     const uint64_t stream = stream_id(s.name);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < s.numel; ++i) {
-      switch (s.init) {
-        case Init::zeros:
-          p[i] = 0.0f;
-          break;
-        case Init::ones:
-          p[i] = 1.0f;
-          break;
-        case Init::normal:
-          p[i] = static_cast<float>(s.init_std * random_normal(seed, stream, i));
-          break;
-      }
-    }
+    for (int64_t i0 = 0; i0 < s.numel; i0 += kChunk)
+      fill_normal(p + i0, i0, std::min(kChunk, s.numel - i0), s.init_std, seed, stream);
   }
 }
 
