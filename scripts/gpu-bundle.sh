@@ -30,7 +30,9 @@ else
     -DANVIL_BUILD_TESTS=ON >/dev/null
   cmake --build "$build" -j "$(nproc)" --target anvil anvil_gpu_tests
 fi
-if ! "$build/anvil" hw --json | grep -q '"cuda_built": true'; then
+# The whole output first: grep -q stops reading at its match, and a writer
+# still writing would die of SIGPIPE and fail the pipeline.
+if ! grep -q '"cuda_built": true' <<< "$("$build/anvil" hw --json)"; then
   echo "gpu-bundle: $build/anvil was built without CUDA; rebuild with -DANVIL_CUDA=on" >&2
   exit 2
 fi

@@ -98,7 +98,10 @@ step() {  # step NAME LIMIT_S command...
   fi
   ((limit > left)) && limit=$left
   # pipefail inside too: a step's `... | tee` fails when its command does.
-  if timeout "$limit" bash -o pipefail -c "$*" > "$out/$name.log" 2>&1; then
+  # -k: anvil train stops at its next step boundary on SIGTERM; a step hung
+  # in a kernel or a collective never reaches one, and would hold the GPU
+  # through the steps after it: SIGKILL 10 s later.
+  if timeout -k 10 "$limit" bash -o pipefail -c "$*" > "$out/$name.log" 2>&1; then
     say "ok     $name ($((SECONDS - t0)) s)"
   else
     say "FAILED $name ($((SECONDS - t0)) s): see $name.log"
@@ -106,7 +109,7 @@ step() {  # step NAME LIMIT_S command...
   fi
 }
 
-command -v nvidia-smi > /dev/null && nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+command -v nvidia-smi > /dev/null && timeout -k 5 20 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 step gpu-tests 120 "run_bin $B/bin/anvil_gpu_tests --gtest_output=json:$out/gpu-tests.json"
 if command -v nvidia-smi > /dev/null && grep -q "SKIPPED" "$out/gpu-tests.log"; then
   say "FAILED gpu-tests: skipped on a machine with nvidia-smi (see gpu-tests.log)"
