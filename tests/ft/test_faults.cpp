@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "anvil/ft/faults.hpp"
+#include "anvil/ft/injector.hpp"
 #include "anvil/ft/straggler.hpp"
 #include "support/input_error.hpp"
 
@@ -35,6 +37,22 @@ TEST(Faults, InjectionSpecsParseOrNameTheExpectedForm) {
   EXPECT_EQ(d.kind, "disk-full");
   EXPECT_DOUBLE_EQ(d.arg, 10);
   EXPECT_EQ(parse_fault("slow-rank@5:1=3").rank, 1);
+  EXPECT_EQ(parse_fault("flip-param@15:1").kind, "flip-param");
+}
+
+// flip-param flips the top mantissa bit of the first weight, on its rank
+// and step only, after that step's update.
+TEST(Faults, FlipParamFlipsOneBitOfTheFirstWeightOnItsRankAndStep) {
+  InjectOptions o;
+  o.inject = "flip-param@3:1";
+  std::vector<float> w = {1.0f, 2.0f};
+  const auto weights = [&] { return w.data(); };
+  Injector(o, 0).step_updated(3, weights);  // another rank
+  Injector(o, 1).step_updated(2, weights);  // another step
+  EXPECT_EQ(w[0], 1.0f);
+  Injector(o, 1).step_updated(3, weights);
+  EXPECT_EQ(w[0], 1.5f);  // 1.0 with the top mantissa bit set
+  EXPECT_EQ(w[1], 2.0f);
 }
 
 // A rank whose compute stays above factor x the others' median is named

@@ -211,7 +211,9 @@ TEST(DataParallel, CheckpointsReshapeAcrossLayoutsToTheSameBytes) {
 }
 
 // anvil launch keeps a 2-rank job going through a dead rank, a hang, a NaN
-// loss, a corrupted newest checkpoint and a kill inside a save: each run
+// loss, a corrupted newest checkpoint, a kill inside a save and a weight
+// flipped on one rank (found by the replica check of the save at step 20,
+// that checkpoint not written: rolled back to step 10): each run
 // finishes by itself on the uninterrupted run's final weights and optimizer
 // state, bit for bit, and its journal names the fault and the recovery.
 TEST(DataParallel, LaunchRecoversFromInjectedFaultsBitForBit) {
@@ -223,7 +225,8 @@ TEST(DataParallel, LaunchRecoversFromInjectedFaultsBitForBit) {
   };
   for (const Case& c :
        {Case{"kill@15:1", "crash"}, Case{"hang@15:1", "hang"}, Case{"nan@15:0", "nan"},
-        Case{"corrupt-ckpt@20:1", "crash"}, Case{"kill-in-save@20:0=1", "crash"}}) {
+        Case{"corrupt-ckpt@20:1", "crash"}, Case{"kill-in-save@20:0=1", "crash"},
+        Case{"flip-param@15:1", "diverged"}}) {
     const std::string name = "launch-" + c.fault.substr(0, c.fault.find('@'));
     const fs::path out = work_dir() / name;
     fs::remove_all(out);

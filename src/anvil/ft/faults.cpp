@@ -7,7 +7,7 @@
 namespace anvil::ft {
 
 std::string fault_kinds() {
-  return "kill, hang, nan, slow, slow-rank, corrupt-ckpt, kill-in-save, disk-full";
+  return "kill, hang, nan, slow, slow-rank, corrupt-ckpt, kill-in-save, disk-full, flip-param";
 }
 
 Fault parse_fault(const std::string& text, const std::string& key) {

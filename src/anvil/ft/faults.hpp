@@ -29,6 +29,7 @@ std::string fault_kinds();
 inline constexpr int kExitNonFinite = 10;  // the loss or gradient norm is NaN or Inf
 inline constexpr int kExitSpikes = 11;    // repeated loss spikes
 inline constexpr int kExitStraggler = 12; // a straggler to leave out (--straggler-action exclude)
+inline constexpr int kExitDiverged = 13;  // the data-parallel replicas' weights differ at a save
 
 // Raised by the trainer: the step's loss is not finite, or it spiked too
 // often in a row; the CLI exits with `exit_code`.

@@ -6,7 +6,9 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <thread>
@@ -45,6 +47,15 @@ void Injector::step_end(int64_t done) const {
   if (strikes("kill", done + 1)) std::raise(SIGKILL);
   if (strikes("hang", done + 1))
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+void Injector::step_updated(int64_t done, const std::function<float*()>& weights) const {
+  if (!strikes("flip-param", done)) return;
+  float* w = weights();
+  uint32_t bits;
+  std::memcpy(&bits, w, sizeof bits);
+  bits ^= 1u << 22;
+  std::memcpy(w, &bits, sizeof bits);
 }
 
 namespace {

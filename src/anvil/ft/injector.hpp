@@ -19,11 +19,13 @@ struct InjectOptions {
   template <class V>
   void describe(V& v) {
     v({.name = "inject",
-       .help = "Inject a fault (tests, demos): KIND@STEP[:RANK][=ARG], KIND one of " +
-               fault_kinds() +
-               "; e.g. kill@30:1, nan@12, slow@5=200 (ms per step), slow-rank@5:1=3 (rank 1 computes 3x as long), kill-in-save@20=5 (ms into "
-               "the save), corrupt-ckpt@20 (then dies), disk-full@20=10 (the checkpoint "
-               "folder's file system, at most 1 GiB free, full from the save of step 20 for 10 steps)"},
+       .help =
+           "Inject a fault (tests, demos): KIND@STEP[:RANK][=ARG], KIND one of " + fault_kinds() +
+           "; e.g. kill@30:1, nan@12, slow@5=200 (ms per step), slow-rank@5:1=3 (rank 1 computes "
+           "3x as long), kill-in-save@20=5 (ms into "
+           "the save), corrupt-ckpt@20 (then dies), disk-full@20=10 (the checkpoint "
+           "folder's file system, at most 1 GiB free, full from the save of step 20 for 10 steps), "
+           "flip-param@15:1 (a bit of one weight of rank 1 flips after step 15's update)"},
       inject);
   }
 };
@@ -41,6 +43,11 @@ class Injector {
   double step_loss(int64_t done, double loss_sum) const;
   // kill / hang: the process dies or hangs once STEP - 1 steps are done.
   void step_end(int64_t done) const;
+  // flip-param: once step STEP's update is done, the top mantissa bit of
+  // this rank's first weight flips (silent corruption: training goes on, on
+  // weights that differ from the other replicas'). `weights` hands them out
+  // for writing; called only when the fault strikes.
+  void step_updated(int64_t done, const std::function<float*()>& weights) const;
   // kill-in-save: dies ARG ms into writing the checkpoint of step STEP.
   // disk-full: from the checkpoint of step STEP on, for ARG steps (0: for
   // good), the file system of `run_dir` is full before each save and before

@@ -464,6 +464,7 @@ class Supervisor {
     if (WIFEXITED(status) && WEXITSTATUS(status) == kExitNonFinite) return "nan";
     if (WIFEXITED(status) && WEXITSTATUS(status) == kExitSpikes) return "spikes";
     if (WIFEXITED(status) && WEXITSTATUS(status) == kExitStraggler) return "straggler";
+    if (WIFEXITED(status) && WEXITSTATUS(status) == kExitDiverged) return "diverged";
     if (WIFEXITED(status) && WEXITSTATUS(status) == 2) return "input";
     return "crash";
   }

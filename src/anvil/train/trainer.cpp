@@ -14,6 +14,7 @@
 #include <map>
 #include <span>
 
+#include "anvil/base/checksum.hpp"
 #include "anvil/base/clock.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
@@ -495,6 +496,7 @@ StepStats Trainer::step() {
     s.optimizer_seconds += now_seconds() - update0;
   }
   ++step_;
+  injector_.step_updated(step_, [&] { return model_->params(); });
   s.seconds = now_seconds() - t0;
   guard_.heartbeat(step_, s.loss);
   last_step_seconds_ = s.seconds - s.exposed_seconds - s.alltoall_seconds - s.context_seconds;
@@ -532,14 +534,41 @@ void Trainer::save() {
   // Each rank writes its share: the weights and replicated state in its
   // reducer blocks, the optimizer state it owns (ZeRO-1 ranges, its Muon
   // matrices); rank 0 the extras.
+  float* weights = model_->params_for_reading();
+  if (world_ > 1) check_replicas(weights);
   ckpt::ShardedSave save;
-  save.model = model_->registry().shards(model_->params_for_reading(), optimizer_->owned());
+  save.model = model_->registry().shards(weights, optimizer_->owned());
   save.optimizer = optimizer_->state_to_save();
   if (rank_ == 0)
     for (const auto& e : model_->extra_state())
       (e.optimizer_state ? save.optimizer : save.model).push_back(whole_shard(e));
   checkpoints_->save(step_, std::move(save), record(), guard_.state());
   if (rank_ == 0) result_.last_checkpoint = checkpoints_->last();
+}
+
+// Every rank holds the same weights: each replica's update reads the same
+// reduced gradients, and ZeRO-1 gathers every block from its owner. A rank
+// whose weights differ carries silent corruption (a bit flipped in memory,
+// a faulty core), which its checkpoint share would mix into the others'. So
+// each save first compares a CRC-32 of the weights every rank holds (under
+// expert parallelism all but the experts') across the ranks; a difference
+// ends the run with kExitDiverged and the checkpoint unwritten, for a
+// supervisor to roll back to the last one, which passed this check.
+void Trainer::check_replicas(const float* weights) const {
+  const bool every_expert = o_.parallel.ep <= 1;
+  uint32_t crc = 0;
+  for (const model::ParamSpec& s : model_->registry().specs())
+    if (every_expert || s.sharding != model::Sharding::expert)
+      crc = crc32(weights + s.offset, static_cast<size_t>(s.numel) * sizeof(float), crc);
+  const std::vector<double> all = dp_->gather(static_cast<double>(crc));
+  std::string differ;
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  if (differ.empty()) return;
+  throw ft::TrainingFault("step " + std::to_string(step_) + ": the weights of rank(s) " + differ +
+                              " differ from rank 0's (the data-parallel replicas diverged: silent "
+                              "corruption); checkpoint not written, roll back to the last one",
+                          ft::kExitDiverged);
 }
 
 double Trainer::mfu(double tokens_per_second) const {

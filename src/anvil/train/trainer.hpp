@@ -98,6 +98,8 @@ class Trainer {
   int64_t current_step() const { return step_; }
 
  private:
+  // At a save: the weights every rank holds compared across the ranks.
+  void check_replicas(const float* weights) const;
   void build_model();
   // --device cuda: InputError when the plan does not fit the GPU's free memory.
   // Sets result_.device_planned_bytes; InputError when it does not fit.
