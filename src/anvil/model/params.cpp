@@ -92,7 +92,7 @@ const ParamSpec& ParamRegistry::get(const std::string& name) const {
 
 namespace {
 
-// n values of `std` x N(0, 1) for elements [first, first + n) of a stream:
+// n <= 256 values of `std` x N(0, 1) for elements [first, first + n) of a stream:
 // random_normal's Box-Muller, its uniforms drawn a chunk at a time, then its
 // log and cos over the chunk in one vectorised loop.
 void fill_normal(float* p, int64_t first, int64_t n, double std, uint64_t seed, uint64_t stream) {
