@@ -33,10 +33,9 @@ inline double random_unit(uint64_t seed, uint64_t stream, uint64_t index) {
   return (static_cast<double>(random_u64(seed, stream, index) >> 11) + 0.5) * 0x1.0p-53;
 }
 
-// Standard normal by Box-Muller from two counter draws.
-inline double random_normal(uint64_t seed, uint64_t stream, uint64_t index) {
-  const double u1 = random_unit(seed, stream, 2 * index);
-  const double u2 = random_unit(seed, stream, 2 * index + 1);
+// A standard normal by Box-Muller from two uniforms in (0, 1); a stream's
+// i-th normal takes its draws 2i and 2i + 1 (model/params.cpp).
+inline double box_muller(double u1, double u2) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 

@@ -22,9 +22,9 @@ struct InjectOptions {
        .help =
            "Inject a fault (tests, demos): KIND@STEP[:RANK][=ARG], KIND one of " + fault_kinds() +
            "; e.g. kill@30:1, nan@12, slow@5=200 (ms per step), slow-rank@5:1=3 (rank 1 computes "
-           "3x as long), kill-in-save@20=5 (ms into "
-           "the save), corrupt-ckpt@20 (then dies), disk-full@20=10 (the checkpoint "
-           "folder's file system, at most 1 GiB free, full from the save of step 20 for 10 steps), "
+           "3x as long), kill-in-save@20=5 (ms into the save), corrupt-ckpt@20 (then dies), "
+           "disk-full@20=10 (the checkpoint folder's file system, at most 1 GiB free, full from "
+           "the save of step 20 for 10 steps), "
            "flip-param@15:1 (a bit of one weight of rank 1 flips after step 15's update)"},
       inject);
   }

@@ -96,29 +96,27 @@ const ParamSpec& ParamRegistry::get(const std::string& name) const {
 
 namespace {
 
-// n <= 256 values of `std` x N(0, 1) for elements [first, first + n) of a stream:
-// random_normal's Box-Muller, its uniforms drawn a chunk at a time, then its
-// log and cos over the chunk in one vectorised loop.
+// Normal tensors are filled in chunks of kInitChunk elements at multiples
+// of it, whatever the thread count: which elements a vector call computes
+// (and which a chunk's scalar remainder) depends on the tensor alone.
+constexpr int64_t kInitChunk = 256;
+
+// n <= kInitChunk values of `std` x N(0, 1) for elements [first, first + n)
+// of a stream: the uniforms drawn first, then Box-Muller's log and cos over
+// the chunk in one vectorised loop.
 void fill_normal(float* p, int64_t first, int64_t n, double std, uint64_t seed, uint64_t stream) {
-  constexpr int64_t kMost = 256;
-  double u1[kMost], u2[kMost];
+  double u1[kInitChunk], u2[kInitChunk];
   for (int64_t i = 0; i < n; ++i) {
     u1[i] = random_unit(seed, stream, 2 * (first + i));
     u2[i] = random_unit(seed, stream, 2 * (first + i) + 1);
   }
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i)
-    p[i] = static_cast<float>(
-        std * (std::sqrt(-2.0 * std::log(u1[i])) * std::cos(6.283185307179586 * u2[i])));
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(std * box_muller(u1[i], u2[i]));
 }
 
 }  // namespace
 
 void ParamRegistry::initialize(float* params, uint64_t seed) const {
-  // Normal tensors in chunks of 256 elements at multiples of 256, whatever
-  // the thread count: which elements a vector call computes (and which a
-  // chunk's scalar remainder) depends on the tensor alone.
-  constexpr int64_t kChunk = 256;
   for (const auto& s : specs_) {
     float* p = params + s.offset;
     if (s.init != Init::normal) {
@@ -127,8 +125,8 @@ void ParamRegistry::initialize(float* params, uint64_t seed) const {
     }
     const uint64_t stream = stream_id(s.name);
 #pragma omp parallel for schedule(static)
-    for (int64_t i0 = 0; i0 < s.numel; i0 += kChunk)
-      fill_normal(p + i0, i0, std::min(kChunk, s.numel - i0), s.init_std, seed, stream);
+    for (int64_t i0 = 0; i0 < s.numel; i0 += kInitChunk)
+      fill_normal(p + i0, i0, std::min(kInitChunk, s.numel - i0), s.init_std, seed, stream);
   }
 }
 
