@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The collectives issue's 2-rank acceptance: shm against MPI's own collective
+# The 2-rank collective check: shm against MPI's own collective
 # for all-reduce, reduce-scatter and all-gather from 8 B to 256 MiB, RUNS times
 # (default 3); prints the median busbw of each and the ratio.
 # Usage: [COMM_SIZES="-b 1M -e 256M -f 2"] bench/comm_acceptance.sh [RUNS] [RANKS] [EXTRA anvil flags...]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The foundation issue's GEMM acceptance: 2048^3 fp32 on 1 and 2 threads,
+# The GEMM check: 2048^3 fp32 on 1 and 2 threads,
 # anvil against every baseline, RUNS times (default 3); prints the median
 # GFLOP/s of each and the ratios. Usage: bench/gemm_acceptance.sh [RUNS]
 set -euo pipefail

@@ -15,7 +15,7 @@
 #
 # Every round runs each variant once, interleaved; the table gives medians of
 # the rounds and anvil's ratio to each PyTorch variant and to the faster one.
-# A variant that fails (e.g. anvil bf16 for ZAYA1, not built yet) is shown as
+# A variant that fails (e.g. a model the installed transformers lacks) is shown as
 # "-" with its error in the log. Writes bench/results/torch_compare.json.
 # Usage: bench/torch_compare.sh [ROUNDS (default 3)] [STEPS (default 3)]
 # MODELS=zaya-small (or gpt2-124m) runs one model only (results in

@@ -101,7 +101,7 @@ void Batches::train_row(int64_t step, int64_t g, int32_t* tokens, int32_t* targe
     return;
   }
   size_t src = 0;
-  if (data_.size() > 1) {  // one source: the draws of earlier versions, unchanged
+  if (data_.size() > 1) {  // one source draws no source: its batches are a mixture's of one
     const double u = random_unit(seed_, stream_id("source"), index);
     while (src + 1 < data_.size() && u >= cumulative_[src]) ++src;
   }

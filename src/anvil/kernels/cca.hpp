@@ -2,7 +2,7 @@
 // (docs/zaya1-spec.md section 3), as forward/backward pairs over rows of
 // N = B*S tokens; backward accumulates (+=) like every kernel in layers.hpp.
 // The layer that strings them together (projections, values, RoPE,
-// attention, output) is the ZAYA1 issue's next step.
+// attention, output) is model/cca_layer.hpp.
 #pragma once
 
 #include <cstdint>

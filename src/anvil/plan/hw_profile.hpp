@@ -112,7 +112,7 @@ struct HwProfile {
   std::vector<GemmShapePoint> gemm_grid;
   Achievable achievable;
   Interconnect interconnect;
-  nlohmann::json comm = nlohmann::json::object();  // alpha-beta fits (collectives issue)
+  nlohmann::json comm = nlohmann::json::object();  // alpha-beta fits of the collectives
   std::vector<Source> sources;
   bool operator==(const HwProfile&) const = default;
 
