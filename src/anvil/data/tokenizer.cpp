@@ -70,10 +70,13 @@ TokenizerTrainResult train_tokenizer(const TokenizerTrainOptions& o) {
     if (s.empty() || s.find(',') != std::string::npos || s == kNewlinePiece)
       throw InputError("--special: '" + s + "' (expected non-empty symbols without commas, "
                        "other than " + kNewlinePiece + ")");
+    if (std::count(o.special.begin(), o.special.end(), s) > 1)
+      throw InputError("--special: '" + s + "' given twice (expected each symbol once)");
     symbols += (symbols.empty() ? "" : ",") + s;
   }
   const auto t0 = now_seconds();
   Lines lines(o.texts);
+  if (lines.done()) throw InputError("--text: no non-empty line to train on");
   const std::unordered_map<std::string, std::string> spec = {
       {"model_type", o.type},
       {"vocab_size", std::to_string(o.vocab_size)},
@@ -94,7 +97,19 @@ TokenizerTrainResult train_tokenizer(const TokenizerTrainOptions& o) {
   };
   std::string model;
   const auto status = sentencepiece::SentencePieceTrainer::Train(spec, &lines, &model);
-  if (!status.ok()) throw InputError("tokenizer train: " + status.ToString());
+  if (!status.ok()) {
+    // SentencePiece's reasons name its own flags; the one a user meets is
+    // the vocabulary below the text's distinct characters.
+    const std::string why(status.message());
+    const auto at = why.find("required_chars. ");
+    if (at != std::string::npos) {
+      const std::string sizes = why.substr(at + 16, why.find('.', at + 16) - at - 16);
+      throw InputError("--vocab: " + std::to_string(o.vocab_size) +
+                       " is below the pieces the text's distinct characters need (" + sizes +
+                       "); expected a larger --vocab");
+    }
+    throw InputError("tokenizer train: " + why.substr(0, why.find('\n')));
+  }
   TokenizerTrainResult r;
   r.model_path = o.out_prefix + ".model";
   r.vocab_path = o.out_prefix + ".vocab";
@@ -110,7 +125,7 @@ TokenizerTrainResult train_tokenizer(const TokenizerTrainOptions& o) {
   write_file_atomic(r.model_path, model);
   write_file_atomic(r.vocab_path, vocab);
   r.vocab_size = sp.GetPieceSize();
-  r.lines = lines.count();
+  r.lines = o.max_lines > 0 ? std::min<int64_t>(lines.count(), o.max_lines) : lines.count();
   r.seconds = now_seconds() - t0;
   return r;
 }

@@ -41,7 +41,7 @@ struct TokenizerTrainOptions {
 struct TokenizerTrainResult {
   std::string model_path, vocab_path;
   int vocab_size = 0;
-  int64_t lines = 0;
+  int64_t lines = 0;  // trained on: the non-empty lines, at most max_lines of them
   double seconds = 0;
 };
 
