@@ -237,7 +237,7 @@ void BenchCommands::add_attention(CLI::App* bench) {
   attention_->add_option("--kv-heads", a.kv_heads, "Key/value heads (GQA; 0: --heads)")
       ->check(at_least(0))
       ->capture_default_str();
-  attention_->add_option("--tokens", a.tokens, "Tokens per call (batch = tokens / seq)")
+  attention_->add_option("--tokens", a.tokens, "Tokens per call (batch = tokens / seq, at least 1)")
       ->check(at_least(1))
       ->capture_default_str();
   attention_->add_option("--threads", a.threads, "Threads (0: all cores)")
@@ -326,9 +326,11 @@ void BenchCommands::add_comm(CLI::App* bench) {
                    "Simulate nodes of N consecutive ranks for --algo hier (0: real nodes)")
       ->check(at_least(0))
       ->capture_default_str();
-  comm_->add_option("--tuning-out", tuning_out_,
-                    "Write the table --algo auto uses (fastest algorithm per op and size; load it "
-                    "with ANVIL_COMM_TUNING=FILE)");
+  comm_
+      ->add_option("--tuning-out", tuning_out_,
+                   "Write the table --algo auto uses (fastest algorithm per op and size; load it "
+                   "with ANVIL_COMM_TUNING=FILE)")
+      ->check(output_file());
   comm_->add_option("--np", comm_np_, "Launch N ranks with mpirun (when not already under mpirun)")
       ->check(in_range(1, 1024));
   comm_->add_option(
@@ -398,6 +400,11 @@ int BenchCommands::comm(Context& ctx) {
   bench::CommBenchOptions& c = comm_options_;
   c.min_bytes = parse_size(comm_min_, "-b/--minbytes");
   c.max_bytes = parse_size(comm_max_, "-e/--maxbytes");
+  if (const size_t es = comm::size_of(comm::parse_dtype(c.dtype, "--dtype"));
+      static_cast<size_t>(c.min_bytes) < es) {
+    throw InputError("-b/--minbytes: expected at least one " + c.dtype + " element (" +
+                     std::to_string(es) + " bytes), got " + comm_min_);
+  }
   c.check = !no_check_;
   for (const auto& a : comm_add_sizes_) c.add_sizes.push_back(parse_size(a, "--add-sizes"));
   c.device = device::parse_device(comm_device_, "--device");

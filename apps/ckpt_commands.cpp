@@ -40,8 +40,10 @@ class CkptCommands : public CommandFamily {
         ->required();
     reshape_->add_option("--to", reshape_to_, "Ranks of the new layout (files rank-00000..N-1)")
         ->required()
-        ->check(at_least(1));
-    reshape_->add_option("--out", reshape_out_, "Run directory to write step-N into")->required();
+        ->check(in_range(1, 65536));
+    reshape_->add_option("--out", reshape_out_, "Run directory to write step-N into")
+        ->required()
+        ->check(output_dir());
   }
 
   std::optional<int> run(Context&) override {
@@ -90,7 +92,9 @@ class CkptCommands : public CommandFamily {
     ckpt::ExportOptions& x = export_options_;
     export_->add_option("--checkpoint", x.checkpoint, "A step-* directory or a run directory")
         ->required();
-    export_->add_option("--out", x.out_dir, "New directory to write")->required();
+    export_->add_option("--out", x.out_dir, "New directory to write")
+        ->required()
+        ->check(output_dir());
     auto* format = export_
         ->add_option("--format", x.format,
                      "hf: transformers' native layout; original: ZAYA1's alternating layer "
@@ -122,7 +126,9 @@ class CkptCommands : public CommandFamily {
                      "Directory with config.json and model.safetensors (or a sharded index)")
         ->required()
         ->check(CLI::ExistingDirectory);
-    import_->add_option("--out", import_out_, "New (or empty) run directory to write")->required();
+    import_->add_option("--out", import_out_, "New (or empty) run directory to write")
+        ->required()
+        ->check(output_dir());
   }
 
   CLI::App *export_ = nullptr, *import_ = nullptr, *verify_ = nullptr, *diff_ = nullptr,

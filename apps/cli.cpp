@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "anvil/base/error.hpp"
+#include "anvil/base/files.hpp"
 #include "anvil/base/process.hpp"
 #include "anvil/comm/communicator.hpp"
 #include "anvil/ft/faults.hpp"
@@ -141,6 +142,7 @@ CLI::Validator number_validator(const std::string& range, std::function<bool(dou
         char* end = nullptr;
         const double v = std::strtod(s.c_str(), &end);
         if (end == s.c_str() || *end != '\0') return "expected a number, got '" + s + "'";
+        if (!std::isfinite(v)) return "expected a finite number, got '" + s + "'";
         return ok(v) ? "" : "must be " + range + ", got " + s;
       },
       range);
@@ -150,6 +152,55 @@ CLI::Validator number_validator(const std::string& range, std::function<bool(dou
 
 CLI::Validator at_least(double lo) {
   return number_validator(">= " + number_text(lo), [lo](double v) { return v >= lo; });
+}
+
+CLI::Validator unsigned_number() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        return s.find('-') == std::string::npos ? ""
+                                                : "expected a whole number >= 0, got '" + s + "'";
+      },
+      "");
+}
+
+CLI::Validator number_text(bool whole) {
+  return CLI::Validator(
+      [whole](std::string& s) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        if (whole && s.find('-') == std::string::npos) {  // up to an unsigned 64-bit's range
+          (void)std::strtoull(s.c_str(), &end, 10);
+        } else if (whole) {
+          (void)std::strtoll(s.c_str(), &end, 10);
+        } else {
+          (void)std::strtod(s.c_str(), &end);
+        }
+        if (end == s.c_str() || *end != '\0')
+          return std::string(whole ? "expected a whole number" : "expected a number") + ", got '" +
+                 s + "'";
+        if (errno == ERANGE) return "out of range, got '" + s + "'";
+        return "";
+      },
+      "");
+}
+
+namespace {
+CLI::Validator output_validator(bool dir) {
+  return CLI::Validator(
+      [dir](std::string& s) -> std::string {
+        const std::string why = output_path_problem(s, dir);
+        return why.empty() ? "" : s + ": " + why;
+      },
+      "");
+}
+}  // namespace
+
+CLI::Validator output_file() {
+  return output_validator(false);
+}
+
+CLI::Validator output_dir() {
+  return output_validator(true);
 }
 
 CLI::Validator positive() {
@@ -260,9 +311,11 @@ std::vector<int64_t> parse_sizes(const std::vector<std::string>& texts, const st
 }
 
 void OutputFlags::add_to(CLI::App* app, bool with_csv) {
-  app->add_flag("--json", json, "Print JSON on stdout instead of the table");
-  if (with_csv) app->add_flag("--csv", csv, "Print CSV on stdout instead of the table");
-  app->add_option("--out", out, "Also write the JSON result to this file (atomically)");
+  auto* as_json = app->add_flag("--json", json, "Print JSON on stdout instead of the table");
+  if (with_csv)
+    app->add_flag("--csv", csv, "Print CSV on stdout instead of the table")->excludes(as_json);
+  app->add_option("--out", out, "Also write the JSON result to this file (atomically)")
+      ->check(output_file());
 }
 
 bool stderr_is_terminal() {

@@ -72,6 +72,15 @@ int run_command_line(CLI::App& app, std::vector<std::unique_ptr<CommandFamily>>&
 
 // Validators whose messages say what the value must be.
 CLI::Validator at_least(double lo);
+// An unsigned integer's text: no sign (CLI11 would wrap "-1" around).
+CLI::Validator unsigned_number();
+// A number's text (a whole number where `whole`), so a typo is named with
+// what was expected rather than as a failed conversion.
+CLI::Validator number_text(bool whole);
+// An output path (base/files.hpp's output_path_problem), checked as the
+// command line is read, before any work.
+CLI::Validator output_file();
+CLI::Validator output_dir();
 CLI::Validator positive();  // > 0
 CLI::Validator in_range(double lo, double hi);
 CLI::Validator one_of(const std::vector<std::string>& choices);
@@ -96,6 +105,9 @@ void add_options(CLI::App* cmd, Options& options, const std::string& section, Co
       o = cmd->add_flag(names, field, info.help);
     } else {
       o = cmd->add_option(names, field, info.help)->capture_default_str();
+      using Field = std::remove_reference_t<decltype(field)>;
+      if constexpr (std::is_arithmetic_v<Field>) o->check(number_text(std::is_integral_v<Field>));
+      if constexpr (std::is_unsigned_v<Field>) o->check(unsigned_number());
     }
     o->group(group);
     ctx.flag_of_key[info.key()] = flag_words(info);

@@ -19,7 +19,9 @@ class DataCommands : public CommandFamily {
     tokenize_->add_option("--text", t.texts, "UTF-8 text file(s), concatenated in order")
         ->required()
         ->check(CLI::ExistingFile);
-    tokenize_->add_option("--out", t.out, "Token file to write (format: docs/data.md)")->required();
+    tokenize_->add_option("--out", t.out, "Token file to write (format: docs/data.md)")
+        ->required()
+        ->check(output_file());
     tokenize_->add_option("--tokenizer", t.tokenizer,
                           "SentencePiece model (anvil data tokenizer train); the token file gets "
                           "a sidecar OUT.json naming it, so runs trained on it decode with it");
@@ -58,7 +60,8 @@ class DataCommands : public CommandFamily {
         ->required()
         ->check(CLI::ExistingFile);
     train_->add_option("--out", o.out_prefix, "Output prefix: PREFIX.model, PREFIX.vocab")
-        ->required();
+        ->required()
+        ->check(output_file());
     train_->add_option("--vocab", o.vocab_size, "Vocabulary size (260..1000000)")
         ->capture_default_str();
     train_->add_option("--type", o.type, "bpe or unigram")

@@ -32,8 +32,10 @@ class EvalCommands : public CommandFamily {
     plot_->add_option("--bench", plot_bench_, "anvil bench comm|gemm --json output")
         ->excludes(run)
         ->check(CLI::ExistingFile);
-    plot_->add_option("--out", plot_out_,
-                      "Directory for the PNGs (default: RUN/plots, or next to the JSON)");
+    plot_
+        ->add_option("--out", plot_out_,
+                     "Directory for the PNGs (default: RUN/plots, or next to the JSON)")
+        ->check(output_dir());
   }
 
   std::optional<int> run(Context&) override {
@@ -54,7 +56,8 @@ class EvalCommands : public CommandFamily {
     eval_->add_option("--checkpoint", e.checkpoint, "A step-* directory or a run directory")
         ->required();
     eval_->add_option("--data", eval_data_,
-                      "NAME=FILE.tok (or FILE.tok): perplexity on its held-out tail (repeatable)");
+                      "NAME=FILE (or FILE): a token file or raw text; perplexity on its held-out "
+                      "tail (repeatable)");
     eval_
         ->add_option("--task", e.tasks,
                      "JSONL, one {\"context\", \"choices\", \"gold\"} per line (repeatable)")
@@ -88,9 +91,10 @@ class EvalCommands : public CommandFamily {
     generate_
         ->add_option("--checkpoint", g.checkpoint, "Checkpoint dir or run dir (its newest step)")
         ->required();
-    generate_->add_option("--prompt", g.prompt, "Prompt text (the run's tokenizer)");
+    auto* text = generate_->add_option("--prompt", g.prompt, "Prompt text (the run's tokenizer)");
     generate_->add_option("--prompt-tokens", g.prompt_tokens, "Prompt as token ids")
-        ->delimiter(',');
+        ->delimiter(',')
+        ->excludes(text);
     generate_->add_option("--max-new", g.max_new, "Tokens to generate")
         ->check(at_least(1))
         ->capture_default_str();
@@ -100,7 +104,9 @@ class EvalCommands : public CommandFamily {
     generate_->add_option("--top-k", g.top_k, "Sample among the k most likely (0: all)")
         ->check(at_least(0))
         ->capture_default_str();
-    generate_->add_option("--seed", g.seed, "Sampling seed")->capture_default_str();
+    generate_->add_option("--seed", g.seed, "Sampling seed")
+        ->check(unsigned_number())
+        ->capture_default_str();
     generate_
         ->add_option("--device", g.device,
                      "Where the model runs: cpu, or cuda (the dense family, fp32, its KV cache "

@@ -97,7 +97,7 @@ void PlanCommands::add_model_flags(CLI::App* cmd, Model& m, bool required) {
                 "train --muon-bf16)");
   cmd->add_flag("--recompute", m.recompute, "Full activation recompute per layer");
   cmd->add_option("--recompute-layers", m.recompute_layers,
-                  "With --recompute: recompute only this many layers per pipeline stage, the "
+                  "Recompute only this many layers per pipeline stage (implies --recompute), the "
                   "others keep their activations (Megatron's block method; 0: all)")
       ->check(CLI::NonNegativeNumber);
 }
@@ -226,6 +226,10 @@ Resolved resolve(const PlanCommands::Model& m) {
                        std::to_string(l.devices_per_node) + " devices per node");
     if (world < l.devices_per_node) l.devices_per_node = world;
     l.nodes = world / l.devices_per_node;
+    if (m.nodes != 1 && l.nodes != m.nodes)
+      throw InputError("--nodes " + std::to_string(m.nodes) + ": --dp " + std::to_string(m.dp) +
+                       " lays the ranks out on " + std::to_string(l.nodes) +
+                       " node(s); drop one of the two");
   }
   l.ep = m.ep;
   l.zero1 = m.zero1;
@@ -236,6 +240,10 @@ Resolved resolve(const PlanCommands::Model& m) {
   l.muon_bf16 = m.muon_bf16;
   l.recompute = m.recompute || m.recompute_layers > 0;
   l.recompute_layers = m.recompute_layers;
+  const int64_t per_stage = (r.config.n_layers + m.pp - 1) / m.pp;
+  if (m.recompute_layers > per_stage)
+    throw InputError("--recompute-layers: expected at most the " + std::to_string(per_stage) +
+                     " layers of a pipeline stage, got " + std::to_string(m.recompute_layers));
   if (!m.expert_loads.empty())
     l.expert_shares = plan::expert_shares_from_metrics(m.expert_loads, r.config.n_experts);
   return r;

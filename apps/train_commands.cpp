@@ -3,6 +3,7 @@
 // are the trainer's declared options (train/options.hpp); a run file
 // (--train FILE, e.g. a run's own RUN/train.json) sets them first and flags
 // given after override it.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -109,6 +110,8 @@ class TrainCommands : public CommandFamily {
         throw InputError("model.config: expected a model config file (or --recipe FILE)");
     } else if (!options_.model.config.empty()) {
       throw InputError("--recipe: a recipe names its model config; drop model.config");
+    } else {
+      refuse_flags_the_recipe_sets();
     }
     std::optional<comm::MpiRuntime> mpi;
     std::unique_ptr<parallel::DataParallelGroup> dp;
@@ -246,6 +249,7 @@ class TrainCommands : public CommandFamily {
       std::printf("%s\n", r.command.c_str());
       return 0;
     }
+    if (r.exit_code == 2 && r.journal.empty()) return 2;  // the child named what it refused
     std::fprintf(stderr,
                  "anvil launch: %s after %d attempt(s); wall %.1f s, useful %.1f s, goodput "
                  "%.1f%%; journal %s\n",
@@ -259,6 +263,34 @@ class TrainCommands : public CommandFamily {
   CLI::App* train_ = nullptr;
   CLI::App* launch_ = nullptr;
   train::TrainOptions options_;
+  // A recipe sets these per phase; the same flag beside it would be ignored.
+  void refuse_flags_the_recipe_sets() {
+    static const std::vector<std::string> keys = {"model.set",
+                                                  "train.data",
+                                                  "train.batch",
+                                                  "train.seq",
+                                                  "train.accum",
+                                                  "train.steps",
+                                                  "train.seed",
+                                                  "train.val_every",
+                                                  "parallel.cp",
+                                                  "optimizer.name",
+                                                  "optimizer.lr",
+                                                  "optimizer.schedule",
+                                                  "optimizer.warmup",
+                                                  "optimizer.min_lr_ratio",
+                                                  "optimizer.decay_fraction",
+                                                  "optimizer.schedule_total",
+                                                  "checkpoint.every"};
+    options_.walk([&](const OptionInfo& info, auto&, const auto&) {
+      if (std::find(keys.begin(), keys.end(), info.key()) == keys.end()) return;
+      const CLI::Option* o = train_->get_option_no_throw(info.long_flag());
+      if (o != nullptr && o->count() > 0)
+        throw InputError("--recipe: the recipe sets " + info.long_flag() +
+                         " for each phase; drop " + info.long_flag());
+    });
+  }
+
   std::string run_file_, recipe_;
   std::exception_ptr run_file_error_;
   ft::LaunchOptions launch_options_;

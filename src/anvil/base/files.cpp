@@ -200,6 +200,27 @@ bool AppendFile::append(std::string_view record) {
   return true;
 }
 
+std::string output_path_problem(const std::string& path, bool dir) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return "";
+  std::error_code ec;
+  const fs::path p = fs::absolute(fs::path(path), ec).lexically_normal();
+  if (ec) return "cannot resolve the path (" + ec.message() + ")";
+  const fs::file_status st = fs::status(p, ec);
+  if (fs::exists(st)) {
+    if (dir && !fs::is_directory(st)) return "exists and is not a directory";
+    if (!dir && fs::is_directory(st)) return "is a directory (expected a file to write)";
+  }
+  // The directory the output is created in (a file's; a new directory's
+  // first existing ancestor), or the existing directory itself.
+  fs::path at = dir && fs::exists(st) ? p : p.parent_path();
+  while (!at.empty() && at != at.root_path() && !fs::exists(at, ec)) at = at.parent_path();
+  if (!fs::is_directory(at, ec)) return at.string() + " is not a directory";
+  if (::access(at.c_str(), W_OK) != 0)
+    return "cannot write in " + at.string() + " (" + errno_text() + ")";
+  return "";
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open for reading (" + errno_text() + ")");

@@ -50,6 +50,12 @@ class AppendFile {
   int error_ = 0;
 };
 
+// Why `path` cannot be written as a directory (`dir`) or as a file replaced
+// atomically, or "" when it can (or is empty): it must be of that kind or
+// absent, and its nearest existing ancestor a directory this process may
+// write in. Commands check their outputs with it before any work.
+std::string output_path_problem(const std::string& path, bool dir);
+
 // Reads a whole file. Throws InputError naming the path if it cannot be read.
 std::string read_file(const std::string& path);
 

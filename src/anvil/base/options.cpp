@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "anvil/base/files.hpp"
+
 namespace anvil {
 
 std::string OptionInfo::long_flag() const {
@@ -20,11 +22,22 @@ Check<std::string> one_of(std::vector<std::string> choices) {
   };
 }
 
+Check<std::string> output_dir_check() {
+  return [](const std::string& v) { return output_path_problem(v, /*dir=*/true); };
+}
+
+Check<std::string> output_file_check() {
+  return [](const std::string& v) { return output_path_problem(v, /*dir=*/false); };
+}
+
 std::vector<std::string> unknown_option_keys(const nlohmann::json& in,
                                              const std::vector<std::string>& known) {
   std::vector<std::string> unknown;
   for (const auto& [section, values] : in.items()) {
-    if (!values.is_object()) {
+    const bool known_section = std::any_of(known.begin(), known.end(), [&](const std::string& k) {
+      return k.rfind(section + ".", 0) == 0;
+    });
+    if (!values.is_object() || (!known_section && values.empty())) {  // an empty unknown one too
       unknown.push_back(section);
       continue;
     }

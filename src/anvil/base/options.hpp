@@ -7,6 +7,7 @@
 // of --flags.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -53,7 +54,12 @@ std::string option_text(const T& value) {
 
 template <class T>
 Check<T> at_least(T lo) {
-  return [lo](const T& v) { return v >= lo ? "" : "must be >= " + option_text(lo); };
+  return [lo](const T& v) {
+    if constexpr (std::is_floating_point_v<T>) {  // inf is >= anything, and no setting
+      if (!std::isfinite(v)) return "must be a finite number >= " + option_text(lo);
+    }
+    return v >= lo ? std::string() : "must be >= " + option_text(lo);
+  };
 }
 template <class T>
 Check<T> in_range(T lo, T hi) {
@@ -63,6 +69,10 @@ Check<T> in_range(T lo, T hi) {
   };
 }
 Check<std::string> one_of(std::vector<std::string> choices);
+// Outputs (base/files.hpp's output_path_problem): a directory to create or
+// write in, a file to write.
+Check<std::string> output_dir_check();
+Check<std::string> output_file_check();
 
 // What `describe(v)` calls: v({.name = ..., .help = ...}, field, check),
 // the check optional. It hands each option, in `section`, to `visit(info,

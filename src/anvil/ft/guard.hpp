@@ -27,7 +27,7 @@ struct GuardOptions {
     v({.name = "heartbeat",
        .help = "Directory where each rank writes rank-R (step, time, loss) after every step "
                "(anvil launch watches it)"},
-      heartbeat);
+      heartbeat, output_dir_check());
     v({.name = "spike_z",
        .help = "A loss this many standard deviations above the last --spike-window losses skips "
                "its update (0: off)"},

@@ -694,13 +694,21 @@ LaunchResult launch(const LaunchOptions& options) {
     r.command = Supervisor(o, out).first_command();
     return r;
   }
+  const bool fresh = !fs::exists(out);
   fs::create_directories(out);
   auto old_int = std::signal(SIGINT, on_signal);
   auto old_term = std::signal(SIGTERM, on_signal);
   g_interrupted.store(false);
-  const LaunchResult r = Supervisor(o, out).run();
+  LaunchResult r = Supervisor(o, out).run();
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
+  // The first attempt refused its input: nothing trained, so a run
+  // directory this launch made (its journal and heartbeats) goes too.
+  if (fresh && r.exit_code == 2 && r.attempts == 1) {
+    std::error_code ignored;
+    fs::remove_all(out, ignored);
+    r.journal.clear();
+  }
   return r;
 }
 

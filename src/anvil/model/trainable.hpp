@@ -55,7 +55,7 @@ struct ExtraTensor {
   std::string name;
   std::vector<int64_t> shape;
   float* data;
-  bool optimizer_state;  // false: model.safetensors; true: optimizer.safetensors
+  bool optimizer_state;  // true: optimizer state (index.json kind "optimizer"), else model
 };
 
 class TrainableModel {

@@ -110,7 +110,7 @@ struct CheckpointOptions {
     v({.name = "out",
        .help = "Run directory: checkpoints (step-*), metrics.jsonl and train.json (these "
                "options, to repeat the run with --train)"},
-      out);
+      out, output_dir_check());
     v({.name = "every",
        .help = "Checkpoint every N steps (0: only at the end)",
        .flag = "ckpt-every"},
@@ -157,7 +157,7 @@ struct MetricsOptions {
     v({.name = "tensorboard",
        .help = "Also write the step scalars (loss, lr, grad norm, tokens/s, MFU, validation "
                "loss, ZAYA1 router load and skip rate) as TensorBoard event files in DIR"},
-      tensorboard);
+      tensorboard, output_dir_check());
     v({.name = "peak_gflops",
        .help = "GEMM peak for MFU (0: --hw-profile's measured peak, else a >= 1 s measurement "
                "cached per machine)"},
@@ -165,7 +165,8 @@ struct MetricsOptions {
     v({.name = "hw_profile",
        .help = "Hardware profile (anvil hw --profile) whose measured GEMM peak MFU is against"},
       hw_profile);
-    v({.name = "json_out", .help = "Write a JSON summary (losses, tokens/s, MFU, RSS)"}, json_out);
+    v({.name = "json_out", .help = "Write a JSON summary (losses, tokens/s, MFU, RSS)"}, json_out,
+      output_file_check());
     v({.name = "quiet", .help = "Print nothing (library use and tests)", .cli = false}, quiet);
   }
 };

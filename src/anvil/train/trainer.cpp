@@ -377,6 +377,13 @@ void Trainer::start(const std::optional<ResumePoint>& from) {
   if (!from) {
     model_->registry().initialize(model_->params(), o_.train.seed);
   } else {
+    // At the last step a resume trains nothing (a supervisor's restart after
+    // the final save ends there); past it, --steps is too small.
+    if (!from->weights_only && from->step > o_.train.steps) {
+      throw InputError("train.steps: " + from->dir + " is at step " + std::to_string(from->step) +
+                       "; expected --steps >= " + std::to_string(from->step) + ", got " +
+                       std::to_string(o_.train.steps));
+    }
     // Every rank reads all the weights and the optimizer state it keeps,
     // from whatever layout wrote them.
     std::vector<model::TensorShard> want =
