@@ -66,13 +66,13 @@ class BenchCommands : public CommandFamily {
     if (*gemm_) return gemm();
     if (*membw_) {
       membw_options_.sizes = parse_sizes(membw_sizes_, "--sizes");
-      membw_options_.progress = stderr_is_terminal();
+      membw_options_.progress = true;  // live on a terminal, else a line every 10 s
       membw_options_.device = device::parse_device(membw_device_, "--device");
       membw_out_.emit(bench::run_membw_bench(membw_options_), "");
       return 0;
     }
     if (*attention_) {
-      attention_options_.progress = stderr_is_terminal();
+      attention_options_.progress = true;
       const auto result = bench::run_attention_bench(attention_options_);
       char peak[160];
       std::snprintf(peak, sizeof peak, "%s peak (2048^3 %s, %d threads, same run): %.1f GFLOP/s\n",
@@ -366,7 +366,7 @@ int BenchCommands::hw() {
   if (!hw_profile_.empty()) {
     bench::ProfileOptions po;
     po.min_seconds = hw_min_time_;
-    po.progress = stderr_is_terminal();
+    po.progress = true;
     const bool gpu = device::parse_device(hw_device_, "--device") == device::DeviceKind::cuda;
     if (gpu) device::require(device::DeviceKind::cuda, "--device");
     plan::save_hw_profile(gpu ? bench::measure_gpu_profile(po) : bench::measure_local_profile(po),
@@ -381,7 +381,7 @@ int BenchCommands::hw() {
 int BenchCommands::gemm() {
   if (!internal_spec_.empty()) return bench::run_raw_blas_child(internal_spec_);
   gemm_options_.sizes = parse_sizes(gemm_sizes_, "--sizes");
-  gemm_options_.progress = stderr_is_terminal();
+  gemm_options_.progress = true;
   gemm_options_.device = device::parse_device(gemm_device_, "--device");
   // The profile is checked before measuring, not after.
   std::optional<plan::HwProfile> profile;
@@ -406,6 +406,7 @@ int BenchCommands::comm(Context& ctx) {
                      std::to_string(es) + " bytes), got " + comm_min_);
   }
   c.check = !no_check_;
+  c.progress = true;  // live on a terminal, else a line every 10 s
   for (const auto& a : comm_add_sizes_) c.add_sizes.push_back(parse_size(a, "--add-sizes"));
   c.device = device::parse_device(comm_device_, "--device");
   if (c.device == device::DeviceKind::cuda) {

@@ -318,10 +318,6 @@ void OutputFlags::add_to(CLI::App* app, bool with_csv) {
       ->check(output_file());
 }
 
-bool stderr_is_terminal() {
-  return ::isatty(STDERR_FILENO) == 1;
-}
-
 bool under_mpirun() {
   // Open MPI's mpirun, or srun with PMIx.
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;

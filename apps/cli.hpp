@@ -156,7 +156,6 @@ struct OutputFlags {
   }
 };
 
-bool stderr_is_terminal();
 bool under_mpirun();
 
 // Runs this same command under mpirun with `np` ranks, dropping --np.

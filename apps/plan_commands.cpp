@@ -159,15 +159,18 @@ void PlanCommands::add_to(CLI::App& app, Context& ctx) {
   comm_ = plan_->add_subcommand("comm", "Predict single collectives: time per message size");
   comm_->add_option("--hw", comm_hw_, "Hardware profile name or file")->required();
   comm_->add_option("--op", comm_op_, "allreduce, reduce_scatter, allgather, broadcast, alltoall")
-      ->check(one_of({"allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall"}));
+      ->check(one_of({"allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall"}))
+      ->capture_default_str();
   comm_->add_option("--algo", comm_algo_, "A measured algorithm's fit (default: the fastest)");
-  comm_->add_option("--ranks", comm_ranks_, "Ranks")->check(at_least(1));
+  comm_->add_option("--ranks", comm_ranks_, "Ranks")->check(at_least(1))->capture_default_str();
   comm_
       ->add_option("--ranks-per-node", comm_ranks_per_node_,
                    "Ranks per node (default: the profile's devices_per_node; on a CPU "
                    "profile, all of --ranks share this node)")
       ->check(at_least(1));
-  comm_->add_option("--sizes", comm_sizes_, "Message sizes, e.g. 1M,16M")->delimiter(',');
+  comm_->add_option("--sizes", comm_sizes_, "Message sizes, e.g. 1M,16M")
+      ->delimiter(',')
+      ->capture_default_str();
   comm_->add_option(
       "--assume", comm_assume_,
       "Derate a published profile: memory=F, link=F, gemm=F or gemm.DTYPE=F, each the "

@@ -88,20 +88,20 @@ allreduce  shm       3.25            1.00
 TEST(CommBenchOutput, CsvHasOneRowPerPoint) {
   EXPECT_EQ(sample_result().csv(),
             R"(op,algo,size,count,type,redop,root,p50_us,p99_us,algbw,busbw,wrong
-allreduce,mpi,1024,512,bf16,sum,1,10.00,15.00,0.102,0.100,0
-allreduce,shm,1024,512,bf16,sum,1,4.00,6.00,0.256,0.250,0
-allreduce,mpi,4096,2048,bf16,sum,1,20.00,30.00,0.205,0.200,0
-allreduce,shm,4096,2048,bf16,sum,1,5.00,7.50,0.819,0.800,0
-reduce_scatter,mpi,1024,512,bf16,sum,1,9.00,13.50,0.114,0.050,0
-reduce_scatter,ring,1024,512,bf16,sum,1,12.00,18.00,0.085,0.040,-1
-allgather,mpi,1024,512,bf16,sum,1,8.00,12.00,0.128,0.000,0
-allgather,ring,1024,512,bf16,sum,1,8.50,12.75,0.120,0.060,0
-broadcast,mpi,1024,512,bf16,sum,1,7.00,10.50,0.146,0.150,0
-broadcast,tree,1024,512,bf16,sum,1,6.00,9.00,0.171,0.170,0
+allreduce,mpi,1024,512,bf16,sum,-1,10.00,15.00,0.102,0.100,0
+allreduce,shm,1024,512,bf16,sum,-1,4.00,6.00,0.256,0.250,0
+allreduce,mpi,4096,2048,bf16,sum,-1,20.00,30.00,0.205,0.200,0
+allreduce,shm,4096,2048,bf16,sum,-1,5.00,7.50,0.819,0.800,0
+reduce_scatter,mpi,1024,512,bf16,sum,-1,9.00,13.50,0.114,0.050,0
+reduce_scatter,ring,1024,512,bf16,sum,-1,12.00,18.00,0.085,0.040,-1
+allgather,mpi,1024,512,bf16,none,-1,8.00,12.00,0.128,0.000,0
+allgather,ring,1024,512,bf16,none,-1,8.50,12.75,0.120,0.060,0
+broadcast,mpi,1024,512,bf16,none,1,7.00,10.50,0.146,0.150,0
+broadcast,tree,1024,512,bf16,none,1,6.00,9.00,0.171,0.170,0
 reduce,mpi,1024,512,bf16,sum,1,7.50,11.25,0.137,0.140,0
 reduce,shm,1024,512,bf16,sum,1,3.00,4.50,0.341,0.340,2
-alltoall,mpi,1024,256,bf16,sum,1,11.00,16.50,0.093,0.050,0
-alltoall,pairwise,1024,256,bf16,sum,1,0.00,0.00,0.000,0.000,0
+alltoall,mpi,1024,256,bf16,none,-1,11.00,16.50,0.093,0.050,0
+alltoall,pairwise,1024,256,bf16,none,-1,0.00,0.00,0.000,0.000,0
 )");
 }
 

@@ -92,6 +92,13 @@ std::string fmt(double value, int digits) {
   return buf;
 }
 
+std::string significant(double value, int digits) {
+  if (std::isnan(value)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, value);
+  return buf;
+}
+
 std::string human_bytes(double bytes) {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;

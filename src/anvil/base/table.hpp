@@ -29,6 +29,9 @@ class Table {
 // Fixed-point formatting with `digits` decimals; "-" for NaN.
 std::string fmt(double value, int digits = 1);
 
+// `digits` significant digits (%g: 0.00419, 17.2, 1.2e+04); "-" for NaN.
+std::string significant(double value, int digits = 3);
+
 // "16 KiB", "1.5 MiB", ...
 std::string human_bytes(double bytes);
 

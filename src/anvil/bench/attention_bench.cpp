@@ -35,6 +35,8 @@ std::vector<AttentionRow> time_attention(const AttentionBenchOptions& o) {
   TimingPolicy policy;
   policy.min_seconds = o.min_seconds;
   std::vector<AttentionRow> rows;
+  const size_t total = o.head_dims.size() * o.seqs.size();
+  size_t done = 0;
   for (int64_t D : o.head_dims) {
     const kernels::AttentionTiles tiles = o.dtype == "bf16" ? kernels::attention_tiles_for(true, D)
                                                             : kernels::AttentionTiles::automatic;
@@ -50,9 +52,8 @@ std::vector<AttentionRow> time_attention(const AttentionBenchOptions& o) {
       const auto dout = filled(static_cast<size_t>(B * T * H * D), 40503u);
       std::vector<float> att(static_cast<size_t>(B * T * H * D)),
           lse(static_cast<size_t>(B * H * T)), dqkv(qkv.size());
-      if (o.progress)
-        std::fprintf(stderr, "\rattention T=%lld D=%lld ...", static_cast<long long>(T),
-                     static_cast<long long>(D));
+      progress_line(o.progress, done++, total,
+                    "attention T=" + std::to_string(T) + " D=" + std::to_string(D));
       const Samples fwd = time_calls(
           [&] {
             kernels::attention_forward(att.data(), lse.data(), qkv.data(), B, T, H, Hkv, D, tiles);
@@ -78,7 +79,7 @@ std::vector<AttentionRow> time_attention(const AttentionBenchOptions& o) {
       rows.push_back(r);
     }
   }
-  if (o.progress) std::fprintf(stderr, "\r%40s\r", "");
+  progress_line(o.progress, total, total, "");
   return rows;
 }
 

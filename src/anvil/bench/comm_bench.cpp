@@ -265,6 +265,9 @@ void OpBench::measure(const std::vector<int64_t>& sweep, std::vector<CommPoint>&
   const size_t es = comm::size_of(plan_.dtype);
   std::vector<std::vector<double>> times(sweep.size() * algos_.size());
   std::vector<LateSums> lates(times.size());
+  const size_t steps = static_cast<size_t>(o_.passes) * times.size();
+  size_t step = 0;
+  const bool report = o_.progress && c_.rank() == 0;
   for (int pass = 0; pass < o_.passes; ++pass) {
     const bool last = pass + 1 == o_.passes;
     for (size_t si = 0; si < sweep.size(); ++si) {
@@ -288,6 +291,10 @@ void OpBench::measure(const std::vector<int64_t>& sweep, std::vector<CommPoint>&
       }
       const CommCase k{c_, send, recv, count, plan_.dtype, plan_.redop, o_.root, o_.in_place};
       for (size_t ai = 0; ai < algos_.size(); ++ai) {
+        progress_line(report, step++, steps,
+                      comm::to_string(spec_.op) + " " + std::to_string(sweep[si]) + " B " +
+                          comm::to_string(algos_[ai]) +
+                          (o_.passes > 1 ? ", pass " + std::to_string(pass + 1) : ""));
         LateSums late;
         std::vector<double> block = time_iterations(k, algos_[ai], late);
         // Each iteration's time is its slowest rank's.
@@ -640,13 +647,16 @@ std::string CommBenchResult::csv() const {
   if (late) cols.insert(cols.end(), {"wait_cpu", "compute_slowdown", "wait_slowdown"});
   Table t(cols);
   for (const auto& p : points) {
+    // As the table: redop "none" where the op reduces nothing, root -1 where
+    // it has none; wrong -1 where the check was off (the table's "-").
+    const CollectiveSpec& spec = spec_for(comm::parse_op(p.op, "op"));
     std::vector<std::string> row = {p.op,
                                     p.algo,
                                     std::to_string(p.bytes),
                                     std::to_string(p.count),
                                     dtype,
-                                    redop,
-                                    std::to_string(root),
+                                    spec.reduces ? redop : "none",
+                                    spec.rooted ? std::to_string(root) : "-1",
                                     fmt(p.p50_us, 2),
                                     fmt(p.p99_us, 2),
                                     fmt(p.algbw, 3),

@@ -53,6 +53,7 @@ struct CommBenchOptions {
   // what waiting costs the waiter's core and the compute beside it. One node.
   double late_peer_ms = 0;
   device::DeviceKind device = device::DeviceKind::cpu;  // cuda: NCCL (gpu_bench.hpp)
+  bool progress = false;  // rank 0: measure.hpp's progress_line per size and algorithm
 };
 
 struct CommPoint {

@@ -551,7 +551,7 @@ std::string GemmBenchResult::summary_text() const {
            " GFLOP/s; 90% of peak from ";
     out += std::isnan(s.work_for_90pct_flops)
                ? std::string("(not reached in this sweep)")
-               : fmt(s.work_for_90pct_flops / 1e9, 2) + " GFLOP per GEMM";
+               : significant(s.work_for_90pct_flops / 1e9) + " GFLOP per GEMM";
     out += "\n";
   }
   if (!bf16_path.empty()) out += "bf16 rows: " + bf16_path + "\n";

@@ -43,11 +43,4 @@ Samples time_calls(const std::function<void()>& body, const TimingPolicy& policy
   return samples;
 }
 
-void progress_line(bool enabled, size_t done, size_t total, const std::string& what) {
-  if (!enabled) return;
-  std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", done, total, what.c_str());
-  if (done == total) std::fprintf(stderr, "\r\033[K");
-  std::fflush(stderr);
-}
-
 }  // namespace anvil::bench

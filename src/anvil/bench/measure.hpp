@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "anvil/base/clock.hpp"
+#include "anvil/base/progress.hpp"
 
 namespace anvil::bench {
 
@@ -32,7 +33,6 @@ Samples time_calls(const std::function<void()>& body, const TimingPolicy& policy
 
 using anvil::now_seconds;
 
-// A live "[done/total] what" line on stderr when `enabled`, cleared at the end.
-void progress_line(bool enabled, size_t done, size_t total, const std::string& what);
+using anvil::progress_line;  // base/progress.hpp
 
 }  // namespace anvil::bench

@@ -129,12 +129,8 @@ MembwResult run_membw_bench(const MembwOptions& o) {
           b[i] = 2.0;
           c[i] = 0.0;
         }
-        if (o.progress) {
-          std::fprintf(stderr, "\r\033[K[%zu/%zu] %s %lld B %dT", done, total, kernel.c_str(),
-                       static_cast<long long>(ws), t);
-          std::fflush(stderr);
-        }
-        ++done;
+        progress_line(o.progress, done++, total,
+                      kernel + " " + std::to_string(ws) + " B " + std::to_string(t) + "T");
         // Enough passes per sample that a sample lasts ~2 ms (timer noise << 1%).
         const double bytes_per_pass = static_cast<double>(stream::bytes_per_element(id) * elems);
         const int reps = static_cast<int>(std::clamp(2e-3 * 20e9 / bytes_per_pass, 1.0, 1e6));
@@ -149,7 +145,7 @@ MembwResult run_membw_bench(const MembwOptions& o) {
       }
     }
   }
-  if (o.progress) std::fprintf(stderr, "\r\033[K");
+  progress_line(o.progress, total, total, "");
   set_num_threads(cpu_info().logical_cpus);
   set_pct_of_best(result.rows);
   return result;

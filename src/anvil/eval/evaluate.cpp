@@ -9,6 +9,7 @@
 
 #include "anvil/base/error.hpp"
 #include "anvil/base/json_text.hpp"
+#include "anvil/base/progress.hpp"
 #include "anvil/base/table.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/ckpt/sharded.hpp"
@@ -158,6 +159,11 @@ EvalResult evaluate(const EvalOptions& o) {
   const auto model = load_model(dir, config, model_T, device);
   std::vector<int32_t> tokens(static_cast<size_t>(model_T)), targets(tokens.size());
 
+  // Progress by forward pass: each perplexity row, each answer choice.
+  size_t forwards = o.data.size() * static_cast<size_t>(o.rows), done = 0;
+  for (const auto& task : tasks)
+    for (const auto& q : task) forwards += q.choices.size();
+
   // Perplexity per source, over its held-out tail.
   for (const auto& [name, path] : o.data) {
     data::Batches b(path, config.vocab_size, 0, T, o.val_fraction);
@@ -165,6 +171,7 @@ EvalResult evaluate(const EvalOptions& o) {
     SourceResult s{name, path};
     double nll = 0;
     for (int64_t i = 0; i < o.rows; ++i) {
+      progress_line(true, done++, forwards, "perplexity " + name + " row " + std::to_string(i + 1));
       std::fill(targets.begin(), targets.end(), -1);
       std::fill(tokens.begin(), tokens.end(), 0);
       b.val_row(i, o.rows, tokens.data(), targets.data());
@@ -187,6 +194,7 @@ EvalResult evaluate(const EvalOptions& o) {
       double best = -INFINITY, best_norm = -INFINITY;
       int pick = 0, pick_norm = 0;
       for (size_t c = 0; c < q.choices.size(); ++c) {
+        progress_line(true, done++, forwards, "task " + tr.name);
         std::vector<int32_t> row = q.context;
         row.insert(row.end(), q.choices[c].begin(), q.choices[c].end());
         const auto n = static_cast<int64_t>(row.size());
@@ -214,6 +222,7 @@ EvalResult evaluate(const EvalOptions& o) {
     tr.acc_norm_stderr = stderr_of(tr.acc_norm, tr.questions);
     r.tasks.push_back(tr);
   }
+  progress_line(true, forwards, forwards, "");
   return r;
 }
 
