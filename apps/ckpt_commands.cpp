@@ -32,6 +32,8 @@ class CkptCommands : public CommandFamily {
     diff_->add_option("a,--checkpoint", diff_a_, "A step-* directory or a run directory")
         ->required();
     diff_->add_option("b,--against", diff_b_, "The checkpoint to compare it with")->required();
+    diff_->add_flag("--json", diff_json_,
+                    "Print JSON instead: every differing tensor with its largest difference");
     reshape_ = ckpt->add_subcommand(
         "reshape",
         "Rewrite a checkpoint as written by N ranks (any layout in; the same tensors out). "
@@ -71,7 +73,7 @@ class CkptCommands : public CommandFamily {
     }
     if (*diff_) {
       const auto d = ckpt::diff_checkpoints(diff_a_, diff_b_);
-      std::cout << d.text();
+      std::cout << (diff_json_ ? d.to_json().dump(2) + "\n" : d.text());
       return d.same() ? 0 : kExitDifference;
     }
     if (*reshape_) {
@@ -135,7 +137,7 @@ class CkptCommands : public CommandFamily {
            *reshape_ = nullptr;
   ckpt::ExportOptions export_options_;
   std::string import_hf_, import_out_, verify_path_, diff_a_, diff_b_, reshape_from_, reshape_out_;
-  bool verify_json_ = false;
+  bool verify_json_ = false, diff_json_ = false;
   int reshape_to_ = 1;
 };
 

@@ -177,6 +177,14 @@ TEST(CliConventions, DiffTellsMissingOptimizerStateFromDifferentValues) {
   EXPECT_TRUE(
       std::regex_search(r.out, std::regex("the largest difference is [0-9.e+-]+ in \\S+\\n")))
       << r.out;
+  // --json lists every differing tensor; the same exit status.
+  r = run_anvil("ckpt diff --json --checkpoint " + run + " --against " + dir + "/other/run", false);
+  EXPECT_EQ(r.status, 1) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j.at("same").get<bool>());
+  EXPECT_EQ(j.at("different").size() + j.at("identical").get<size_t>(),
+            j.at("compared").get<size_t>());
+  for (const auto& d : j.at("different")) EXPECT_GT(d.at("max_abs").get<double>(), 0) << d;
 }
 
 TEST(CliConventions, HelpShowsDefaultsAndEveryComputeCommandTakesThreads) {

@@ -103,6 +103,21 @@ DiffReport diff_checkpoints(const std::string& a_path, const std::string& b_path
   return r;
 }
 
+nlohmann::json DiffReport::to_json() const {
+  nlohmann::json differ = nlohmann::json::array();
+  for (const auto& d : different) differ.push_back({{"name", d.name}, {"max_abs", d.max_abs}});
+  return {{"a", a},
+          {"b", b},
+          {"same", same()},
+          {"compared", compared},
+          {"identical", identical},
+          {"different", differ},
+          {"only_a", only_a},
+          {"only_b", only_b},
+          {"optimizer_only_a", optimizer_only_a},
+          {"optimizer_only_b", optimizer_only_b}};
+}
+
 std::string DiffReport::text() const {
   std::string s;
   for (const auto& n : only_a) s += n + ": only in " + a + " (or another shape)\n";

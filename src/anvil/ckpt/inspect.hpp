@@ -34,6 +34,9 @@ struct DiffReport {
   // in a run against its Hugging Face round trip, is said, not counted).
   bool same() const { return different.empty() && only_a.empty() && only_b.empty(); }
   std::string text() const;
+  // Every differing tensor with its largest difference, the one-sided
+  // names, the counts and "same" (anvil ckpt diff --json).
+  nlohmann::json to_json() const;
 };
 DiffReport diff_checkpoints(const std::string& a, const std::string& b);
 
