@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
       "distributed, phased recipes), evaluation, sampling, and Hugging Face interop.\n"
       "Exit status: 0 success, 1 a difference found or a run failed, 2 bad input,\n"
       "3 a collective timed out, 10/11 a NaN loss / repeated spikes (roll back),\n"
-      "12 a straggler to leave out, 13 replicas whose weights differ at a save."};
+      "12 a straggler to leave out, 13 replicas whose weights differ at a save,\n"
+      "130/143 train stopped by SIGINT/SIGTERM at a step boundary (checkpoint written)."};
   app.set_version_flag("--version", std::string("anvil ") + "0.1.0");
   app.require_subcommand(1);
   app.get_formatter()->column_width(36);

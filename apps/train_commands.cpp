@@ -128,6 +128,7 @@ class TrainCommands : public CommandFamily {
                                               options_, dp.get());
       if (!options_.metrics.json_out.empty() && ctx.rank == 0)
         write_file_atomic(options_.metrics.json_out, summary_json(r).dump(2) + "\n");
+      if (r.stop_signal != 0) return 128 + r.stop_signal;  // stopped early; resumable
     } catch (const comm::CommTimeout& e) {
       abort_on_timeout(e);
     } catch (const InputError&) {  // reported by rank 0 (cli.hpp), while MPI is up

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "anvil/base/files.hpp"
+#include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/device/runtime.hpp"
 #include "anvil/train/trainer.hpp"
 #include "cli/cli_run.hpp"
@@ -100,6 +102,63 @@ TEST(Cli, ResumingPastTheLastStepIsBadInputAtTheLastStepNothingToDo) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/r1"));
   // A supervisor's restart after the final save: nothing left, success.
   EXPECT_EQ(run_anvil(train + "--steps 2 --resume latest --out " + dir + "/run", false).status, 0);
+}
+
+// The exit status of a shell line that starts `command` in the background,
+// waits `delay` seconds, runs `signal_it` and waits for the command.
+int status_after_signal(const std::string& command, double delay, const std::string& signal_it) {
+  const std::string line = "sh -c '" + command + " > /dev/null 2>&1 & p=$!; sleep " +
+                           std::to_string(delay) + "; " + signal_it + "; wait $p; echo $?'";
+  FILE* f = ::popen(line.c_str(), "r");
+  if (f == nullptr) return -1;
+  int status = -1;
+  if (std::fscanf(f, "%d", &status) != 1) status = -1;
+  ::pclose(f);
+  return status;
+}
+
+TEST(Cli, ASignalStopsTrainingAtAStepWithItsCheckpointAndStatus128PlusTheSignal) {
+  const std::string cfg = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/gpt2-tiny.json";
+  const std::string dir = fresh_dir("cli-signal");
+  const std::string train = std::string(ANVIL_BINARY) + " train --config " + cfg +
+                            " -B 1 -T 16 --threads 1 --steps 60 --out " + dir + "/run";
+  EXPECT_EQ(status_after_signal(train + " --inject slow@1=50", 1.5, "kill -TERM $p"), 128 + 15);
+  const auto steps = anvil::ckpt::checkpoint_dirs(dir + "/run");
+  ASSERT_FALSE(steps.empty());
+  EXPECT_NE(steps.back(), dir + "/run/step-00000060");  // stopped before the end
+  EXPECT_EQ(run_anvil("ckpt verify " + dir + "/run", false).status, 0);
+  EXPECT_EQ(run_anvil(train.substr(train.find(" train ") + 1) + " --resume latest", false).status,
+            0);
+  // Under anvil launch a signal to the job (a preemption) is a fault to
+  // resume from; the launch finishes the run.
+  const std::string launch = std::string(ANVIL_BINARY) + " launch --np 1 --backoff 0.1 --inject " +
+                             "slow@1=50 -- --config " + cfg + " -B 1 -T 16 --threads 1 --steps " +
+                             "60 --out " + dir + "/launched";
+  EXPECT_EQ(status_after_signal(launch, 2.0, "pkill -TERM -f \"[l]aunched --heartbeat\""), 0);
+  const std::string journal = anvil::read_file(dir + "/launched/journal.jsonl");
+  EXPECT_NE(journal.find("\"cause\":\"stopped\""), std::string::npos) << journal;
+  EXPECT_NE(journal.find("\"event\":\"finished\",\"step\":60"), std::string::npos) << journal;
+}
+
+TEST(Cli, AStateJsonThatDisagreesWithItsIndexIsADamagedCheckpoint) {
+  const std::string cfg = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/gpt2-tiny.json";
+  const std::string dir = fresh_dir("cli-state-json");
+  const std::string train = "train --config " + cfg + " -B 1 -T 16 --threads 1 --ckpt-every 1 " +
+                            "--keep 0 --out " + dir + "/run";
+  ASSERT_EQ(run_anvil(train + " --steps 2", false).status, 0);
+  const std::string state = dir + "/run/step-00000002/state.json";
+  std::string text = anvil::read_file(state);
+  const auto at = text.find("\"step\": 2");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, 9, "\"step\": 3");
+  std::ofstream(state) << text;
+  const CliRun v = run_anvil("ckpt verify " + dir + "/run/step-00000002", true);
+  EXPECT_EQ(v.status, 2) << v.out;
+  EXPECT_NE(v.out.find("train_state"), std::string::npos) << v.out;
+  // A resume passes over it to the step before, with a warning.
+  const CliRun r = run_anvil(train + " --steps 3 --resume latest", true);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("warning"), std::string::npos) << r.out;
 }
 
 TEST(Cli, TrainsOnTextCheckpointsAndGenerates) {
@@ -845,7 +904,15 @@ TEST(Cli, ACheckpointWrittenOnAGpuResumesOnTheCpu) {
   EXPECT_EQ(state["device"], "cpu");
   state["device"] = "cuda";
   std::filesystem::copy(dir + "/gpu", dir + "/tpu", std::filesystem::copy_options::recursive);
-  std::ofstream(state_path) << state.dump(2);
+  // The index keeps a copy of the state (checked against it): both are
+  // edited, as a GPU run writes both.
+  const auto write_state = [](const std::string& step_dir, const nlohmann::json& s) {
+    std::ofstream(step_dir + "/state.json") << s.dump(2);
+    auto index = nlohmann::json::parse(std::ifstream(step_dir + "/index.json"));
+    index["train_state"] = s;
+    std::ofstream(step_dir + "/index.json") << index.dump(1);
+  };
+  write_state(dir + "/gpu/step-00000003", state);
   const CliRun r = run_anvil(train + "/gpu --steps 6 --resume latest", false);
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("checkpoint written on cuda, continuing on cpu"), std::string::npos)
@@ -853,7 +920,7 @@ TEST(Cli, ACheckpointWrittenOnAGpuResumesOnTheCpu) {
   EXPECT_EQ(losses_of(dir + "/gpu"), losses_of(dir + "/straight"));
 
   state["device"] = "tpu";
-  std::ofstream(dir + "/tpu/step-00000003/state.json") << state.dump(2);
+  write_state(dir + "/tpu/step-00000003", state);
   expect_usage_error(train + "/tpu --steps 6 --resume latest",
                      "state.json: device is \"tpu\" (expected \"cpu\" or \"cuda\")");
 }

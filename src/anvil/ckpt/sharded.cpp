@@ -445,7 +445,8 @@ std::string commit(const std::string& run_dir, int64_t step, const fs::path& tmp
   write_file_atomic((tmp_dir / "state.json").string(), state_json);
   write_file_atomic((tmp_dir / "index.json").string(), index.dump(1) + "\n");
   fsync_directory(tmp_dir.string());
-  fs::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier run
+  if (fs::exists(final_dir))  // a checkpoint of the same step from an earlier run
+    remove_checkpoint(final_dir.string());
   fs::rename(tmp_dir, final_dir, ec);
   if (ec)
     throw SystemError(final_dir.string() + ": cannot rename into place: " + ec.message(),
@@ -729,7 +730,10 @@ VerifyReport verify_checkpoint(const std::string& dir) {
   try {
     index = parse_index(dir);
     check_shard_files(dir, index);
-    read_state(dir);
+    // The trainer resumes from state.json; the index keeps a copy of it.
+    const json state = read_state(dir);
+    if (index.contains("train_state") && state != index["train_state"])
+      throw InputError(dir + "/state.json: differs from index.json's train_state");
   } catch (const std::exception& e) {
     r.problems.push_back(e.what());
     return r;

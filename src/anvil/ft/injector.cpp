@@ -107,6 +107,14 @@ void Injector::keep_full(int64_t step, const std::string& run_dir) const {
                run_dir.c_str(), static_cast<long long>(step));
 }
 
+void Injector::clear_stale_fill(const std::string& run_dir) {
+  std::error_code ec;
+  if (std::filesystem::remove(run_dir + "/.disk-full-filler", ec))
+    std::fprintf(stderr,
+                 "anvil: removed %s/.disk-full-filler, left by an injected disk-full fault\n",
+                 run_dir.c_str());
+}
+
 void Injector::save_retry(int64_t step, const std::string& run_dir) const {
   keep_full(step, run_dir);
 }

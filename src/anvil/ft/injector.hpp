@@ -59,6 +59,10 @@ class Injector {
   void save_begin(int64_t step, const std::string& run_dir) const;
   // disk-full: the same fill before a save's retry on a full disk.
   void save_retry(int64_t step, const std::string& run_dir) const;
+  // Removes a filler that a process which died with the disk full left in
+  // `run_dir` (a restart under anvil launch runs without the fault). Called
+  // by the trainer before it writes anything there.
+  static void clear_stale_fill(const std::string& run_dir);
   // corrupt-ckpt: once the checkpoint of step STEP is committed (`wait`
   // returns), flips one byte of this rank's shard `shard_file` (waiting for
   // the commit's `index_file`) and dies.

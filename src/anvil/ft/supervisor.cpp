@@ -213,6 +213,10 @@ class Supervisor {
       if (!recover(attempt, end)) break;
     }
     r_.wall_s = now_seconds() - t_start_;
+    if (pending_restart_from_ >= 0) {  // the job ended before recovering from its last fault
+      r_.lost_s[pending_cause_] += now_seconds() - pending_restart_from_;
+      pending_restart_from_ = -1;
+    }
     r_.useful_s = useful_seconds(fs::path(out_) / "metrics.jsonl");
     r_.goodput = r_.wall_s > 0 ? r_.useful_s / r_.wall_s : 0;
     json lost = r_.lost_s;
@@ -299,6 +303,7 @@ class Supervisor {
       if (done == pid) {
         end.detected = now;
         end.cause = cause_of(end.status);
+        if (end.cause == "stopped" && g_interrupted.load()) end.cause = "interrupted";
         if (!end.cause.empty()) reap_local_ranks(heartbeat_dir_, 10);
         return end;
       }
@@ -466,6 +471,11 @@ class Supervisor {
     if (WIFEXITED(status) && WEXITSTATUS(status) == kExitStraggler) return "straggler";
     if (WIFEXITED(status) && WEXITSTATUS(status) == kExitDiverged) return "diverged";
     if (WIFEXITED(status) && WEXITSTATUS(status) == 2) return "input";
+    // anvil train stopped early by SIGINT/SIGTERM (128 + it), its checkpoint
+    // written: a preemption when the supervisor itself was not interrupted.
+    if (WIFEXITED(status) &&
+        (WEXITSTATUS(status) == 128 + SIGINT || WEXITSTATUS(status) == 128 + SIGTERM))
+      return "stopped";
     return "crash";
   }
 
@@ -558,7 +568,10 @@ class Supervisor {
       r_.exit_code = 1;
       return false;
     }
-    r_.lost_s[cause] += 0;                            // (restart and recompute counted at recovery)
+    r_.lost_s[cause] += 0;  // (restart and recompute counted at recovery)
+    // A restart that failed before its first new step: all of it was lost.
+    if (pending_restart_from_ >= 0)
+      r_.lost_s[pending_cause_] += end.detected - detect_s - pending_restart_from_;
     pending_restart_from_ = end.detected - detect_s;  // the fault's time, as near as we know
     pending_cause_ = cause;
     failed_at_step_ = end.last_step;

@@ -151,7 +151,17 @@ double CheckpointManager::wait(bool final) {
   if (saver_.joinable()) saver_.join();
   if (!save_error_) return now_seconds() - t0;
   const auto error = std::exchange(save_error_, nullptr);
-  if (final || o_.on_save_error != "continue") std::rethrow_exception(error);
+  if (final || o_.on_save_error != "continue") {
+    try {
+      std::rethrow_exception(error);
+    } catch (const SystemError& e) {  // the step, the cause and what is left to resume from
+      const auto dirs = ckpt::checkpoint_dirs(o_.out);
+      throw SystemError("the checkpoint of step " + std::to_string(saving_step_) +
+                        " was not saved: " + e.what() + "; the newest checkpoint is " +
+                        (dirs.empty() ? std::string("none") : dirs.back()) +
+                        (final ? "" : " (--on-save-error stop)"));
+    }
+  }
   try {
     std::rethrow_exception(error);
   } catch (const SystemError& e) {

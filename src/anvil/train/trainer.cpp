@@ -43,9 +43,9 @@ model::TensorShard whole_shard(const model::ExtraTensor& e) {
   return {e.name, e.shape, 0, n, 0, model::Sharding::replicated, e.data};
 }
 
-std::atomic<bool> g_stop{false};
-extern "C" void on_stop_signal(int) {
-  g_stop.store(true);
+std::atomic<int> g_stop{0};  // the stop signal's number, 0: none
+extern "C" void on_stop_signal(int sig) {
+  g_stop.store(sig);
 }
 
 // SIGINT and SIGTERM end the loop at a step boundary (with a checkpoint)
@@ -54,7 +54,7 @@ class StopSignals {
  public:
   StopSignals()
       : int_(std::signal(SIGINT, on_stop_signal)), term_(std::signal(SIGTERM, on_stop_signal)) {
-    g_stop.store(false);
+    g_stop.store(0);
   }
   ~StopSignals() {
     std::signal(SIGINT, int_);
@@ -408,6 +408,7 @@ void Trainer::start(const std::optional<ResumePoint>& from) {
   const std::string& out = o_.checkpoint.out;
   if (!out.empty() && rank_ == 0) {
     std::filesystem::create_directories(out);
+    ft::Injector::clear_stale_fill(out);
     // The run decodes with the tokenizer it trained on (anvil generate, eval).
     if (!batches_.tokenizer_model().empty())
       write_file_atomic(out + "/" + ckpt::kTokenizerFile, read_file(batches_.tokenizer_model()));
@@ -586,8 +587,8 @@ double Trainer::mfu(double tokens_per_second) const {
 bool Trainer::stop_requested() {
   // Every rank stops at the same step, whichever got the signal.
   // Rank 0 alone names a straggler to exclude (rank + 1 in the second slot).
-  if (!dp_ || world_ == 1) return g_stop.load();
-  int64_t flags[2] = {g_stop.load() ? 1 : 0, straggler_ >= 0 ? straggler_ + 1 : 0};
+  if (!dp_ || world_ == 1) return g_stop.load() != 0;
+  int64_t flags[2] = {g_stop.load() != 0 ? 1 : 0, straggler_ >= 0 ? straggler_ + 1 : 0};
   dp_->sum(std::span<int64_t>(flags, 2));
   if (flags[1] > 0) straggler_ = static_cast<int>(flags[1] - 1);
   return flags[0] > 0 || flags[1] > 0;
@@ -636,7 +637,8 @@ TrainResult Trainer::run() {
     // An iteration: the stop vote, the step, validation and the metrics line
     // (its gathers); the checkpoint save is not part of it.
     double iteration_start = now_seconds();
-    while (step_ < o_.train.steps && !stop_requested()) {
+    bool stopped = false;
+    while (step_ < o_.train.steps && !(stopped = stop_requested())) {
       steps.push_back(step());
       const bool last = step_ == o_.train.steps;
       const bool val_now = (o_.train.val_every > 0 && step_ % o_.train.val_every == 0) || last;
@@ -646,6 +648,10 @@ TrainResult Trainer::run() {
       if (o_.checkpoint.every > 0 && step_ % o_.checkpoint.every == 0 && !last) save();
       iteration_start = now_seconds();
     }
+    // A signal on any rank (the vote) ends every rank early; the status
+    // says so (128 + the signal, SIGTERM where another rank had it).
+    if (stopped && straggler_ < 0)
+      result_.stop_signal = g_stop.load() != 0 ? g_stop.load() : SIGTERM;
   }
   if (step_ > result_.first_step) save();
   checkpoints_->wait(/*final=*/true);
@@ -708,7 +714,7 @@ void Trainer::finish_result(const std::vector<StepStats>& steps) {
   }
   if (dp_ && world_ > 1)
     result_.rank_peak_rss_bytes = dp_->gather(static_cast<double>(result_.peak_rss_bytes));
-  if (!o_.metrics.quiet && rank_ == 0) print_summary(g_stop.load());
+  if (!o_.metrics.quiet && rank_ == 0) print_summary(result_.stop_signal != 0);
 }
 
 void Trainer::print_summary(bool stopped) const {

@@ -44,6 +44,9 @@ struct TrainResult {
   // (metrics_logger.hpp, step_parts_json).
   nlohmann::json part_seconds = nlohmann::json::object();
   double val_loss = -1;
+  // SIGINT or SIGTERM ended the run before its last step, at a step boundary
+  // with a checkpoint written: anvil train exits 128 + it (130, 143).
+  int stop_signal = 0;
   double tokens_per_second = 0;  // median over the steps after the first
   double mfu = 0;                // at that median
   double flops_per_token = 0;
