@@ -710,6 +710,10 @@ VerifyReport verify_checkpoint(const std::string& dir) {
   VerifyReport r;
   r.dir = dir;
   if (!fs::exists(fs::path(dir) / "index.json")) {
+    if (!fs::exists(fs::path(dir) / "model.safetensors")) {  // neither layout's files
+      r.problems.push_back(dir + ": no index.json (and no version-1 model.safetensors)");
+      return r;
+    }
     r.version = 1;
     try {
       for (const char* name : {"model.safetensors", "optimizer.safetensors"}) {
