@@ -4,6 +4,7 @@
 #include <sentencepiece_trainer.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include "anvil/base/clock.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
+#include "anvil/base/progress.hpp"
 #include "anvil/data/tokenizer_json.hpp"
 #include "anvil/data/tokens.hpp"
 
@@ -166,7 +168,8 @@ int64_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 
 std::string Tokenizer::piece(int32_t id) const { return sp_->IdToPiece(id); }
 
-void Tokenizer::encode_lines(std::string_view text, std::vector<int32_t>& out) const {
+void Tokenizer::encode_lines(std::string_view text, std::vector<int32_t>& out,
+                             std::atomic<size_t>* done) const {
   std::vector<int> ids;
   size_t at = 0;
   while (true) {
@@ -187,6 +190,7 @@ void Tokenizer::encode_lines(std::string_view text, std::vector<int32_t>& out) c
       out.insert(out.end(), space_mark_, space_mark_ + 3);
       from = mark + 3;
     }
+    if (done != nullptr) done->fetch_add(line.size() + 1, std::memory_order_relaxed);
     if (nl == std::string_view::npos) return;
     out.push_back(newline_);
     at = nl + 1;
@@ -216,15 +220,27 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, int threads) const
   std::vector<std::vector<int32_t>> outs(parts.size());
   std::vector<std::exception_ptr> errors(parts.size());
   std::vector<std::thread> pool;
+  std::atomic<size_t> done{0}, finished{0};
   for (size_t p = 0; p < parts.size(); ++p) {
     pool.emplace_back([&, p] {
       try {
         // A piece ending in '\n' encodes it; the next piece starts a line.
-        encode_lines(parts[p], outs[p]);
+        encode_lines(parts[p], outs[p], &done);
       } catch (...) {
         errors[p] = std::current_exception();
       }
+      finished.fetch_add(1);
     });
+  }
+  // Progress by MiB encoded, from 16 MiB on (a corpus of gigabytes takes
+  // minutes; a small text is done before a line could help).
+  const size_t total_mib = text.size() >> 20;
+  if (total_mib >= 16) {
+    while (finished.load() < parts.size()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      progress_line(true, std::min(done.load() >> 20, total_mib - 1), total_mib, "MiB encoded");
+    }
+    progress_line(true, total_mib, total_mib, "");
   }
   for (auto& t : pool) t.join();
   for (const auto& e : errors)

@@ -12,6 +12,7 @@
 // three byte pieces).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -66,7 +67,9 @@ class Tokenizer {
   std::string piece(int32_t id) const;
 
  private:
-  void encode_lines(std::string_view text, std::vector<int32_t>& out) const;
+  // `done` (when given) counts the bytes encoded so far, line by line.
+  void encode_lines(std::string_view text, std::vector<int32_t>& out,
+                    std::atomic<size_t>* done = nullptr) const;
   std::string path_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   int32_t newline_ = -1;
