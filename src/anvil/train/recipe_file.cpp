@@ -24,8 +24,8 @@ struct Reader {
     if (!j[key].is_number()) throw bad(key, j[key].dump() + " (expected a number)");
     const double v = j[key].get<double>();
     if (!(v >= lo && v <= hi))
-      throw bad(key, j[key].dump() + " (expected " + std::to_string(lo) + ".." +
-                         std::to_string(hi) + ")");
+      throw bad(key, j[key].dump() + " (expected " + json(lo).dump() + ".." + json(hi).dump() +
+                         ")");
     return v;
   }
   int64_t integer(const json& j, const char* key, int64_t fallback, int64_t lo) const {
