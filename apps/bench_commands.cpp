@@ -44,6 +44,8 @@ class BenchCommands : public CommandFamily {
     hw_ = app.add_subcommand(
         "hw", "Describe this machine: CPU, ISA, caches, memory, BLAS, MPI, and its CUDA GPUs");
     hw_->add_flag("--json", hw_json_, "Print JSON instead of the table");
+    hw_->add_option("--out", hw_out_, "Also write the JSON report to this file (atomically)")
+        ->check(output_file());
     hw_->add_option("--profile", hw_profile_,
                     "Measure GEMM and memory bandwidth and write this machine's hardware profile "
                     "(JSON, see docs/hw-profile.md) to this file");
@@ -100,6 +102,7 @@ class BenchCommands : public CommandFamily {
   CLI::App *hw_ = nullptr, *gemm_ = nullptr, *membw_ = nullptr, *attention_ = nullptr,
            *comm_ = nullptr;
   bool hw_json_ = false;
+  std::string hw_out_;
   std::string hw_profile_;
   double hw_min_time_ = 0.1;
   std::string hw_device_ = "cpu";
@@ -374,6 +377,7 @@ int BenchCommands::hw() {
     std::cerr << "wrote " << hw_profile_ << "\n";
   }
   const auto report = bench::hw_report();
+  if (!hw_out_.empty()) write_file_atomic(hw_out_, report.dump(2) + "\n");
   std::cout << (hw_json_ ? report.dump(2) + "\n" : bench::hw_report_text(report));
   return 0;
 }
