@@ -146,6 +146,7 @@ class EvalCommands : public CommandFamily {
     };
     const auto r = eval::generate(g, [&](int32_t t, const std::string& text) {
       echo();
+      if (ids && t < 0) return;  // a text tail, for text output only
       std::cout << (ids ? std::to_string(t) + " " : text) << std::flush;
     });
     echo();

@@ -161,6 +161,39 @@ TEST(Cli, AStateJsonThatDisagreesWithItsIndexIsADamagedCheckpoint) {
   EXPECT_NE(r.out.find("warning"), std::string::npos) << r.out;
 }
 
+// A character the tokenizer spells in byte pieces comes out whole: its
+// first bytes alone decode to U+FFFD, which must not reach the output.
+TEST(Cli, GenerateStreamsCharactersSplitOverBytePiecesWhole) {
+  const std::string dir = fresh_dir("cli-utf8");
+  const std::string kjv = std::string(ANVIL_SOURCE_DIR) + "/tests/golden/text.txt";
+  ASSERT_EQ(
+      run_anvil("data tokenizer train --text " + kjv + " --vocab 400 --out " + dir + "/sp", false)
+          .status,
+      0);
+  {
+    std::ofstream text(dir + "/zh.txt");
+    for (int i = 0; i < 300; ++i) text << "ЖЖЖ a ЖЖ a\n";  // Zhe: no piece of its own
+  }
+  ASSERT_EQ(run_anvil("data tokenize --text " + dir + "/zh.txt --tokenizer " + dir +
+                          "/sp.model --out " + dir + "/zh.tok",
+                      false)
+                .status,
+            0);
+  const std::string cfg = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/gpt2-tiny.json";
+  ASSERT_EQ(run_anvil("train --config " + cfg + " --set vocab_size=400 -B 2 -T 16 --steps 150 " +
+                          "--lr 1e-2 --threads 1 --peak-gflops 1 --data " + dir + "/zh.tok --out " +
+                          dir + "/run",
+                      false)
+                .status,
+            0);
+  const CliRun g = run_anvil(
+      "generate --checkpoint " + dir + "/run --prompt 'ЖЖ a' " + "--max-new 12 --temperature 0",
+      false);
+  ASSERT_EQ(g.status, 0);
+  EXPECT_EQ(g.out.find("\xEF\xBF\xBD"), std::string::npos) << g.out;  // no U+FFFD
+  EXPECT_NE(g.out.find("Ж", 6), std::string::npos) << g.out;          // a Zhe past the prompt
+}
+
 TEST(Cli, TrainsOnTextCheckpointsAndGenerates) {
   const std::string dir = fresh_dir("cli_train");
   {
@@ -825,6 +858,18 @@ TEST(Cli, TrainsATokenizerAndARunThatSpeaksThroughIt) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/x.tok"));
   expect_usage_error("data tokenizer train --text " + text + " --vocab 10 --out " + dir + "/y",
                      "--vocab");
+  // eval refuses text or ids of another tokenizer than the run's.
+  expect_usage_error("eval --checkpoint " + dir + "/run --data " + text, "tokenized as bytes");
+  // A Hugging Face round trip keeps the tokenizer: the imported run speaks.
+  ASSERT_EQ(
+      run_anvil("ckpt export --checkpoint " + dir + "/run --out " + dir + "/hf", false).status, 0);
+  ASSERT_EQ(run_anvil("ckpt import --hf " + dir + "/hf --out " + dir + "/back", false).status, 0);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/back/tokenizer.model"));
+  const CliRun b = run_anvil(
+      "generate --checkpoint " + dir + "/back --prompt 'The anvil' --max-new 5 --temperature 0",
+      false);
+  ASSERT_EQ(b.status, 0);
+  EXPECT_EQ(b.out, g.out);
 }
 
 namespace {

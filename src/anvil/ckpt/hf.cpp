@@ -295,6 +295,11 @@ void write_imported(const std::string& run_dir, const model::ModelConfig& c,
   fs::create_directories(run_dir, ec);
   if (ec) throw SystemError(run_dir + ": cannot create directory: " + ec.message());
   r.checkpoint_dir = save_sharded(run_dir, 0, save, SaveGroup{}, 1);
+  // An anvil export's SentencePiece model comes back to the run directory,
+  // where eval and generate look for it (as a trained run keeps it).
+  if (tokenizer == "sentencepiece" && fs::exists(hf_dir / kTokenizerFile))
+    write_file_atomic((fs::path(run_dir) / kTokenizerFile).string(),
+                      read_file((hf_dir / kTokenizerFile).string()));
   r.config_path = (fs::path(run_dir) / "model-config.json").string();
   write_file_atomic(r.config_path, model::model_config_to_json(c) + "\n");
 }

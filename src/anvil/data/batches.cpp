@@ -65,8 +65,8 @@ Batches::Batches(const std::vector<Source>& sources, int64_t vocab, uint64_t see
                        " exceeds the model's vocab_size " + std::to_string(vocab) +
                        " (expected <= " + std::to_string(vocab) + ")");
     }
-    if (d.tokenizer() != data_[0]->tokenizer() ||
-        d.tokenizer_model() != data_[0]->tokenizer_model()) {
+    if (!same_tokenizer(d.tokenizer(), d.tokenizer_model(), data_[0]->tokenizer(),
+                        data_[0]->tokenizer_model())) {
       throw InputError(path + ": tokenizer " + d.tokenizer() + " " + d.tokenizer_model() +
                        " differs from " + sources[0].path + "'s (expected one tokenizer)");
     }

@@ -195,4 +195,12 @@ void write_token_file(const std::string& path, const std::vector<int32_t>& token
   write_file_atomic(path, std::vector<std::string_view>{header, body});
 }
 
+bool same_tokenizer(const std::string& kind_a, const std::string& model_a,
+                    const std::string& kind_b, const std::string& model_b) {
+  if (kind_a != kind_b) return false;
+  if (model_a == model_b) return true;
+  if (model_a.empty() || model_b.empty()) return false;
+  return read_file(model_a) == read_file(model_b);
+}
+
 }  // namespace anvil::data

@@ -59,6 +59,12 @@ class TokenData {
 std::vector<int32_t> encode_bytes(const std::string& text);
 std::string decode_bytes(const std::vector<int32_t>& tokens);
 
+// Whether two tokenizers (kind: "bytes", "sentencepiece", ...; and the
+// SentencePiece model file, "" for none) encode alike: the same kind and the
+// same model bytes (a copy of a model is the same tokenizer).
+bool same_tokenizer(const std::string& kind_a, const std::string& model_a,
+                    const std::string& kind_b, const std::string& model_b);
+
 // Writes a token file atomically.
 void write_token_file(const std::string& path, const std::vector<int32_t>& tokens,
                       int64_t vocab_size);

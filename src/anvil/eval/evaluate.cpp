@@ -168,6 +168,16 @@ EvalResult evaluate(const EvalOptions& o) {
   for (const auto& [name, path] : o.data) {
     data::Batches b(path, config.vocab_size, 0, T, o.val_fraction);
     if (!b.has_validation()) throw InputError("--data: " + path + ": no held-out tail");
+    // The run's own tokenizer, or the loss is of other ids (random-token
+    // runs take any file).
+    if (r.tokenizer != "random" && !data::same_tokenizer(b.tokenizer(), b.tokenizer_model(),
+                                                         r.tokenizer, ckpt::tokenizer_model(dir))) {
+      throw InputError(
+          "--data: " + path + " is tokenized as " + b.tokenizer() +
+          (b.tokenizer_model().empty() ? "" : " (" + b.tokenizer_model() + ")") +
+          "; the run's tokenizer is " + r.tokenizer +
+          " (expected a token file from anvil data tokenize with the run's tokenizer)");
+    }
     SourceResult s{name, path};
     double nll = 0;
     for (int64_t i = 0; i < o.rows; ++i) {

@@ -94,15 +94,24 @@ GenerateResult generate(const GenerateOptions& o,
   r.capped = static_cast<int64_t>(prompt.size()) + o.max_new > config.seq_len;
   // Each new token's text: the tokens so far decoded, what grew (a
   // SentencePiece piece's leading space depends on its neighbours).
+  // A character split over byte-fallback pieces decodes to U+FFFD until its
+  // last byte comes: such a tail is held back, so what was shown stays a
+  // prefix of the text (the end flushes whatever is left).
   std::vector<int32_t> sampled;
   std::string shown;
+  const auto unfinished = [](const std::string& s) {
+    static const std::string kReplacement = "\xEF\xBF\xBD";
+    return s.size() >= 3 && s.compare(s.size() - 3, 3, kReplacement) == 0;
+  };
   auto on_token = [&](int32_t t) {
     std::string piece;
     if (text.has_text()) {
       sampled.push_back(t);
       const std::string all = text.decode(sampled);
-      piece = all.substr(std::min(shown.size(), all.size()));
-      shown = all;
+      if (!unfinished(all)) {
+        piece = all.substr(std::min(shown.size(), all.size()));
+        shown = all;
+      }
     } else {
       piece = std::to_string(t) + " ";
     }
@@ -114,6 +123,14 @@ GenerateResult generate(const GenerateOptions& o,
   model::TrainableModel& weights = model->weights();
   ckpt::load_weights(dir, weights.registry(), weights.params(), weights.extra_state());
   decode_all(*model, prompt, total, o, on_token, config.vocab_size, r);
+  if (text.has_text() && !sampled.empty()) {
+    const std::string all = text.decode(sampled);
+    if (all.size() > shown.size()) {  // a held-back tail that never finished
+      const std::string piece = all.substr(shown.size());
+      r.text += piece;
+      if (on_new) on_new(-1, piece);
+    }
+  }
   return r;
 }
 

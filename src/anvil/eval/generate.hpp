@@ -31,7 +31,9 @@ struct GenerateResult {
 
 // `on_token` (may be empty) gets each new token as it is sampled with the
 // text it adds: its bytes, its SentencePiece text, or "ID " without a
-// tokenizer.
+// tokenizer. A character split over byte pieces comes whole with its last
+// byte's token (the others add ""); a last call with token -1 carries a
+// tail that never finished.
 GenerateResult generate(const GenerateOptions& options,
                         const std::function<void(int32_t, const std::string&)>& on_token = {});
 
