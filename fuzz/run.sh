@@ -16,6 +16,7 @@ out=build-fuzz
 mkdir -p "$out" fuzz/findings
 srcs=(src/anvil/base/files.cpp src/anvil/base/checksum.cpp src/anvil/base/json_text.cpp
       src/anvil/base/options.cpp src/anvil/base/dtype.cpp src/anvil/base/shared_buffer.cpp
+      src/anvil/base/progress.cpp
       src/anvil/ckpt/safetensors.cpp src/anvil/ckpt/sharded.cpp src/anvil/ckpt/checkpoint.cpp
       src/anvil/ckpt/hf_files.cpp
       src/anvil/model/params.cpp src/anvil/model/config.cpp

@@ -34,8 +34,9 @@ std::vector<std::string> unknown_option_keys(const nlohmann::json& in,
                                              const std::vector<std::string>& known) {
   std::vector<std::string> unknown;
   for (const auto& [section, values] : in.items()) {
+    const std::string prefix = section + ".";  // (clang captures no structured binding)
     const bool known_section = std::any_of(known.begin(), known.end(), [&](const std::string& k) {
-      return k.rfind(section + ".", 0) == 0;
+      return k.rfind(prefix, 0) == 0;
     });
     if (!values.is_object() || (!known_section && values.empty())) {  // an empty unknown one too
       unknown.push_back(section);
