@@ -41,17 +41,20 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 args="--config $src/tests/configs/zaya-tiny.json --set vocab_size=256 -T 64 --steps $steps \
   --lr 5e-4 --warmup 2 --schedule constant --data $work/text.txt --peak-gflops 1 --log-every 1000"
 # The uninterrupted run at the survivors' layout: 2 ranks, 2 micro-batches of
-# 8 rows each (the global batch of 32).
-timeout 600 mpirun --oversubscribe -np 2 "$anvil" train $args -B 8 --accum 2 --json-out "$work/straight.json" \
+# 32 rows each (the global batch of 128). The rows make a survivors' step
+# long enough (~30 ms over the veth) that the host answers its probes again
+# before the survivors finish: with 8 rows they could finish the 85 steps
+# left in about a second, before the host-back probe, and never grow.
+timeout 600 mpirun --oversubscribe -np 2 "$anvil" train $args -B 32 --accum 2 --json-out "$work/straight.json" \
   > "$work/straight.log" 2>&1 || { cat "$work/straight.log"; exit 1; }
 
-# The supervised run on both hosts, 8 rows per rank, a checkpoint every 10 steps.
+# The supervised run on both hosts, 32 rows per rank, a checkpoint every 10 steps.
 out=$work/run
 mpi="--mca plm_rsh_agent $src/tests/parallel/netns_agent.sh --mca btl tcp,self \
 --mca btl_tcp_if_include $a1/24 --mca oob_tcp_if_include $a1/24 -x OMP_NUM_THREADS -x ANVIL_NETNS_MAP"
 ip netns exec "$h1" unshare --uts sh -c "hostname $h1 && exec timeout 600 $anvil launch \
   --hosts $a1:2,$a2:2 --min-ranks 2 --hang-timeout 5 --probe-port 9 --probe-timeout 1 \
-  --probe-every 0.3 --backoff 0.1 --mpirun-args='$mpi' -- $args -B 8 --ckpt-every 10 --out $out" \
+  --probe-every 0.3 --backoff 0.1 --mpirun-args='$mpi' -- $args -B 32 --ckpt-every 10 --out $out" \
   > "$work/launch.log" 2>&1 &
 launcher=$!
 step_of() { cut -d' ' -f1 "$out/heartbeat/rank-0" 2>/dev/null || echo -1; }
