@@ -41,7 +41,7 @@ nlohmann::json summary_json(const train::TrainResult& r) {
           {"step_seconds", r.step_seconds},
           {"part_seconds", r.part_seconds},
           {"first_step", r.first_step},
-          {"val_loss", r.val_loss},
+          {"val_loss", r.val_loss >= 0 ? nlohmann::json(r.val_loss) : nlohmann::json()},  // null: none ran
           {"tokens_per_second", r.tokens_per_second},
           {"mfu", r.mfu},
           {"flops_per_token", r.flops_per_token},

@@ -91,7 +91,7 @@ inline TrainRun train(int ranks, const std::string& name, const std::string& arg
   if (!ok) return r;
   const auto j = nlohmann::json::parse(anvil::read_file(out.string() + ".json"));
   r.losses = j.at("losses").get<std::vector<double>>();
-  r.val_loss = j.at("val_loss").get<double>();
+  r.val_loss = j.at("val_loss").is_null() ? -1.0 : j.at("val_loss").get<double>();
   r.optimizer_bytes = j.at("optimizer_bytes").get<int64_t>();
   r.optimizer_on_device = j.at("optimizer_on_device").get<bool>();
   r.parameter_bytes = j.at("parameter_bytes").get<int64_t>();

@@ -11,6 +11,7 @@
 #include "anvil/base/error.hpp"
 #include "anvil/base/json_text.hpp"
 #include "anvil/base/files.hpp"
+#include "anvil/base/progress.hpp"
 
 namespace anvil::ckpt {
 namespace fs = std::filesystem;
@@ -45,8 +46,10 @@ int64_t write_hf_weights(const fs::path& dir, const std::vector<HfOutTensor>& ou
       refs.push_back({x->name, x->shape, x->f32.data(), bf16 ? x->b16.data() : nullptr});
       weight_map[x->name] = file;
     }
+    progress_line(true, f, files.size(), "writing " + file);
     write_safetensors((dir / file).string(), refs, {{"format", "pt"}});
   }
+  progress_line(true, files.size(), files.size(), "");
   if (files.size() > 1) {
     const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
     write_file_atomic((dir / "model.safetensors.index.json").string(), index.dump(2) + "\n");
@@ -72,10 +75,12 @@ std::map<std::string, LoadedTensor> read_hf_weights(const fs::path& dir) {
   } else {
     files = {"model.safetensors"};
   }
-  for (const auto& f : files) {
-    auto file = read_safetensors((dir / f).string());
+  for (size_t i = 0; i < files.size(); ++i) {
+    progress_line(true, i, files.size(), "reading " + files[i]);
+    auto file = read_safetensors((dir / files[i]).string());
     for (auto& [name, t] : file.tensors) all[name] = std::move(t);
   }
+  progress_line(true, files.size(), files.size(), "");
   return all;
 }
 

@@ -17,6 +17,7 @@
 #include "anvil/base/clock.hpp"
 #include "anvil/base/files.hpp"
 #include "anvil/base/json_text.hpp"
+#include "anvil/base/progress.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/tensor/tensor.hpp"
 
@@ -589,6 +590,8 @@ std::string reshape_checkpoint(const std::string& from, const std::string& run_d
   const std::string nonce = "reshape-" + std::to_string(::getpid());
   const fs::path tmp_dir = make_tmp_dir(run_dir, step, nonce);
   for (int r = 0; r < world; ++r) {
+    progress_line(true, static_cast<size_t>(r), static_cast<size_t>(world),
+                  "writing " + rank_file(r) + ".safetensors");
     const int64_t lo = total * r / world, hi = total * (r + 1) / world;
     std::vector<model::TensorShard> m, o;
     int64_t at = 0;
@@ -603,6 +606,7 @@ std::string reshape_checkpoint(const std::string& from, const std::string& run_d
     }
     write_part(tmp_dir, r, step, m, o);
   }
+  progress_line(true, static_cast<size_t>(world), static_cast<size_t>(world), "");
   json layout = {{"world", world}, {"reshaped_from", fs::absolute(src).string()}};
   const std::string out = commit(run_dir, step, tmp_dir, world, read_state_json(src), layout, 0);
   remove_stale(run_dir, step, nonce);
