@@ -154,21 +154,16 @@ CLI::Validator at_least(double lo) {
   return number_validator(">= " + number_text(lo), [lo](double v) { return v >= lo; });
 }
 
-CLI::Validator unsigned_number() {
+CLI::Validator number_text(Number kind) {
   return CLI::Validator(
-      [](std::string& s) -> std::string {
-        return s.find('-') == std::string::npos ? ""
-                                                : "expected a whole number >= 0, got '" + s + "'";
-      },
-      "");
-}
-
-CLI::Validator number_text(bool whole) {
-  return CLI::Validator(
-      [whole](std::string& s) -> std::string {
+      [kind](std::string& s) -> std::string {
+        const bool whole = kind != Number::real;
+        const bool negative = s.find('-') != std::string::npos;
+        if (kind == Number::unsigned_whole && negative)  // CLI11 would wrap "-1" around
+          return "expected a whole number >= 0, got '" + s + "'";
         char* end = nullptr;
         errno = 0;
-        if (whole && s.find('-') == std::string::npos) {  // up to an unsigned 64-bit's range
+        if (whole && !negative) {  // up to an unsigned 64-bit's range
           (void)std::strtoull(s.c_str(), &end, 10);
         } else if (whole) {
           (void)std::strtoll(s.c_str(), &end, 10);

@@ -72,11 +72,11 @@ int run_command_line(CLI::App& app, std::vector<std::unique_ptr<CommandFamily>>&
 
 // Validators whose messages say what the value must be.
 CLI::Validator at_least(double lo);
-// An unsigned integer's text: no sign (CLI11 would wrap "-1" around).
-CLI::Validator unsigned_number();
-// A number's text (a whole number where `whole`), so a typo is named with
-// what was expected rather than as a failed conversion.
-CLI::Validator number_text(bool whole);
+// A number's text, so a typo is named with what was expected rather than as
+// a failed conversion; an unsigned whole number has no sign (CLI11 would wrap
+// "-1" around).
+enum class Number { real, whole, unsigned_whole };
+CLI::Validator number_text(Number kind);
 // An output path (base/files.hpp's output_path_problem), checked as the
 // command line is read, before any work.
 CLI::Validator output_file();
@@ -106,8 +106,11 @@ void add_options(CLI::App* cmd, Options& options, const std::string& section, Co
     } else {
       o = cmd->add_option(names, field, info.help)->capture_default_str();
       using Field = std::remove_reference_t<decltype(field)>;
-      if constexpr (std::is_arithmetic_v<Field>) o->check(number_text(std::is_integral_v<Field>));
-      if constexpr (std::is_unsigned_v<Field>) o->check(unsigned_number());
+      if constexpr (std::is_unsigned_v<Field>) {
+        o->check(number_text(Number::unsigned_whole));
+      } else if constexpr (std::is_arithmetic_v<Field>) {
+        o->check(number_text(std::is_integral_v<Field> ? Number::whole : Number::real));
+      }
     }
     o->group(group);
     ctx.flag_of_key[info.key()] = flag_words(info);

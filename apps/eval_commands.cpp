@@ -105,7 +105,7 @@ class EvalCommands : public CommandFamily {
         ->check(at_least(0))
         ->capture_default_str();
     generate_->add_option("--seed", g.seed, "Sampling seed")
-        ->check(unsigned_number())
+        ->check(number_text(Number::unsigned_whole))
         ->capture_default_str();
     generate_
         ->add_option("--device", g.device,
