@@ -47,7 +47,7 @@ TEST(ModelConfig, UnknownKeyNamesFileAndKey) {
 TEST(ModelConfig, BadValuesNameTheKeyAndExpectation) {
   EXPECT_NE(error_of([] {
               parse_model_config(R"({"n_heads": 0})", "x.json");
-            }).find("n_heads: expected an integer >= 1"),
+            }).find("n_heads: expected an integer from 1 to 4096, got 0"),
             std::string::npos);
   EXPECT_NE(error_of([] {
               parse_model_config(R"({"mlp": "relu"})", "x.json");
@@ -61,6 +61,35 @@ TEST(ModelConfig, BadValuesNameTheKeyAndExpectation) {
             std::string::npos);
   EXPECT_NE(error_of([] { parse_model_config("{", "x.json"); }).find("not valid JSON"),
             std::string::npos);
+}
+
+// Sizes whose products would leave int64 (a segfault or a hang before), a
+// RoPE base that rounds to 0 in fp32, and a family's needs are refused with
+// the key named; a rule an override breaks names the override.
+TEST(ModelConfig, SizesHaveCeilingsAndFamilyRulesNameTheirKey) {
+  auto error = [](const std::string& text, std::vector<std::string> set = {}) {
+    return error_of([&] { parse_model_config(text, "x.json", set); });
+  };
+  EXPECT_NE(error(R"({"seq_len": 4611686018427387904})").find("seq_len: expected an integer"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"rope_theta": 1e-50})").find("rope_theta: expected a number 1.0 <= x"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"router_init_std": 1e30})").find("router_init_std"), std::string::npos);
+  const std::string huge = error(
+      R"({"d_model": 65536, "n_layers": 4096, "attention": "cca", "n_kv_heads": 2,
+          "n_experts": 4096, "expert_ffn_hidden": 262144, "router_dim": 64})");
+  EXPECT_NE(huge.find("x.json: the model would have ~"), std::string::npos) << huge;
+  const std::string zaya = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/zaya-tiny.json";
+  const std::string kv = error_of([&] { load_model_config(zaya, {"n_kv_heads=4"}); });
+  EXPECT_NE(kv.find("with --set n_kv_heads=4: n_kv_heads: the zaya1 family needs 2"),
+            std::string::npos)
+      << kv;
+  EXPECT_NE(error(R"({"n_experts": 4, "expert_ffn_hidden": 8})")
+                .find("n_experts: the dense family needs 0"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"head_dim": 7, "position": "rope"})").find("rotary_dim 0 rotates all of head_dim (7)"),
+            std::string::npos);
+  EXPECT_NO_THROW(parse_model_config(R"({"head_dim": 7, "position": "learned"})", "x.json"));
 }
 
 TEST(ModelConfig, RouterInitStdRoundTripsAndInitialisesTheRouterMlp) {

@@ -31,7 +31,7 @@ TEST(ModelFamily, ChosenFromAttentionWhenTheConfigNamesNone) {
   EXPECT_EQ(preset("llama-style").family, Family::dense);
   EXPECT_EQ(preset("zaya1-base").family, Family::zaya1);
   // Overrides apply first: the family follows the attention they leave.
-  EXPECT_EQ(preset("zaya-tiny", {"attention=gqa"}).family, Family::dense);
+  EXPECT_EQ(preset("zaya-tiny", {"attention=gqa", "n_experts=0"}).family, Family::dense);
   EXPECT_EQ(model_family(preset("zaya1-base")).name(), "zaya1");
 }
 
@@ -39,9 +39,16 @@ TEST(ModelFamily, AnExplicitFamilyKeyIsParsedAndWrittenBackOnlyWhenItDiffers) {
   const ModelConfig c = parse_model_config(R"({"family": "dense"})", "x.json");
   EXPECT_EQ(c.family, Family::dense);
   EXPECT_EQ(model_config_to_json(c).find("family"), std::string::npos);
-  const ModelConfig z = parse_model_config(R"({"family": "zaya1"})", "x.json");
+  const ModelConfig z = parse_model_config(
+      R"({"family": "zaya1", "attention": "cca", "n_kv_heads": 2, "n_experts": 2,
+          "expert_ffn_hidden": 8, "router_dim": 4, "tied_embeddings": true})",
+      "x.json");
   EXPECT_EQ(z.family, Family::zaya1);
   EXPECT_EQ(parse_model_config(model_config_to_json(z), "round trip").family, Family::zaya1);
+  // A family whose layers the other keys do not fit is refused, naming the key.
+  test_support::expect_input_error(
+      [] { parse_model_config(R"({"family": "zaya1"})", "x.json"); },
+      {"x.json: attention: the zaya1 family needs \"cca\", got \"mha\""});
   test_support::expect_input_error([] { parse_model_config(R"({"family": "moe"})", "x.json"); },
                                    {"x.json: family: expected one of dense | zaya1, got \"moe\""});
 }

@@ -222,6 +222,9 @@ std::string output_path_problem(const std::string& path, bool dir) {
 }
 
 std::string read_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(path + ": is a directory, expected a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open for reading (" + errno_text() + ")");
   std::ostringstream ss;

@@ -29,7 +29,8 @@ namespace anvil::model {
 
 const ParamSpec& ParamRegistry::add(std::string name, std::vector<int64_t> shape, Init init,
                                     float init_std, bool weight_decay, OptimizerGroup group) {
-  if (find(name) != nullptr) throw InputError("parameter " + name + " registered twice");
+  if (!index_.emplace(name, specs_.size()).second)
+    throw InputError("parameter " + name + " registered twice");
   ParamSpec spec;
   spec.name = std::move(name);
   spec.shape = std::move(shape);
@@ -55,10 +56,8 @@ int64_t ParamRegistry::layer_begin(int64_t layer) const {
 }
 
 const ParamSpec* ParamRegistry::find(const std::string& name) const {
-  for (const auto& s : specs_) {
-    if (s.name == name) return &s;
-  }
-  return nullptr;
+  const auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &specs_[it->second];
 }
 
 void ParamRegistry::scale_lr(const std::string& part, float scale) {

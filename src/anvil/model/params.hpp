@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -89,6 +90,7 @@ class ParamRegistry {
 
  private:
   std::vector<ParamSpec> specs_;
+  std::unordered_map<std::string, size_t> index_;  // name -> position in specs_
   int64_t total_ = 0;
 };
 
