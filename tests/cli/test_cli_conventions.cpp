@@ -108,6 +108,11 @@ TEST(CliConventions, RangeErrorsSayWhatTheValueMustBe) {
                      "--val-fraction: must be in [0, 0.5], got 0.9");
   expect_usage_error("bench gemm --threads 0", "must be >= 1");
   expect_usage_error("launch --np 0 -- --config x", "must be >= 1");
+  // Whole expert-parallel groups at every rank count launch may run.
+  expect_usage_error("launch --np 4 --dry-run -- --config x --out /tmp/x --ep 3",
+                     "--np 4: expected a multiple of 3");
+  expect_usage_error("launch --np 3 --min-ranks 2 --dry-run -- --config x --out /tmp/x --ep 3",
+                     "--min-ranks 2: no smaller run fits");
   const std::string usage = run_anvil("train --config " + kTinyGpt2 + " -B 0", true).out;
   EXPECT_EQ(usage.find("1797693"), std::string::npos) << usage;
 }

@@ -155,6 +155,40 @@ TEST(DataParallel, ShardedOptimizerCheckpointsResumeOnAnotherLayout) {
   ::unsetenv("ANVIL_CPU_MODEL");
 }
 
+// A checkpoint damaged only where one rank reads (ZeRO-1: an optimizer
+// state rank 1 keeps is missing from the index): every rank stops with that
+// rank's error, exit 2, at once; before, rank 0 trained on into a collective
+// rank 1 never reached and the run ended by a 60 s timeout, the cause unsaid.
+TEST(DataParallel, AResumeErrorOnOneRankStopsEveryRankWithItsMessage) {
+  const TrainRun first = train(2, "one-rank-damage", kGptModel + " --steps 2 -B 2 --zero");
+  ASSERT_FALSE(first.checkpoint.empty());
+  const std::string index = first.checkpoint + "/index.json";
+  auto j = nlohmann::json::parse(anvil::read_file(index));
+  std::string victim;
+  for (const auto& [key, t] : j["tensors"].items()) {
+    bool rank1_only = key.ends_with(".exp_avg");
+    for (const auto& shard : t["shards"]) rank1_only = rank1_only && shard["rank"] == 1;
+    if (rank1_only) victim = key;
+  }
+  ASSERT_FALSE(victim.empty());
+  j["tensors"].erase(victim);
+  anvil::write_file_atomic(index, j.dump());
+  const fs::path out = work_dir() / "one-rank-damage-resumed";
+  fs::remove_all(out);
+  const std::string cmd = "OMP_NUM_THREADS=1 timeout 50 " + std::string(ANVIL_MPIRUN) +
+                          " --allow-run-as-root --oversubscribe -np 2 " + ANVIL_BINARY +
+                          " train --peak-gflops 1 " + kGptModel + " --steps 4 -B 2 --zero --out " +
+                          out.string() + " --resume " + first.checkpoint + " > " + out.string() +
+                          ".log 2>&1";
+  const int status = std::system(cmd.c_str());
+  const std::string log = anvil::read_file(out.string() + ".log");
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 2) << log;
+  EXPECT_NE(log.find("anvil: error: rank 1: " + index + ": no tensor " + victim), std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("timed out"), std::string::npos) << log;
+}
+
 // Checkpoints are cut by layout but hold global tensors: a 4-rank ZeRO-1
 // EP-2 checkpoint reshaped offline to 1 rank, that to 3 ranks, that to 2
 // ranks gives back the same bytes (weights and optimizer state), and each

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -47,13 +48,20 @@ std::string arg_value(const std::vector<std::string>& args, const std::string& f
 
 // The train arguments' --cp (1 when absent; a bad value is the trainer's
 // to report).
-int context_parallel(const std::vector<std::string>& args) {
-  const std::string v = arg_value(args, "--cp");
+int group_size(const std::vector<std::string>& args, const std::string& flag) {
+  const std::string v = arg_value(args, flag);
   char* end = nullptr;
-  const long cp = v.empty() ? 1 : std::strtol(v.c_str(), &end, 10);
-  return cp >= 1 && (v.empty() || *end == '\0') ? static_cast<int>(cp) : 1;
+  const long n = v.empty() ? 1 : std::strtol(v.c_str(), &end, 10);
+  return n >= 1 && (v.empty() || *end == '\0') ? static_cast<int>(n) : 1;
 }
-
+int context_parallel(const std::vector<std::string>& args) {
+  return group_size(args, "--cp");
+}
+// What every rank count of the run must be a multiple of: whole
+// context-parallel groups and whole expert-parallel groups (--ep).
+int rank_multiple(const std::vector<std::string>& args) {
+  return std::lcm(group_size(args, "--cp"), group_size(args, "--ep"));
+}
 
 struct Heartbeat {
   int64_t step = -1;
@@ -181,6 +189,7 @@ class Supervisor {
         hosts_(o.hosts),
         np_(o.np),
         cp_(context_parallel(o.train_args)),
+        unit_(rank_multiple(o.train_args)),
         args_(o.train_args) {
     r_.journal = o.journal.empty() ? (fs::path(out_) / "journal.jsonl").string() : o.journal;
     if (!o.dry_run) {
@@ -415,7 +424,7 @@ class Supervisor {
   // splits the replica's rows; false when the rows do not split over the
   // replicas.
   bool rescale_batch() {
-    if (np_ % cp_ != 0 || rows_ % (np_ / cp_) != 0) return false;
+    if (np_ % unit_ != 0 || rows_ % (np_ / cp_) != 0) return false;
     const int64_t per_replica = rows_ / (np_ / cp_);
     int64_t batch = std::min(batch_, per_replica);
     while (per_replica % batch != 0) --batch;
@@ -599,13 +608,14 @@ class Supervisor {
       for (const auto& h : hosts_)
         if (std::find(down.begin(), down.end(), h.name) == down.end()) survivors.push_back(h);
       const int n = total_slots(survivors);
-      const bool fits = n >= o_.min_ranks && n % cp_ == 0 && rows_ % (n / cp_) == 0;
+      const bool fits = n >= o_.min_ranks && n % unit_ == 0 && rows_ % (n / cp_) == 0;
       if (!fits) {
         log({{"event", "gave-up"},
              {"why", std::to_string(n) + " ranks answer; --min-ranks " +
-                         std::to_string(o_.min_ranks) + ", whole context-parallel groups of " +
-                         std::to_string(cp_) + " and the global batch of " +
-                         std::to_string(rows_) + " rows split over them are needed"}});
+                         std::to_string(o_.min_ranks) + ", a multiple of " + std::to_string(unit_) +
+                         " ranks (whole context- and expert-parallel groups) and the global "
+                         "batch of " +
+                         std::to_string(rows_) + " rows split over the replicas are needed"}});
         r_.exit_code = 1;
         return false;
       }
@@ -617,13 +627,13 @@ class Supervisor {
       shrink.update(split());
       log(shrink);
     }
-    // One machine: a smaller grid keeps the context-parallel groups whole:
-    // np - shrink_by must be a multiple of cp, and the rows must split over
-    // its replicas.
+    // One machine: a smaller grid keeps the context- and expert-parallel
+    // groups whole: np - shrink_by must be a multiple of both, and the rows
+    // must split over its replicas.
     const int smaller = np_ - o_.shrink_by;
     if (o_.hosts.empty() && (end.cause == "crash" || end.cause == "straggler") &&
-        o_.min_ranks > 0 && smaller >= o_.min_ranks &&
-        smaller % cp_ == 0 && rows_ % (smaller / cp_) == 0) {
+        o_.min_ranks > 0 && smaller >= o_.min_ranks && smaller % unit_ == 0 &&
+        rows_ % (smaller / cp_) == 0) {
       np_ = smaller;
       rescale_batch();
       json shrink = {{"event", "shrink"}, {"np", np_}, {"cp", cp_}};
@@ -641,7 +651,8 @@ class Supervisor {
   fs::path heartbeat_dir_;
   std::vector<Host> hosts_;  // the current layout's hosts (empty: this machine)
   int np_;
-  int cp_;  // context-parallel ranks per group (the train arguments' --cp)
+  int cp_;    // context-parallel ranks per group (the train arguments' --cp)
+  int unit_;  // every rank count is a multiple of it (rank_multiple)
   std::vector<std::string> args_;
   int64_t batch_ = 4, rows_ = 0;  // the launch's micro-batch and rows per step
   LaunchResult r_;
@@ -694,9 +705,18 @@ LaunchResult launch(const LaunchOptions& options) {
   if (o.np == 0) o.np = o.hosts.empty() ? 1 : total_slots(o.hosts);
   if (o.np < 1) throw InputError("--np: expected >= 1");
   if (o.min_ranks > o.np) throw InputError("--min-ranks: expected <= --np " + std::to_string(o.np));
-  if (const int cp = context_parallel(o.train_args); o.np % cp != 0)
-    throw InputError("--np " + std::to_string(o.np) + ": expected a multiple of the train " +
-                     "arguments' --cp " + std::to_string(cp) + " (whole context-parallel groups)");
+  if (const int unit = rank_multiple(o.train_args); o.np % unit != 0)
+    throw InputError("--np " + std::to_string(o.np) + ": expected a multiple of " +
+                     std::to_string(unit) +
+                     " (whole context- and expert-parallel groups of the train arguments' --cp "
+                     "and --ep)");
+  if (const int unit = rank_multiple(o.train_args);
+      o.min_ranks > 0 && (o.np - unit < o.min_ranks || o.np - unit < 1))
+    throw InputError("--min-ranks " + std::to_string(o.min_ranks) +
+                     ": no smaller run fits: it would need a multiple of " + std::to_string(unit) +
+                     " ranks (whole context- and expert-parallel groups of the train arguments' "
+                     "--cp and --ep) from --min-ranks to --np " +
+                     std::to_string(o.np) + " - 1");
   for (const char* flag : {"--resume", "--heartbeat", "--inject"}) {
     if (!arg_value(o.train_args, flag).empty())
       throw InputError(std::string("launch: ") + flag +

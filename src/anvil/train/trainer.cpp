@@ -9,7 +9,9 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <span>
@@ -35,6 +37,31 @@
 
 namespace anvil::train {
 namespace {
+
+// `work` on every rank; an InputError on some ranks becomes the same error on
+// every rank (the lowest such rank's text, named), so that the others do not
+// train on into a collective the failed ones never reach.
+void agree_on_input_errors(parallel::DataParallelGroup* dp, const std::function<void()>& work) {
+  std::string error;
+  try {
+    work();
+  } catch (const InputError& e) {
+    if (dp == nullptr) throw;
+    error = e.what();
+  }
+  if (dp == nullptr) return;
+  const std::vector<double> failed = dp->gather(error.empty() ? 0.0 : 1.0);
+  const auto first = std::find(failed.begin(), failed.end(), 1.0);
+  if (first == failed.end()) return;
+  const int root = static_cast<int>(first - failed.begin());
+  int64_t length = static_cast<int64_t>(error.size());
+  dp->comm().broadcast(&length, 1, comm::DType::i64, root, comm::Algo::automatic);
+  std::vector<int32_t> words(static_cast<size_t>((length + 3) / 4), 0);
+  if (dp->rank() == root) std::memcpy(words.data(), error.data(), error.size());
+  dp->comm().broadcast(words.data(), words.size(), comm::DType::i32, root, comm::Algo::automatic);
+  const std::string text(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(length));
+  throw InputError(root == 0 ? text : "rank " + std::to_string(root) + ": " + text);
+}
 
 // A buffer outside the registry as one whole replicated tensor.
 model::TensorShard whole_shard(const model::ExtraTensor& e) {
@@ -392,7 +419,7 @@ void Trainer::start(const std::optional<ResumePoint>& from) {
       if (!from->weights_only || !e.optimizer_state) want.push_back(whole_shard(e));
     if (!from->weights_only)
       for (auto& piece : optimizer_->state_to_load()) want.push_back(piece);
-    ckpt::load_pieces(from->dir, want);
+    agree_on_input_errors(dp_, [&] { ckpt::load_pieces(from->dir, want); });
     step_ = from->step;
     if (!from->weights_only) guard_.restore(from->state);
     if (report && from->weights_only)
