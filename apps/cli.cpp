@@ -107,6 +107,7 @@ int run_command_line(CLI::App& app, std::vector<std::unique_ptr<CommandFamily>>&
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    if (ctx.rank != 0) return kExitBadInput;  // every rank parsed the same flags
     return fail(in_flag_words(parse_error_text(app, e), ctx), kExitBadInput);
   }
   try {
@@ -311,6 +312,13 @@ void OutputFlags::add_to(CLI::App* app, bool with_csv) {
     app->add_flag("--csv", csv, "Print CSV on stdout instead of the table")->excludes(as_json);
   app->add_option("--out", out, "Also write the JSON result to this file (atomically)")
       ->check(output_file());
+}
+
+int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK"}) {
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  }
+  return 0;
 }
 
 bool under_mpirun() {

@@ -160,6 +160,9 @@ struct OutputFlags {
 };
 
 bool under_mpirun();
+// This process's rank as the launcher's environment gives it (0 outside
+// mpirun), known before MPI starts: a bad flag is reported by rank 0 only.
+int launcher_rank();
 
 // Runs this same command under mpirun with `np` ranks, dropping --np.
 [[noreturn]] void relaunch_under_mpirun(int argc, char** argv, int np);

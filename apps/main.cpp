@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   anvil::cli::Context ctx;
   ctx.argc = argc;
   ctx.argv = argv;
+  ctx.rank = anvil::cli::launcher_rank();  // before MPI starts: errors in the flags
   auto families = anvil::cli::command_families();
   for (auto& family : families) family->add_to(app, ctx);
   return anvil::cli::run_command_line(app, families, ctx);
