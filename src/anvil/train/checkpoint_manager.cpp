@@ -70,10 +70,19 @@ void CheckpointManager::check_continues(const ResumePoint& p, const RunRecord& r
   if (o_.resume_new_phase) {  // a new phase may extend the context
     for (const char* k : {"rope_theta", "seq_len"}) saved.erase(k), mine.erase(k);
   }
-  if (mine.dump() != saved.dump())
-    throw InputError(what +
-                     ": the checkpoint's model config differs from model.config with "
-                     "the given model.set overrides");
+  if (mine.dump() != saved.dump()) {
+    std::string keys;
+    auto add = [&keys](const std::string& k, const json& here, const json& there) {
+      keys += (keys.empty() ? "" : ", ") + k + " " + (here.is_null() ? "absent" : here.dump()) +
+              " here, " + (there.is_null() ? "absent" : there.dump()) + " in the checkpoint";
+    };
+    for (const auto& [k, v] : saved.items())
+      if (!mine.contains(k) || mine[k] != v) add(k, mine.value(k, json()), v);
+    for (const auto& [k, v] : mine.items())
+      if (!saved.contains(k)) add(k, v, json());
+    throw InputError(what + ": the model config (model.config with its model.set overrides) " +
+                     "differs from the checkpoint's: " + keys);
+  }
   if (p.weights_only) return;
   // The weights are replicated and a step's rows depend only on their count
   // (data/batches.hpp), so any split of the same rows per step (batch x
@@ -83,17 +92,31 @@ void CheckpointManager::check_continues(const ResumePoint& p, const RunRecord& r
   const auto saved_split = p.state.at("batch").get<int64_t>() * p.state.value("world", int64_t{1});
   const auto saved_rows = saved_split * saved_accum;
   const auto rows = run.batch * run.world * run.accum;
-  if (p.state.value("precision", "fp32") != run.precision ||
-      p.state.value("optimizer", "adamw") != run.optimizer)
-    throw InputError(what + ": model.dtype and optimizer.name must match the checkpoint's");
-  if (!o_.resume_new_phase &&
-      (p.state.at("seed").get<uint64_t>() != run.seed || p.state.at("seq").get<int64_t>() != run.seq ||
-       (saved_rows != rows && !o_.resume_new_accum))) {
-    throw InputError(what + ": train.seed, train.seq and the rows per step (train.batch x ranks x " +
-                     "train.accum, " + std::to_string(saved_rows) + " in the checkpoint, " +
-                     std::to_string(rows) + " here), model.dtype and optimizer.name must match " +
-                     "the checkpoint's to continue its trajectory (another global batch: add " +
-                     "checkpoint.resume_new_accum)");
+  // Every field that differs, with both values, so the flag to change is plain.
+  std::string differ;
+  auto differs = [&differ](const std::string& field, const json& here, const json& there) {
+    if (here != there)
+      differ += (differ.empty() ? "" : ", ") + field + " " + here.dump() + " here, " +
+                there.dump() + " in the checkpoint";
+  };
+  differs("model.dtype", run.precision, p.state.value("precision", "fp32"));
+  differs("optimizer.name", run.optimizer, p.state.value("optimizer", "adamw"));
+  if (!differ.empty())
+    throw InputError(what + ": " + differ + " (a checkpoint resumes in its own precision and " +
+                     "optimizer)");
+  if (o_.resume_new_phase) {
+    // A new phase starts its own data order and batch: nothing more to match.
+  } else {
+    differs("train.seed", run.seed, p.state.at("seed").get<uint64_t>());
+    differs("train.seq", run.seq, p.state.at("seq").get<int64_t>());
+    const bool seed_and_seq = differ.empty();
+    if (!o_.resume_new_accum)
+      differs("rows per step (train.batch x ranks x train.accum)", rows, saved_rows);
+    if (!differ.empty())
+      throw InputError(what + ": " + differ + "; they must match to continue its trajectory" +
+                       (seed_and_seq ? " (another global batch on purpose: add "
+                                       "checkpoint.resume_new_accum)"
+                                     : ""));
   }
   const std::string saved_device = p.state.value("device", "cpu");
   if (saved_device != run.device && report_)
