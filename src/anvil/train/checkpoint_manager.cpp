@@ -1,6 +1,7 @@
 #include "anvil/train/checkpoint_manager.hpp"
 
 #include <cstdio>
+#include <filesystem>
 
 #include "anvil/base/clock.hpp"
 #include "anvil/base/error.hpp"
@@ -49,11 +50,26 @@ CheckpointManager::~CheckpointManager() {
 }
 
 std::optional<ResumePoint> CheckpointManager::resume_point(const RunRecord& run) const {
-  if (o_.resume.empty()) return std::nullopt;
-  const std::string dir = ckpt::newest_intact_checkpoint(
-      o_.resume == "latest" ? o_.out : o_.resume, [this](const std::string& why) {
-        if (rank_ == 0) std::fprintf(stderr, "anvil: warning: %s\n", why.c_str());
-      });
+  if (o_.resume.empty()) {
+    // A fresh run into a run directory with checkpoints would replace some
+    // of them and leave the others for a later --resume latest to mix in.
+    const auto held = o_.out.empty() ? std::vector<std::string>{} : ckpt::checkpoint_dirs(o_.out);
+    if (!held.empty())
+      throw InputError("checkpoint.out: " + o_.out + " already holds checkpoints (newest " +
+                       std::filesystem::path(held.back()).filename().string() +
+                       "); expected checkpoint.resume latest to continue that run, or a run "
+                       "directory without step-* checkpoints");
+    return std::nullopt;
+  }
+  std::string dir;
+  try {
+    dir = ckpt::newest_intact_checkpoint(
+        o_.resume == "latest" ? o_.out : o_.resume, [this](const std::string& why) {
+          if (rank_ == 0) std::fprintf(stderr, "anvil: warning: %s\n", why.c_str());
+        });
+  } catch (const InputError& e) {
+    throw InputError("checkpoint.resume: " + std::string(e.what()));
+  }
   if (dir.empty()) return std::nullopt;
   ResumePoint p;
   p.dir = dir;
