@@ -100,6 +100,20 @@ TEST(Sharded, PiecesFromThreeRanksLoadWholeOrCutAnotherWay) {
   EXPECT_FALSE(fs::exists(two + "/rank-00002.safetensors"));
 }
 
+// A checkpoint copied or edited to another step name resumes at the step its
+// files say, not the one its name says: verify names the disagreement.
+TEST(Sharded, AStepThatDisagreesWithItsNameIsDamage) {
+  Fixture f;
+  const fs::path run = scratch("renamed");
+  const std::string good = write_run(run.string(), f, 2);
+  fs::copy(good, run / "step-00000011", fs::copy_options::recursive);
+  const VerifyReport r = verify_checkpoint((run / "step-00000011").string());
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_NE(r.problems[0].find("not the step its directory is named for"), std::string::npos)
+      << r.problems[0];
+  EXPECT_TRUE(verify_checkpoint(good).problems.empty());
+}
+
 TEST(Sharded, DamageIsNamedAndTheNewestIntactCheckpointIsUsed) {
   Fixture f;
   const fs::path run = scratch("damage");
@@ -107,6 +121,12 @@ TEST(Sharded, DamageIsNamedAndTheNewestIntactCheckpointIsUsed) {
   // A later step, then one byte of its data flipped.
   fs::copy(good, run / "step-00000009", fs::copy_options::recursive);
   const std::string bad = (run / "step-00000009").string();
+  for (const char* file : {"/index.json", "/state.json"}) {  // the step it is named for
+    auto j = nlohmann::json::parse(read_file(bad + file));
+    j["step"] = 9;
+    if (j.contains("train_state")) j["train_state"]["step"] = 9;
+    write_file_atomic(bad + file, j.dump());
+  }
   std::string bytes = read_file(bad + "/rank-00001.safetensors");
   bytes[bytes.size() - 3] ^= 0x11;
   write_file_atomic(bad + "/rank-00001.safetensors", bytes);

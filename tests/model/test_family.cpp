@@ -31,7 +31,10 @@ TEST(ModelFamily, ChosenFromAttentionWhenTheConfigNamesNone) {
   EXPECT_EQ(preset("llama-style").family, Family::dense);
   EXPECT_EQ(preset("zaya1-base").family, Family::zaya1);
   // Overrides apply first: the family follows the attention they leave.
-  EXPECT_EQ(preset("zaya-tiny", {"attention=gqa", "n_experts=0"}).family, Family::dense);
+  EXPECT_EQ(
+      preset("zaya-tiny", {"attention=gqa", "n_experts=0", "router_dim=0", "expert_ffn_hidden=0"})
+          .family,
+      Family::dense);
   EXPECT_EQ(model_family(preset("zaya1-base")).name(), "zaya1");
 }
 

@@ -742,6 +742,15 @@ VerifyReport verify_checkpoint(const std::string& dir) {
     const json state = read_state(dir);
     if (index.contains("train_state") && state != index["train_state"])
       throw InputError(dir + "/state.json: differs from index.json's train_state");
+    // The step the directory is named for, the index's and the state's agree.
+    const std::string name = fs::path(dir).filename().string();
+    if (state.contains("step") && index.contains("step") && state["step"] != index["step"])
+      throw InputError(dir + "/index.json: step " + index["step"].dump() + ", state.json's " +
+                       state["step"].dump());
+    if (index.contains("step") && index["step"].is_number_integer() &&
+        name.rfind("step-", 0) == 0 && name != checkpoint_name(index["step"].get<int64_t>()))
+      throw InputError(dir + "/index.json: step " + index["step"].dump() +
+                       ", not the step its directory is named for");
   } catch (const std::exception& e) {
     r.problems.push_back(e.what());
     return r;

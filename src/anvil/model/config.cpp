@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "anvil/base/error.hpp"
 #include "anvil/base/json_text.hpp"
@@ -156,6 +157,16 @@ void check_family(const ModelConfig& c, const std::string& origin) {
     need(c.attention != Attention::cca, "attention", "\"mha\" or \"gqa\" (cca is zaya1's)",
          attention);
     need(c.n_experts == 0, "n_experts", "0 (experts are zaya1's)", c.n_experts);
+  }
+  if (c.n_experts == 0) {  // the experts' keys would be silently unused
+    for (const auto& [key, value, unset] :
+         {std::tuple{"top_k", c.top_k, int64_t{1}},
+          std::tuple{"router_dim", c.router_dim, int64_t{0}},
+          std::tuple{"expert_ffn_hidden", c.expert_ffn_hidden, int64_t{0}}}) {
+      if (value != unset)
+        throw InputError(origin + ": " + key + ": " + std::to_string(value) +
+                         " without experts (n_experts 0); expected it left out");
+    }
   }
 }
 
