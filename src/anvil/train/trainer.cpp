@@ -192,6 +192,13 @@ Trainer::Trainer(const TrainOptions& options, parallel::DataParallelGroup* dp)
                                                      job_nonce(rank_, dp_), injector_, report);
   // Whether and where it resumes is settled before anything is printed or built.
   const std::optional<ResumePoint> from = checkpoints_->resume_point(record());
+  // At the last step a resume trains nothing (a supervisor's restart after
+  // the final save ends there); past it, --steps is too small.
+  if (from && !from->weights_only && from->step > o_.train.steps) {
+    throw InputError("train.steps: " + from->dir + " is at step " + std::to_string(from->step) +
+                     "; expected --steps >= " + std::to_string(from->step) + ", got " +
+                     std::to_string(o_.train.steps));
+  }
   if (cp_ > 1)
     context_ = std::make_unique<parallel::MpiContextGroup>(dp_->context_group(cp_));
   build_model();
@@ -404,13 +411,6 @@ void Trainer::start(const std::optional<ResumePoint>& from) {
   if (!from) {
     model_->registry().initialize(model_->params(), o_.train.seed);
   } else {
-    // At the last step a resume trains nothing (a supervisor's restart after
-    // the final save ends there); past it, --steps is too small.
-    if (!from->weights_only && from->step > o_.train.steps) {
-      throw InputError("train.steps: " + from->dir + " is at step " + std::to_string(from->step) +
-                       "; expected --steps >= " + std::to_string(from->step) + ", got " +
-                       std::to_string(o_.train.steps));
-    }
     // Every rank reads all the weights and the optimizer state it keeps,
     // from whatever layout wrote them.
     std::vector<model::TensorShard> want =
