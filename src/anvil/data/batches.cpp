@@ -1,5 +1,7 @@
 #include "anvil/data/batches.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -71,13 +73,23 @@ Batches::Batches(const std::vector<Source>& sources, int64_t vocab, uint64_t see
                        " differs from " + sources[0].path + "'s (expected one tokenizer)");
     }
     const int64_t n = d.size();
-    const auto begin = static_cast<int64_t>(static_cast<double>(n) * (1.0 - val_fraction));
-    if (begin < T + 1 || (val_fraction > 0 && n - begin < T + 1)) {
+    const auto too_few = [&](int64_t count) {
+      const auto b = static_cast<int64_t>(static_cast<double>(count) * (1.0 - val_fraction));
+      return b < T + 1 || (val_fraction > 0 && count - b < T + 1);
+    };
+    if (too_few(n)) {
+      // The fewest tokens that would do: from just under T / fraction (the
+      // validation part, count - floor(count (1 - fraction)), must reach T + 1).
+      const double estimate =
+          val_fraction > 0 ? std::min(4e18, static_cast<double>(T) / val_fraction) : 0.0;
+      int64_t need = std::max(n + 1, static_cast<int64_t>(estimate) - 8);
+      while (too_few(need)) ++need;
       throw InputError(path + ": " + std::to_string(n) + " tokens are too few for sequences of " +
                        std::to_string(T) + " with a validation fraction of " +
-                       std::to_string(val_fraction));
+                       nlohmann::json(val_fraction).dump() + " (expected at least " +
+                       std::to_string(need) + " tokens)");
     }
-    val_begin_.push_back(begin);
+    val_begin_.push_back(static_cast<int64_t>(static_cast<double>(n) * (1.0 - val_fraction)));
     total += src.weight;
     cumulative_.push_back(total);
   }

@@ -134,6 +134,19 @@ void CheckpointManager::check_continues(const ResumePoint& p, const RunRecord& r
                                        "checkpoint.resume_new_accum)"
                                      : ""));
   }
+  // Other data is a choice (a new mixture), but not the trajectory the
+  // checkpoint's run was on: said, not refused.
+  if (!o_.resume_new_phase && report_ && p.state.contains("data") &&
+      p.state["data"] != json(run.data)) {
+    const auto shown = [](const json& d) {
+      return d.is_string() && !d.get<std::string>().empty() ? d.get<std::string>()
+                                                            : std::string("random tokens");
+    };
+    std::fprintf(stderr,
+                 "anvil: warning: the checkpoint trained on %s; continuing on %s (another data "
+                 "order than its run's)\n",
+                 shown(p.state["data"]).c_str(), shown(json(run.data)).c_str());
+  }
   const std::string saved_device = p.state.value("device", "cpu");
   if (saved_device != run.device && report_)
     std::printf("checkpoint written on %s, continuing on %s (its pieces are fp32 on any device)\n",
