@@ -471,6 +471,48 @@ TEST(MixedPrecision, Bf16LinearIsTheFp32ProductOfBf16RoundedInputs) {
                std::logic_error);
 }
 
+// bf16: the weight gradient of kClassifierWgradChunks chunks is one GEMM over
+// their rows, kept side by side in the scratch; with chunks of 2, 19 rows make
+// groups of 8, 8 and 3 (the last chunk ragged). Against the fp32 classifier on
+// the bf16-rounded inputs: the bf16 path also rounds the dlogits, so a
+// tolerance of 1% of the largest entry (a misplaced row is off by far more).
+TEST(MixedPrecision, Bf16ClassifierGradientsOverChunkGroupsMatchFp32) {
+  const int64_t N = 19, C = 6, V = 11, chunk = 2;
+  ASSERT_EQ(classifier_wgrad_rows(chunk, N), 8);
+  const auto x = random_vector(N * C, 4), w = random_vector(V * C, 5);
+  std::vector<int32_t> targets(N);
+  for (int64_t i = 0; i < N; ++i) targets[i] = i == 5 ? -1 : static_cast<int32_t>((i * 7) % V);
+  std::vector<bf16> w16(V * C), a(8 * V), b(8 * V);
+  convert_to_bf16(w16.data(), w.data(), V * C);
+  Bf16Scratch low{a.data(), b.data(), static_cast<int64_t>(a.size())};
+  const auto xr = rounded_to_bf16(x), wr = rounded_to_bf16(w);
+  std::vector<float> scratch(chunk * V), dx_ref(N * C), dw_ref(V * C), dx16(N * C), dw16(V * C);
+  int64_t scored = 0;
+  const double ref = classifier_loss(dx_ref.data(), dw_ref.data(), xr.data(), wr.data(),
+                                     targets.data(), N, C, V, scratch.data(), chunk, &scored, 0.5f);
+  const double got =
+      classifier_loss(dx16.data(), dw16.data(), x.data(), MatmulWeight(w.data(), w16.data()),
+                      targets.data(), N, C, V, scratch.data(), chunk, &scored, 0.5f, &low);
+  EXPECT_EQ(scored, N - 1);
+  EXPECT_NEAR(got, ref, 1e-4 * std::abs(ref));
+  auto expect_within = [](const std::vector<float>& a, const std::vector<float>& b,
+                          const char* what) {
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      worst = std::max(worst, static_cast<double>(std::abs(a[i] - b[i])));
+      scale = std::max(scale, static_cast<double>(std::abs(b[i])));
+    }
+    EXPECT_LE(worst, 1e-2 * scale) << what;
+  };
+  expect_within(dx16, dx_ref, "dx");
+  expect_within(dw16, dw_ref, "dweight");
+  Bf16Scratch small{a.data(), b.data(), 2 * V};  // a chunk's rows, not a group's
+  EXPECT_THROW(
+      classifier_loss(dx16.data(), dw16.data(), x.data(), MatmulWeight(w.data(), w16.data()),
+                      targets.data(), N, C, V, scratch.data(), chunk, &scored, 0.5f, &small),
+      std::logic_error);
+}
+
 // zero and copy_rows on both sides of the parallel threshold, with odd sizes
 // (the threads' cuts round to cache lines), touch exactly their ranges.
 TEST(Memory, ZeroAndCopyRowsTouchExactlyTheirRanges) {

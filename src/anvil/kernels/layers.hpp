@@ -205,6 +205,13 @@ void attention_decode(float* out, const float* q, const float* kcache, const flo
 // Rows of the classifier a caller should hand classifier_loss at once: bounds
 // the V-wide scratch (kClassifierChunk x V floats).
 constexpr int64_t kClassifierChunk = 256;
+// bf16: the chunks whose weight gradient is one GEMM, and the rows that makes
+// for N rows in chunks of `chunk` (the bf16 scratch holds that many rows of
+// x and of dlogits: rows x max(C, V) elements each).
+constexpr int64_t kClassifierWgradChunks = 4;
+constexpr int64_t classifier_wgrad_rows(int64_t chunk, int64_t N) {
+  return chunk * kClassifierWgradChunks < N ? chunk * kClassifierWgradChunks : N;
+}
 double classifier_loss(float* dx, float* dweight, const float* x, MatmulWeight weight,
                        const int32_t* targets, int64_t N, int64_t C, int64_t V, float* scratch,
                        int64_t chunk, int64_t* scored, float grad_scale,

@@ -127,7 +127,8 @@ int64_t bf16_scratch_elements(const ModelConfig& c, int64_t N, int64_t chunk) {
   const int64_t Q = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim;
   const int64_t F2 = c.mlp == Mlp::swiglu ? 2 * c.ffn_hidden : c.ffn_hidden;
   const int64_t width = std::max({c.d_model, Q, c.n_heads * c.head_dim, F2});
-  return std::max(N * width, std::min(N, chunk) * std::max(c.d_model, c.vocab_size));
+  return std::max(N * width,
+                  kernels::classifier_wgrad_rows(chunk, N) * std::max(c.d_model, c.vocab_size));
 }
 
 }  // namespace
