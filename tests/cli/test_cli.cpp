@@ -860,6 +860,23 @@ TEST(Cli, TrainsATokenizerAndARunThatSpeaksThroughIt) {
                      "--vocab");
   // eval refuses text or ids of another tokenizer than the run's.
   expect_usage_error("eval --checkpoint " + dir + "/run --data " + text, "tokenized as bytes");
+  // So does a resume: its ids would mean other text to the weights, and the
+  // run's tokenizer.model would no longer decode its earlier checkpoints.
+  expect_usage_error("train --config " + cfg + " --set vocab_size=600 -B 2 -T 32 --steps 3 " +
+                         "--peak-gflops 1 --data " + text + " --out " + dir +
+                         "/run --resume latest",
+                     "is not the one " + dir + "/run/step-00000002 trained with (sentencepiece)");
+  // A token file that lost its header is not read as raw text; a mixture
+  // weight must be finite.
+  std::string headless = anvil::read_file(dir + "/readme.tok");
+  headless[0] = 'X';
+  anvil::write_file_atomic(dir + "/headless.tok", headless);
+  expect_usage_error("train --config " + cfg + " --set vocab_size=600 -B 2 -T 32 --steps 1 " +
+                         "--data " + dir + "/headless.tok",
+                     "headless.tok: not a token file");
+  expect_usage_error("train --config " + cfg + " --set vocab_size=600 -B 2 -T 32 --steps 1 " +
+                         "--data " + dir + "/readme.tok:inf," + dir + "/readme.tok:1",
+                     "weight in (0, 1e12]");
   // A Hugging Face round trip keeps the tokenizer: the imported run speaks.
   ASSERT_EQ(
       run_anvil("ckpt export --checkpoint " + dir + "/run --out " + dir + "/hf", false).status, 0);
@@ -1069,6 +1086,15 @@ TEST(Cli, RecipeRunsItsPhasesAndResumesMidPhaseOnTheSameLosses) {
   std::ofstream(dir + "/bad.json") << bad.dump();
   expect_usage_error("train --recipe " + dir + "/bad.json --out " + dir + "/x", "tokenz");
   expect_usage_error("train --recipe " + dir + "/recipe.json", "--out");
+  // A later phase's data is checked before the first phase trains: named
+  // with its phase, nothing written.
+  bad = recipe;
+  bad["sources"]["code"] = dir + "/missing.tok";
+  bad["phases"][0]["mixture"] = {{"prose", 1}};
+  std::ofstream(dir + "/bad.json") << bad.dump();
+  expect_usage_error("train --recipe " + dir + "/bad.json --out " + dir + "/x",
+                     "bad.json: phases[1] ('anneal'): " + dir + "/missing.tok: cannot open");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x/step-00000003"));
 }
 
 namespace {

@@ -39,8 +39,8 @@ std::vector<Source> parse_sources(const std::string& spec, const std::string& fl
         throw InputError(flag + ": '" + item + "' (expected PATH:WEIGHT with a number)");
       }
     }
-    if (s.path.empty() || !(s.weight > 0))
-      throw InputError(flag + ": '" + item + "' (expected PATH:WEIGHT with a weight > 0)");
+    if (s.path.empty() || !(s.weight > 0) || !(s.weight <= 1e12))  // NaN and inf too
+      throw InputError(flag + ": '" + item + "' (expected PATH:WEIGHT with a weight in (0, 1e12])");
     out.push_back(s);
     at = end + 1;
   }

@@ -103,6 +103,18 @@ TokenData::TokenData(const std::string& path) {
     read_meta(path);
     return;
   }
+  // A token file that lost its header must not train as its own bytes: a
+  // .tok name, the magic's first bytes or a .tok.json beside it say it was one.
+  const std::string_view name(path);
+  if ((name.size() >= 4 && name.substr(name.size() - 4) == ".tok") ||
+      (map_size_ >= 5 && std::memcmp(bytes, kMagic, 5) == 0) ||
+      std::filesystem::exists(path + ".json")) {
+    ::munmap(map_, map_size_);
+    map_ = nullptr;
+    throw InputError(path +
+                     ": not a token file (no ANVILTOK header; a damaged or truncated one?), "
+                     "expected a file from anvil data tokenize, or raw text under another name");
+  }
   // Raw text: one token per byte.
   owned_.assign(bytes, bytes + map_size_);
   ::munmap(map_, map_size_);

@@ -6,6 +6,7 @@
 #include "anvil/base/clock.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
+#include "anvil/data/tokens.hpp"
 
 namespace anvil::train {
 
@@ -134,6 +135,17 @@ void CheckpointManager::check_continues(const ResumePoint& p, const RunRecord& r
                                        "checkpoint.resume_new_accum)"
                                      : ""));
   }
+  // Token ids of another tokenizer would mean other text to the weights (and
+  // the run directory's tokenizer.model would no longer decode its earlier
+  // checkpoints): refused, for a new phase too. Random tokens match anything.
+  const std::string saved_tokenizer = p.state.value("tokenizer", "");
+  if (!saved_tokenizer.empty() && saved_tokenizer != "random" && run.tokenizer != "random" &&
+      !data::same_tokenizer(saved_tokenizer, ckpt::tokenizer_model(p.dir), run.tokenizer,
+                            run.tokenizer_model))
+    throw InputError("train.data: its tokenizer (" + run.tokenizer +
+                     (run.tokenizer_model.empty() ? "" : " " + run.tokenizer_model) +
+                     ") is not the one " + p.dir + " trained with (" + saved_tokenizer +
+                     "); expected data of that tokenizer");
   // Other data is a choice (a new mixture), but not the trajectory the
   // checkpoint's run was on: said, not refused.
   if (!o_.resume_new_phase && report_ && p.state.contains("data") &&

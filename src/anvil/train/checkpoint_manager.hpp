@@ -27,6 +27,7 @@ struct RunRecord {
   int64_t batch = 0, seq = 0, accum = 1;
   int world = 1;
   std::string precision, optimizer, data, tokenizer, phase;
+  std::string tokenizer_model;  // its model file ("" for bytes and random tokens)
   // The device the run trains on ("cpu", "cuda"). A checkpoint holds fp32
   // pieces whatever it was, so any device resumes it; state.json says which.
   std::string device = "cpu";

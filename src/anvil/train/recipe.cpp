@@ -9,6 +9,8 @@
 #include "anvil/base/files.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/ckpt/sharded.hpp"
+#include "anvil/data/batches.hpp"
+#include "anvil/data/tokens.hpp"
 #include "anvil/model/config.hpp"
 #include "anvil/parallel/data_parallel.hpp"
 
@@ -20,7 +22,7 @@ TrainOptions phase_options(const Recipe& r, size_t i, const TrainOptions& base) 
   TrainOptions o = base;
   o.model.config = r.config;
   o.model.set = r.set;
-  if (p.rope_theta > 0) o.model.set.push_back("rope_theta=" + std::to_string(p.rope_theta));
+  if (p.rope_theta > 0) o.model.set.push_back("rope_theta=" + json(p.rope_theta).dump());
   if (r.model.position == model::Position::rope && p.seq > r.model.seq_len)
     o.model.set.push_back("seq_len=" + std::to_string(p.seq));
   o.train.data.clear();
@@ -64,6 +66,34 @@ TrainResult run_recipe(const Recipe& r, const TrainOptions& base, parallel::Data
       std::fprintf(stderr, "anvil: warning: %s\n", why.c_str());
     });
     at = ckpt::read_state(from).at("step").get<int64_t>();
+  }
+  // Every phase still to run is checked before the first one trains: its
+  // model config with the phase's overrides, its sources against its
+  // sequence, and one tokenizer over all of them (a later phase's bad input
+  // would otherwise surface only after the earlier phases had trained).
+  std::string tokenizer, tokenizer_model, first_phase;
+  for (size_t i = 0; i < r.phases.size(); ++i) {
+    const Phase& p = r.phases[i];
+    if (at >= p.first_step + p.steps) continue;
+    const TrainOptions o = phase_options(r, i, base);
+    try {
+      const model::ModelConfig c = model::load_model_config(o.model.config, o.model.set);
+      const data::Batches b(data::parse_sources(o.train.data, "train.data"), c.vocab_size,
+                            o.train.seed, o.train.seq, o.train.val_fraction);
+      if (first_phase.empty()) {
+        tokenizer = b.tokenizer();
+        tokenizer_model = b.tokenizer_model();
+        first_phase = p.name;
+      } else if (!data::same_tokenizer(b.tokenizer(), b.tokenizer_model(), tokenizer,
+                                       tokenizer_model)) {
+        throw InputError("its sources' tokenizer (" + b.tokenizer() + ") differs from phase '" +
+                         first_phase + "''s (" + tokenizer +
+                         "); expected one tokenizer for the whole recipe");
+      }
+    } catch (const InputError& e) {
+      throw InputError(r.path + ": phases[" + std::to_string(i) + "] ('" + p.name +
+                       "'): " + e.what());
+    }
   }
   const bool speak = !base.metrics.quiet && (dp == nullptr || dp->rank() == 0);
   TrainResult all;

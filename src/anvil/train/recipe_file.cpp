@@ -115,6 +115,11 @@ Recipe load_recipe(const std::string& path, int world) {
     p.batch = integer("batch", 4, 1);
     p.accum = integer("accum", 1, 1);
     p.rope_theta = num("rope_theta", 0, 0, 1e12);
+    if (p.rope_theta > 0 && p.rope_theta < 1)  // as the model config bounds it
+      throw rd.bad("rope_theta", json(p.rope_theta).dump() +
+                                     " (expected 0, the config's, or a number from 1 to 1e12)");
+    if (p.seq > (int64_t{1} << 20))
+      throw rd.bad("seq", std::to_string(p.seq) + " (expected at most 1048576, seq_len's ceiling)");
     p.cp = integer("cp", 1, 1);
     if (world % p.cp != 0)
       throw rd.bad("cp", std::to_string(p.cp) + " (expected a divisor of the " +
@@ -145,8 +150,8 @@ Recipe load_recipe(const std::string& path, int world) {
       for (const auto& [name, w] : pj["mixture"].items()) {
         if (!r.sources.count(name))
           throw rd.bad("mixture." + name, "not one of the recipe's sources");
-        if (!w.is_number() || !(w.get<double>() >= 0))
-          throw rd.bad("mixture." + name, w.dump() + " (expected a weight >= 0)");
+        if (!w.is_number() || !(w.get<double>() >= 0) || !(w.get<double>() <= 1e12))
+          throw rd.bad("mixture." + name, w.dump() + " (expected a weight from 0 to 1e12)");
         if (w.get<double>() > 0) p.mixture[name] = w.get<double>();
       }
       if (p.mixture.empty()) throw rd.bad("mixture", "every weight is 0");
@@ -165,7 +170,7 @@ Recipe load_recipe(const std::string& path, int world) {
     p.tokens_before = tokens;
     p.schedule.start = step;
     p.schedule.total = p.steps;
-    if (p.schedule.warmup >= p.steps && p.steps > 1)
+    if (p.schedule.warmup >= p.steps && !(p.steps == 1 && p.schedule.warmup <= 1))
       throw rd.bad("warmup", std::to_string(p.schedule.warmup) + " steps (the phase has " +
                                  std::to_string(p.steps) + ")");
     step += p.steps;

@@ -333,6 +333,7 @@ RunRecord Trainer::record() const {
   r.optimizer = o_.optimizer.name;
   r.data = o_.train.data;
   r.tokenizer = batches_.tokenizer();
+  r.tokenizer_model = batches_.tokenizer_model();
   r.phase = o_.phase.name;
   r.schedule = o_.optimizer.schedule;
   r.layout = {{"world", world_},      {"zero", o_.parallel.zero},
