@@ -184,6 +184,7 @@ namespace {
 CLI::Validator output_validator(bool dir) {
   return CLI::Validator(
       [dir](std::string& s) -> std::string {
+        if (s.empty()) return std::string("expected a path, got ''");
         const std::string why = output_path_problem(s, dir);
         return why.empty() ? "" : s + ": " + why;
       },

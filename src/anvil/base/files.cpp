@@ -76,6 +76,10 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
 
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
   const std::string dir = std::filesystem::path(path).parent_path().string();
+  // Missing parents are made, as for output directories (output_path_problem
+  // checked before the work that they can be).
+  std::error_code made;
+  if (!dir.empty()) std::filesystem::create_directories(dir, made);
   std::string tmpl = temporary_template(path);
   const int fd = ::mkstemp(tmpl.data());
   if (fd < 0) throw SystemError(path + ": cannot create a temporary file: " + errno_text(), errno);

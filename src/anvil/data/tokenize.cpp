@@ -1,6 +1,9 @@
 #include "anvil/data/tokenize.hpp"
 
+#include <filesystem>
+
 #include "anvil/base/clock.hpp"
+#include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
 #include "anvil/data/tokenizer.hpp"
 #include "anvil/data/tokens.hpp"
@@ -8,8 +11,21 @@
 namespace anvil::data {
 
 TokenizeResult tokenize_files(const TokenizeOptions& o) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const auto& f : o.texts) {  // the output would replace its own input
+    if (fs::exists(o.out, ec) && fs::equivalent(f, o.out, ec))
+      throw InputError("--out: " + o.out + " is the input text " + f +
+                       "; expected another path for the token file");
+    if (fs::exists(o.out + ".json", ec) && fs::equivalent(f, o.out + ".json", ec))
+      throw InputError("--out: " + o.out + ".json (its sidecar) is the input text " + f);
+  }
   std::string text;
   for (const auto& f : o.texts) text += read_file(f);
+  if (text.empty())
+    throw InputError(
+        "--text: " + (o.texts.size() == 1 ? o.texts[0] + " holds" : std::string("the texts hold")) +
+        " no bytes; expected text to tokenize");
   TokenizeResult r;
   r.bytes = static_cast<int64_t>(text.size());
   if (o.tokenizer.empty()) {

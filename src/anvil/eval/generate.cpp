@@ -82,16 +82,17 @@ GenerateResult generate(const GenerateOptions& o,
   if (prompt.empty()) throw InputError("--prompt: expected at least one token");
   for (const int32_t t : prompt)
     if (t < 0 || t >= config.vocab_size)
-      throw InputError("--prompt-tokens: " + std::to_string(t) + " is outside the vocabulary [0, " +
+      throw InputError(std::string(o.prompt_tokens.empty() ? "--prompt" : "--prompt-tokens") +
+                       ": " + std::to_string(t) + " is outside the vocabulary [0, " +
                        std::to_string(config.vocab_size) + ")");
   if (o.max_new < 1) throw InputError("--max-new: expected >= 1");
-  const int64_t total =
-      std::min<int64_t>(config.seq_len, static_cast<int64_t>(prompt.size()) + o.max_new);
+  const int64_t room = config.seq_len - static_cast<int64_t>(prompt.size());  // no overflow
+  const int64_t total = static_cast<int64_t>(prompt.size()) + std::min<int64_t>(room, o.max_new);
   if (static_cast<int64_t>(prompt.size()) >= config.seq_len) {
     throw InputError("--prompt: " + std::to_string(prompt.size()) +
                      " tokens leave no room in the context of " + std::to_string(config.seq_len));
   }
-  r.capped = static_cast<int64_t>(prompt.size()) + o.max_new > config.seq_len;
+  r.capped = o.max_new > room;
   // Each new token's text: the tokens so far decoded, what grew (a
   // SentencePiece piece's leading space depends on its neighbours).
   // A character split over byte-fallback pieces decodes to U+FFFD until its
