@@ -62,10 +62,16 @@ std::string number_3g(double v) {
   return buf;
 }
 
+// Infinite where one side is NaN or infinite and the other is not the same
+// (std::max would drop a NaN and call the tensors equal).
 double max_abs_difference(const LoadedTensor& x, const LoadedTensor& y) {
   double d = 0;
-  for (size_t i = 0; i < x.data.size(); ++i)
-    d = std::max(d, std::abs(static_cast<double>(x.data[i]) - y.data[i]));
+  for (size_t i = 0; i < x.data.size(); ++i) {
+    const double a = x.data[i], b = y.data[i];
+    if (a == b || (std::isnan(a) && std::isnan(b))) continue;
+    const double diff = std::abs(a - b);
+    d = std::isfinite(diff) ? std::max(d, diff) : INFINITY;
+  }
   return d;
 }
 

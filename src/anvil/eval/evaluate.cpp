@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -115,7 +116,7 @@ std::vector<std::vector<Question>> read_tasks(const EvalOptions& o, const data::
 }
 
 double stderr_of(double p, int64_t n) {  // of a mean of n Bernoulli outcomes (sample std)
-  return n > 1 ? std::sqrt(p * (1 - p) / static_cast<double>(n - 1)) : 0.0;
+  return n > 1 ? std::sqrt(p * (1 - p) / static_cast<double>(n - 1)) : std::nan("");  // n 1: none
 }
 
 }  // namespace
@@ -200,6 +201,7 @@ EvalResult evaluate(const EvalOptions& o) {
   for (size_t t = 0; t < tasks.size(); ++t) {
     TaskResult tr{std::filesystem::path(o.tasks[t]).stem().string(), o.tasks[t]};
     int64_t right = 0, right_norm = 0;
+    bool finite = true;  // a NaN log-likelihood would pick choice 0, "right" by chance
     for (const auto& q : tasks[t]) {
       double best = -INFINITY, best_norm = -INFINITY;
       int pick = 0, pick_norm = 0;
@@ -218,6 +220,7 @@ EvalResult evaluate(const EvalOptions& o) {
         }
         int64_t scored = 0;
         const double ll = -model->forward(tokens.data(), targets.data(), 1, model_T, &scored);
+        finite = finite && std::isfinite(ll);
         const double norm = ll / std::max(1.0, q.chars[c]);
         if (ll > best) best = ll, pick = static_cast<int>(c);
         if (norm > best_norm) best_norm = norm, pick_norm = static_cast<int>(c);
@@ -230,6 +233,13 @@ EvalResult evaluate(const EvalOptions& o) {
     tr.acc_norm = static_cast<double>(right_norm) / tr.questions;
     tr.acc_stderr = stderr_of(tr.acc, tr.questions);
     tr.acc_norm_stderr = stderr_of(tr.acc_norm, tr.questions);
+    if (!finite) {
+      std::fprintf(stderr,
+                   "anvil: warning: task %s: a log-likelihood is not finite (weights holding NaN "
+                   "or inf?); its accuracy is left out\n",
+                   tr.name.c_str());
+      tr.acc = tr.acc_norm = tr.acc_stderr = tr.acc_norm_stderr = std::nan("");
+    }
     r.tasks.push_back(tr);
   }
   progress_line(true, forwards, forwards, "");

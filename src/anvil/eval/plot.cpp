@@ -141,7 +141,9 @@ std::vector<std::string> plot_run(const std::string& run_dir, const std::string&
       if (m.contains("router")) {
         for (const auto& l : m["router"]) {
           const std::string name = "layer " + l.at("layer").dump();
-          const double mm = l.value("max_over_min", -1.0);
+          const double mm = l.contains("max_over_min") && l["max_over_min"].is_number()
+                                ? l["max_over_min"].get<double>()
+                                : -1.0;
           // An expert without tokens has no ratio: a gap in the line.
           load.block(name) += mm > 0 ? row({step, mm}) : std::string("\n");
           skip.block(name) += row({step, 100 * l.value("skip_rate", 0.0)});

@@ -286,7 +286,8 @@ nlohmann::json ZayaModel::step_metrics() const {
     }
     layers.push_back({{"layer", 2 * m + 1},
                       {"load", load},
-                      {"max_over_min", lo > 0 ? static_cast<double>(hi) / lo : -1.0},
+                      {"max_over_min",  // null: an expert got no token (no ratio)
+                       lo > 0 ? nlohmann::json(static_cast<double>(hi) / lo) : nlohmann::json()},
                       {"skip_rate", total > 0 ? static_cast<double>(load[E]) / total : 0.0},
                       {"aux_loss", moe_[m]->stats().aux_loss},
                       {"z_loss", moe_[m]->stats().z_loss},
@@ -303,14 +304,17 @@ std::string ZayaModel::progress_note() const {
   bool empty = false;
   const auto metrics = step_metrics()["router"];
   for (const auto& l : metrics) {
-    const double r = l["max_over_min"].get<double>();
-    if (r < 0) empty = true;
-    worst = std::max(worst, r);
+    if (l["max_over_min"].is_null()) {
+      empty = true;
+    } else {
+      worst = std::max(worst, l["max_over_min"].get<double>());
+    }
     skip += l["skip_rate"].get<double>();
   }
   char buf[96];
-  std::snprintf(buf, sizeof buf, "load max/min %s | skip %.1f%%",
-                empty ? "inf" : (std::to_string(worst).substr(0, 4)).c_str(),
+  char ratio[16];
+  std::snprintf(ratio, sizeof ratio, "%.3g", worst);
+  std::snprintf(buf, sizeof buf, "load max/min %s | skip %.1f%%", empty ? "inf" : ratio,
                 metrics.empty() ? 0.0 : 100 * skip / static_cast<double>(metrics.size()));
   return buf;
 }
