@@ -97,8 +97,9 @@ void PlanCommands::add_model_flags(CLI::App* cmd, Model& m, bool required) {
                 "train --muon-bf16)");
   cmd->add_flag("--recompute", m.recompute, "Full activation recompute per layer");
   cmd->add_option("--recompute-layers", m.recompute_layers,
-                  "Recompute only this many layers per pipeline stage (implies --recompute), the "
-                  "others keep their activations (Megatron's block method; 0: all)")
+                  "Recompute only this many layers per pipeline stage, the others keep their "
+                  "activations (Megatron's block method); a count implies --recompute; 0: every "
+                  "layer when --recompute is given")
       ->check(CLI::NonNegativeNumber);
 }
 

@@ -1074,7 +1074,8 @@ std::string prediction_json(const Prediction& p) {
               {"activations_recompute", p.memory.activations_recompute},
               {"activations_no_recompute", p.memory.activations_no_recompute},
               {"total", p.memory.total()},
-              {"capacity", p.memory_capacity}}},
+              {"capacity", p.memory_capacity},
+              {"fits", p.memory.total() <= p.memory_capacity}}},
             {"checkpoint", {{"bytes", p.ckpt_bytes}, {"save_s", p.ckpt_save_s}}},
             {"decode_s_per_token", p.decode_s_per_token},
             {"assumptions", p.assumptions}};
