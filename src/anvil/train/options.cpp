@@ -83,6 +83,12 @@ TrainOptions load_train_options(const std::string& file) {
   const json j = parse_json_unique(read_file(file), file);
   TrainOptions o;
   o.update_from_json(j, file);
+  // A recipe's phases each write RUN/train.json over the last: the file holds
+  // one phase, and trained alone it would start that phase from step 0.
+  if (!o.phase.name.empty())
+    throw InputError(file + ": written by phase '" + o.phase.name +
+                     "' of a recipe run; expected a plain run's train.json (repeat the recipe "
+                     "with --recipe, or remove its phase section to train this phase alone)");
   return o;
 }
 
