@@ -65,7 +65,19 @@ TrainResult run_recipe(const Recipe& r, const TrainOptions& base, parallel::Data
     from = ckpt::newest_intact_checkpoint(base.checkpoint.out, [](const std::string& why) {
       std::fprintf(stderr, "anvil: warning: %s\n", why.c_str());
     });
-    at = ckpt::read_state(from).at("step").get<int64_t>();
+    const json state = ckpt::read_state(from);
+    at = state.at("step").get<int64_t>();
+    // The phase that wrote the checkpoint is the one the recipe puts its step
+    // in: an edited recipe that moved the boundaries would otherwise hand a
+    // mid-phase checkpoint over as a finished phase, or the reverse.
+    for (const Phase& p : r.phases) {
+      if (at > p.first_step && at <= p.first_step + p.steps &&
+          state.value("phase", p.name) != p.name)
+        throw InputError(r.path + ": " + from + " (step " + std::to_string(at) +
+                         ") was written in phase '" + state.value("phase", std::string()) +
+                         "', which this recipe puts at other steps; expected the recipe the "
+                         "run started with");
+    }
   }
   // Every phase still to run is checked before the first one trains: its
   // model config with the phase's overrides, its sources against its
