@@ -37,6 +37,12 @@ std::string run_file_argument(int argc, char** argv) {
 }
 
 nlohmann::json summary_json(const train::TrainResult& r) {
+  std::vector<int64_t> rank_rss;  // gathered as doubles; bytes are whole
+  for (const double b : r.rank_peak_rss_bytes) rank_rss.push_back(static_cast<int64_t>(b));
+  // A GPU's memory figures; null where the run had none.
+  const auto device = [&r](size_t bytes) {
+    return r.device_total_bytes > 0 ? nlohmann::json(bytes) : nlohmann::json();
+  };
   return {{"losses", r.losses},
           {"step_seconds", r.step_seconds},
           {"part_seconds", r.part_seconds},
@@ -52,7 +58,7 @@ nlohmann::json summary_json(const train::TrainResult& r) {
           {"optimizer_on_device", r.optimizer_on_device},
           {"parameter_bytes", r.parameter_bytes},
           {"peak_rss_bytes", r.peak_rss_bytes},
-          {"rank_peak_rss_bytes", r.rank_peak_rss_bytes},
+          {"rank_peak_rss_bytes", rank_rss},
           {"checkpoint", r.last_checkpoint},
           {"ranks", r.world},
           {"comm_seconds", r.comm_seconds},
@@ -61,9 +67,9 @@ nlohmann::json summary_json(const train::TrainResult& r) {
           {"cp", r.cp},
           {"context_seconds", r.context_seconds},
           {"context_halo_seconds", r.context_halo_seconds},
-          {"device_used_bytes", r.device_used_bytes},
-          {"device_planned_bytes", r.device_planned_bytes},
-          {"device_total_bytes", r.device_total_bytes}};
+          {"device_used_bytes", device(r.device_used_bytes)},
+          {"device_planned_bytes", device(r.device_planned_bytes)},
+          {"device_total_bytes", device(r.device_total_bytes)}};
 }
 
 class TrainCommands : public CommandFamily {
