@@ -49,18 +49,18 @@ TEST(CommBenchOutput, TextHasOneTablePerOpThenTheFits) {
             R"(# allreduce, 2 ranks, bf16, in place; time = slowest rank, busbw in GB/s
 size  count  type  redop  root  mpi p50 us  mpi p99 us  mpi algbw  mpi busbw  mpi #wrong  shm p50 us  shm p99 us  shm algbw  shm busbw  shm #wrong  shm x mpi
 -------------------------------------------------------------------------------------------------------------------------------------------------------------
-1024    512  bf16  sum      -1        10.0        15.0       0.10       0.10           0         4.0         6.0       0.26       0.25           0       2.50
-4096   2048  bf16  sum      -1        20.0        30.0       0.20       0.20           0         5.0         7.5       0.82       0.80           0       4.00
+1024    512  bf16  sum       -        10.0        15.0       0.10       0.10           0         4.0         6.0       0.26       0.25           0       2.50
+4096   2048  bf16  sum       -        20.0        30.0       0.20       0.20           0         5.0         7.5       0.82       0.80           0       4.00
 
 # reduce_scatter, 2 ranks, bf16, in place; time = slowest rank, busbw in GB/s
 size  count  type  redop  root  mpi p50 us  mpi p99 us  mpi algbw  mpi busbw  mpi #wrong  ring p50 us  ring p99 us  ring algbw  ring busbw  ring #wrong  ring x mpi
 -------------------------------------------------------------------------------------------------------------------------------------------------------------------
-1024    512  bf16  sum      -1         9.0        13.5       0.11       0.05           0         12.0         18.0        0.09        0.04            -        0.80
+1024    512  bf16  sum       -         9.0        13.5       0.11       0.05           0         12.0         18.0        0.09        0.04            -        0.80
 
 # allgather, 2 ranks, bf16, in place; time = slowest rank, busbw in GB/s
 size  count  type  redop  root  mpi p50 us  mpi p99 us  mpi algbw  mpi busbw  mpi #wrong  ring p50 us  ring p99 us  ring algbw  ring busbw  ring #wrong  ring x mpi
 -------------------------------------------------------------------------------------------------------------------------------------------------------------------
-1024    512  bf16  none     -1         8.0        12.0       0.13       0.00           0          8.5         12.8        0.12        0.06            0           -
+1024    512  bf16  none      -         8.0        12.0       0.13       0.00           0          8.5         12.8        0.12        0.06            0           -
 
 # broadcast, 2 ranks, bf16, in place; time = slowest rank, busbw in GB/s
 size  count  type  redop  root  mpi p50 us  mpi p99 us  mpi algbw  mpi busbw  mpi #wrong  tree p50 us  tree p99 us  tree algbw  tree busbw  tree #wrong  tree x mpi
@@ -75,7 +75,7 @@ size  count  type  redop  root  mpi p50 us  mpi p99 us  mpi algbw  mpi busbw  mp
 # alltoall, 2 ranks, bf16, in place; time = slowest rank, busbw in GB/s
 size  count  type  redop  root  mpi p50 us  mpi p99 us  mpi algbw  mpi busbw  mpi #wrong  pairwise p50 us  pairwise p99 us  pairwise algbw  pairwise busbw  pairwise #wrong  pairwise x mpi
 -------------------------------------------------------------------------------------------------------------------------------------------------------------------------------------------
-1024    256  bf16  none     -1        11.0        16.5       0.09       0.05           0              0.0              0.0            0.00            0.00                0            0.00
+1024    256  bf16  none      -        11.0        16.5       0.09       0.05           0              0.0              0.0            0.00            0.00                0            0.00
 
 alpha-beta fit (time = alpha + bytes / bandwidth):
 op         algo  alpha us  bandwidth GB/s
@@ -88,26 +88,26 @@ allreduce  shm       3.25            1.00
 TEST(CommBenchOutput, CsvHasOneRowPerPoint) {
   EXPECT_EQ(sample_result().csv(),
             R"(op,algo,size,count,type,redop,root,p50_us,p99_us,algbw,busbw,wrong
-allreduce,mpi,1024,512,bf16,sum,-1,10.00,15.00,0.102,0.100,0
-allreduce,shm,1024,512,bf16,sum,-1,4.00,6.00,0.256,0.250,0
-allreduce,mpi,4096,2048,bf16,sum,-1,20.00,30.00,0.205,0.200,0
-allreduce,shm,4096,2048,bf16,sum,-1,5.00,7.50,0.819,0.800,0
-reduce_scatter,mpi,1024,512,bf16,sum,-1,9.00,13.50,0.114,0.050,0
-reduce_scatter,ring,1024,512,bf16,sum,-1,12.00,18.00,0.085,0.040,-1
-allgather,mpi,1024,512,bf16,none,-1,8.00,12.00,0.128,0.000,0
-allgather,ring,1024,512,bf16,none,-1,8.50,12.75,0.120,0.060,0
+allreduce,mpi,1024,512,bf16,sum,-,10.00,15.00,0.102,0.100,0
+allreduce,shm,1024,512,bf16,sum,-,4.00,6.00,0.256,0.250,0
+allreduce,mpi,4096,2048,bf16,sum,-,20.00,30.00,0.205,0.200,0
+allreduce,shm,4096,2048,bf16,sum,-,5.00,7.50,0.819,0.800,0
+reduce_scatter,mpi,1024,512,bf16,sum,-,9.00,13.50,0.114,0.050,0
+reduce_scatter,ring,1024,512,bf16,sum,-,12.00,18.00,0.085,0.040,-
+allgather,mpi,1024,512,bf16,none,-,8.00,12.00,0.128,0.000,0
+allgather,ring,1024,512,bf16,none,-,8.50,12.75,0.120,0.060,0
 broadcast,mpi,1024,512,bf16,none,1,7.00,10.50,0.146,0.150,0
 broadcast,tree,1024,512,bf16,none,1,6.00,9.00,0.171,0.170,0
 reduce,mpi,1024,512,bf16,sum,1,7.50,11.25,0.137,0.140,0
 reduce,shm,1024,512,bf16,sum,1,3.00,4.50,0.341,0.340,2
-alltoall,mpi,1024,256,bf16,none,-1,11.00,16.50,0.093,0.050,0
-alltoall,pairwise,1024,256,bf16,none,-1,0.00,0.00,0.000,0.000,0
+alltoall,mpi,1024,256,bf16,none,-,11.00,16.50,0.093,0.050,0
+alltoall,pairwise,1024,256,bf16,none,-,0.00,0.00,0.000,0.000,0
 )");
 }
 
 TEST(CommBenchOutput, JsonHoldsEveryPointAndFit) {
   EXPECT_EQ(
-      sample_result().to_json().dump(), R"({"benchmark":"comm","dtype":"bf16","fits":[{"algo":"mpi","alpha_us":9.5,"bandwidth_gbs":0.4,"op":"allreduce"},{"algo":"shm","alpha_us":3.25,"bandwidth_gbs":1.0,"op":"allreduce"}],"in_place":true,"points":[{"algbw_gbs":0.10240000000000002,"algo":"mpi","busbw_gbs":0.1,"bytes":1024,"count":512,"op":"allreduce","p50_us":10.0,"p99_us":15.0,"wrong":0},{"algbw_gbs":0.256,"algo":"shm","busbw_gbs":0.25,"bytes":1024,"count":512,"op":"allreduce","p50_us":4.0,"p99_us":6.0,"wrong":0},{"algbw_gbs":0.20480000000000004,"algo":"mpi","busbw_gbs":0.2,"bytes":4096,"count":2048,"op":"allreduce","p50_us":20.0,"p99_us":30.0,"wrong":0},{"algbw_gbs":0.8192000000000002,"algo":"shm","busbw_gbs":0.8,"bytes":4096,"count":2048,"op":"allreduce","p50_us":5.0,"p99_us":7.5,"wrong":0},{"algbw_gbs":0.11377777777777777,"algo":"mpi","busbw_gbs":0.05,"bytes":1024,"count":512,"op":"reduce_scatter","p50_us":9.0,"p99_us":13.5,"wrong":0},{"algbw_gbs":0.08533333333333333,"algo":"ring","busbw_gbs":0.04,"bytes":1024,"count":512,"op":"reduce_scatter","p50_us":12.0,"p99_us":18.0,"wrong":-1},{"algbw_gbs":0.128,"algo":"mpi","busbw_gbs":0.0,"bytes":1024,"count":512,"op":"allgather","p50_us":8.0,"p99_us":12.0,"wrong":0},{"algbw_gbs":0.12047058823529412,"algo":"ring","busbw_gbs":0.06,"bytes":1024,"count":512,"op":"allgather","p50_us":8.5,"p99_us":12.75,"wrong":0},{"algbw_gbs":0.1462857142857143,"algo":"mpi","busbw_gbs":0.15,"bytes":1024,"count":512,"op":"broadcast","p50_us":7.0,"p99_us":10.5,"wrong":0},{"algbw_gbs":0.17066666666666666,"algo":"tree","busbw_gbs":0.17,"bytes":1024,"count":512,"op":"broadcast","p50_us":6.0,"p99_us":9.0,"wrong":0},{"algbw_gbs":0.13653333333333334,"algo":"mpi","busbw_gbs":0.14,"bytes":1024,"count":512,"op":"reduce","p50_us":7.5,"p99_us":11.25,"wrong":0},{"algbw_gbs":0.3413333333333333,"algo":"shm","busbw_gbs":0.34,"bytes":1024,"count":512,"op":"reduce","p50_us":3.0,"p99_us":4.5,"wrong":2},{"algbw_gbs":0.0930909090909091,"algo":"mpi","busbw_gbs":0.05,"bytes":1024,"count":256,"op":"alltoall","p50_us":11.0,"p99_us":16.5,"wrong":0},{"algbw_gbs":0.0,"algo":"pairwise","busbw_gbs":0.0,"bytes":1024,"count":256,"op":"alltoall","p50_us":0.0,"p99_us":0.0,"wrong":0}],"ranks":2,"redop":"sum","registered":false,"root":1})");
+      sample_result().to_json().dump(), R"({"benchmark":"comm","dtype":"bf16","fits":[{"algo":"mpi","alpha_us":9.5,"bandwidth_gbs":0.4,"op":"allreduce"},{"algo":"shm","alpha_us":3.25,"bandwidth_gbs":1.0,"op":"allreduce"}],"in_place":true,"points":[{"algbw_gbs":0.10240000000000002,"algo":"mpi","busbw_gbs":0.1,"bytes":1024,"count":512,"op":"allreduce","p50_us":10.0,"p99_us":15.0,"wrong":0},{"algbw_gbs":0.256,"algo":"shm","busbw_gbs":0.25,"bytes":1024,"count":512,"op":"allreduce","p50_us":4.0,"p99_us":6.0,"wrong":0},{"algbw_gbs":0.20480000000000004,"algo":"mpi","busbw_gbs":0.2,"bytes":4096,"count":2048,"op":"allreduce","p50_us":20.0,"p99_us":30.0,"wrong":0},{"algbw_gbs":0.8192000000000002,"algo":"shm","busbw_gbs":0.8,"bytes":4096,"count":2048,"op":"allreduce","p50_us":5.0,"p99_us":7.5,"wrong":0},{"algbw_gbs":0.11377777777777777,"algo":"mpi","busbw_gbs":0.05,"bytes":1024,"count":512,"op":"reduce_scatter","p50_us":9.0,"p99_us":13.5,"wrong":0},{"algbw_gbs":0.08533333333333333,"algo":"ring","busbw_gbs":0.04,"bytes":1024,"count":512,"op":"reduce_scatter","p50_us":12.0,"p99_us":18.0,"wrong":null},{"algbw_gbs":0.128,"algo":"mpi","busbw_gbs":0.0,"bytes":1024,"count":512,"op":"allgather","p50_us":8.0,"p99_us":12.0,"wrong":0},{"algbw_gbs":0.12047058823529412,"algo":"ring","busbw_gbs":0.06,"bytes":1024,"count":512,"op":"allgather","p50_us":8.5,"p99_us":12.75,"wrong":0},{"algbw_gbs":0.1462857142857143,"algo":"mpi","busbw_gbs":0.15,"bytes":1024,"count":512,"op":"broadcast","p50_us":7.0,"p99_us":10.5,"wrong":0},{"algbw_gbs":0.17066666666666666,"algo":"tree","busbw_gbs":0.17,"bytes":1024,"count":512,"op":"broadcast","p50_us":6.0,"p99_us":9.0,"wrong":0},{"algbw_gbs":0.13653333333333334,"algo":"mpi","busbw_gbs":0.14,"bytes":1024,"count":512,"op":"reduce","p50_us":7.5,"p99_us":11.25,"wrong":0},{"algbw_gbs":0.3413333333333333,"algo":"shm","busbw_gbs":0.34,"bytes":1024,"count":512,"op":"reduce","p50_us":3.0,"p99_us":4.5,"wrong":2},{"algbw_gbs":0.0930909090909091,"algo":"mpi","busbw_gbs":0.05,"bytes":1024,"count":256,"op":"alltoall","p50_us":11.0,"p99_us":16.5,"wrong":0},{"algbw_gbs":0.0,"algo":"pairwise","busbw_gbs":0.0,"bytes":1024,"count":256,"op":"alltoall","p50_us":0.0,"p99_us":0.0,"wrong":0}],"ranks":2,"redop":"sum","registered":false,"root":1})");
 }
 
 TEST(CommBenchOutput, BusBandwidthFactorsAreNcclTests) {

@@ -152,10 +152,11 @@ struct LateSums {
   void sum_over_ranks(MPI_Comm comm) {
     MPI_Allreduce(MPI_IN_PLACE, v.data(), kFields, MPI_DOUBLE, MPI_SUM, comm);
   }
-  double wait_cpu() const { return v[call0_s] > 0 ? v[cpu0_s] / v[call0_s] : -1; }
+  // NaN where nothing was measured: null in the JSON, "-" in the tables.
+  double wait_cpu() const { return v[call0_s] > 0 ? v[cpu0_s] / v[call0_s] : std::nan(""); }
   // 1 - the compute rate over the late calls' windows / over a reference's.
   double slowdown(Field chunks, Field seconds) const {
-    if (!(v[late_s] > 0 && v[seconds] > 0 && v[chunks] > 0)) return -1;
+    if (!(v[late_s] > 0 && v[seconds] > 0 && v[chunks] > 0)) return std::nan("");
     return 1.0 - (v[late_chunks] / v[late_s]) / (v[chunks] / v[seconds]);
   }
   double compute_slowdown() const { return slowdown(sleep_chunks, sleep_s); }
@@ -475,6 +476,7 @@ std::vector<int64_t> refine_sizes(const std::vector<CommPoint>& points, const st
 void add_to_profile(const CommBenchResult& result, plan::HwProfile& profile) {
   json& entry = profile.comm["ranks"][std::to_string(result.ranks)];
   for (const auto& f : result.fits) {
+    if (!(f.bandwidth_gbs > 0)) continue;  // no fit (one size, or no slope): nothing to price
     json points = json::array();
     for (const auto& p : result.points) {
       if (p.op == f.op && p.algo == f.algo && p.bytes > 0) points.push_back({p.bytes, p.p50_us});
@@ -536,9 +538,15 @@ json CommBenchResult::to_json() const {
     j["compute_threads"] = compute_threads;
   }
   for (const auto& p : points) {
-    json point = {{"op", p.op},           {"algo", p.algo},       {"bytes", p.bytes},
-                  {"count", p.count},     {"p50_us", p.p50_us},   {"p99_us", p.p99_us},
-                  {"algbw_gbs", p.algbw}, {"busbw_gbs", p.busbw}, {"wrong", p.wrong}};
+    json point = {{"op", p.op},
+                  {"algo", p.algo},
+                  {"bytes", p.bytes},
+                  {"count", p.count},
+                  {"p50_us", p.p50_us},
+                  {"p99_us", p.p99_us},
+                  {"algbw_gbs", p.algbw},
+                  {"busbw_gbs", p.busbw},
+                  {"wrong", p.wrong < 0 ? json() : json(p.wrong)}};  // null: --no-check
     if (late) {
       point["wait_cpu"] = p.wait_cpu;
       point["compute_slowdown"] = p.compute_slowdown;
@@ -547,10 +555,11 @@ json CommBenchResult::to_json() const {
     j["points"].push_back(point);
   }
   for (const auto& f : fits) {
+    const bool fitted = f.bandwidth_gbs > 0;  // two sizes or more, a positive slope
     j["fits"].push_back({{"op", f.op},
                          {"algo", f.algo},
-                         {"alpha_us", f.alpha_us},
-                         {"bandwidth_gbs", f.bandwidth_gbs}});
+                         {"alpha_us", fitted ? json(f.alpha_us) : json()},
+                         {"bandwidth_gbs", fitted ? json(f.bandwidth_gbs) : json()}});
   }
   return j;
 }
@@ -594,7 +603,7 @@ std::vector<std::pair<std::string, Table>> CommBenchResult::tables() const {
           if (p.op != op || p.bytes != bytes || p.algo != a) continue;
           if (row.empty()) {
             row = {std::to_string(p.bytes), std::to_string(p.count), dtype,
-                   spec.reduces ? redop : "none", spec.rooted ? std::to_string(root) : "-1"};
+                   spec.reduces ? redop : "none", spec.rooted ? std::to_string(root) : "-"};
           }
           if (a == "mpi") mpi_busbw = p.busbw;
           row.push_back(fmt(p.p50_us, 1));
@@ -605,8 +614,9 @@ std::vector<std::pair<std::string, Table>> CommBenchResult::tables() const {
           if (a != "mpi") row.push_back(mpi_busbw > 0 ? fmt(p.busbw / mpi_busbw, 2) : "-");
           if (late) {
             row.push_back(fmt(p.wait_cpu, 2));
-            row.push_back(fmt(100 * p.compute_slowdown, 1) + "%");
-            row.push_back(fmt(100 * p.wait_slowdown, 1) + "%");
+            row.push_back(std::isnan(p.compute_slowdown) ? "-"
+                                                         : fmt(100 * p.compute_slowdown, 1) + "%");
+            row.push_back(std::isnan(p.wait_slowdown) ? "-" : fmt(100 * p.wait_slowdown, 1) + "%");
           }
         }
       }
@@ -656,12 +666,12 @@ std::string CommBenchResult::csv() const {
                                     std::to_string(p.count),
                                     dtype,
                                     spec.reduces ? redop : "none",
-                                    spec.rooted ? std::to_string(root) : "-1",
+                                    spec.rooted ? std::to_string(root) : "-",
                                     fmt(p.p50_us, 2),
                                     fmt(p.p99_us, 2),
                                     fmt(p.algbw, 3),
                                     fmt(p.busbw, 3),
-                                    std::to_string(p.wrong)};
+                                    p.wrong < 0 ? "-" : std::to_string(p.wrong)};
     if (late) {
       row.insert(row.end(),
                  {fmt(p.wait_cpu, 3), fmt(p.compute_slowdown, 4), fmt(p.wait_slowdown, 4)});
