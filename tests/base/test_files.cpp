@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <vector>
 
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
@@ -33,9 +35,15 @@ TEST(AtomicWrite, CreatesAndReplacesWithoutLeavingTemporaries) {
   fs::remove_all(d);
 }
 
+// A missing parent directory is made (as for output directories); a parent
+// that cannot be one (a file) fails, naming the path, leaving nothing.
 TEST(AtomicWrite, FailureNamesThePathAndLeavesNothing) {
   const fs::path d = fresh_dir("missing");
-  const std::string p = (d / "no-such-dir" / "out.json").string();
+  const std::string made = (d / "no-such-dir" / "out.json").string();
+  write_file_atomic(made, "x");
+  EXPECT_EQ(read_file(made), "x");
+  write_file_atomic((d / "a-file").string(), "y");
+  const std::string p = (d / "a-file" / "out.json").string();
   try {
     write_file_atomic(p, "x");
     FAIL() << "expected an error";
@@ -43,6 +51,10 @@ TEST(AtomicWrite, FailureNamesThePathAndLeavesNothing) {
     EXPECT_NE(std::string(e.what()).find(p), std::string::npos);
   }
   EXPECT_FALSE(fs::exists(p));
+  std::vector<std::string> left;  // no temporary file behind
+  for (const auto& e : fs::directory_iterator(d)) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"a-file", "no-such-dir"}));
   fs::remove_all(d);
 }
 
