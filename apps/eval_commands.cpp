@@ -2,6 +2,7 @@
 // scores and says, and charts of a run or a benchmark. The validation flags
 // (--val-batches, --val-fraction, -T/--seq) mean what they mean in train.
 #include <filesystem>
+#include <set>
 
 #include "anvil/base/threads.hpp"
 #include "anvil/eval/evaluate.hpp"
@@ -118,11 +119,18 @@ class EvalCommands : public CommandFamily {
 
   int evaluate() {
     if (threads_ > 0) set_num_threads(threads_);
+    std::set<std::string> names;
     for (const auto& d : eval_data_) {
       const auto eq = d.find('=');
-      eval_options_.data.emplace_back(
-          eq == std::string::npos ? std::filesystem::path(d).stem().string() : d.substr(0, eq),
-          eq == std::string::npos ? d : d.substr(eq + 1));
+      const std::string name =
+          eq == std::string::npos ? std::filesystem::path(d).stem().string() : d.substr(0, eq);
+      const std::string path = eq == std::string::npos ? d : d.substr(eq + 1);
+      if (name.empty() || path.empty())
+        throw InputError("--data: '" + d + "' (expected PATH or NAME=PATH with both parts)");
+      if (!names.insert(name).second)
+        throw InputError("--data: the name '" + name +
+                         "' twice (expected one per source; NAME=PATH names one)");
+      eval_options_.data.emplace_back(name, path);
     }
     const auto r = eval::evaluate(eval_options_);
     const auto j = r.to_json();

@@ -71,7 +71,7 @@ std::vector<std::vector<Question>> read_tasks(const EvalOptions& o, const data::
       const std::string where = path + ": line " + std::to_string(no);
       Question q;
       try {
-        const json j = json::parse(line);
+        const json j = parse_json_unique(line, where);  // a duplicate key is an error
         std::string context = j.at("context").get<std::string>();
         const auto choices = j.at("choices").get<std::vector<std::string>>();
         if (choices.size() < 2)
