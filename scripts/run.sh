@@ -10,6 +10,9 @@ scripts/build.sh -DANVIL_BUILD_TESTS=OFF
 build/anvil hw
 echo
 scripts/kjv-text.sh
+# The demo starts over each time: anvil train continues a run directory that
+# holds checkpoints only when asked to (--resume latest, passed through).
+case " $* " in *" --resume"*) ;; *) rm -rf runs/quickstart ;; esac
 build/anvil train --config configs/byte-small.json --data data/kjv.txt -B 16 -T 256 \
   --steps 150 --lr 2e-3 --warmup 20 --val-every 50 --out runs/quickstart "$@"
 echo
