@@ -76,6 +76,26 @@ TEST(Tokenizer, SpecialTokensAreOneIdEach) {
   EXPECT_EQ(tk.piece(ids[0]), "<|endoftext|>");
 }
 
+// What SentencePiece would drop or replace is found, by offset: stray
+// continuation bytes, truncated sequences, overlong forms, surrogates and
+// code points past U+10FFFF; every valid length passes.
+TEST(Tokenizer, InvalidUtf8IsFoundAtItsFirstByte) {
+  using anvil::data::first_invalid_utf8;
+  constexpr size_t kValid = std::string_view::npos;
+  EXPECT_EQ(first_invalid_utf8("plain, \xC3\xA9t\xC3\xA9 \xE2\x96\x81 \xF0\x9F\x98\x80"), kValid);
+  EXPECT_EQ(first_invalid_utf8(""), kValid);
+  EXPECT_EQ(first_invalid_utf8("ab\xFF"
+                               "cd"),
+            2u);
+  EXPECT_EQ(first_invalid_utf8("a\x80"), 1u);             // a continuation byte alone
+  EXPECT_EQ(first_invalid_utf8("a\xE2\x96"), 1u);         // cut short
+  EXPECT_EQ(first_invalid_utf8("\xC0\xAF"), 0u);          // overlong '/'
+  EXPECT_EQ(first_invalid_utf8("\xE0\x80\xAF"), 0u);      // overlong, 3 bytes
+  EXPECT_EQ(first_invalid_utf8("x\xED\xA0\x80"), 1u);     // a surrogate
+  EXPECT_EQ(first_invalid_utf8("\xF4\x90\x80\x80"), 0u);  // past U+10FFFF
+  EXPECT_EQ(first_invalid_utf8("\xE2(\xA1"), 0u);         // a bad second byte
+}
+
 TEST(Tokenizer, BadInputIsAOneLineError) {
   const std::string dir = testing::TempDir() + "/tokenizer_bad";
   std::filesystem::create_directories(dir);

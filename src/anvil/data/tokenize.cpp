@@ -21,7 +21,17 @@ TokenizeResult tokenize_files(const TokenizeOptions& o) {
       throw InputError("--out: " + o.out + ".json (its sidecar) is the input text " + f);
   }
   std::string text;
-  for (const auto& f : o.texts) text += read_file(f);
+  for (const auto& f : o.texts) {
+    const std::string part = read_file(f);
+    // SentencePiece drops or replaces what is not UTF-8: the ids would not
+    // decode back to the file (bytes, without --tokenizer, take anything).
+    if (!o.tokenizer.empty())
+      if (const size_t at = first_invalid_utf8(part); at != std::string_view::npos)
+        throw InputError("--text: " + f + ": not UTF-8 at byte " + std::to_string(at) +
+                         " (expected UTF-8 text for a SentencePiece tokenizer; without "
+                         "--tokenizer every byte is a token)");
+    text += part;
+  }
   if (text.empty())
     throw InputError(
         "--text: " + (o.texts.size() == 1 ? o.texts[0] + " holds" : std::string("the texts hold")) +

@@ -286,8 +286,45 @@ TextCodec::TextCodec(const std::string& kind, const std::string& model_path,
   sp_ = std::make_unique<Tokenizer>(model_path);
 }
 
+size_t first_invalid_utf8(std::string_view text) {
+  const auto* b = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = b[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;  // no overlong forms
+      if (c == 0xED) hi = 0x9F;  // no surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;  // <= U+10FFFF
+    } else {
+      return i;
+    }
+    if (i + len > n || b[i + 1] < lo || b[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k)
+      if (b[i + k] < 0x80 || b[i + k] > 0xBF) return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
 std::vector<int32_t> TextCodec::encode(const std::string& text, const std::string& flag) const {
-  if (sp_) return sp_->encode(text);
+  if (sp_) {
+    if (const size_t at = first_invalid_utf8(text); at != std::string_view::npos)
+      throw InputError(flag + ": not UTF-8 at byte " + std::to_string(at) +
+                       " (the run's SentencePiece tokenizer reads UTF-8 text)");
+    return sp_->encode(text);
+  }
   if (kind_ == "bytes") return encode_bytes(text);
   throw InputError(flag + ": the checkpoint's tokenizer is '" + kind_ +
                    "', not text (a bytes or SentencePiece run); give token ids instead");

@@ -79,6 +79,11 @@ class Tokenizer {
 // A run's text <-> ids, by the tokenizer kind its state.json records:
 // "bytes" (one token per byte) or "sentencepiece" (its model file); any
 // other kind ("file", "random") has no text.
+// The offset of the first byte that does not begin or continue a valid UTF-8
+// sequence (overlong forms and surrogates included), or npos. SentencePiece
+// would drop or replace such bytes: its callers refuse them.
+size_t first_invalid_utf8(std::string_view text);
+
 class TextCodec {
  public:
   // Throws InputError naming `where` for a SentencePiece run without its model.
