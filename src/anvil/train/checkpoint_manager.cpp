@@ -87,19 +87,20 @@ void CheckpointManager::check_continues(const ResumePoint& p, const RunRecord& r
   if (o_.resume_new_phase) {  // a new phase may extend the context
     for (const char* k : {"rope_theta", "seq_len"}) saved.erase(k), mine.erase(k);
   }
-  if (mine.dump() != saved.dump()) {
-    std::string keys;
-    auto add = [&keys](const std::string& k, const json& here, const json& there) {
-      keys += (keys.empty() ? "" : ", ") + k + " " + (here.is_null() ? "absent" : here.dump()) +
-              " here, " + (there.is_null() ? "absent" : there.dump()) + " in the checkpoint";
-    };
-    for (const auto& [k, v] : saved.items())
-      if (!mine.contains(k) || mine[k] != v) add(k, mine.value(k, json()), v);
-    for (const auto& [k, v] : mine.items())
-      if (!saved.contains(k)) add(k, v, json());
+  // Every field that differs, with both values, so the flag to change is plain.
+  std::string differ;
+  auto differs = [&differ](const std::string& field, const json& here, const json& there) {
+    auto text = [](const json& v) { return v.is_null() ? std::string("absent") : v.dump(); };
+    if (here != there)
+      differ += (differ.empty() ? "" : ", ") + field + " " + text(here) + " here, " + text(there) +
+                " in the checkpoint";
+  };
+  for (const auto& [k, v] : saved.items()) differs(k, mine.value(k, json()), v);
+  for (const auto& [k, v] : mine.items())
+    if (!saved.contains(k)) differs(k, v, json());
+  if (!differ.empty())
     throw InputError(what + ": the model config (model.config with its model.set overrides) " +
-                     "differs from the checkpoint's: " + keys);
-  }
+                     "differs from the checkpoint's: " + differ);
   if (p.weights_only) return;
   // The weights are replicated and a step's rows depend only on their count
   // (data/batches.hpp), so any split of the same rows per step (batch x
@@ -109,13 +110,6 @@ void CheckpointManager::check_continues(const ResumePoint& p, const RunRecord& r
   const auto saved_split = p.state.at("batch").get<int64_t>() * p.state.value("world", int64_t{1});
   const auto saved_rows = saved_split * saved_accum;
   const auto rows = run.batch * run.world * run.accum;
-  // Every field that differs, with both values, so the flag to change is plain.
-  std::string differ;
-  auto differs = [&differ](const std::string& field, const json& here, const json& there) {
-    if (here != there)
-      differ += (differ.empty() ? "" : ", ") + field + " " + here.dump() + " here, " +
-                there.dump() + " in the checkpoint";
-  };
   differs("model.dtype", run.precision, p.state.value("precision", "fp32"));
   differs("optimizer.name", run.optimizer, p.state.value("optimizer", "adamw"));
   if (!differ.empty())
