@@ -34,8 +34,9 @@ class EvalCommands : public CommandFamily {
         ->excludes(run)
         ->check(CLI::ExistingFile);
     plot_
-        ->add_option("--out", plot_out_,
-                     "Directory for the PNGs (default: RUN/plots, or next to the JSON)")
+        ->add_option(
+            "--out", plot_out_,
+            "Directory for the PNGs (default: RUN/plots, or a plots/ folder beside the JSON)")
         ->check(output_dir());
   }
 
@@ -173,7 +174,7 @@ class EvalCommands : public CommandFamily {
             ? eval::plot_bench(
                   plot_bench_,
                   plot_out_.empty()
-                      ? std::filesystem::path(plot_bench_).parent_path().string() + "/plots"
+                      ? (std::filesystem::path(plot_bench_).parent_path() / "plots").string()
                       : plot_out_)
             : eval::plot_run(plot_run_, plot_out_.empty() ? plot_run_ + "/plots" : plot_out_);
     for (const auto& f : files) std::cout << f << "\n";

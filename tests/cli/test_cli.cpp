@@ -1138,6 +1138,20 @@ TEST(Cli, PlotsARunAndBenchOutputAsPngs) {
   ASSERT_EQ(run_anvil("plot --bench " + dir + "/gemm.json --out " + dir + "/plots", false).status,
             0);
   EXPECT_EQ(png_size(dir + "/plots/gemm.png").first, 1100u);
+  // Without --out: a plots/ folder beside the JSON.
+  ASSERT_EQ(run_anvil("plot --bench " + dir + "/gemm.json", false).status, 0);
+  EXPECT_EQ(png_size(dir + "/plots/gemm.png").first, 1100u);
+  // A ZAYA1 run where some expert got no token at every logged step: no
+  // load ratio at all, the router plot holds the skip rate.
+  std::filesystem::create_directories(dir + "/idle");
+  std::ofstream(dir + "/idle/metrics.jsonl")
+      << "{\"step\": 1, \"loss\": 5.5, \"lr\": 0.001, \"router\": [{\"layer\": 1, "
+         "\"max_over_min\": null, \"skip_rate\": 0.25}]}\n"
+         "{\"step\": 2, \"loss\": 5.4, \"lr\": 0.001, \"router\": [{\"layer\": 1, "
+         "\"max_over_min\": null, \"skip_rate\": 0.5}]}\n";
+  const CliRun idle = run_anvil("plot --run " + dir + "/idle", false);
+  ASSERT_EQ(idle.status, 0) << idle.out;
+  EXPECT_EQ(png_size(dir + "/idle/plots/router.png").first, 1100u);
   expect_usage_error("plot --run " + dir + "/nothing", "metrics.jsonl");
   std::ofstream(dir + "/other.json") << "{\"benchmark\": \"membw\"}";
   expect_usage_error("plot --bench " + dir + "/other.json", "expected the --json of");

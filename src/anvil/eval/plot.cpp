@@ -124,6 +124,7 @@ std::vector<std::string> plot_run(const std::string& run_dir, const std::string&
   if (!f) throw InputError("--run: " + path + ": no such file (expected an anvil train --out directory)");
   Blocks loss, val, lr, speed, load, skip;
   double max_skip = 0;
+  bool any_ratio = false;  // an expert without tokens at every step leaves none
   std::string line;
   int64_t n = 0;
   for (int64_t no = 1; std::getline(f, line); ++no) {
@@ -146,6 +147,7 @@ std::vector<std::string> plot_run(const std::string& run_dir, const std::string&
                                 : -1.0;
           // An expert without tokens has no ratio: a gap in the line.
           load.block(name) += mm > 0 ? row({step, mm}) : std::string("\n");
+          any_ratio = any_ratio || mm > 0;
           skip.block(name) += row({step, 100 * l.value("skip_rate", 0.0)});
           max_skip = std::max(max_skip, 100 * l.value("skip_rate", 0.0));
         }
@@ -179,14 +181,21 @@ std::vector<std::string> plot_run(const std::string& run_dir, const std::string&
               "'' using 1:3 axes x1y2 with lines lw 1.5 title 'MFU %'\n",
       {{"speed.dat", speed.text()}}));
   if (!skip.names.empty()) {
-    out.push_back(render(
-        out_dir, "router.png",
-        title + "set multiplot layout 2,1\nset xlabel 'step'\n"
-                "set ylabel 'expert load max/min (gaps: an expert got no token)'\nset logscale y\n" + plot_blocks("load.dat", load, "1:2", "lines") +
-            "unset logscale y\nset ylabel 'skip rate (%)'\nset yrange [0:" +
-            std::to_string(std::max(1.0, 1.1 * max_skip)) + "]\n" +
-            plot_blocks("skip.dat", skip, "1:2", "lines") + "unset multiplot\n",
-        {{"load.dat", load.text()}, {"skip.dat", skip.text()}}));
+    // Without a single ratio gnuplot has no range for the load panel: it
+    // is left out and the title says why.
+    const std::string load_panel =
+        any_ratio ? "set multiplot layout 2,1\nset xlabel 'step'\n"
+                    "set ylabel 'expert load max/min (gaps: an expert got no token)'\n"
+                    "set logscale y\n" +
+                        plot_blocks("load.dat", load, "1:2", "lines") + "unset logscale y\n"
+                  : "set xlabel 'step'\nset label 1 'expert load max/min: none (some expert got "
+                    "no token at every step)' at graph 0.02, graph 0.95\n";
+    out.push_back(render(out_dir, "router.png",
+                         title + load_panel + "set ylabel 'skip rate (%)'\nset yrange [0:" +
+                             std::to_string(std::max(1.0, 1.1 * max_skip)) + "]\n" +
+                             plot_blocks("skip.dat", skip, "1:2", "lines") +
+                             (any_ratio ? "unset multiplot\n" : ""),
+                         {{"load.dat", load.text()}, {"skip.dat", skip.text()}}));
   }
   return out;
 }
