@@ -62,8 +62,9 @@ void PlanCommands::add_model_flags(CLI::App* cmd, Model& m, bool required) {
       ->check(positive());
   cmd->add_option("--assume", m.assume,
                   "Derate a published profile: memory=F, link=F, gemm=F or gemm.DTYPE=F, each the "
-                  "achieved fraction (0, 1] of the datasheet figure (repeatable; replaces the "
-                  "profile's achievable value or the default)");
+                  "achieved fraction (0, 1] of the datasheet figure (repeatable or "
+                  "comma-separated; replaces the profile's achievable value or the default)")
+      ->delimiter(',');
   cmd->add_option("--expert-loads", m.expert_loads,
                   "A ZAYA1 run's metrics.jsonl (or run directory): price each expert's GEMMs at "
                   "the rows its router gave it, averaged over the logged steps and layers, skips "
@@ -172,11 +173,13 @@ void PlanCommands::add_to(CLI::App& app, Context& ctx) {
   comm_->add_option("--sizes", comm_sizes_, "Message sizes, e.g. 1M,16M")
       ->delimiter(',')
       ->capture_default_str();
-  comm_->add_option(
-      "--assume", comm_assume_,
-      "Derate a published profile: memory=F, link=F, gemm=F or gemm.DTYPE=F, each the "
-      "achieved fraction (0, 1] of the datasheet figure (repeatable; replaces the "
-      "profile's achievable value or the default)");
+  comm_
+      ->add_option(
+          "--assume", comm_assume_,
+          "Derate a published profile: memory=F, link=F, gemm=F or gemm.DTYPE=F, each the "
+          "achieved fraction (0, 1] of the datasheet figure (repeatable or comma-separated; "
+          "replaces the profile's achievable value or the default)")
+      ->delimiter(',');
   comm_->add_flag("--json", comm_json_, "Print JSON instead of the table");
   // `anvil plan comm` has its own flags; the parent's --config is not needed then.
   plan_->require_subcommand(0, 1);

@@ -578,6 +578,11 @@ TEST(Cli, PlanPredictsAStepAndSizeChecksTheRules) {
   const CliRun slow = run_anvil(layout + " --assume gemm.fp8=0.3 --assume memory=0.5", false);
   ASSERT_EQ(slow.status, 0) << slow.out;
   EXPECT_GT(nlohmann::json::parse(slow.out)["step_s"].get<double>(), t["step_s"].get<double>());
+  // The same two assumptions comma-separated.
+  const CliRun slow_commas = run_anvil(layout + " --assume gemm.fp8=0.3,memory=0.5", false);
+  ASSERT_EQ(slow_commas.status, 0) << slow_commas.out;
+  EXPECT_EQ(nlohmann::json::parse(slow_commas.out)["step_s"],
+            nlohmann::json::parse(slow.out)["step_s"]);
 
   const CliRun c = run_anvil("plan comm --hw h100-sxm --ranks 16 --sizes 1M,1G --json", false);
   ASSERT_EQ(c.status, 0) << c.out;
