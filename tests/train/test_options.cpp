@@ -126,6 +126,21 @@ TEST(TrainOptions, TheRecordOfARunHasAbsolutePathsAndNeitherResumeNorFault) {
   EXPECT_EQ(r.faults.inject, "");
 }
 
+TEST(TrainOptions, ARepeatWithOtherStepsStretchesAScheduleThatSpannedTheRun) {
+  TrainOptions o;
+  o.train.steps = 4;
+  o.finish();
+  ASSERT_EQ(o.optimizer.schedule.total, 4);
+  TrainOptions again;
+  again.update_from_json(repeatable(o).to_json(), "train.json");
+  again.train.steps = 2;  // --steps 2 after --train
+  again.finish();
+  EXPECT_EQ(again.optimizer.schedule.total, 2);
+  // A schedule set apart from the steps is kept.
+  o.optimizer.schedule.total = 10;
+  EXPECT_EQ(repeatable(o).optimizer.schedule.total, 10);
+}
+
 TEST(GemmPeak, AGivenRateAProfileOrACachedMeasurement) {
   EXPECT_EQ(gemm_peak(123.0, "", model::Precision::fp32).gflops, 123.0);
   // A profile's measured peak at this thread count.

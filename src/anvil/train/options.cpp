@@ -68,6 +68,9 @@ TrainOptions repeatable(const TrainOptions& o) {
   }
   r.train.data = data;
   r.checkpoint.out = absolute(o.checkpoint.out);
+  // A schedule that spans the run's steps is written as such (0), so that a
+  // repeat with another --steps stretches it as a fresh run would.
+  if (r.optimizer.schedule.total == r.train.steps) r.optimizer.schedule.total = 0;
   r.checkpoint.resume.clear();
   r.checkpoint.resume_new_accum = false;
   r.checkpoint.resume_new_phase = false;
