@@ -376,7 +376,7 @@ void Trainer::print_plan() const {
                 device::gpu_properties(device::gpu_for_rank(rank_)).name.c_str(),
                 o_.model.tf32 ? ", TF32 matmuls" : "");
   std::printf(
-      "\nmemory plan%s%s: parameters %s | gradients %s | optimizer %s | activations %s | "
+      "\nmemory plan%s%s: parameters %s | gradients %s | optimizer %s | activations %s%s | "
       "total %s\n",
       world_ > 1 ? " per rank" : "",
       o_.model.device != "cuda" ? ""
@@ -385,6 +385,9 @@ void Trainer::print_plan() const {
                                   "optimizer on host copies)",
       human_bytes(plan.parameters).c_str(), human_bytes(plan.gradients).c_str(),
       human_bytes(result_.optimizer_bytes).c_str(), human_bytes(plan.activations).c_str(),
+      plan.low_precision > 0
+          ? (" | bf16 weights+scratch " + human_bytes(plan.low_precision)).c_str()
+          : "",
       human_bytes(result_.planned_bytes).c_str());
   std::printf("data: %s (%s); %.3f GFLOP/token; MFU against a %s GEMM peak of %.1f GFLOP/s (%s)\n",
               o_.train.data.empty() ? "random tokens" : o_.train.data.c_str(),
