@@ -62,8 +62,10 @@ for lib in libdl.so.2 libpthread.so.0 librt.so.1 libutil.so.1 libresolv.so.2; do
   fi
 done
 cp -r profiles "$root/profiles"
-# The commit the binaries were built from (the check writes it down).
+# The commit the binaries were built from (the check writes it down) and
+# the hash of their sources (the check refuses a bundle of other sources).
 git describe --always --dirty > "$root/SOURCE" 2>/dev/null || echo unknown > "$root/SOURCE"
+scripts/source-hash.sh > "$root/SOURCE_HASH"
 mkdir -p "$(dirname "$out")"
 tar -C "$stage" -cf - anvil | xz -T2 -9 > "$out.tmp"
 size=$(stat -c %s "$out.tmp")

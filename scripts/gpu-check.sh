@@ -12,21 +12,32 @@
 #     (bench/torch_train_hf.py --device cuda, compiled where a C compiler is);
 #   - then the benchmarks: the PyTorch baselines (bench/gpu_vs_torch.py:
 #     torch.matmul and copy_ against anvil, interleaved, medians of 3),
-#     `bench gemm` and `bench membw` at a reduced sweep, `hw --profile`, and
-#     `bench comm` (NCCL) on one rank;
+#     `bench gemm` and `bench membw` at a reduced sweep, `hw --profile`,
+#     `bench comm` (NCCL) on one rank, and last (the longest, compiling)
+#     PyTorch training the gpt2-124m run's model;
 # writing every log and JSON to OUT, and the ok / FAILED lines to
 # OUT/summary.txt. Exits non-zero when any step fails.
 #
 #   scripts/gpu-check.sh OUT [BUNDLE]   default BUNDLE: gpu-bundle/anvil-gpu.tar.xz
 #
-# GPU_CHECK_SECONDS (default 420) bounds the whole check: each step's limit
+# GPU_CHECK_SECONDS (default 360) bounds the whole check: each step's limit
 # is cut to the time left, and a step with under 5 s left is not started
-# (it counts as failed). GPU_CHECK_PACK=FILE also writes OUT as one
-# .tar.gz, on every exit, for a machine that returns few files.
+# (it counts as failed). GPU_CHECK_ONLY="STEP ..." runs only those steps
+# (a second call reruns what failed; the others are said as skipped).
+# GPU_CHECK_PACK=FILE also writes OUT as one .tar.gz on every exit, and
+# GPU_CHECK_SUMMARY=FILE copies each summary line there as it is said: a
+# machine that returns few files gets both, and a check killed from outside
+# (no exit trap) still leaves its summary so far.
+#
+# The bundle must hold binaries built from this tree's sources (a hash of
+# src/, apps/, tests/ and CMakeLists.txt, written by scripts/gpu-bundle.sh):
+# any other bundle is refused before the GPU is touched (exit 2), unless
+# GPU_CHECK_STALE_OK=1.
 #
 # The CUDA libraries are the machine's own: CUDA_HOME (or /usr/local/cuda)
 # lib64, and PyTorch's nvidia-* wheels where it has them (NCCL, cuBLAS).
 set -uo pipefail
+export PYTHONUNBUFFERED=1
 out=${1:?usage: scripts/gpu-check.sh OUT [BUNDLE]}
 bundle=${2:-gpu-bundle/anvil-gpu.tar.xz}
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,9 +49,24 @@ on_exit() {
   if [[ -n $pack ]]; then tar -czf "$pack" -C "$(dirname "$out")" "$(basename "$out")"; fi
 }
 trap on_exit EXIT
-budget=${GPU_CHECK_SECONDS:-420}
+budget=${GPU_CHECK_SECONDS:-360}
 deadline=$((SECONDS + budget))
-tar -xJf "$bundle" -C "$work" || { echo "gpu-check: cannot unpack $bundle" >&2; exit 2; }
+summary_copy=${GPU_CHECK_SUMMARY:-}
+: > "$out/summary.txt"
+[[ -n $summary_copy ]] && : > "$summary_copy"
+say() {
+  echo "$*" | tee -a "$out/summary.txt"
+  [[ -n $summary_copy ]] && echo "$*" >> "$summary_copy"
+  return 0
+}
+# tar -J needs the xz program, which a minimal image may lack; Python's
+# tarfile reads xz by itself.
+if ! tar -xJf "$bundle" -C "$work" 2> "$out/unpack.log" &&
+  ! python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+    "$bundle" "$work" 2>> "$out/unpack.log"; then
+  say "FAILED unpack: cannot unpack $bundle ($(tail -1 "$out/unpack.log"))"
+  exit 2
+fi
 B=$work/anvil
 
 # PyTorch's wheels first: anvil then loads the cuBLAS(Lt) that torch.matmul
@@ -71,12 +97,18 @@ libs=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 echo "library path: $libs" > "$out/environment.txt"
 built=$(cat "$B/SOURCE" 2>/dev/null || echo unknown)
 echo "bundle built from: $built" >> "$out/environment.txt"
-: > "$out/summary.txt"
-say() { echo "$*" | tee -a "$out/summary.txt"; }
-# Binaries from other sources than these scripts and tests check the wrong code.
-here=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
-if [[ $built != "$here" ]]; then
-  say "warning: the bundle was built from $built, this checkout is $here (scripts/gpu-bundle.sh)"
+# Binaries built from other sources than this tree's check the wrong code;
+# the copy of the tree on a GPU machine may have no .git, so the sources
+# themselves are compared (scripts/source-hash.sh).
+built_hash=$(cat "$B/SOURCE_HASH" 2>/dev/null || echo none)
+here_hash=$("$repo/scripts/source-hash.sh" "$repo")
+if [[ $built_hash != "$here_hash" ]]; then
+  if [[ ${GPU_CHECK_STALE_OK:-0} == 1 ]]; then
+    say "warning: the bundle's sources ($built, hash $built_hash) are not this tree's ($here_hash)"
+  else
+    say "FAILED bundle: built from other sources ($built, hash $built_hash; this tree $here_hash): rerun scripts/gpu-bundle.sh (GPU_CHECK_STALE_OK=1 runs it anyway)"
+    exit 2
+  fi
 fi
 
 # Every binary runs under the bundle's own loader and glibc.
@@ -87,9 +119,18 @@ export -f run_bin anvil
 export loader libs B
 
 failed=()
+skipped=()
+only=${GPU_CHECK_ONLY:-}
+wanted() {  # wanted NAME: true when GPU_CHECK_ONLY is unset or names it
+  [[ -z $only || " $only " == *" $1 "* ]]
+}
 step() {  # step NAME LIMIT_S command...
   local name=$1 limit=$2
   shift 2
+  if ! wanted "$name"; then
+    skipped+=("$name")
+    return
+  fi
   local t0=$SECONDS left=$((deadline - SECONDS))
   if ((left < 5)); then
     say "FAILED $name: not started, the check's $budget s are spent"
@@ -116,6 +157,13 @@ if command -v nvidia-smi > /dev/null && grep -q "SKIPPED" "$out/gpu-tests.log"; 
   failed+=("gpu-tests-skipped")
 fi
 step hw 30 "anvil hw && anvil hw --json > $out/hw.json"
+# A probe for Python with CUDA PyTorch (and MODULES), within the time left.
+torch_probe() {
+  local left=$((deadline - SECONDS))
+  ((left > 30)) && left=30
+  [[ -n $py ]] && ((left > 0)) &&
+    timeout -k 5 "$left" "$py" -c "import torch${1:+, $1}; assert torch.cuda.is_available()" 2>/dev/null
+}
 
 # Training: the CPU's losses against the GPU's on the same batches.
 tiny="-T 64 -B 4 --steps 20 --lr 3e-3 --warmup 2 --log-every 5 --peak-gflops 1"
@@ -151,7 +199,7 @@ step train-gpt2-124m 180 "anvil train --config $repo/configs/gpt2-124m.json --de
 # Whether its attention ran fused: the plan names it where cuDNN (and the
 # libcudart its frontend loads) can run, and a shape cuDNN refuses falls back
 # with a warning.
-if [[ " ${failed[*]} " != *" train-gpt2-124m "* ]] &&
+if wanted train-gpt2-124m && [[ " ${failed[*]} " != *" train-gpt2-124m "* ]] &&
   { ! grep -q "^attention: cuDNN fused" "$out/train-gpt2-124m.log" ||
     grep -q "runs unfused" "$out/train-gpt2-124m.log"; }; then
   say "FAILED attention-fused-gpt2-124m: its attention ran unfused (train-gpt2-124m.log)"
@@ -160,8 +208,9 @@ fi
 # Decoding from that run's checkpoint, the KV cache on the GPU (tokens/s);
 # this and the PyTorch run below need that checkpoint.
 after() {  # after STEP NAME: true when STEP passed, else NAME counts as failed
-  if [[ " ${failed[*]} " == *" $1 "* ]]; then
-    say "FAILED $2: not started, $1 failed"
+  wanted "$2" || return 1
+  if [[ " ${failed[*]} " == *" $1 "* || " ${skipped[*]} " == *" $1 "* ]]; then
+    say "FAILED $2: not started, it needs $1 (failed or not run)"
     failed+=("$2")
     return 1
   fi
@@ -171,7 +220,9 @@ after train-gpt2-124m generate-gpt2-124m && \
   --max-new 256 --temperature 0 --device cuda > $out/generate-gpt2-124m.txt"
 # The benchmarks, the PyTorch comparison first (a target it misses is said
 # as MISSED, not FAILED: the step itself worked).
-if [[ -n $py ]] && timeout 60 "$py" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+if ! wanted torch-baselines; then
+  skipped+=(torch-baselines)
+elif torch_probe; then
   step torch-baselines 120 "$py $repo/bench/gpu_vs_torch.py --rounds 3 --out $out/torch-baselines.json"
   grep -h "MISSED" "$out/torch-baselines.log" | while read -r line; do say "MISSED torch-baselines: $line"; done
 else
@@ -180,8 +231,12 @@ fi
 step gemm 90 "anvil bench gemm --device cuda --dtype bf16,fp8,tf32 --sizes 4096,8192 \
   --algos 8 --min-time 0.05 --out $out/gemm.json"
 step membw 60 "anvil bench membw --device cuda --min-time 0.05 --out $out/membw.json"
+step profile 120 "anvil hw --profile $out/gpu-profile.json --device cuda --min-time 0.03"
+step comm 60 "anvil bench comm --device cuda --op all -b 1K -e 64M -f 4 -n 10 --out $out/comm.json"
 # PyTorch training the gpt2-124m run's model (its tokens/s against anvil's).
-if [[ -n $py ]] && timeout 60 "$py" -c "import torch, transformers; assert torch.cuda.is_available()" 2>/dev/null; then
+if ! wanted torch-train-gpt2-124m; then
+  skipped+=(torch-train-gpt2-124m)
+elif torch_probe transformers; then
   # torch.compile's Triton builds its launchers with a C compiler.
   compile=--compile
   if ! command -v cc > /dev/null && ! command -v gcc > /dev/null; then
@@ -196,9 +251,8 @@ else
     tee "$out/torch-train-gpt2-124m.log"
 fi
 
-step profile 120 "anvil hw --profile $out/gpu-profile.json --device cuda --min-time 0.03"
-step comm 60 "anvil bench comm --device cuda --op all -b 1K -e 64M -f 4 -n 10 --out $out/comm.json"
 
+((${#skipped[@]})) && say "skipped (GPU_CHECK_ONLY): ${skipped[*]}"
 if ((${#failed[@]})); then
   say "gpu-check: ${#failed[@]} step(s) failed: ${failed[*]}"
   exit 1

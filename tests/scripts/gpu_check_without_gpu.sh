@@ -3,7 +3,8 @@
 # run to its end and fail every GPU step only for want of a device. A flag
 # the CLI no longer takes, a path that moved or a shell error would fail a
 # step another way, and would otherwise first show on a GPU machine, whose
-# time is short. Also: GPU_CHECK_PACK writes the pack. Exits 77 (skipped)
+# time is short. Also: GPU_CHECK_PACK writes the pack, GPU_CHECK_ONLY and
+# GPU_CHECK_SUMMARY do what they say, a stale bundle is refused. Exits 77 (skipped)
 # where the build has no CUDA or a GPU can be used (the check runs for real
 # there).
 #
@@ -34,10 +35,36 @@ while read -r _ name _; do
     tail -n 3 "$work/out/$name.log"
     bad=1
   fi
-done < <(grep "^FAILED" "$work/check.log" | grep -v ": not started, [a-z0-9-]* failed$")
+done < <(grep "^FAILED" "$work/check.log" | grep -v ": not started, it needs ")
 [[ $(grep -c "^FAILED" "$work/check.log") -ge 10 ]] || { echo "expected the GPU steps to run"; bad=1; }
 # Whole outputs into grep -q, never a pipe: under pipefail a writer still
 # writing when grep has matched and gone dies of SIGPIPE, failing the test.
 grep -q "out/hw.log" <<< "$(tar -tzf "$work/pack.tar.gz")" || { echo "GPU_CHECK_PACK: no pack"; bad=1; }
+
+# GPU_CHECK_ONLY reruns the steps it names (a step that needs one not run
+# is said as not started), GPU_CHECK_SUMMARY keeps a copy of the summary.
+GPU_CHECK_ONLY="hw generate-gpt2-124m" GPU_CHECK_SUMMARY=$work/summary-copy.txt \
+  "$repo/scripts/gpu-check.sh" "$work/only" "$work/bundle.tar.xz" > "$work/only.log" 2>&1
+rc=$?
+((rc == 1)) || { echo "GPU_CHECK_ONLY: expected exit 1, got $rc"; cat "$work/only.log"; bad=1; }
+only=$(cat "$work/only.log")
+grep -q "^ok     hw" <<< "$only" || { echo "GPU_CHECK_ONLY: expected hw ok"; bad=1; }
+grep -q "^FAILED generate-gpt2-124m: not started, it needs train-gpt2-124m" <<< "$only" ||
+  { echo "GPU_CHECK_ONLY: expected generate not started"; bad=1; }
+[[ $(grep -c "^ok \|^FAILED" <<< "$only") == 2 ]] || { echo "GPU_CHECK_ONLY: expected 2 steps"; bad=1; }
+grep -q "^skipped (GPU_CHECK_ONLY): gpu-tests " <<< "$only" || { echo "GPU_CHECK_ONLY: no skip line"; bad=1; }
+cmp -s "$work/summary-copy.txt" "$work/only/summary.txt" || { echo "GPU_CHECK_SUMMARY: differs"; bad=1; }
+
+# A bundle of other sources is refused before any step (exit 2).
+mkdir -p "$work/stale" && tar -xJf "$work/bundle.tar.xz" -C "$work/stale" &&
+  echo 0000000000000000 > "$work/stale/anvil/SOURCE_HASH" &&
+  tar -C "$work/stale" -cf - anvil | xz -0 -T2 > "$work/stale.tar.xz"
+"$repo/scripts/gpu-check.sh" "$work/stale-out" "$work/stale.tar.xz" > "$work/stale.log" 2>&1
+rc=$?
+((rc == 2)) || { echo "stale bundle: expected exit 2, got $rc"; bad=1; }
+grep -q "^FAILED bundle: built from other sources" "$work/stale.log" ||
+  { echo "stale bundle: expected the refusal"; cat "$work/stale.log"; bad=1; }
+[[ ! -e $work/stale-out/hw.log ]] || { echo "stale bundle: a step ran"; bad=1; }
+
 ((bad == 0)) && echo "gpu-check without a GPU: every GPU step failed for want of a device only"
 exit "$bad"
