@@ -368,7 +368,9 @@ __device__ double block_sum_double(double v) {
     if (threadIdx.x < half) lane[threadIdx.x] += lane[threadIdx.x + half];
     __syncthreads();
   }
-  return lane[0];
+  const double total = lane[0];
+  __syncthreads();  // every thread has read lane[0] before a next call writes it
+  return total;
 }
 
 // Block b's partial: the squares of elements b x kThreads + t + k x stride

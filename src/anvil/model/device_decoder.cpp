@@ -113,6 +113,23 @@ size_t param_bytes(const ParamRegistry& r) {
   return device::ArenaPlan::rounded(static_cast<size_t>(r.total()) * sizeof(float));
 }
 
+// The bf16 arena: the weights' copy, two GEMM scratch buffers and, with
+// fused attention, its bf16 qkv and out (and for the backward dout and
+// dqkv). cuDNN's workspace is FusedAttention's own allocation: the plan
+// counts it beside the arena.
+device::ArenaPlan low_precision_arena(const ParamRegistry& r, const Sizes& s, bool training,
+                                      bool fused_attention) {
+  device::ArenaPlan low;
+  low.add(static_cast<size_t>(r.total()) * sizeof(bf16));
+  for (int i = 0; i < 2; ++i) low.add(static_cast<size_t>(scratch_elements(s)) * sizeof(bf16));
+  if (fused_attention) {
+    for (int i = 0; i < (training ? 2 : 1); ++i)
+      for (const int64_t width : {s.Q, s.A})
+        low.add(static_cast<size_t>(s.N * width) * sizeof(bf16));
+  }
+  return low;
+}
+
 device::ArenaPlan one_request(size_t bytes) {
   device::ArenaPlan plan;
   plan.add(bytes);
@@ -141,19 +158,11 @@ MemoryPlan DeviceDecoder::plan_for(const ModelConfig& config, int64_t B, int64_t
   const Sizes s = sizes(config, B, T, training);
   p.activations = activation_bytes(s);
   if (precision == Precision::bf16) {
-    device::ArenaPlan low;
-    low.add(static_cast<size_t>(r.total()) * sizeof(bf16));
-    for (int i = 0; i < 2; ++i) low.add(static_cast<size_t>(scratch_elements(s)) * sizeof(bf16));
-    // Fused attention's bf16 qkv and out (and for backward dout and dqkv).
-    if (fused_attention) {
-      for (int i = 0; i < (training ? 2 : 1); ++i)
-        for (const int64_t width : {s.Q, s.A})
-          low.add(static_cast<size_t>(s.N * width) * sizeof(bf16));
-      // and cuDNN's workspace, allocated when the graphs are first built
-      low.add(device::fused_attention_workspace_bound(
-          {B, T, config.n_heads, config.n_kv_heads, config.head_dim}));
-    }
-    p.low_precision = low.total();
+    p.low_precision = low_precision_arena(r, s, training, fused_attention).total();
+    // and cuDNN's workspace, allocated when the graphs are first built
+    if (fused_attention)
+      p.low_precision += device::fused_attention_workspace_bound(
+          {B, T, config.n_heads, config.n_kv_heads, config.head_dim});
   }
   return p;
 }
@@ -221,9 +230,9 @@ DeviceDecoder::DeviceDecoder(const ModelConfig& config, int64_t B, int64_t T, bo
     if (training) grad_layers_.push_back(layer(l, dgrads_));
   }
   if (precision == Precision::bf16) {
-    device::ArenaPlan low;
-    low.add(plan_.low_precision);
-    low_ = device::DeviceArena(kind, "bf16 weights and scratch", low);
+    low_ = device::DeviceArena(
+        kind, "bf16 weights and scratch",
+        low_precision_arena(registry_, s, training, fuses_attention(kind, precision)));
     weights_bf16_ = low_.take<bf16>(registry_.total());
     scratch_a_ = low_.take<bf16>(scratch_elements(s));
     scratch_b_ = low_.take<bf16>(scratch_elements(s));
