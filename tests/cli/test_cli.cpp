@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -1079,6 +1080,22 @@ TEST(Cli, RecipeRunsItsPhasesAndResumesMidPhaseOnTheSameLosses) {
     ASSERT_EQ(run_anvil(run + "/killed-" + std::to_string(kill) + " --resume latest", false).status,
               0);
     EXPECT_EQ(losses_of(k), straight) << "killed at step " << kill;
+  }
+  // Preempted (SIGTERM) right after an interval's checkpoint (step 6) and
+  // in phase 1's last step (10): status 143, the recipe stopped before the
+  // next phase, and resumed on the same losses.
+  for (const int term : {6, 10}) {
+    const std::string k = dir + "/term-" + std::to_string(term);
+    EXPECT_EQ(
+        run_anvil(run + "/term-" + std::to_string(term) + " --inject term@" + std::to_string(term),
+                  false)
+            .status,
+        128 + SIGTERM);
+    EXPECT_EQ(losses_of(k).size(), static_cast<size_t>(term));
+    EXPECT_TRUE(std::filesystem::exists(k + "/" + anvil::ckpt::checkpoint_name(term))) << term;
+    ASSERT_EQ(run_anvil(run + "/term-" + std::to_string(term) + " --resume latest", false).status,
+              0);
+    EXPECT_EQ(losses_of(k), straight) << "stopped at step " << term;
   }
   // Bad recipes: one line naming the file and key.
   nlohmann::json bad = recipe;

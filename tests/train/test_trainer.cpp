@@ -171,6 +171,53 @@ TEST(Trainer, Zaya1TrainsBalancesAndResumesExactlyWithItsBiases) {
   EXPECT_THROW(run_training(bad), InputError);
 }
 
+// A loss spike's step is skipped whole: its expert loads never reach the
+// balancer (they used to be added to the next step's), so a run resumed
+// from the skipped step's checkpoint goes on with the straight run's losses.
+TEST(Trainer, ASkippedSpikeStepLeavesNoExpertLoadsToTheNextStep) {
+  auto o = zaya_tiny();
+  o.balancing.lr = 0.05f;
+  o.guard.spike_z = 3;
+  o.guard.spike_window = 3;
+  o.faults.inject = "spike@6";  // step 6's loss x 10
+  const std::string dir = testing::TempDir() + "/spike_zaya";
+  fs::remove_all(dir);
+  auto straight = o;
+  straight.checkpoint.out = dir + "/straight";
+  straight.checkpoint.every = 1;
+  straight.checkpoint.keep = 0;  // all
+  const auto whole = run_training(straight);
+  int64_t skipped = 0;  // the first skipped step with steps after it
+  std::ifstream metrics(dir + "/straight/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const auto m = nlohmann::json::parse(line);
+    if (m.value("skipped", false) && m["step"].get<int64_t>() < o.train.steps) {
+      skipped = m["step"].get<int64_t>();
+      break;
+    }
+  }
+  ASSERT_GT(skipped, 0) << "no step was skipped";
+  auto rest = o;
+  rest.checkpoint.out = dir + "/rest";
+  rest.checkpoint.resume = dir + "/straight/" + ckpt::checkpoint_name(skipped);
+  const auto after = run_training(rest);
+  ASSERT_EQ(after.first_step, skipped);
+  EXPECT_EQ(after.losses, std::vector<double>(whole.losses.begin() + skipped, whole.losses.end()));
+  // Each later step's expert loads (what the balancer reads) and biases too.
+  const auto routers = [&](const std::string& run) {
+    std::map<int64_t, nlohmann::json> by_step;
+    std::ifstream f(dir + run + "/metrics.jsonl");
+    for (std::string line; std::getline(f, line);) {
+      const auto m = nlohmann::json::parse(line);
+      if (m["step"].get<int64_t>() > skipped) by_step[m["step"].get<int64_t>()] = m["router"];
+    }
+    return by_step;
+  };
+  const auto straight_routers = routers("/straight");
+  ASSERT_EQ(straight_routers.size(), static_cast<size_t>(o.train.steps - skipped));
+  EXPECT_EQ(straight_routers, routers("/rest"));
+}
+
 // --precision bf16 for ZAYA1: the CCA projections and experts on bf16 copies
 // (fp32 masters, accumulation and gradients) stay close to the fp32 run, the
 // copy is rebuilt from the masters on resume (the same losses), and the

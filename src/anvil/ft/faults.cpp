@@ -7,7 +7,8 @@
 namespace anvil::ft {
 
 std::string fault_kinds() {
-  return "kill, hang, nan, slow, slow-rank, corrupt-ckpt, kill-in-save, disk-full, flip-param";
+  return "kill, term, hang, nan, spike, slow, slow-rank, corrupt-ckpt, kill-in-save, "
+         "disk-full, flip-param";
 }
 
 Fault parse_fault(const std::string& text, const std::string& key) {
@@ -45,6 +46,7 @@ Fault parse_fault(const std::string& text, const std::string& key) {
   if (p != end) throw bad();
   if (f.kind == "slow" && !(f.arg > 0)) throw bad();
   if (f.kind == "slow-rank" && !(f.arg > 1)) throw bad();  // a factor above 1
+  if (f.kind == "spike" && f.arg != 0 && !(f.arg > 1)) throw bad();  // ditto, 0: 10
   return f;
 }
 

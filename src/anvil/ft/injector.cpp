@@ -40,11 +40,14 @@ void Injector::step_begin(int64_t done, double last_compute_s) const {
 }
 
 double Injector::step_loss(int64_t done, double loss_sum) const {
-  return strikes("nan", done + 1) ? std::numeric_limits<double>::quiet_NaN() : loss_sum;
+  if (strikes("nan", done + 1)) return std::numeric_limits<double>::quiet_NaN();
+  if (strikes("spike", done + 1)) return loss_sum * (fault_->arg > 0 ? fault_->arg : 10.0);
+  return loss_sum;
 }
 
 void Injector::step_end(int64_t done) const {
   if (strikes("kill", done + 1)) std::raise(SIGKILL);
+  if (strikes("term", done)) std::raise(SIGTERM);  // a preemption once STEP is done
   if (strikes("hang", done + 1))
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }

@@ -114,6 +114,7 @@ json MetricsLogger::record(const StepStats& s, const StepReport& r) const {
             {"mfu", r.mfu},
             {"tokens", phase_.tokens_before +
                            (s.step - phase_.first_step) * static_cast<int64_t>(r.tokens_per_step)}};
+  if (s.skipped) m["skipped"] = true;  // a loss spike: the update was not applied
   if (!phase_.name.empty()) m["phase"] = phase_.name;
   if (r.val_loss >= 0) m["val_loss"] = r.val_loss;
   if (s.save_wait_seconds > 1e-4) m["save_wait_s"] = s.save_wait_seconds;

@@ -1,5 +1,7 @@
 #include "anvil/train/recipe.hpp"
 
+#include <csignal>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -110,6 +112,9 @@ TrainResult run_recipe(const Recipe& r, const TrainOptions& base, parallel::Data
   const bool speak = !base.metrics.quiet && (dp == nullptr || dp->rank() == 0);
   TrainResult all;
   bool first_run = true;
+  // A signal between phases, or in a phase's last step (whose run ends
+  // complete), stops the recipe before the next phase, as it would stop a phase.
+  const StopSignals signals;
   for (size_t i = 0; i < r.phases.size(); ++i) {
     const Phase& p = r.phases[i];
     if (at >= p.first_step + p.steps) continue;  // done before
@@ -142,11 +147,19 @@ TrainResult run_recipe(const Recipe& r, const TrainOptions& base, parallel::Data
     all.step_seconds = std::move(seconds);
     all.first_step = first;
     first_run = false;
-    if (dp != nullptr) {  // every rank past rank 0's commit of the phase's last checkpoint
-      double one = 1;
-      dp->sum(std::span<double>(&one, 1));
+    // Every rank past rank 0's commit of the phase's last checkpoint, and
+    // agreed on whether a signal came (any rank's stops them all).
+    int signal = pending_stop_signal();
+    if (dp != nullptr) {
+      double got = signal;
+      dp->sum(std::span<double>(&got, 1));
+      if (got != 0 && signal == 0) signal = SIGTERM;
     }
     if (trainer.current_step() < o.train.steps) break;  // stopped by a signal
+    if (signal != 0 && i + 1 < r.phases.size()) {
+      all.stop_signal = signal;
+      break;
+    }
     at = trainer.current_step();
     from = (std::filesystem::path(base.checkpoint.out) / ckpt::checkpoint_name(at)).string();
   }

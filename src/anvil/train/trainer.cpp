@@ -75,24 +75,6 @@ extern "C" void on_stop_signal(int sig) {
   g_stop.store(sig);
 }
 
-// SIGINT and SIGTERM end the loop at a step boundary (with a checkpoint)
-// while a run is in progress.
-class StopSignals {
- public:
-  StopSignals()
-      : int_(std::signal(SIGINT, on_stop_signal)), term_(std::signal(SIGTERM, on_stop_signal)) {
-    g_stop.store(0);
-  }
-  ~StopSignals() {
-    std::signal(SIGINT, int_);
-    std::signal(SIGTERM, term_);
-  }
-
- private:
-  void (*int_)(int);
-  void (*term_)(int);
-};
-
 size_t peak_rss_bytes() {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
@@ -525,6 +507,10 @@ StepStats Trainer::step() {
   // The loss and norm are global: every rank decides the same here.
   guard_.check_finite(s.step, s.loss, s.grad_norm);
   s.skipped = guard_.is_spike(s.step, s.loss);
+  if (s.skipped) {  // nothing of the step stays: its counters (expert loads) go too
+    const std::span<int64_t> counts = model_->step_counts();
+    std::fill(counts.begin(), counts.end(), 0);
+  }
   // A background save still reading the weights and moments finishes first.
   s.save_wait_seconds = checkpoints_->wait();
   if (!s.skipped) {
@@ -582,6 +568,7 @@ void Trainer::save() {
     for (const auto& e : model_->extra_state())
       (e.optimizer_state ? save.optimizer : save.model).push_back(whole_shard(e));
   checkpoints_->save(step_, std::move(save), record(), guard_.state());
+  saved_step_ = step_;
   if (rank_ == 0) result_.last_checkpoint = checkpoints_->last();
 }
 
@@ -661,10 +648,26 @@ void Trainer::log(const StepStats& s, double val, double iteration_start) {
   metrics_->log(s, r);
 }
 
+StopSignals::StopSignals()
+    : int_(std::signal(SIGINT, on_stop_signal)), term_(std::signal(SIGTERM, on_stop_signal)) {
+  if (int_ != on_stop_signal) g_stop.store(0);
+}
+
+StopSignals::~StopSignals() {
+  std::signal(SIGINT, int_);
+  std::signal(SIGTERM, term_);
+}
+
+int pending_stop_signal() {
+  return g_stop.load();
+}
+
 TrainResult Trainer::run() {
   std::vector<StepStats> steps;
+  // In scope through the final save: a second signal (a scheduler's, then
+  // mpirun's) must not kill the process while it writes the checkpoint.
+  const StopSignals signals;
   {
-    const StopSignals signals;
     // An iteration: the stop vote, the step, validation and the metrics line
     // (its gathers); the checkpoint save is not part of it.
     double iteration_start = now_seconds();
@@ -684,7 +687,8 @@ TrainResult Trainer::run() {
     if (stopped && straggler_ < 0)
       result_.stop_signal = g_stop.load() != 0 ? g_stop.load() : SIGTERM;
   }
-  if (step_ > result_.first_step) save();
+  // Not twice: a stop right after an interval's save has its checkpoint.
+  if (step_ > result_.first_step && step_ != saved_step_) save();
   checkpoints_->wait(/*final=*/true);
   finish_result(steps);
   if (straggler_ >= 0 && step_ < o_.train.steps) {

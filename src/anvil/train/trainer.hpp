@@ -81,6 +81,25 @@ struct TrainResult {
 // the one line the trainer refuses with (exit 2, before allocating).
 std::string device_memory_shortfall(size_t planned_bytes, int64_t free_bytes, int gpu);
 
+// SIGINT and SIGTERM, while one is in scope, end a run at its next step
+// boundary with a checkpoint (Trainer::run, a recipe between phases) instead
+// of killing the process: the signal is recorded, and pending_stop_signal()
+// reads it. The outermost scope starts clean; a nested one keeps a signal
+// that came before it (between a recipe's phases).
+class StopSignals {
+ public:
+  StopSignals();
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  void (*int_)(int);
+  void (*term_)(int);
+};
+// The signal recorded in a StopSignals scope (0: none).
+int pending_stop_signal();
+
 class Trainer {
  public:
   // Set up: checks the options, reads the data, builds the model and the
@@ -146,6 +165,7 @@ class Trainer {
   GemmPeak peak_;
   std::vector<int32_t> tokens_, targets_, full_tokens_, full_targets_;
   int64_t step_ = 0;
+  int64_t saved_step_ = -1;           // the step of the last checkpoint this run wrote (-1: none)
   int64_t device_free_at_start_ = 0;  // --device cuda: free bytes before the model
   TrainResult result_;
 };
