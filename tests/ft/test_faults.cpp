@@ -1,11 +1,16 @@
 // Fault injection specs (`--inject KIND@STEP[:RANK][=ARG]`): what parses, and
 // one-line errors naming the option and the expected form for what does not.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <csignal>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "anvil/base/files.hpp"
 #include "anvil/ft/faults.hpp"
+#include "anvil/ft/guard.hpp"
 #include "anvil/ft/injector.hpp"
 #include "anvil/ft/straggler.hpp"
 #include "support/input_error.hpp"
@@ -28,7 +33,7 @@ TEST(Faults, InjectionSpecsParseOrNameTheExpectedForm) {
   EXPECT_DOUBLE_EQ(w.arg, 5.5);
   for (const char* bad : {"kill", "kill@", "kill@0", "boom@3", "kill@3:x", "kill@3:1=", "slow@3",
                           "kill@3x", "nan@-1", "@3", "kill,hang@3", "ill@3", "rank@3",
-                          "slow-rank@3=1", "slow-rank@3"}) {
+                          "slow-rank@3=1", "slow-rank@3", "spike@3=1", "spike@3=0.5"}) {
     test_support::expect_input_error(
         [&] { parse_fault(bad); },
         {"faults.inject: ", "KIND@STEP[:RANK][=ARG]", "got '" + std::string(bad) + "'"});
@@ -38,6 +43,9 @@ TEST(Faults, InjectionSpecsParseOrNameTheExpectedForm) {
   EXPECT_DOUBLE_EQ(d.arg, 10);
   EXPECT_EQ(parse_fault("slow-rank@5:1=3").rank, 1);
   EXPECT_EQ(parse_fault("flip-param@15:1").kind, "flip-param");
+  EXPECT_EQ(parse_fault("term@4").kind, "term");
+  EXPECT_DOUBLE_EQ(parse_fault("spike@6=4").arg, 4);
+  EXPECT_DOUBLE_EQ(parse_fault("spike@6").arg, 0);  // the default factor, 10
 }
 
 // flip-param flips the top mantissa bit of the first weight, on its rank
@@ -77,6 +85,33 @@ TEST(Stragglers, ASlowRankIsNamedOnceAfterItsRunOfSlowSteps) {
   StragglerWatch off(0, 1);
   EXPECT_FALSE(off.feed(1, {0.1, 0.01}));
   EXPECT_FALSE(StragglerWatch(2.0, 1).feed(1, {0.1}));
+}
+
+// A heartbeat that cannot be written whole (a full disk; here a file-size
+// limit) leaves the last one in place: an empty file would read as a rank
+// that never started, which anvil launch takes for a hang.
+TEST(Faults, AHeartbeatNotWrittenWholeLeavesTheLastOne) {
+  const std::string dir = testing::TempDir() + "/heartbeat_full";
+  std::filesystem::remove_all(dir);
+  GuardOptions o;
+  o.heartbeat = dir;
+  const FaultGuard guard(o, 0, false);
+  guard.heartbeat(7, 2.5);
+  const std::string beat = read_file(dir + "/rank-0");
+  ASSERT_EQ(beat.rfind("7 ", 0), 0u) << beat;
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  rlimit none = old;
+  none.rlim_cur = 0;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &none), 0);
+  guard.heartbeat(8, 2.4);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &old), 0);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(read_file(dir + "/rank-0"), beat);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/rank-0.tmp"));
+  guard.heartbeat(9, 2.3);
+  EXPECT_EQ(read_file(dir + "/rank-0").rfind("9 ", 0), 0u);
 }
 
 }  // namespace

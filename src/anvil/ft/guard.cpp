@@ -41,10 +41,15 @@ void FaultGuard::heartbeat(int64_t step, double loss) const {
       std::fclose(f);
     }
   }
+  // Renamed only when written whole: on a full disk the supervisor keeps
+  // reading the last beat (an empty file would read as no step at all,
+  // which it takes for a rank that never started: a hang).
   if (FILE* f = std::fopen(tmp.c_str(), "w")) {
-    std::fputs(line, f);
-    std::fclose(f);
-    std::rename(tmp.c_str(), path.c_str());
+    const bool written = std::fputs(line, f) >= 0 && std::fflush(f) == 0;
+    if (std::fclose(f) == 0 && written)
+      std::rename(tmp.c_str(), path.c_str());
+    else
+      std::remove(tmp.c_str());
   }
 }
 

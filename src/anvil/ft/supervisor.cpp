@@ -302,7 +302,8 @@ class Supervisor {
       for (int k = 0; k < np_; ++k) {
         const int64_t s = read_step(heartbeat_dir_ / ("rank-" + std::to_string(k)));
         auto& b = beats[static_cast<size_t>(k)];
-        if (s != b.step) {
+        // An unreadable beat (-1) after a readable one keeps the last step.
+        if (s != b.step && (s >= 0 || b.step < 0)) {
           b.step = s;
           b.seen = now;
           end.last_progress = now;

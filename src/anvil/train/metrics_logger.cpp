@@ -195,7 +195,17 @@ void MetricsLogger::log(const StepStats& s, const StepReport& r) {
                    "training on, lines are dropped until there is space\n",
                    file_->path().c_str(), static_cast<long long>(s.step),
                    std::strerror(file_->error()));
-    if (events_) events_->scalars(s.step, tensorboard_scalars(m));
+    if (events_) {
+      try {
+        events_->scalars(s.step, tensorboard_scalars(m));
+      } catch (const SystemError& e) {  // as for the lines: warn once, train on
+        if (events_lost_++ == 0)
+          std::fprintf(stderr,
+                       "anvil: warning: %s (step %lld); training on, TensorBoard "
+                       "events are dropped until there is space\n",
+                       e.what(), static_cast<long long>(s.step));
+      }
+    }
   }
   if (o_.quiet) return;
   const bool last = s.step == steps_;

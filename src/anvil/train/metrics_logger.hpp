@@ -84,7 +84,8 @@ class MetricsLogger {
   bool tty_;
   int64_t start_ = 0, steps_ = 0;
   std::unique_ptr<AppendFile> file_;
-  int64_t lines_lost_ = 0;  // lines a full disk refused
+  int64_t lines_lost_ = 0;   // lines a full disk refused
+  int64_t events_lost_ = 0;  // TensorBoard events the same
   std::unique_ptr<EventWriter> events_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -81,8 +82,15 @@ void EventWriter::record(const std::string& event) {
   fixed(r, masked_crc(r.data(), 8));
   r += event;
   fixed(r, masked_crc(event.data(), event.size()));
-  if (std::fwrite(r.data(), 1, r.size(), file_) != r.size() || std::fflush(file_) != 0)
-    throw SystemError(path_ + ": write failed");
+  const long at = std::ftell(file_);
+  if (std::fwrite(r.data(), 1, r.size(), file_) != r.size() || std::fflush(file_) != 0) {
+    // A record written in part is cut back off, so the file stays whole
+    // records (TensorBoard stops reading at a bad one) and the next fits.
+    const int err = errno;
+    std::clearerr(file_);
+    if (at >= 0 && ::ftruncate(::fileno(file_), at) == 0) std::fseek(file_, at, SEEK_SET);
+    throw SystemError(path_ + ": write failed: " + std::strerror(err), err);
+  }
 }
 
 void EventWriter::scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values) {
