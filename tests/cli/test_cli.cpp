@@ -160,6 +160,13 @@ TEST(Cli, AStateJsonThatDisagreesWithItsIndexIsADamagedCheckpoint) {
   const CliRun r = run_anvil(train + " --steps 3 --resume latest", true);
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("warning"), std::string::npos) << r.out;
+  // Resumed with a longer --steps, a cosine's rate jumps: said, with both.
+  const CliRun longer = run_anvil(train + " --steps 6 --resume latest", true);
+  EXPECT_EQ(longer.status, 0) << longer.out;
+  EXPECT_NE(
+      longer.out.find("the learning-rate schedule differs from the checkpoint's (total 3 -> 6)"),
+      std::string::npos)
+      << longer.out;
 }
 
 // A character the tokenizer spells in byte pieces comes out whole: its

@@ -153,6 +153,34 @@ void CheckpointManager::check_continues(const ResumePoint& p, const RunRecord& r
                  "order than its run's)\n",
                  shown(p.state["data"]).c_str(), shown(json(run.data)).c_str());
   }
+  // Another learning-rate schedule (a longer --steps stretches a cosine) is
+  // a choice too, but the rate jumps at the resume step: said, with both.
+  if (!o_.resume_new_phase && report_ && p.state.contains("schedule")) {
+    const json& had = p.state["schedule"];
+    optim::Schedule before = run.schedule;
+    before.kind = had.value("kind", before.kind);
+    before.lr = had.value("lr", before.lr);
+    before.warmup = had.value("warmup", before.warmup);
+    before.total = had.value("total", before.total);
+    std::string changed;
+    const auto note = [&changed](const char* name, const json& now, const json& then) {
+      if (now != then)
+        changed += (changed.empty() ? "" : ", ") + std::string(name) + " " + then.dump() + " -> " +
+                   now.dump();
+    };
+    note("kind", run.schedule.kind, before.kind);
+    note("lr", run.schedule.lr, before.lr);
+    note("warmup", run.schedule.warmup, before.warmup);
+    // A constant rate has no length.
+    if (run.schedule.kind != "constant" || before.kind != "constant")
+      note("total", run.schedule.total, before.total);
+    if (!changed.empty())
+      std::fprintf(stderr,
+                   "anvil: warning: the learning-rate schedule differs from the checkpoint's "
+                   "(%s): the rate at step %lld is %.3g, %.3g on the checkpoint's schedule\n",
+                   changed.c_str(), static_cast<long long>(p.step + 1), run.schedule.at(p.step),
+                   before.at(p.step));
+  }
   const std::string saved_device = p.state.value("device", "cpu");
   if (saved_device != run.device && report_)
     std::printf("checkpoint written on %s, continuing on %s (its pieces are fp32 on any device)\n",
