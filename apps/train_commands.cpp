@@ -223,6 +223,12 @@ class TrainCommands : public CommandFamily {
         ->check(at_least(0.001))
         ->capture_default_str();
     launch_
+        ->add_option("--stop-grace", l.stop_grace_s,
+                     "Seconds an interrupted launch (SIGINT/SIGTERM) gives the job to finish its "
+                     "step and write its checkpoint before SIGKILL")
+        ->check(at_least(0))
+        ->capture_default_str();
+    launch_
         ->add_option("--backoff", l.backoff_s,
                      "Seconds before the first restart, doubled for each next one (at most 60)")
         ->check(at_least(0))

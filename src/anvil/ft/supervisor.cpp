@@ -318,7 +318,8 @@ class Supervisor {
         return end;
       }
       if (g_interrupted.load()) {
-        stop(pid, 10);
+        // The job finishes its step and writes its checkpoint meanwhile.
+        stop(pid, o_.stop_grace_s);
         end.cause = "interrupted";
         end.detected = now;
         return end;

@@ -36,6 +36,7 @@ struct LaunchOptions {
   int max_restarts = 5;       // restart budget
   double hang_timeout_s = 60;      // a rank's heartbeat unchanged this long: a hang
   double startup_timeout_s = 300;  // to the first heartbeat of an attempt
+  double stop_grace_s = 120;       // interrupted: SIGTERM, then SIGKILL this much later
   double backoff_s = 1;            // before restart k: backoff x 2^(k-1), at most 60 s
   std::string journal;             // default: <out>/journal.jsonl
   std::string inject;              // --inject for the first attempt only
