@@ -81,7 +81,7 @@ std::optional<ResumePoint> CheckpointManager::resume_point(const RunRecord& run)
   return p;
 }
 
-void CheckpointManager::check_continues(const ResumePoint& p, const RunRecord& run) const {
+void CheckpointManager::check_continues(ResumePoint& p, const RunRecord& run) const {
   const std::string what = "checkpoint.resume: " + p.dir;
   json saved = p.state.at("config"), mine = run.config;
   if (o_.resume_new_phase) {  // a new phase may extend the context
@@ -148,10 +148,9 @@ void CheckpointManager::check_continues(const ResumePoint& p, const RunRecord& r
       return d.is_string() && !d.get<std::string>().empty() ? d.get<std::string>()
                                                             : std::string("random tokens");
     };
-    std::fprintf(stderr,
-                 "anvil: warning: the checkpoint trained on %s; continuing on %s (another data "
-                 "order than its run's)\n",
-                 shown(p.state["data"]).c_str(), shown(json(run.data)).c_str());
+    p.warnings.push_back("the checkpoint trained on " + shown(p.state["data"]) +
+                         "; continuing on " + shown(json(run.data)) +
+                         " (another data order than its run's)");
   }
   // Another learning-rate schedule (a longer --steps stretches a cosine) is
   // a choice too, but the rate jumps at the resume step: said, with both.
@@ -174,12 +173,13 @@ void CheckpointManager::check_continues(const ResumePoint& p, const RunRecord& r
     // A constant rate has no length.
     if (run.schedule.kind != "constant" || before.kind != "constant")
       note("total", run.schedule.total, before.total);
-    if (!changed.empty())
-      std::fprintf(stderr,
-                   "anvil: warning: the learning-rate schedule differs from the checkpoint's "
-                   "(%s): the rate at step %lld is %.3g, %.3g on the checkpoint's schedule\n",
-                   changed.c_str(), static_cast<long long>(p.step + 1), run.schedule.at(p.step),
-                   before.at(p.step));
+    if (!changed.empty()) {
+      char rates[128];
+      std::snprintf(rates, sizeof rates, "%.3g, %.3g", run.schedule.at(p.step), before.at(p.step));
+      p.warnings.push_back("the learning-rate schedule differs from the checkpoint's (" + changed +
+                           "): the rate at step " + std::to_string(p.step + 1) + " is " + rates +
+                           " on the checkpoint's schedule");
+    }
   }
   const std::string saved_device = p.state.value("device", "cpu");
   if (saved_device != run.device && report_)

@@ -41,6 +41,10 @@ struct ResumePoint {
   int64_t step = 0;
   bool weights_only = false;  // anvil ckpt import: weights, no trajectory
   nlohmann::json state;
+  // What the run changes of the checkpoint's on purpose (other data, another
+  // schedule): printed once the checkpoint has loaded, so that a checkpoint
+  // that fails to load is one error line.
+  std::vector<std::string> warnings;
 };
 
 class CheckpointManager {
@@ -75,7 +79,7 @@ class CheckpointManager {
   const std::string& last() const { return last_; }
 
  private:
-  void check_continues(const ResumePoint& p, const RunRecord& run) const;
+  void check_continues(ResumePoint& p, const RunRecord& run) const;
 
   CheckpointOptions o_;
   int rank_, world_;

@@ -406,6 +406,9 @@ void Trainer::start(const std::optional<ResumePoint>& from) {
     if (!from->weights_only)
       for (auto& piece : optimizer_->state_to_load()) want.push_back(piece);
     agree_on_input_errors(dp_, [&] { ckpt::load_pieces(from->dir, want); });
+    if (rank_ == 0)
+      for (const std::string& w : from->warnings)
+        std::fprintf(stderr, "anvil: warning: %s\n", w.c_str());
     step_ = from->step;
     if (!from->weights_only) guard_.restore(from->state);
     if (report && from->weights_only)
