@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "anvil/base/error.hpp"
@@ -56,6 +58,49 @@ TEST(AtomicWrite, FailureNamesThePathAndLeavesNothing) {
   std::sort(left.begin(), left.end());
   EXPECT_EQ(left, (std::vector<std::string>{"a-file", "no-such-dir"}));
   fs::remove_all(d);
+}
+
+// Written in parts: nothing at the path until commit, the whole file after;
+// a header patched at the end; destroyed uncommitted, nothing left.
+TEST(AtomicWrite, AFileWrittenInPartsAppearsWholeOnCommit) {
+  const fs::path dir = fs::path(testing::TempDir()) / "atomic_parts";
+  fs::remove_all(dir);
+  const std::string path = (dir / "out.bin").string();
+  {
+    AtomicFile f(path);
+    f.write("....");
+    f.write("body");
+    f.write_at(0, "HEAD");
+    EXPECT_EQ(f.size(), 8u);
+    EXPECT_FALSE(fs::exists(path));
+    f.commit();
+  }
+  EXPECT_EQ(read_file(path), "HEADbody");
+  {
+    AtomicFile f(path);
+    f.write("never");
+  }  // no commit: the old file stays
+  EXPECT_EQ(read_file(path), "HEADbody");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
+}
+
+// A signal that ends the process while a file is being written removes the
+// temporary first (an interrupted tokenize left hundreds of MB behind).
+TEST(AtomicWrite, ASignalThatEndsTheProcessRemovesTheTemporary) {
+  const fs::path dir = fs::path(testing::TempDir()) / "atomic_signal";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const int sig : {SIGINT, SIGTERM}) {
+    EXPECT_EXIT(
+        {
+          std::signal(sig, SIG_DFL);
+          AtomicFile f((dir / "out.bin").string());
+          f.write(std::string(1 << 20, 'x'));
+          std::raise(sig);
+        },
+        testing::KilledBySignal(sig), "");
+    EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 0) << sig;
+  }
 }
 
 TEST(ReadFile, MissingFileIsAnInputErrorNamingIt) {

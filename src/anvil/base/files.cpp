@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -20,6 +22,60 @@ namespace {
 
 std::string errno_text() {
   return std::strerror(errno);
+}
+
+// The temporaries being written, for a signal that ends the process to
+// remove: fixed slots (no allocation in the handler), each free (0),
+// being filled (1) or holding a path to remove (2).
+constexpr int kCleanupSlots = 64;
+constexpr size_t kCleanupPath = 4096;
+struct CleanupSlot {
+  std::atomic<int> state{0};
+  char path[kCleanupPath];
+};
+CleanupSlot g_cleanup[kCleanupSlots];
+
+extern "C" void remove_temporaries_and_end(int sig) {
+  for (CleanupSlot& s : g_cleanup)
+    if (s.state.load() == 2) ::unlink(s.path);
+  ::signal(sig, SIG_DFL);  // then the signal's own action: the process ends
+  ::raise(sig);
+}
+
+// For each signal whose action is still the default (ending the process),
+// remove the temporaries first. A signal someone handles (anvil train
+// stopping at a step boundary, anvil launch) is left to its handler, which
+// restores this one when it is done.
+void handle_ending_signals() {
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction now {};
+    if (::sigaction(sig, nullptr, &now) != 0) continue;
+    if ((now.sa_flags & SA_SIGINFO) != 0 || now.sa_handler != SIG_DFL) continue;
+    struct sigaction mine {};
+    mine.sa_handler = remove_temporaries_and_end;
+    sigemptyset(&mine.sa_mask);
+    ::sigaction(sig, &mine, nullptr);
+  }
+}
+
+// A slot holding `path` (-1 when none is free or it is too long: then an
+// interrupt leaves it, as before).
+int arm_cleanup(const std::string& path) {
+  if (path.size() >= kCleanupPath) return -1;
+  handle_ending_signals();
+  for (int i = 0; i < kCleanupSlots; ++i) {
+    int free = 0;
+    if (g_cleanup[i].state.compare_exchange_strong(free, 1)) {
+      std::memcpy(g_cleanup[i].path, path.c_str(), path.size() + 1);
+      g_cleanup[i].state.store(2);
+      return i;
+    }
+  }
+  return -1;
+}
+
+void disarm_cleanup(int slot) {
+  if (slot >= 0) g_cleanup[slot].state.store(0);
 }
 
 // The last steps of an atomic write: the temporary file made durable and
@@ -75,35 +131,65 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
 }
 
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
+  AtomicFile file(path);
+  for (const auto& contents : pieces) file.write(contents);
+  file.commit();
+}
+
+AtomicFile::AtomicFile(const std::string& path) : path_(path) {
   const std::string dir = std::filesystem::path(path).parent_path().string();
   // Missing parents are made, as for output directories (output_path_problem
   // checked before the work that they can be).
   std::error_code made;
   if (!dir.empty()) std::filesystem::create_directories(dir, made);
-  std::string tmpl = temporary_template(path);
-  const int fd = ::mkstemp(tmpl.data());
-  if (fd < 0) throw SystemError(path + ": cannot create a temporary file: " + errno_text(), errno);
-  auto fail = [&](const std::string& what) {
-    const int err = errno;
-    const std::string reason = errno_text();
-    ::close(fd);
-    ::unlink(tmpl.c_str());
-    throw SystemError(path + ": " + what + ": " + reason, err);
-  };
-  for (const auto& contents : pieces) {
-    const char* p = contents.data();
-    size_t left = contents.size();
-    while (left > 0) {
-      const ssize_t n = ::write(fd, p, left);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        fail("write failed");
-      }
-      p += n;
-      left -= static_cast<size_t>(n);
-    }
+  temporary_ = temporary_template(path);
+  fd_ = ::mkstemp(temporary_.data());
+  if (fd_ < 0) throw SystemError(path + ": cannot create a temporary file: " + errno_text(), errno);
+  slot_ = arm_cleanup(temporary_);
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) {  // not committed
+    ::close(fd_);
+    ::unlink(temporary_.c_str());
   }
-  commit_temporary(fd, tmpl, path, dir);
+  disarm_cleanup(slot_);
+}
+
+void AtomicFile::fail(const std::string& what) {
+  const int err = errno;
+  const std::string reason = errno_text();
+  ::close(fd_);
+  fd_ = -1;
+  ::unlink(temporary_.c_str());
+  throw SystemError(path_ + ": " + what + ": " + reason, err);
+}
+
+void AtomicFile::write(std::string_view bytes) {
+  write_at(size_, bytes);
+}
+
+void AtomicFile::write_at(uint64_t offset, std::string_view bytes) {
+  if (fd_ < 0) throw SystemError(path_ + ": write after the file was committed or failed", EBADF);
+  for (size_t done = 0; done < bytes.size();) {
+    const ssize_t n =
+        ::pwrite(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write failed");
+    }
+    done += static_cast<size_t>(n);
+  }
+  size_ = std::max<uint64_t>(size_, offset + bytes.size());
+}
+
+void AtomicFile::commit() {
+  if (fd_ < 0) throw SystemError(path_ + ": commit after the file was committed or failed", EBADF);
+  const int fd = fd_;
+  fd_ = -1;  // commit_temporary closes it and removes the temporary on failure
+  commit_temporary(fd, temporary_, path_, std::filesystem::path(path_).parent_path().string());
+  disarm_cleanup(slot_);
+  slot_ = -1;
 }
 
 void write_file_atomic_direct(
@@ -114,6 +200,10 @@ void write_file_atomic_direct(
   const int probe = ::mkstemp(tmpl.data());
   if (probe < 0) throw SystemError(path + ": cannot create a temporary file: " + errno_text(), errno);
   ::close(probe);
+  struct Disarm {
+    int slot;
+    ~Disarm() { disarm_cleanup(slot); }
+  } cleanup{arm_cleanup(tmpl)};
   const int fd = ::open(tmpl.c_str(), O_WRONLY | O_DIRECT);
   if (fd < 0) {  // no O_DIRECT here (tmpfs): the buffered path
     ::unlink(tmpl.c_str());

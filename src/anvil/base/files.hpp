@@ -2,6 +2,7 @@
 // same directory, fsync, rename over the target, fsync the directory.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -27,6 +28,36 @@ void write_file_atomic_direct(
 
 // Makes a rename or a new file in `dir` durable (best effort).
 void fsync_directory(const std::string& dir);
+
+// A file written in parts and then made `path` atomically: written to a
+// temporary sibling, which commit() makes durable and renames over `path`.
+// Destroyed without commit() (an error on the way), it removes the
+// temporary. Every atomic write here (write_file_atomic too) registers its
+// temporary while it exists: a SIGINT, SIGTERM or SIGHUP whose action is to
+// end the process removes them first, so an interrupted command leaves no
+// full-size hidden file behind.
+class AtomicFile {
+ public:
+  // Creates the temporary (and `path`'s missing parent directories);
+  // SystemError naming `path` on failure.
+  explicit AtomicFile(const std::string& path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  // Appends `bytes`; SystemError naming `path` on failure.
+  void write(std::string_view bytes);
+  // Overwrites `bytes` at `offset` (a header patched at the end).
+  void write_at(uint64_t offset, std::string_view bytes);
+  uint64_t size() const { return size_; }
+  void commit();
+
+ private:
+  [[noreturn]] void fail(const std::string& what);
+  std::string path_, temporary_;
+  int fd_ = -1;
+  int slot_ = -1;  // its place in the signal-time cleanup (-1: none)
+  uint64_t size_ = 0;
+};
 
 // A file that grows by whole records (metrics.jsonl, journals): each record
 // is appended with O_APPEND writes, and one that fails part-way (a full
