@@ -64,7 +64,10 @@ class DataCommands : public CommandFamily {
         ->check(output_file());
     train_->add_option("--vocab", o.vocab_size, "Vocabulary size (260..1000000)")
         ->capture_default_str();
-    train_->add_option("--type", o.type, "bpe or unigram")
+    train_
+        ->add_option("--type", o.type,
+                     "bpe or unigram (unigram needs about 25x the sampled text in memory; "
+                     "--max-lines bounds it)")
         ->check(one_of({"bpe", "unigram"}))
         ->capture_default_str();
     train_->add_flag("--byte-fallback,!--no-byte-fallback", o.byte_fallback,

@@ -5,10 +5,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "anvil/base/error.hpp"
+#include "anvil/data/tokenize.hpp"
 #include "anvil/data/tokenizer.hpp"
+#include "anvil/data/tokens.hpp"
 
 namespace {
 
@@ -130,4 +134,54 @@ TEST(Tokenizer, BadInputIsAOneLineError) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/x.model"));
   const Tokenizer tk(train("bad_ids", "bpe"));
   EXPECT_THROW(tk.decode({1, 5000}), anvil::InputError);
+}
+
+// anvil data tokenize reads its texts in blocks: the ids are those of the
+// whole concatenated text across block and file boundaries (a file's last
+// line without a newline joins the next file's first), bytes and
+// SentencePiece alike; a non-UTF-8 byte is named at its place in its file.
+TEST(Tokenizer, TokenizingInBlocksGivesTheWholeTextsIds) {
+  namespace fs = std::filesystem;
+  const std::string model = train("blocks", "bpe");
+  const std::string dir = testing::TempDir() + "/tokenize_blocks";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string a = corpus() + "caf\xc3\xa9 na\xc3\xafve", b = "t\xc3\xaate\nend of the land\n";
+  std::ofstream(dir + "/a.txt") << a;  // no newline at its end
+  std::ofstream(dir + "/b.txt") << b;
+  const Tokenizer tk(model);
+  for (const bool bytes : {true, false}) {
+    anvil::data::TokenizeOptions o;
+    o.texts = {dir + "/a.txt", dir + "/b.txt"};
+    o.out = dir + (bytes ? "/bytes.tok" : "/sp.tok");
+    o.tokenizer = bytes ? "" : model;
+    o.block_bytes = 1000;  // dozens of blocks
+    o.verify = !bytes;
+    const auto r = anvil::data::tokenize_files(o);
+    EXPECT_EQ(r.bytes, static_cast<int64_t>(a.size() + b.size()));
+    const anvil::data::TokenData d(o.out);
+    std::vector<int32_t> got(static_cast<size_t>(d.size()));
+    d.copy(got.data(), 0, d.size());
+    const auto want = bytes ? anvil::data::encode_bytes(a + b) : tk.encode(a + b);
+    EXPECT_EQ(got, want) << (bytes ? "bytes" : "sentencepiece");
+    EXPECT_TRUE(fs::exists(o.out + ".json"));
+  }
+  std::ofstream(dir + "/bad.txt") << corpus() << "ok\n\xff\n";
+  anvil::data::TokenizeOptions bad;
+  bad.texts = {dir + "/bad.txt"};
+  bad.out = dir + "/bad.tok";
+  bad.tokenizer = model;
+  bad.block_bytes = 1000;
+  try {
+    anvil::data::tokenize_files(bad);
+    ADD_FAILURE() << "no InputError";
+  } catch (const anvil::InputError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("not UTF-8 at byte " + std::to_string(corpus().size() + 3)),
+        std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir + "/bad.tok"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()),
+            7);  // no temporary
 }

@@ -15,6 +15,9 @@ struct TokenizeOptions {
   std::string tokenizer;           // SentencePiece model; "" : bytes
   int threads = 2;
   bool verify = false;
+  // Read and encoded this many bytes at a time (tests: small, to cross
+  // many block boundaries).
+  size_t block_bytes = size_t{16} << 20;
 };
 
 struct TokenizeResult {

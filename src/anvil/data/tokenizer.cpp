@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <fstream>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 
@@ -21,36 +24,48 @@
 namespace anvil::data {
 namespace {
 
-// The non-empty lines of the training files, one at a time.
+// The non-empty lines of the training files, one at a time, read as they
+// are asked for (SentencePiece keeps only its sample of them).
 class Lines : public sentencepiece::SentenceIterator {
  public:
-  explicit Lines(const std::vector<std::string>& files) {
-    for (const auto& f : files) text_ += read_file(f), text_ += '\n';
-    advance();
-  }
+  explicit Lines(const std::vector<std::string>& files) : files_(files) { advance(); }
   bool done() const override { return done_; }
   void Next() override { advance(); }
   const std::string& value() const override { return line_; }
   sentencepiece::util::Status status() const override { return {}; }
   int64_t count() const { return count_; }
+  uint64_t bytes() const { return bytes_; }
 
  private:
   void advance() {
-    while (at_ < text_.size()) {
-      const size_t end = std::min(text_.find('\n', at_), text_.size());
-      line_.assign(text_, at_, end - at_);
-      at_ = end + 1;
-      if (!line_.empty()) {
-        ++count_;
-        return;
+    for (;;) {
+      if (!in_.is_open()) {
+        if (next_ == files_.size()) {
+          done_ = true;
+          return;
+        }
+        in_.open(files_[next_], std::ios::binary);
+        if (!in_) throw InputError("--text: " + files_[next_] + ": cannot open for reading");
+        ++next_;
       }
+      while (std::getline(in_, line_)) {
+        bytes_ += line_.size() + 1;
+        if (!line_.empty()) {
+          ++count_;
+          return;
+        }
+      }
+      if (in_.bad()) throw SystemError("--text: " + files_[next_ - 1] + ": read failed");
+      in_.close();
     }
-    done_ = true;
   }
-  std::string text_, line_;
-  size_t at_ = 0;
+  std::vector<std::string> files_;
+  size_t next_ = 0;
+  std::ifstream in_;
+  std::string line_;
   bool done_ = false;
   int64_t count_ = 0;
+  uint64_t bytes_ = 0;
 };
 
 }  // namespace
@@ -98,7 +113,39 @@ TokenizerTrainResult train_tokenizer(const TokenizerTrainOptions& o) {
       {"minloglevel", "2"},
   };
   std::string model;
-  const auto status = sentencepiece::SentencePieceTrainer::Train(spec, &lines, &model);
+  // SentencePiece says nothing while it trains (its log is off: it would
+  // flood a terminal) and a large text takes minutes: a line every
+  // kProgressLogSeconds says it is still at work.
+  std::mutex m;
+  std::condition_variable cv;
+  bool trained = false;
+  std::thread ticker([&] {
+    std::unique_lock<std::mutex> lock(m);
+    for (int k = 1;; ++k) {
+      if (cv.wait_for(lock, std::chrono::duration<double>(kProgressLogSeconds),
+                      [&] { return trained; }))
+        return;
+      std::fprintf(stderr, "tokenizer train: %s, %.0f s (%lld lines read so far)\n", o.type.c_str(),
+                   k * kProgressLogSeconds, static_cast<long long>(lines.count()));
+    }
+  });
+  const auto status = [&] {
+    struct Stop {
+      std::mutex& m;
+      std::condition_variable& cv;
+      bool& trained;
+      std::thread& ticker;
+      ~Stop() {
+        {
+          const std::lock_guard<std::mutex> lock(m);
+          trained = true;
+        }
+        cv.notify_all();
+        ticker.join();
+      }
+    } stop{m, cv, trained, ticker};
+    return sentencepiece::SentencePieceTrainer::Train(spec, &lines, &model);
+  }();
   if (!status.ok()) {
     // SentencePiece's reasons name its own flags; the one a user meets is
     // the vocabulary below the text's distinct characters.
@@ -197,7 +244,7 @@ void Tokenizer::encode_lines(std::string_view text, std::vector<int32_t>& out,
   }
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, int threads) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, int threads, bool progress) const {
   threads = std::max(1, std::min<int>(threads, static_cast<int>(text.size() / 65536) + 1));
   // Cut at newlines into `threads` pieces of about equal size; each piece's
   // trailing newline stays with it, so the concatenation is the serial result.
@@ -235,7 +282,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, int threads) const
   // Progress by MiB encoded, from 16 MiB on (a corpus of gigabytes takes
   // minutes; a small text is done before a line could help).
   const size_t total_mib = text.size() >> 20;
-  if (total_mib >= 16) {
+  if (progress && total_mib >= 16) {
     while (finished.load() < parts.size()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       progress_line(true, std::min(done.load() >> 20, total_mib - 1), total_mib, "MiB encoded");

@@ -61,8 +61,9 @@ class Tokenizer {
   int32_t newline_id() const { return newline_; }  // -1: the model has no "<nl>"
   const std::string& path() const { return path_; }
   // Lines encoded on `threads` threads (cut at line boundaries, so the ids
-  // do not depend on the thread count), joined by the newline id.
-  std::vector<int32_t> encode(std::string_view text, int threads = 1) const;
+  // do not depend on the thread count), joined by the newline id; progress
+  // shown for 16 MiB and more unless the caller shows its own.
+  std::vector<int32_t> encode(std::string_view text, int threads = 1, bool progress = true) const;
   std::string decode(const std::vector<int32_t>& ids) const;
   std::string piece(int32_t id) const;
 

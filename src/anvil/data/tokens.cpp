@@ -187,9 +187,9 @@ std::string decode_bytes(const std::vector<int32_t>& tokens) {
   return s;
 }
 
-void write_token_file(const std::string& path, const std::vector<int32_t>& tokens,
-                      int64_t vocab_size) {
-  const int width = vocab_size <= 65536 ? 2 : 4;
+namespace {
+
+std::string token_header(int width, int64_t vocab_size, uint64_t count) {
   std::string header(kHeader, '\0');
   std::memcpy(header.data(), kMagic, 8);
   auto put = [&](size_t at, uint64_t v, int n) {
@@ -198,13 +198,55 @@ void write_token_file(const std::string& path, const std::vector<int32_t>& token
   put(8, 1, 4);
   put(12, static_cast<uint64_t>(width), 4);
   put(16, static_cast<uint64_t>(vocab_size), 8);
-  put(24, tokens.size(), 8);
-  std::string body(tokens.size() * width, '\0');
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const auto t = static_cast<uint32_t>(tokens[i]);
-    for (int b = 0; b < width; ++b) body[i * width + b] = static_cast<char>((t >> (8 * b)) & 0xff);
+  put(24, count, 8);
+  return header;
+}
+
+constexpr size_t kWriteBuffer = size_t{8} << 20;
+
+}  // namespace
+
+TokenFileWriter::TokenFileWriter(const std::string& path, int64_t vocab_size)
+    : file_(path), width_(vocab_size <= 65536 ? 2 : 4), vocab_(vocab_size) {
+  file_.write(token_header(width_, vocab_, 0));  // the count comes at commit
+}
+
+void TokenFileWriter::append(const int32_t* ids, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const auto t = static_cast<uint32_t>(ids[i]);
+    for (int b = 0; b < width_; ++b) buffer_.push_back(static_cast<char>((t >> (8 * b)) & 0xff));
+    if (buffer_.size() >= kWriteBuffer) {
+      file_.write(buffer_);
+      buffer_.clear();
+    }
   }
-  write_file_atomic(path, std::vector<std::string_view>{header, body});
+  count_ += static_cast<int64_t>(n);
+}
+
+void TokenFileWriter::append_bytes(std::string_view text) {
+  for (const char c : text) {
+    buffer_.push_back(c);  // little-endian: the byte, then zeros
+    buffer_.append(static_cast<size_t>(width_ - 1), '\0');
+    if (buffer_.size() >= kWriteBuffer) {
+      file_.write(buffer_);
+      buffer_.clear();
+    }
+  }
+  count_ += static_cast<int64_t>(text.size());
+}
+
+void TokenFileWriter::commit() {
+  file_.write(buffer_);
+  buffer_.clear();
+  file_.write_at(0, token_header(width_, vocab_, static_cast<uint64_t>(count_)));
+  file_.commit();
+}
+
+void write_token_file(const std::string& path, const std::vector<int32_t>& tokens,
+                      int64_t vocab_size) {
+  TokenFileWriter w(path, vocab_size);
+  w.append(tokens.data(), tokens.size());
+  w.commit();
 }
 
 bool same_tokenizer(const std::string& kind_a, const std::string& model_a,

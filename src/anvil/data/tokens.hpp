@@ -16,7 +16,10 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "anvil/base/files.hpp"
 
 namespace anvil::data {
 
@@ -64,6 +67,25 @@ std::string decode_bytes(const std::vector<int32_t>& tokens);
 // same model bytes (a copy of a model is the same tokenizer).
 bool same_tokenizer(const std::string& kind_a, const std::string& model_a,
                     const std::string& kind_b, const std::string& model_b);
+
+// A token file written as its tokens come (a corpus larger than memory):
+// the header's count is patched in at commit(), which makes the file appear
+// whole at `path` (AtomicFile); destroyed uncommitted, it leaves nothing.
+class TokenFileWriter {
+ public:
+  TokenFileWriter(const std::string& path, int64_t vocab_size);
+  void append(const int32_t* ids, size_t n);
+  void append_bytes(std::string_view text);  // the byte tokenizer: one id per byte
+  int64_t count() const { return count_; }
+  void commit();
+
+ private:
+  AtomicFile file_;
+  int width_;
+  int64_t vocab_;
+  int64_t count_ = 0;
+  std::string buffer_;
+};
 
 // Writes a token file atomically.
 void write_token_file(const std::string& path, const std::vector<int32_t>& tokens,
