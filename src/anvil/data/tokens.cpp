@@ -115,13 +115,11 @@ TokenData::TokenData(const std::string& path) {
                      ": not a token file (no ANVILTOK header; a damaged or truncated one?), "
                      "expected a file from anvil data tokenize, or raw text under another name");
   }
-  // Raw text: one token per byte.
-  owned_.assign(bytes, bytes + map_size_);
-  ::munmap(map_, map_size_);
-  map_ = nullptr;
-  tokens_ = owned_.data();
-  width_ = 2;
-  count_ = static_cast<int64_t>(owned_.size());
+  // Raw text: one token per byte, read from the mapping itself (no copy:
+  // every rank of a node shares the page cache's one).
+  tokens_ = bytes;
+  width_ = 1;
+  count_ = static_cast<int64_t>(map_size_);
   vocab_ = 256;
   tokenizer_ = "bytes";
 }
@@ -172,7 +170,19 @@ void write_token_meta(const std::string& token_file, const std::string& tokenize
 }
 
 void TokenData::copy(int32_t* out, int64_t begin, int64_t n) const {
-  for (int64_t i = 0; i < n; ++i) out[i] = (*this)[begin + i];
+  const auto widen = [&](const auto* ids) {
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(ids[begin + i]);
+  };
+  switch (width_) {
+    case 1:
+      widen(static_cast<const unsigned char*>(tokens_));
+      break;
+    case 2:
+      widen(static_cast<const uint16_t*>(tokens_));
+      break;
+    default:
+      widen(static_cast<const uint32_t*>(tokens_));
+  }
 }
 
 std::vector<int32_t> encode_bytes(const std::string& text) {

@@ -40,8 +40,14 @@ class TokenData {
   // The SentencePiece model named by the sidecar ("" otherwise).
   const std::string& tokenizer_model() const { return tokenizer_model_; }
   int32_t operator[](int64_t i) const {
-    return width_ == 2 ? reinterpret_cast<const uint16_t*>(tokens_)[i]
-                       : static_cast<int32_t>(reinterpret_cast<const uint32_t*>(tokens_)[i]);
+    switch (width_) {
+      case 1:  // raw text, mapped as it is
+        return static_cast<const unsigned char*>(tokens_)[i];
+      case 2:
+        return static_cast<const uint16_t*>(tokens_)[i];
+      default:
+        return static_cast<int32_t>(static_cast<const uint32_t*>(tokens_)[i]);
+    }
   }
   // Copies tokens [begin, begin + n) into out.
   void copy(int32_t* out, int64_t begin, int64_t n) const;
@@ -50,12 +56,11 @@ class TokenData {
   void read_meta(const std::string& path);
   int64_t count_ = 0;
   int64_t vocab_ = 0;
-  int width_ = 2;
+  int width_ = 2;  // bytes per id: 2 or 4 in a token file, 1 for raw text
   std::string tokenizer_, tokenizer_model_;
   const void* tokens_ = nullptr;
   void* map_ = nullptr;
   size_t map_size_ = 0;
-  std::vector<uint16_t> owned_;
 };
 
 // Byte-level tokenizer.
