@@ -120,7 +120,16 @@ export loader libs B
 
 failed=()
 skipped=()
+steps="gpu-tests hw train-gpt2-tiny-fp32 train-gpt2-tiny-bf16 train-llama-tiny-fp32
+  train-llama-tiny-bf16 train-gpt2-tiny-muon repeat-llama-tiny-bf16 train-gpt2-124m
+  generate-gpt2-124m torch-baselines gemm membw profile comm torch-train-gpt2-124m"
 only=${GPU_CHECK_ONLY:-}
+for name in $only; do
+  if [[ " $(echo $steps) " != *" $name "* ]]; then
+    say "FAILED GPU_CHECK_ONLY: no step '$name' (the steps: $(echo $steps))"
+    exit 2
+  fi
+done
 wanted() {  # wanted NAME: true when GPU_CHECK_ONLY is unset or names it
   [[ -z $only || " $only " == *" $1 "* ]]
 }
@@ -152,17 +161,29 @@ step() {  # step NAME LIMIT_S command...
 
 command -v nvidia-smi > /dev/null && timeout -k 5 20 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 step gpu-tests 120 "run_bin $B/bin/anvil_gpu_tests --gtest_output=json:$out/gpu-tests.json"
-if command -v nvidia-smi > /dev/null && grep -q "SKIPPED" "$out/gpu-tests.log"; then
+if wanted gpu-tests && command -v nvidia-smi > /dev/null && grep -q "SKIPPED" "$out/gpu-tests.log"; then
   say "FAILED gpu-tests: skipped on a machine with nvidia-smi (see gpu-tests.log)"
-  failed+=("gpu-tests-skipped")
+  failed+=("gpu-tests")
 fi
 step hw 30 "anvil hw && anvil hw --json > $out/hw.json"
-# A probe for Python with CUDA PyTorch (and MODULES), within the time left.
+# torch_probe NAME [MODULES]: true when python3 has CUDA PyTorch (and
+# MODULES); else NAME is said as skipped (no PyTorch) or, when the check's
+# time is spent, as failed (not started).
 torch_probe() {
   local left=$((deadline - SECONDS))
-  ((left > 30)) && left=30
-  [[ -n $py ]] && ((left > 0)) &&
-    timeout -k 5 "$left" "$py" -c "import torch${1:+, $1}; assert torch.cuda.is_available()" 2>/dev/null
+  if ((left < 5)); then
+    say "FAILED $1: not started, the check's $budget s are spent"
+    failed+=("$1")
+    return 1
+  fi
+  ((left > 60)) && left=60
+  if [[ -n $py ]] &&
+    timeout -k 5 "$left" "$py" -c "import torch${2:+, $2}; assert torch.cuda.is_available()" 2>/dev/null; then
+    return 0
+  fi
+  say "skipped $1: no python3 with CUDA PyTorch${2:+ and $2} (or its import took over $left s)" |
+    tee "$out/$1.log"
+  return 1
 }
 
 # Training: the CPU's losses against the GPU's on the same batches.
@@ -199,7 +220,7 @@ step train-gpt2-124m 180 "anvil train --config $repo/configs/gpt2-124m.json --de
 # Whether its attention ran fused: the plan names it where cuDNN (and the
 # libcudart its frontend loads) can run, and a shape cuDNN refuses falls back
 # with a warning.
-if wanted train-gpt2-124m && [[ " ${failed[*]} " != *" train-gpt2-124m "* ]] &&
+if wanted train-gpt2-124m && [[ " ${failed[*]-} " != *" train-gpt2-124m "* ]] &&
   { ! grep -q "^attention: cuDNN fused" "$out/train-gpt2-124m.log" ||
     grep -q "runs unfused" "$out/train-gpt2-124m.log"; }; then
   say "FAILED attention-fused-gpt2-124m: its attention ran unfused (train-gpt2-124m.log)"
@@ -209,7 +230,7 @@ fi
 # this and the PyTorch run below need that checkpoint.
 after() {  # after STEP NAME: true when STEP passed, else NAME counts as failed
   wanted "$2" || return 1
-  if [[ " ${failed[*]} " == *" $1 "* || " ${skipped[*]} " == *" $1 "* ]]; then
+  if [[ " ${failed[*]-} " == *" $1 "* || " ${skipped[*]-} " == *" $1 "* ]]; then
     say "FAILED $2: not started, it needs $1 (failed or not run)"
     failed+=("$2")
     return 1
@@ -222,11 +243,9 @@ after train-gpt2-124m generate-gpt2-124m && \
 # as MISSED, not FAILED: the step itself worked).
 if ! wanted torch-baselines; then
   skipped+=(torch-baselines)
-elif torch_probe; then
+elif torch_probe torch-baselines; then
   step torch-baselines 120 "$py $repo/bench/gpu_vs_torch.py --rounds 3 --out $out/torch-baselines.json"
   grep -h "MISSED" "$out/torch-baselines.log" | while read -r line; do say "MISSED torch-baselines: $line"; done
-else
-  say "skipped torch-baselines: no python3 with CUDA PyTorch" | tee "$out/torch-baselines.log"
 fi
 step gemm 90 "anvil bench gemm --device cuda --dtype bf16,fp8,tf32 --sizes 4096,8192 \
   --algos 8 --min-time 0.05 --out $out/gemm.json"
@@ -236,7 +255,7 @@ step comm 60 "anvil bench comm --device cuda --op all -b 1K -e 64M -f 4 -n 10 --
 # PyTorch training the gpt2-124m run's model (its tokens/s against anvil's).
 if ! wanted torch-train-gpt2-124m; then
   skipped+=(torch-train-gpt2-124m)
-elif torch_probe transformers; then
+elif torch_probe torch-train-gpt2-124m transformers; then
   # torch.compile's Triton builds its launchers with a C compiler.
   compile=--compile
   if ! command -v cc > /dev/null && ! command -v gcc > /dev/null; then
@@ -246,15 +265,15 @@ elif torch_probe transformers; then
   after train-gpt2-124m torch-train-gpt2-124m && step torch-train-gpt2-124m 180 "anvil ckpt export --checkpoint $work/gpt2-124m --out $work/gpt2-124m-hf && \
     $py $repo/bench/torch_train_hf.py --model $work/gpt2-124m-hf --device cuda $compile \
       --dtype bf16 -B 16 -T 1024 --steps 10 > $out/torch-train-gpt2-124m.json"
-else
-  say "skipped torch-train-gpt2-124m: no python3 with CUDA PyTorch and transformers" | \
-    tee "$out/torch-train-gpt2-124m.log"
 fi
 
-
-((${#skipped[@]})) && say "skipped (GPU_CHECK_ONLY): ${skipped[*]}"
+((${#skipped[@]})) && say "skipped (GPU_CHECK_ONLY): ${skipped[*]-}"
 if ((${#failed[@]})); then
-  say "gpu-check: ${#failed[@]} step(s) failed: ${failed[*]}"
+  # Each failed step once, in order: what a second call reruns (the fused
+  # attention check is the gpt2-124m run's).
+  rerun=$(printf '%s\n' "${failed[@]}" | sed 's/^attention-fused-gpt2-124m$/train-gpt2-124m/' |
+    awk '!seen[$0]++' | tr '\n' ' ')
+  say "gpu-check: ${#failed[@]} failure(s); rerun them with GPU_CHECK_ONLY=\"${rerun% }\""
   exit 1
 fi
 say "gpu-check: every step passed; logs and JSON in $out"

@@ -54,6 +54,13 @@ grep -q "^FAILED generate-gpt2-124m: not started, it needs train-gpt2-124m" <<< 
 [[ $(grep -c "^ok \|^FAILED" <<< "$only") == 2 ]] || { echo "GPU_CHECK_ONLY: expected 2 steps"; bad=1; }
 grep -q "^skipped (GPU_CHECK_ONLY): gpu-tests " <<< "$only" || { echo "GPU_CHECK_ONLY: no skip line"; bad=1; }
 cmp -s "$work/summary-copy.txt" "$work/only/summary.txt" || { echo "GPU_CHECK_SUMMARY: differs"; bad=1; }
+grep -q 'rerun them with GPU_CHECK_ONLY="generate-gpt2-124m"' <<< "$only" ||
+  { echo "GPU_CHECK_ONLY: no rerun line"; bad=1; }
+GPU_CHECK_ONLY="hw bogus" "$repo/scripts/gpu-check.sh" "$work/bogus" "$work/bundle.tar.xz" \
+  > "$work/bogus.log" 2>&1
+rc=$?
+((rc == 2)) && grep -q "no step 'bogus'" "$work/bogus.log" ||
+  { echo "GPU_CHECK_ONLY: an unknown step is not refused (exit $rc)"; bad=1; }
 
 # A bundle of other sources is refused before any step (exit 2).
 mkdir -p "$work/stale" && tar -xJf "$work/bundle.tar.xz" -C "$work/stale" &&
