@@ -408,7 +408,17 @@ std::string commit(const std::string& run_dir, int64_t step, const fs::path& tmp
   json tensors = json::object();
   for (int r = 0; r < world; ++r) {
     const fs::path part_path = tmp_dir / (rank_file(r) + ".json");
-    for (const auto& p : json::parse(read_file(part_path.string()))) {
+    // Written by the ranks a moment ago: failing to read one back is the
+    // system's fault (a full or failing disk), never bad input, and the save
+    // error policy (--on-save-error) decides, not a usage error's exit 2.
+    std::string part_text;
+    try {
+      part_text = read_file(part_path.string());
+    } catch (const InputError& e) {
+      throw SystemError("checkpoint step " + std::to_string(step) + ": rank " + std::to_string(r) +
+                        "'s part: " + e.what());
+    }
+    for (const auto& p : json::parse(part_text)) {
       json& t = tensors[p.at("key").get<std::string>()];
       if (t.is_null())
         t = {{"dtype", "F32"},
@@ -446,12 +456,21 @@ std::string commit(const std::string& run_dir, int64_t step, const fs::path& tmp
   write_file_atomic((tmp_dir / "state.json").string(), state_json);
   write_file_atomic((tmp_dir / "index.json").string(), index.dump(1) + "\n");
   fsync_directory(tmp_dir.string());
-  if (fs::exists(final_dir))  // a checkpoint of the same step from an earlier run
-    remove_checkpoint(final_dir.string());
-  fs::rename(tmp_dir, final_dir, ec);
-  if (ec)
-    throw SystemError(final_dir.string() + ": cannot rename into place: " + ec.message(),
-                      ec.value());
+  // A checkpoint of the same step from an earlier run is swapped with the
+  // new one in one step (the old one then sits at the temporary name and is
+  // deleted): a crash in between leaves one whole checkpoint of the step,
+  // never none. Where the file system cannot swap, the old one goes first.
+  if (fs::exists(final_dir) &&
+      ::renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+    fsync_directory(run_dir);
+    remove_checkpoint(tmp_dir.string());
+  } else {
+    if (fs::exists(final_dir)) remove_checkpoint(final_dir.string());
+    fs::rename(tmp_dir, final_dir, ec);
+    if (ec)
+      throw SystemError(final_dir.string() + ": cannot rename into place: " + ec.message(),
+                        ec.value());
+  }
   fsync_directory(run_dir);
   prune_checkpoints(run_dir, keep, final_dir.string());
   return final_dir.string();
