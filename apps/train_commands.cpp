@@ -225,7 +225,7 @@ class TrainCommands : public CommandFamily {
     launch_
         ->add_option("--stop-grace", l.stop_grace_s,
                      "Seconds an interrupted launch (SIGINT/SIGTERM) gives the job to finish its "
-                     "step and write its checkpoint before SIGKILL")
+                     "step and write its checkpoint before SIGKILL (a second interrupt: at once)")
         ->check(at_least(0))
         ->capture_default_str();
     launch_

@@ -32,9 +32,9 @@ using nlohmann::json;
 
 namespace {
 
-std::atomic<bool> g_interrupted{false};
+std::atomic<int> g_interrupted{0};  // interrupts so far: a second one cuts the grace short
 void on_signal(int) {
-  g_interrupted.store(true);
+  g_interrupted.fetch_add(1);
 }
 
 // The value after `flag` (or after "flag=") in args; "" when absent.
@@ -98,7 +98,7 @@ int stop_job(pid_t pid, double grace) {
   const double t0 = now_seconds();
   int status = 0;
   while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (now_seconds() - t0 > grace) {
+    if (now_seconds() - t0 > grace || g_interrupted.load() > 1) {
       ::kill(-pid, SIGKILL);
       ::waitpid(pid, &status, 0);
       break;
@@ -313,11 +313,11 @@ class Supervisor {
       if (done == pid) {
         end.detected = now;
         end.cause = cause_of(end.status);
-        if (end.cause == "stopped" && g_interrupted.load()) end.cause = "interrupted";
+        if (end.cause == "stopped" && g_interrupted.load() > 0) end.cause = "interrupted";
         if (!end.cause.empty()) reap_local_ranks(heartbeat_dir_, 10);
         return end;
       }
-      if (g_interrupted.load()) {
+      if (g_interrupted.load() > 0) {
         // The job finishes its step and writes its checkpoint meanwhile.
         stop(pid, o_.stop_grace_s);
         end.cause = "interrupted";
@@ -733,7 +733,7 @@ LaunchResult launch(const LaunchOptions& options) {
   fs::create_directories(out);
   auto old_int = std::signal(SIGINT, on_signal);
   auto old_term = std::signal(SIGTERM, on_signal);
-  g_interrupted.store(false);
+  g_interrupted.store(0);
   LaunchResult r = Supervisor(o, out).run();
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
