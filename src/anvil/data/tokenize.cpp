@@ -36,9 +36,16 @@ TokenizeResult tokenize_files(const TokenizeOptions& o) {
   if (!o.tokenizer.empty()) tk.emplace(o.tokenizer);
   TokenizeResult r;
   r.vocab = tk ? tk->vocab_size() : 256;
-  TokenFileWriter out(o.out, r.vocab);
+  // Made at the first tokens: an input refused at its first block leaves
+  // no folder or temporary behind.
+  std::optional<TokenFileWriter> out;
   const size_t total_mib = static_cast<size_t>(total >> 20);
   const bool show = total_mib >= 16;
+  struct EndProgress {  // the progress line ended on every way out, errors too
+    bool show;
+    size_t total;
+    ~EndProgress() { progress_line(show, total, total, ""); }
+  } end_progress{show, total_mib};
   // SentencePiece encodes whole lines: the text goes to the encoder in
   // pieces cut after a newline (the ids are those of the whole text), and a
   // file's last line without one joins the next file's first, as the
@@ -47,8 +54,9 @@ TokenizeResult tokenize_files(const TokenizeOptions& o) {
   double encoding = 0;
   const auto encode = [&](std::string_view text) {
     if (text.empty()) return true;
+    if (!out) out.emplace(o.out, r.vocab);
     if (!tk) {
-      out.append_bytes(text);
+      out->append_bytes(text);
       r.bytes += static_cast<int64_t>(text.size());
       return true;
     }
@@ -62,11 +70,13 @@ TokenizeResult tokenize_files(const TokenizeOptions& o) {
         while (at < back.size() && at < text.size() && back[at] == text[at]) ++at;
         r.differs = true;
         r.first_difference = r.bytes + static_cast<int64_t>(at);
+        // Decoded through the piece that differs; of the whole text's bytes.
         r.decoded_bytes = r.bytes + static_cast<int64_t>(back.size());
+        r.bytes = static_cast<int64_t>(total);
         return false;
       }
     }
-    out.append(ids.data(), ids.size());
+    out->append(ids.data(), ids.size());
     r.bytes += static_cast<int64_t>(text.size());
     return true;
   };
@@ -94,9 +104,12 @@ TokenizeResult tokenize_files(const TokenizeOptions& o) {
       if (!tk) {
         encode(std::string_view(block.data(), n));
       } else {
+        // Only the block just read can hold a newline: what was pending
+        // before it is the text after the last one.
         pending.append(block.data(), n);
-        const size_t nl = pending.rfind('\n');
-        if (nl == std::string::npos) continue;  // a line longer than a block: read on
+        const void* last = ::memrchr(pending.data() + pending.size() - n, '\n', n);
+        if (last == nullptr) continue;  // a line longer than a block: read on
+        const auto nl = static_cast<size_t>(static_cast<const char*>(last) - pending.data());
         const std::string_view lines(pending.data(), nl + 1);
         check(lines);
         if (piece.empty()) {  // the common case: no earlier file's last line to join
@@ -116,19 +129,18 @@ TokenizeResult tokenize_files(const TokenizeOptions& o) {
     piece.append(pending);
   }
   if (!encode(piece)) return r;
-  progress_line(show, total_mib, total_mib, "");
   if (r.bytes == 0)
     throw InputError(
         "--text: " + (o.texts.size() == 1 ? o.texts[0] + " holds" : std::string("the texts hold")) +
         " no bytes; expected text to tokenize");
   r.seconds = encoding;
-  r.tokens = out.count();
+  r.tokens = out->count();
   r.verified = o.verify && tk.has_value();
   // No sidecar of an earlier token file beside this one, even for a moment:
   // an interrupt between the two renames leaves none (an unknown tokenizer),
   // never a wrong one.
   fs::remove(o.out + ".json", ec);
-  out.commit();
+  out->commit();
   write_token_meta(o.out, o.tokenizer, o.texts, r.tokens, r.bytes);
   return r;
 }

@@ -4,6 +4,7 @@
 #include <sentencepiece_trainer.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -33,8 +34,7 @@ class Lines : public sentencepiece::SentenceIterator {
   void Next() override { advance(); }
   const std::string& value() const override { return line_; }
   sentencepiece::util::Status status() const override { return {}; }
-  int64_t count() const { return count_; }
-  uint64_t bytes() const { return bytes_; }
+  int64_t count() const { return count_.load(std::memory_order_relaxed); }  // any thread
 
  private:
   void advance() {
@@ -49,9 +49,8 @@ class Lines : public sentencepiece::SentenceIterator {
         ++next_;
       }
       while (std::getline(in_, line_)) {
-        bytes_ += line_.size() + 1;
         if (!line_.empty()) {
-          ++count_;
+          count_.fetch_add(1, std::memory_order_relaxed);
           return;
         }
       }
@@ -64,8 +63,7 @@ class Lines : public sentencepiece::SentenceIterator {
   std::ifstream in_;
   std::string line_;
   bool done_ = false;
-  int64_t count_ = 0;
-  uint64_t bytes_ = 0;
+  std::atomic<int64_t> count_{0};  // read by the progress ticker
 };
 
 }  // namespace
