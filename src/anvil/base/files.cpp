@@ -31,13 +31,22 @@ constexpr int kCleanupSlots = 64;
 constexpr size_t kCleanupPath = 4096;
 struct CleanupSlot {
   std::atomic<int> state{0};
+  std::atomic<uint32_t> generation{0};  // bumped at each arming
   char path[kCleanupPath];
 };
 CleanupSlot g_cleanup[kCleanupSlots];
 
 extern "C" void remove_temporaries_and_end(int sig) {
-  for (CleanupSlot& s : g_cleanup)
-    if (s.state.load() == 2) ::unlink(s.path);
+  // A slot another thread frees and fills again while this reads it would
+  // give a torn path: copied, then used only if the slot still holds it.
+  static char path[kCleanupPath];
+  for (CleanupSlot& s : g_cleanup) {
+    const uint32_t g = s.generation.load();
+    if (s.state.load() != 2) continue;
+    std::memcpy(path, s.path, kCleanupPath);
+    path[kCleanupPath - 1] = '\0';
+    if (s.state.load() == 2 && s.generation.load() == g) ::unlink(path);
+  }
   ::signal(sig, SIG_DFL);  // then the signal's own action: the process ends
   ::raise(sig);
 }
@@ -66,6 +75,7 @@ int arm_cleanup(const std::string& path) {
   for (int i = 0; i < kCleanupSlots; ++i) {
     int free = 0;
     if (g_cleanup[i].state.compare_exchange_strong(free, 1)) {
+      g_cleanup[i].generation.fetch_add(1);
       std::memcpy(g_cleanup[i].path, path.c_str(), path.size() + 1);
       g_cleanup[i].state.store(2);
       return i;
