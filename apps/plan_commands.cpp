@@ -240,6 +240,10 @@ Resolved resolve(const PlanCommands::Model& m) {
   }
   l.ep = m.ep;
   l.zero1 = m.zero1;
+  if (m.global_batch > 0 && m.accum > 1 && m.global_batch != m.micro_batch * m.accum * l.dp())
+    throw InputError("--accum " + std::to_string(m.accum) + ": --global-batch " +
+                     std::to_string(m.global_batch) + " is not micro-batch x accum x dp = " +
+                     std::to_string(m.micro_batch * m.accum * l.dp()) + "; give one of the two");
   l.global_batch = m.global_batch > 0 ? m.global_batch : m.micro_batch * m.accum * l.dp();
   l.optimizer = m.optimizer;
   if (m.muon_bf16 && m.optimizer != "muon")
@@ -251,8 +255,22 @@ Resolved resolve(const PlanCommands::Model& m) {
   if (m.recompute_layers > per_stage)
     throw InputError("--recompute-layers: expected at most the " + std::to_string(per_stage) +
                      " layers of a pipeline stage, got " + std::to_string(m.recompute_layers));
+  if (!m.expert_loads.empty() && r.config.n_experts == 0)
+    throw InputError("--expert-loads: config " + r.config.name + " has no experts to route to");
   if (!m.expert_loads.empty())
     l.expert_shares = plan::expert_shares_from_metrics(m.expert_loads, r.config.n_experts);
+  if (m.threads_per_rank > 0) {
+    if (r.hw.kind != "cpu")
+      throw InputError("--threads-per-rank: for CPU profiles; " + r.hw.name + " is a " + r.hw.kind +
+                       " profile");
+    const int64_t cpu = plan::cpu_threads(r.hw);
+    if (m.threads_per_rank * l.devices_per_node > cpu)
+      throw InputError("--threads-per-rank " + std::to_string(m.threads_per_rank) + ": " +
+                       std::to_string(l.devices_per_node) + " ranks a node would run " +
+                       std::to_string(m.threads_per_rank * l.devices_per_node) +
+                       " threads on the profile's " + std::to_string(cpu) + " (expected at most " +
+                       std::to_string(cpu / l.devices_per_node) + ")");
+  }
   return r;
 }
 

@@ -514,6 +514,13 @@ TEST(Cli, PlanAndSizeRejectBadInputWithOneLine) {
   expect_usage_error("plan --config " + zaya + " --hw /nonexistent.json", "/nonexistent.json");
   expect_usage_error("plan --config " + zaya + " --hw mi300x --global-batch 3", "--global-batch");
   expect_usage_error("plan --config " + gpt2 + " --hw mi300x --ep 2", "--ep");
+  expect_usage_error("plan --config " + gpt2 + " --hw mi300x --accum 4 --global-batch 8",
+                     "--accum 4");
+  expect_usage_error("plan --config " + gpt2 + " --hw mi300x --threads-per-rank 4",
+                     "--threads-per-rank");
+  expect_usage_error("plan --config " + gpt2 + " --hw mi300x --expert-loads /nonexistent",
+                     "has no experts");
+  expect_usage_error("plan --config " + gpt2 + " --hw mi300x -T 8192", "learned positions");
   expect_usage_error("plan --config " + zaya + " --hw mi300x --ep 3", "--ep");
   expect_usage_error("plan --config " + zaya + " --hw mi300x --dtype int4", "--dtype");
   expect_usage_error("plan --config " + zaya + " --hw mi300x --assume memory=2", "--assume");

@@ -599,6 +599,39 @@ TEST(Planner, TensorPipelineAndContextParallelSplitTheWork) {
   l.cp = 3;
   EXPECT_THROW(validate_layout(c, l), InputError);
   l.cp = 2;
+  // Layouts that cannot exist: more stages than layers, chunks of one token
+  // under cp (the trainer's 2 x cp chunks of at least 2), a tensor split
+  // that does not divide the MLP, a step's tokens past int64's comfort, a
+  // sequence past learned positions.
+  const auto refused = [&](Layout bad, const model::ModelConfig& m, const std::string& flag) {
+    try {
+      validate_layout(m, bad);
+      ADD_FAILURE() << "accepted: " << flag;
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(flag, 0), 0u) << e.what();
+    }
+  };
+  Layout bad = l;
+  bad.pp = 16;     // 12 layers
+  bad.nodes = 16;  // 128 ranks: dp 2 x tp 4 x pp 16 x cp 2
+  refused(bad, c, "--pp 16");
+  bad = l;
+  bad.seq = 4 * 2 * 2 + 2;  // not a multiple of 2 x cp
+  refused(bad, c, "--cp 2");
+  bad.seq = 2;  // chunks of half a token
+  refused(bad, c, "--cp 2");
+  auto odd_ffn = c;
+  odd_ffn.ffn_hidden = 2050;
+  refused(l, odd_ffn, "--tp 4");
+  bad = l;
+  bad.micro_batch = int64_t{1} << 45;
+  bad.global_batch = bad.micro_batch * 2;
+  refused(bad, c, "--micro-batch");
+  auto learned = c;
+  learned.position = model::Position::learned;
+  bad = l;
+  bad.seq = learned.seq_len * 2;
+  refused(bad, learned, "--seq");
   l.fsdp = l.zero1 = true;
   EXPECT_THROW(validate_layout(c, l), InputError);
 }

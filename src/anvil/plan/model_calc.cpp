@@ -67,6 +67,16 @@ void validate_layout(const model::ModelConfig& c, const Layout& l) {
   positive(l.micro_batch, "--micro-batch");
   positive(l.seq, "--seq");
   positive(l.global_batch, "--global-batch");
+  // Token counts far inside int64 (and double's exact integers): beyond,
+  // the products would wrap to negative times and memory that "fits".
+  constexpr int64_t kMaxTokens = int64_t{1} << 50;
+  if (l.micro_batch > kMaxTokens / l.seq || l.global_batch > kMaxTokens / l.seq)
+    throw InputError("--micro-batch " + std::to_string(l.micro_batch) + ", --global-batch " +
+                     std::to_string(l.global_batch) + " x --seq " + std::to_string(l.seq) +
+                     ": expected at most 2^50 tokens per step");
+  if (c.position == model::Position::learned && l.seq > c.seq_len)
+    throw InputError("--seq " + std::to_string(l.seq) + ": above the config's seq_len " +
+                     std::to_string(c.seq_len) + ", which its learned positions cannot reach");
   if (l.dtype != "f32" && l.dtype != "bf16" && l.dtype != "fp8")
     throw InputError("--dtype: expected f32, bf16 or fp8, got '" + l.dtype + "'");
   if (l.world() % (l.tp * l.pp * l.cp) != 0)
@@ -77,10 +87,25 @@ void validate_layout(const model::ModelConfig& c, const Layout& l) {
     throw InputError("--tp " + std::to_string(l.tp) + ": expected a divisor of n_heads " +
                      std::to_string(c.n_heads) + " (and of n_kv_heads " +
                      std::to_string(c.n_kv_heads) + ", or a multiple of it)");
-  if (l.seq % l.cp != 0)
-    throw InputError("--cp " + std::to_string(l.cp) + ": expected a divisor of --seq " +
-                     std::to_string(l.seq));
+  if (l.tp > 1 &&
+      (c.ffn_hidden % l.tp != 0 || (c.n_experts > 0 && c.expert_ffn_hidden % l.tp != 0)))
+    throw InputError("--tp " + std::to_string(l.tp) + ": expected a divisor of ffn_hidden " +
+                     std::to_string(c.ffn_hidden) +
+                     (c.n_experts > 0
+                          ? " and expert_ffn_hidden " + std::to_string(c.expert_ffn_hidden)
+                          : std::string()));
+  // The trainer's layout: each sequence in 2 x cp chunks (the causal load
+  // balanced), of at least 2 tokens.
+  if (l.cp > 1 && (l.seq % (2 * l.cp) != 0 || l.seq / (2 * l.cp) < 2))
+    throw InputError("--cp " + std::to_string(l.cp) +
+                     ": expected --seq a multiple of 2 x cp = " + std::to_string(2 * l.cp) +
+                     " with chunks of at least 2 tokens, got " + std::to_string(l.seq));
   if (l.vp > 1 && l.pp == 1) throw InputError("--vp " + std::to_string(l.vp) + ": needs --pp > 1");
+  if (l.pp * l.vp > c.n_layers)
+    throw InputError("--pp " + std::to_string(l.pp) +
+                     (l.vp > 1 ? " x --vp " + std::to_string(l.vp) : std::string()) +
+                     ": more stages than the config's " + std::to_string(c.n_layers) +
+                     " layers (expected at least one layer a stage)");
   if (l.fsdp && l.zero1) throw InputError("--fsdp: already shards what --zero shards; give one");
   if (l.optimizer != "adamw" && l.optimizer != "muon")
     throw InputError("--optimizer: expected adamw or muon, got '" + l.optimizer + "'");
@@ -125,7 +150,14 @@ std::vector<double> expert_shares_from_metrics(const std::string& path, int64_t 
                          std::to_string(n_experts + 1) +
                          " loads per layer (the config's experts and the skip expert), got " +
                          std::to_string(load.size()));
-      for (size_t e = 0; e < sum.size(); ++e) sum[e] += load[e].get<double>();
+      for (size_t e = 0; e < sum.size(); ++e) {
+        const double v = load[e].is_number() ? load[e].get<double>() : -1.0;
+        if (!(v >= 0) || !std::isfinite(v))
+          throw InputError("--expert-loads " + file + ":" + std::to_string(number) +
+                           ": a load of " + load[e].dump() +
+                           " (expected token counts: finite, not negative)");
+        sum[e] += v;
+      }
       ++layers;
     }
   }

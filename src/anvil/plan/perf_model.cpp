@@ -720,8 +720,8 @@ void predict_comm(const model::ModelConfig& c, const HwProfile& hw, const PlanOp
   p.comm_exposed_s = exposed;
 }
 
-void predict_checkpoint_and_goodput(const model::ModelConfig& c, const PlanOptions& o,
-                                    Prediction& p) {
+void predict_checkpoint_and_goodput(const model::ModelConfig& c, const HwProfile& hw,
+                                    const PlanOptions& o, Prediction& p) {
   const Layout& l = o.layout;
   // Checkpoint: fp32 weights + optimizer state of the whole model.
   const model::ParamCount n = model::count_parameters(c);
@@ -729,7 +729,8 @@ void predict_checkpoint_and_goodput(const model::ModelConfig& c, const PlanOptio
   p.ckpt_bytes = static_cast<double>(n.total()) * (4.0 + state);
   p.ckpt_save_s = p.ckpt_bytes / (o.ckpt_gbs_per_node * 1e9 * static_cast<double>(l.nodes));
   if (o.mttf_hours > 0) {
-    const double world = static_cast<double>(l.world());
+    // What fails is a device: a GPU each rank, a CPU each node.
+    const double world = static_cast<double>(hw.kind == "cpu" ? l.nodes : l.world());
     p.failures_per_day = world * 24.0 / o.mttf_hours;
     p.system_mttf_s = o.mttf_hours * 3600.0 / world;
     p.young_daly_s = std::sqrt(2.0 * p.ckpt_save_s * p.system_mttf_s);
@@ -939,8 +940,11 @@ Prediction predict_step(const model::ModelConfig& c, const HwProfile& whole_hw,
   p.model_flops_per_token = model::flops_per_token(c, l.seq).training();
   p.mfu = p.model_flops_per_token * p.tokens_per_s / (peak * 1e9 * static_cast<double>(l.world()));
   p.memory = memory_per_rank(c, l);
-  p.memory_capacity = static_cast<double>(hw.memory_bytes);
-  predict_checkpoint_and_goodput(c, o, p);
+  // A CPU's memory is its node's, shared by the ranks on it; a GPU's its own.
+  p.memory_capacity =
+      static_cast<double>(hw.memory_bytes) /
+      (hw.kind == "cpu" ? static_cast<double>(std::max<int64_t>(1, l.devices_per_node)) : 1.0);
+  predict_checkpoint_and_goodput(c, hw, o, p);
   p.decode_s_per_token = decode_seconds_per_step(c, hw, l.dtype, l.seq, 1);
   add_assumptions(c, hw, whole_hw, share, p);
   p.terms = model_terms(c, hw, l, p);

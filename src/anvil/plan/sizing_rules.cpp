@@ -236,6 +236,15 @@ std::vector<Candidate> recommend(const model::ModelConfig& c, const HwProfile& h
     if (m.d_model < step || m.n_heads < 1 || m.n_kv_heads < 1 || m.n_heads % m.n_kv_heads) return;
     if (m.ffn_hidden < 1 || (m.n_experts > 0 && m.expert_ffn_hidden < 1)) return;
     if (o.layout.ep > 1 && m.n_experts % o.layout.ep) return;
+    // A candidate the layout cannot split (--tp over its heads, --cp over
+    // its sequence) is left out; the config as given was checked before.
+    if (change != "as given") {
+      try {
+        validate_layout(m, o.layout);
+      } catch (const InputError&) {
+        return;
+      }
+    }
     const std::string key = model::model_config_to_json(m);
     if (!seen.insert(key).second) return;
     const model::ParamCount n = model::count_parameters(m);
