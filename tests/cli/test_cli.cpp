@@ -643,9 +643,13 @@ TEST(Cli, ExportsAndImportsCheckpointsInTheHuggingFaceLayouts) {
   expect_usage_error("ckpt export --hf --checkpoint " + dir + "/run --out " + dir + "/hf",
                      "skip_output");
   EXPECT_FALSE(std::filesystem::exists(dir + "/hf"));
+  // An interrupted export's temporary (its process gone) is removed by the next.
+  std::filesystem::create_directories(dir + "/.orig.tmp-999999999");
+  std::ofstream(dir + "/.orig.tmp-999999999/model-00001-of-00002.safetensors") << "half";
   const CliRun e = run_anvil(
       "ckpt export --format original --checkpoint " + dir + "/run --out " + dir + "/orig", true);
   ASSERT_EQ(e.status, 0) << e.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/.orig.tmp-999999999"));
   const auto config = nlohmann::json::parse(std::ifstream(dir + "/orig/config.json"));
   EXPECT_EQ(config["model_type"], "zaya");
   EXPECT_EQ(config["num_experts"], 3);

@@ -291,17 +291,22 @@ void write_imported(const std::string& run_dir, const model::ModelConfig& c,
                       {"architecture", architecture}};
   save.state_json = state.dump(2) + "\n";
   save.layout = {{"world", 1}, {"zero", false}, {"ep", 1}, {"optimizer", "none"}};
+  // The run directory is made whole under a temporary name and renamed
+  // (write_directory): an interrupted import leaves no half run that would
+  // block the next one.
   std::error_code ec;
-  fs::create_directories(run_dir, ec);
-  if (ec) throw SystemError(run_dir + ": cannot create directory: " + ec.message());
-  r.checkpoint_dir = save_sharded(run_dir, 0, save, SaveGroup{}, 1);
-  // An anvil export's SentencePiece model comes back to the run directory,
-  // where eval and generate look for it (as a trained run keeps it).
-  if (tokenizer == "sentencepiece" && fs::exists(hf_dir / kTokenizerFile))
-    write_file_atomic((fs::path(run_dir) / kTokenizerFile).string(),
-                      read_file((hf_dir / kTokenizerFile).string()));
+  if (fs::exists(run_dir, ec)) fs::remove(run_dir, ec);  // empty (checked before)
+  write_directory(run_dir, [&](const fs::path& tmp) {
+    save_sharded(tmp.string(), 0, save, SaveGroup{}, 1);
+    // An anvil export's SentencePiece model comes back to the run directory,
+    // where eval and generate look for it (as a trained run keeps it).
+    if (tokenizer == "sentencepiece" && fs::exists(hf_dir / kTokenizerFile))
+      write_file_atomic((tmp / kTokenizerFile).string(),
+                        read_file((hf_dir / kTokenizerFile).string()));
+    write_file_atomic((tmp / "model-config.json").string(), model::model_config_to_json(c) + "\n");
+  });
+  r.checkpoint_dir = (fs::path(run_dir) / checkpoint_name(0)).string();
   r.config_path = (fs::path(run_dir) / "model-config.json").string();
-  write_file_atomic(r.config_path, model::model_config_to_json(c) + "\n");
 }
 
 }  // namespace

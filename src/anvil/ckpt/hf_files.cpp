@@ -2,9 +2,12 @@
 // checkpoints, and the atomic export directory.
 #include "anvil/ckpt/hf_files.hpp"
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -85,10 +88,22 @@ std::map<std::string, LoadedTensor> read_hf_weights(const fs::path& dir) {
 }
 
 void write_directory(const fs::path& target, const std::function<void(const fs::path&)>& fill) {
-  std::string tmp_name = ".";  // (append: GCC 12 warns falsely on "." + std::string)
-  tmp_name.append(target.filename().string()).append(".tmp-").append(std::to_string(::getpid()));
-  const fs::path tmp = target.parent_path() / tmp_name;
+  std::string prefix = ".";  // (append: GCC 12 warns falsely on "." + std::string)
+  prefix.append(target.filename().string()).append(".tmp-");
+  const fs::path tmp = target.parent_path() / (prefix + std::to_string(::getpid()));
   std::error_code ec;
+  // Another writer's temporary whose process is gone (killed, interrupted)
+  // is left over: removed. A live one's is not touched.
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string pid = name.substr(prefix.size());
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    const long p = std::strtol(pid.c_str(), nullptr, 10);
+    if (p > 0 && ::kill(static_cast<pid_t>(p), 0) != 0 && errno == ESRCH)
+      fs::remove_all(e.path(), ec);
+  }
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   if (ec) throw SystemError(tmp.string() + ": cannot create directory: " + ec.message());

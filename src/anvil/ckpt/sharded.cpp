@@ -608,6 +608,15 @@ std::string reshape_checkpoint(const std::string& from, const std::string& run_d
   fs::create_directories(run_dir, ec);
   const std::string nonce = "reshape-" + std::to_string(::getpid());
   const fs::path tmp_dir = make_tmp_dir(run_dir, step, nonce);
+  // A failure on the way (a full disk) leaves no shards behind.
+  struct RemoveUnlessCommitted {
+    fs::path dir;
+    bool committed = false;
+    ~RemoveUnlessCommitted() {
+      std::error_code ec;
+      if (!committed) fs::remove_all(dir, ec);
+    }
+  } cleanup{tmp_dir};
   for (int r = 0; r < world; ++r) {
     progress_line(true, static_cast<size_t>(r), static_cast<size_t>(world),
                   "writing " + rank_file(r) + ".safetensors");
@@ -628,6 +637,7 @@ std::string reshape_checkpoint(const std::string& from, const std::string& run_d
   progress_line(true, static_cast<size_t>(world), static_cast<size_t>(world), "");
   json layout = {{"world", world}, {"reshaped_from", fs::absolute(src).string()}};
   const std::string out = commit(run_dir, step, tmp_dir, world, read_state_json(src), layout, 0);
+  cleanup.committed = true;
   remove_stale(run_dir, step, nonce);
   return out;
 }
@@ -778,6 +788,13 @@ VerifyReport verify_checkpoint(const std::string& dir) {
   r.layout = index.contains("layout") ? index["layout"] : json::object();
   std::map<std::string, std::unique_ptr<ReadFile>> files;
   std::vector<char> buffer;
+  // Progress by MiB read (a checkpoint of billions of parameters takes
+  // minutes; check_shard_files above read the same index whole).
+  uint64_t total = 0;
+  for (const auto& [key, t] : index["tensors"].items())
+    for (const auto& sh : shards_of(dir, key, t)) total += sh.end - sh.begin;
+  const size_t total_mib = static_cast<size_t>(total >> 20);
+  const bool show = total_mib >= 256;
   for (const auto& [key, t] : index["tensors"].items()) {
     ++r.tensors;
     try {
@@ -786,6 +803,8 @@ VerifyReport verify_checkpoint(const std::string& dir) {
         throw CorruptCheckpoint(dir + "/index.json: tensor " + key + ": " + why);
       for (const auto& sh : shards) {
         ++r.shards;
+        progress_line(show, std::min(static_cast<size_t>(r.bytes >> 20), total_mib - 1), total_mib,
+                      "MiB of " + dir + " verified");
         r.bytes += static_cast<int64_t>(sh.end - sh.begin);
         const std::string path = (fs::path(dir) / sh.file).string();
         auto& f = files[sh.file];
@@ -796,6 +815,7 @@ VerifyReport verify_checkpoint(const std::string& dir) {
       r.problems.push_back(e.what());
     }
   }
+  progress_line(show, total_mib, total_mib, "");
   return r;
 }
 
