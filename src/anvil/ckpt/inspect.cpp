@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "anvil/ckpt/checkpoint.hpp"
 
@@ -81,29 +84,48 @@ DiffReport diff_checkpoints(const std::string& a_path, const std::string& b_path
   DiffReport r;
   r.a = resolve_checkpoint(a_path);
   r.b = resolve_checkpoint(b_path);
+  // The tensors in both are read in batches of about kBatchBytes from
+  // each side: memory stays two batches whatever the checkpoints' size, and
+  // a tensor on one side only is known from the index without reading it.
+  constexpr uint64_t kBatchBytes = uint64_t{256} << 20;
   for (const char* kind : {"model", "optimizer"}) {
     const bool optimizer = std::strcmp(kind, "optimizer") == 0;
-    const auto ta = read_tensors(r.a, kind), tb = read_tensors(r.b, kind);
-    for (const auto& [name, t] : ta) {
-      const auto it = tb.find(name);
-      if (it == tb.end() && optimizer) {
+    const auto sa = tensor_shapes(r.a, kind), sb = tensor_shapes(r.b, kind);
+    std::vector<std::string> both;
+    for (const auto& [name, shape] : sa) {
+      const auto it = sb.find(name);
+      if (it == sb.end() && optimizer)
         ++r.optimizer_only_a;
-      } else if (it == tb.end() || it->second.shape != t.shape) {
+      else if (it == sb.end() || it->second != shape)
         r.only_a.push_back(name);
-      } else {
-        ++r.compared;
-        if (std::memcmp(t.data.data(), it->second.data.data(), t.data.size() * sizeof(float)) == 0)
-          ++r.identical;
-        else
-          r.different.push_back({name, max_abs_difference(t, it->second)});
-      }
+      else
+        both.push_back(name);
     }
-    for (const auto& [name, t] : tb) {
-      if (ta.count(name)) continue;
+    for (const auto& [name, shape] : sb) {
+      if (sa.count(name)) continue;
       if (optimizer)
         ++r.optimizer_only_b;
       else
         r.only_b.push_back(name);
+    }
+    for (size_t next = 0; next < both.size();) {
+      std::set<std::string> batch;
+      uint64_t bytes = 0;
+      for (; next < both.size() && (batch.empty() || bytes < kBatchBytes); ++next) {
+        uint64_t n = sizeof(float);
+        for (const int64_t d : sa.at(both[next])) n *= static_cast<uint64_t>(d);
+        bytes += n;
+        batch.insert(both[next]);
+      }
+      const auto ta = read_tensors(r.a, kind, &batch), tb = read_tensors(r.b, kind, &batch);
+      for (const auto& [name, t] : ta) {
+        const LoadedTensor& u = tb.at(name);
+        ++r.compared;
+        if (std::memcmp(t.data.data(), u.data.data(), t.data.size() * sizeof(float)) == 0)
+          ++r.identical;
+        else
+          r.different.push_back({name, max_abs_difference(t, u)});
+      }
     }
   }
   return r;

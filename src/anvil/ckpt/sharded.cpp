@@ -703,17 +703,22 @@ void load_weights(const std::string& dir, const model::ParamRegistry& registry, 
   load_pieces(dir, want);
 }
 
-std::map<std::string, LoadedTensor> read_tensors(const std::string& dir, const std::string& kind) {
+std::map<std::string, LoadedTensor> read_tensors(const std::string& dir, const std::string& kind,
+                                                 const std::set<std::string>* only) {
   std::map<std::string, LoadedTensor> out;
   if (!fs::exists(fs::path(dir) / "index.json")) {
     const std::string name = kind == "model" ? "model.safetensors" : "optimizer.safetensors";
-    return read_safetensors((fs::path(dir) / name).string()).tensors;
+    out = read_safetensors((fs::path(dir) / name).string()).tensors;
+    if (only != nullptr)
+      std::erase_if(out, [&](const auto& kv) { return only->count(kv.first) == 0; });
+    return out;
   }
   const json index = parse_index(dir);
   check_shard_files(dir, index);
   std::vector<model::TensorShard> want;
   for (const auto& [key, t] : index["tensors"].items()) {
     if (!t.is_object() || !t.contains("kind") || t["kind"] != kind) continue;
+    if (only != nullptr && only->count(key) == 0) continue;
     // Nothing is allocated for a tensor whose shards the files cannot hold.
     const auto shape = shape_of(t);
     const auto shards = shards_of(dir, key, t);
@@ -736,6 +741,19 @@ std::map<std::string, LoadedTensor> read_tensors(const std::string& dir, const s
     want.push_back({key, lt.shape, 0, static_cast<int64_t>(lt.data.size()), 0,
                     model::Sharding::replicated, lt.data.data()});
   load_pieces(dir, want);
+  return out;
+}
+
+std::map<std::string, std::vector<int64_t>> tensor_shapes(const std::string& dir,
+                                                          const std::string& kind) {
+  std::map<std::string, std::vector<int64_t>> out;
+  if (!fs::exists(fs::path(dir) / "index.json")) {
+    for (const auto& [name, t] : read_tensors(dir, kind)) out[name] = t.shape;
+    return out;
+  }
+  const json index = parse_index(dir);
+  for (const auto& [key, t] : index["tensors"].items())
+    if (t.is_object() && t.contains("kind") && t["kind"] == kind) out[key] = shape_of(t);
   return out;
 }
 

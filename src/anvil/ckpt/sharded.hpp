@@ -24,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -96,9 +97,15 @@ void load_weights(const std::string& dir, const model::ParamRegistry& registry, 
                   const std::vector<model::ExtraTensor>& extra = {});
 
 // The checkpoint's tensors of one kind ("model" or "optimizer") as whole
-// tensors, by name (exports, generation, tests).
+// tensors, by name (exports, generation, tests); with `only`, just those
+// names (the others are not read).
 std::map<std::string, LoadedTensor> read_tensors(const std::string& dir,
-                                                 const std::string& kind = "model");
+                                                 const std::string& kind = "model",
+                                                 const std::set<std::string>* only = nullptr);
+// Their shapes, by name, without reading the data (a version-1 checkpoint's
+// file is read whole).
+std::map<std::string, std::vector<int64_t>> tensor_shapes(const std::string& dir,
+                                                          const std::string& kind = "model");
 
 struct VerifyReport {
   std::string dir;
