@@ -83,6 +83,10 @@ void validate_layout(const model::ModelConfig& c, const Layout& l) {
     throw InputError("--tp " + std::to_string(l.tp) + " x --pp " + std::to_string(l.pp) +
                      " x --cp " + std::to_string(l.cp) + ": expected a divisor of the " +
                      std::to_string(l.world()) + " ranks (nodes x gpus per node)");
+  if (l.tp > l.devices_per_node || l.devices_per_node % l.tp != 0)
+    throw InputError("--tp " + std::to_string(l.tp) + ": expected a divisor of the node's " +
+                     std::to_string(l.devices_per_node) +
+                     " devices (tensor parallelism stays inside a node)");
   if (l.tp > 1 && (c.n_heads % l.tp != 0 || (c.n_kv_heads % l.tp != 0 && l.tp % c.n_kv_heads != 0)))
     throw InputError("--tp " + std::to_string(l.tp) + ": expected a divisor of n_heads " +
                      std::to_string(c.n_heads) + " (and of n_kv_heads " +
