@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -95,16 +96,27 @@ json export_config(const model::ModelConfig& c, const HfArchitecture& arch,
   return original ? original->config(c, std::move(j)) : j;
 }
 
+// Each anvil tensor is released once its last exported tensor has taken
+// it (moved where one takes it whole): the export holds about one copy of
+// the weights, not two.
 std::vector<HfOutTensor> export_tensors(const std::vector<HfTensor>& map,
-                                        const std::map<std::string, LoadedTensor>& tensors,
+                                        std::map<std::string, LoadedTensor>& tensors,
                                         const Shapes& shapes, bool bf16) {
+  std::map<std::string, int> uses;
+  for (const auto& t : map)
+    for (const auto& part : t.parts) ++uses[part];
   std::vector<HfOutTensor> out;
   for (const auto& t : map) {
     HfOutTensor x{t.name, mapped_shape(t, shapes), {}, {}};
     std::vector<float> cat;
     for (const auto& part : t.parts) {
-      const auto& d = tensors.at(part).data;
-      cat.insert(cat.end(), d.begin(), d.end());
+      auto& d = tensors.at(part).data;
+      if (--uses[part] == 0 && cat.empty() && t.parts.size() == 1) {
+        cat = std::move(d);
+      } else {
+        cat.insert(cat.end(), d.begin(), d.end());
+        if (uses[part] == 0) std::vector<float>().swap(d);
+      }
     }
     if (t.transpose) {
       x.f32.resize(cat.size());
@@ -178,7 +190,7 @@ ExportResult export_checkpoint(const ExportOptions& o) {
   if (fs::exists(o.out_dir, ec))
     throw InputError("--out: " + o.out_dir + " exists; expected a new directory");
 
-  const auto tensors = read_tensors(dir, "model");
+  auto tensors = read_tensors(dir, "model");
   Shapes shapes;
   for (const auto& [name, t] : tensors) shapes[name] = t.shape;
   const auto expected = anvil_shapes(config);
@@ -264,11 +276,16 @@ void write_imported(const std::string& run_dir, const model::ModelConfig& c,
                     const json& hf_config, const fs::path& hf_dir, const std::string& architecture,
                     ImportResult& r) {
   const auto registry = model::model_family(c).registry(c);
-  std::vector<float> params(static_cast<size_t>(registry.total()));
-  for (const auto& spec : registry.specs())
-    std::copy(anvil.at(spec.name).begin(), anvil.at(spec.name).end(), params.begin() + spec.offset);
+  // Not zeroed: a page is touched only as its tensor comes, while the
+  // tensor's own copy is released, so the import holds about one copy.
+  const std::unique_ptr<float[]> params(new float[static_cast<size_t>(registry.total())]);
+  for (const auto& spec : registry.specs()) {  // each released once in the arena
+    auto& data = anvil.at(spec.name);
+    std::copy(data.begin(), data.end(), params.get() + spec.offset);
+    std::vector<float>().swap(data);
+  }
   ShardedSave save;
-  save.model = registry.shards(params.data(), {{0, registry.total()}});
+  save.model = registry.shards(params.get(), {{0, registry.total()}});
   for (auto& [name, data] : anvil) {
     if (registry.find(name)) continue;
     save.model.push_back({name, shapes.at(name), 0, static_cast<int64_t>(data.size()), 0,

@@ -1,8 +1,11 @@
 #include "anvil/ckpt/safetensors.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string_view>
@@ -236,19 +239,28 @@ void check_disjoint(const std::vector<Entry>& entries, const std::string& path) 
   }
 }
 
-LoadedTensor load_entry(Entry& e, const char* src) {
+// Reads the tensor's bytes straight from the file (F32 into its floats,
+// BF16 through a bounded buffer): a file is never held whole as well.
+LoadedTensor load_entry(Entry& e, std::ifstream& in, uint64_t data_start, const std::string& path) {
   LoadedTensor t;
   t.shape = std::move(e.shape);
   const uint64_t count = (e.end - e.begin) / e.width;
   t.data.resize(count);
-  if (count == 0) return t;  // a zero-element tensor: data() may be null, memcpy may not see it
+  if (count == 0) return t;  // a zero-element tensor: data() may be null
+  in.seekg(static_cast<std::streamoff>(data_start + e.begin));
+  const auto read = [&](char* to, uint64_t n) {
+    if (!in.read(to, static_cast<std::streamsize>(n)))
+      throw InputError(path + ": tensor " + e.name + ": cannot read its bytes");
+  };
   if (e.width == 4) {
-    std::memcpy(t.data.data(), src, count * 4);
+    read(reinterpret_cast<char*>(t.data.data()), count * 4);
   } else {
-    for (uint64_t i = 0; i < count; ++i) {
-      bf16 h;
-      std::memcpy(&h.bits, src + 2 * i, 2);
-      t.data[i] = to_float(h);
+    constexpr uint64_t kChunk = uint64_t{1} << 20;  // elements
+    std::vector<uint16_t> half(std::min(count, kChunk));
+    for (uint64_t at = 0; at < count; at += kChunk) {
+      const uint64_t n = std::min(kChunk, count - at);
+      read(reinterpret_cast<char*>(half.data()), n * 2);
+      for (uint64_t i = 0; i < n; ++i) t.data[at + i] = to_float(bf16{half[i]});
     }
   }
   return t;
@@ -257,18 +269,30 @@ LoadedTensor load_entry(Entry& e, const char* src) {
 }  // namespace
 
 SafetensorsFile read_safetensors(const std::string& path) {
-  const std::string bytes = read_file(path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(path + ": is a directory, expected a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open for reading (" + std::strerror(errno) + ")");
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
   auto bad = [&](const std::string& why) {
     return InputError(path + ": not a safetensors file (" + why + ")");
   };
-  if (bytes.size() < 8) throw bad("shorter than its 8-byte header length");
+  if (size < 8) throw bad("shorter than its 8-byte header length");
+  std::string bytes(8, '\0');
+  if (!in.read(bytes.data(), 8)) throw InputError(path + ": cannot read its header length");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i)
     n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
-  if (n > bytes.size() - 8) throw bad("header length " + std::to_string(n) + " past the end");
+  if (n > size - 8) throw bad("header length " + std::to_string(n) + " past the end");
+  bytes.resize(8 + n);  // the header only; the tensors are read one by one
+  if (!in.read(bytes.data() + 8, static_cast<std::streamsize>(n)))
+    throw InputError(path + ": cannot read its header");
   const nlohmann::json header = parse_header(bytes, n, path);
   const uint64_t data_start = 8 + n;
-  const uint64_t data_size = bytes.size() - data_start;
+  const uint64_t data_size = size - data_start;
   SafetensorsFile file;
   file.path = path;
   std::vector<Entry> entries;
@@ -280,8 +304,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
     }
   }
   check_disjoint(entries, path);
-  for (auto& e : entries)
-    file.tensors.emplace(e.name, load_entry(e, bytes.data() + data_start + e.begin));
+  for (auto& e : entries) file.tensors.emplace(e.name, load_entry(e, in, data_start, path));
   return file;
 }
 
