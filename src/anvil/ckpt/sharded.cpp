@@ -6,10 +6,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
-#include <chrono>
 #include <memory>
 #include <thread>
 
@@ -590,20 +591,25 @@ std::string reshape_checkpoint(const std::string& from, const std::string& run_d
   if (fs::exists(fs::path(run_dir) / checkpoint_name(step)))
     throw InputError("--out: " + (fs::path(run_dir) / checkpoint_name(step)).string() +
                      " exists; expected a run directory without that step");
-  auto model_tensors = read_tensors(src, "model");
-  auto optimizer_tensors = read_tensors(src, "optimizer");
+  // The shard files are checked before anything is written; each output
+  // rank then reads just its elements (load_pieces), so memory holds one
+  // output rank's share, not the checkpoint.
+  if (fs::exists(fs::path(src) / "index.json")) check_shard_files(src, parse_index(src));
+  const auto model_shapes = tensor_shapes(src, "model");
+  const auto optimizer_shapes = tensor_shapes(src, "optimizer");
   // Every tensor, model first, in key order, cut into `world` runs of
   // (nearly) equal length: rank r writes elements [r T / W, (r + 1) T / W).
   struct Whole {
     const std::string* key;
-    LoadedTensor* t;
+    const std::vector<int64_t>* shape;
+    int64_t numel;
     bool model;
   };
   std::vector<Whole> all;
   int64_t total = 0;
-  for (auto& [k, t] : model_tensors) all.push_back({&k, &t, true});
-  for (auto& [k, t] : optimizer_tensors) all.push_back({&k, &t, false});
-  for (const auto& w : all) total += static_cast<int64_t>(w.t->data.size());
+  for (const auto& [k, s] : model_shapes) all.push_back({&k, &s, numel_of(s), true});
+  for (const auto& [k, s] : optimizer_shapes) all.push_back({&k, &s, numel_of(s), false});
+  for (const auto& w : all) total += w.numel;
   std::error_code ec;
   fs::create_directories(run_dir, ec);
   const std::string nonce = "reshape-" + std::to_string(::getpid());
@@ -622,16 +628,21 @@ std::string reshape_checkpoint(const std::string& from, const std::string& run_d
                   "writing " + rank_file(r) + ".safetensors");
     const int64_t lo = total * r / world, hi = total * (r + 1) / world;
     std::vector<model::TensorShard> m, o;
+    std::deque<std::vector<float>> buffers;  // this rank's elements only
     int64_t at = 0;
     for (const auto& w : all) {
-      const auto n = static_cast<int64_t>(w.t->data.size());
-      const int64_t b = std::max(lo, at), e = std::min(hi, at + n);
-      if (b < e)
+      const int64_t b = std::max(lo, at), e = std::min(hi, at + w.numel);
+      if (b < e) {
+        buffers.emplace_back(static_cast<size_t>(e - b));
         (w.model ? m : o)
-            .push_back({*w.key, w.t->shape, b - at, e - b, 0, model::Sharding::replicated,
-                        w.t->data.data() + (b - at)});
-      at += n;
+            .push_back({*w.key, *w.shape, b - at, e - b, 0, model::Sharding::replicated,
+                        buffers.back().data()});
+      }
+      at += w.numel;
     }
+    std::vector<model::TensorShard> want = m;
+    want.insert(want.end(), o.begin(), o.end());
+    load_pieces(src, want);
     write_part(tmp_dir, r, step, m, o);
   }
   progress_line(true, static_cast<size_t>(world), static_cast<size_t>(world), "");
