@@ -530,6 +530,60 @@ TEST(Planner, PartialRecomputeCostsItsShareOfTheForward) {
   EXPECT_EQ(recompute_share(c, o.layout), 0);
 }
 
+// Stages that the layers do not divide evenly: every figure is the
+// largest stage's (the step runs at the slowest stage's pace, the first
+// stage holds the most activations), and an even split is 1/pp exactly.
+TEST(Planner, UnevenPipelineStagesArePricedAtTheLargest) {
+  auto c = preset("gpt2-124m");
+  Layout l;
+  l.devices_per_node = 4;
+  l.pp = 4;
+  l.seq = 512;
+  l.global_batch = 8;
+  EXPECT_EQ(stage_layers(c, l), 3);  // 12 layers: 3 each
+  l.vp = 2;                          // 8 chunks of 1 or 2: stages 0..3 get 2+1
+  EXPECT_EQ(stage_layers(c, l), 3);
+  c.n_layers = 10;
+  l.vp = 1;
+  EXPECT_EQ(stage_layers(c, l), 3);  // 3, 3, 2, 2
+  l.vp = 2;                          // chunks 2, 2, 1, 1, 1, 1, 1, 1
+  EXPECT_EQ(stage_layers(c, l), 3);
+  c.n_layers = 13;
+  l.vp = 3;  // 12 chunks: one of 2, eleven of 1; stage 0 holds 2 + 1 + 1
+  EXPECT_EQ(stage_layers(c, l), 4);
+  l.pp = 1;
+  l.vp = 1;
+  EXPECT_EQ(stage_layers(c, l), 13);
+
+  // 10 layers on 4 stages against 12 (3 a stage either way): the same
+  // stage's compute and activations, and one of 10 layers' weights each.
+  auto even = preset("gpt2-124m");
+  auto odd = even;
+  odd.n_layers = 10;
+  Layout p4;
+  p4.devices_per_node = 4;
+  p4.pp = 4;
+  p4.seq = 512;
+  p4.global_batch = 8;
+  p4.dtype = "bf16";
+  const MemoryPerRank me = memory_per_rank(even, p4), mo = memory_per_rank(odd, p4);
+  EXPECT_NEAR(mo.activations, me.activations, 1e-9 * me.activations);
+  PlanOptions o;
+  o.layout = p4;
+  const Prediction pe = predict_step(even, gpu_node(), o);
+  const Prediction po = predict_step(odd, gpu_node(), o);
+  double attention_e = 0, attention_o = 0;
+  for (const auto& part : pe.compute)
+    if (part.kind == "attention") attention_e += part.seconds;
+  for (const auto& part : po.compute)
+    if (part.kind == "attention") attention_o += part.seconds;
+  EXPECT_GT(attention_e, 0);
+  EXPECT_NEAR(attention_o, attention_e, 1e-9 * attention_e);
+  bool said = false;
+  for (const auto& a : po.assumptions) said |= a.find("3 of 10 layers") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
 TEST(Planner, TensorPipelineAndContextParallelSplitTheWork) {
   const auto c = preset("llama-style");  // 12 heads, 4 KV heads, ffn 2048, vocab 50304
   Layout l;

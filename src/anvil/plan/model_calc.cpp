@@ -1,5 +1,6 @@
 #include "anvil/plan/model_calc.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -248,17 +249,27 @@ LocalParams local_params(const model::ModelConfig& c, const Layout& l) {
   const ParamSplit s = split_params(c);
   LocalParams p;
   // Tensor and pipeline parallel split every weight (norms and biases too,
-  // to first order); FSDP's shards are counted in memory_per_rank.
-  const double split = as_double(l.model_parallel());
+  // to first order; the largest pipeline stage's share of the layers);
+  // FSDP's shards are counted in memory_per_rank.
+  const double split = as_double(l.tp) * as_double(c.n_layers) / as_double(stage_layers(c, l));
   p.replicated = (s.embedding + s.vectors + s.other) / split;
   p.expert = s.expert / static_cast<double>(l.ep) / split;
   p.matrices = s.other / split + p.expert;
   return p;
 }
 
+int64_t stage_layers(const model::ModelConfig& c, const Layout& l) {
+  if (l.pp <= 1) return c.n_layers;
+  const int64_t chunks = l.pp * std::max<int64_t>(1, l.vp);
+  std::vector<int64_t> stage(static_cast<size_t>(l.pp), 0);
+  for (int64_t k = 0; k < chunks; ++k)
+    stage[static_cast<size_t>(k % l.pp)] += c.n_layers / chunks + (k < c.n_layers % chunks ? 1 : 0);
+  return *std::max_element(stage.begin(), stage.end());
+}
+
 double recompute_share(const model::ModelConfig& c, const Layout& l) {
   if (!l.recompute) return 0;
-  const double stage = as_double(c.n_layers) / as_double(l.pp);
+  const double stage = as_double(stage_layers(c, l));
   if (l.recompute_layers <= 0 || as_double(l.recompute_layers) >= stage) return 1;
   return as_double(l.recompute_layers) / stage;
 }
@@ -297,10 +308,10 @@ MemoryPerRank memory_per_rank(const model::ModelConfig& c, const Layout& l) {
   // Tensor parallel with sequence parallelism splits every saved activation.
   const double per_token_layer = (saved.attention + saved.mlp) / as_double(l.tp);
   const double tokens = static_cast<double>(l.micro_batch * l.seq / l.cp);
-  // A pipeline stage holds its L / pp layers' activations of up to pp
-  // micro-batches in flight (1F1B, the first stage).
+  // A pipeline stage holds its layers' activations of up to pp micro-batches
+  // in flight (1F1B, the first stage, which is also the largest).
   const double in_flight = l.pp > 1 ? as_double(std::min(l.pp, l.accumulation())) : 1.0;
-  const double L = as_double(c.n_layers) / as_double(l.pp) * in_flight;
+  const double L = as_double(stage_layers(c, l)) * in_flight;
   const double act = bytes_of(l.dtype);
   // The classifier runs in chunks of rows (logits and their gradient, fp32).
   const double classifier = 2.0 * static_cast<double>(kernels::kClassifierChunk) *
@@ -366,12 +377,12 @@ std::vector<CommOp> comm_per_step(const model::ModelConfig& c, const Layout& l) 
     gradients("expert-" + group, l.replicas() / l.ep, p.expert);
   }
   const int64_t tokens = l.micro_batch * l.seq / l.cp;
-  const int64_t stage_layers = std::max<int64_t>(1, c.n_layers / l.pp);
+  const int64_t layers = stage_layers(c, l);
   if (l.ep > 1) {
     // Dispatch and combine in forward, and both again in backward, per MoE layer.
     const double bytes = as_double(tokens * c.top_k * c.d_model) * bytes_of(l.dtype);
-    out.push_back({"alltoall", "ep", "token dispatch + combine", l.ep, bytes,
-                   4 * stage_layers * micro, false, std::min(l.ep, replicas_per_node)});
+    out.push_back({"alltoall", "ep", "token dispatch + combine", l.ep, bytes, 4 * layers * micro,
+                   false, std::min(l.ep, replicas_per_node)});
   }
   if (l.tp > 1) {
     // Sequence parallel: an all-gather before and a reduce-scatter after the
@@ -379,7 +390,7 @@ std::vector<CommOp> comm_per_step(const model::ModelConfig& c, const Layout& l) 
     // all-reduces of the block's output per layer).
     const double bytes = as_double(tokens * c.d_model) * bytes_of(l.dtype);
     out.push_back({"allreduce", "tp", "activations (sequence parallel)", l.tp, bytes,
-                   4 * stage_layers * micro, false, std::min(l.tp, l.devices_per_node)});
+                   4 * layers * micro, false, std::min(l.tp, l.devices_per_node)});
   }
   if (l.cp > 1) {
     // Keys and values of the whole sequence gathered per layer in forward,
@@ -388,16 +399,16 @@ std::vector<CommOp> comm_per_step(const model::ModelConfig& c, const Layout& l) 
     const double bytes = as_double(tokens * l.cp * 2 * (kv_heads * c.head_dim)) * bytes_of(l.dtype);
     const int64_t per_node = std::min(l.cp, std::max<int64_t>(1, l.devices_per_node / l.tp));
     out.push_back(
-        {"allgather", "cp", "keys and values", l.cp, bytes, stage_layers * micro, false, per_node});
-    out.push_back({"reduce_scatter", "cp", "key and value gradients", l.cp, bytes,
-                   stage_layers * micro, false, per_node});
+        {"allgather", "cp", "keys and values", l.cp, bytes, layers * micro, false, per_node});
+    out.push_back({"reduce_scatter", "cp", "key and value gradients", l.cp, bytes, layers * micro,
+                   false, per_node});
     if (c.attention == model::Attention::cca) {
       // CCA's halos: the two q|k latent rows (at most the heads' width) and
       // the value row before each of a rank's two chunks, in forward, and
       // their gradients back in backward.
       const double row = as_double(l.micro_batch * (2 * (c.n_heads + kv_heads) + 1) * c.head_dim);
       out.push_back({"sendrecv", "cp", "CCA halo rows", 2, 2 * row * bytes_of(l.dtype),
-                     2 * stage_layers * micro, false, per_node});
+                     2 * layers * micro, false, per_node});
     }
   }
   if (l.pp > 1) {

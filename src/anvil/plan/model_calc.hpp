@@ -26,7 +26,7 @@ struct Layout {
   int64_t devices_per_node = 1;
   int64_t ep = 1;
   int64_t tp = 1;      // tensor parallel: heads, ffn and vocabulary split (with sequence parallel)
-  int64_t pp = 1;      // pipeline stages (1F1B; balanced layers per stage)
+  int64_t pp = 1;      // pipeline stages (1F1B; the layers split as evenly as they divide)
   int64_t vp = 1;      // virtual stages per rank (interleaved 1F1B): bubble / vp
   int64_t cp = 1;      // context parallel: each rank holds seq / cp tokens of a sequence
   bool zero1 = false;  // optimizer state sharded over the replicas (dp x cp)
@@ -54,12 +54,18 @@ struct Layout {
   // each, the context-parallel ranks (which see other tokens of the same
   // sequences). Gradients are summed and ZeRO / FSDP shard over these.
   int64_t replicas() const { return dp() * cp; }
-  int64_t model_parallel() const { return tp * pp; }  // ways the weights are split (not FSDP)
   int64_t accumulation() const;  // micro-batches per optimizer step on one rank
 };
 
 // Throws InputError naming the flag when the layout is inconsistent.
 void validate_layout(const model::ModelConfig& config, const Layout& layout);
+
+// The layers of the largest pipeline stage: the n_layers split into pp x vp
+// chunks as evenly as they divide (the first chunks one layer larger), stage
+// s holding chunks s, s + pp, ...; n_layers when pp is 1. A step runs at its
+// slowest stage's pace and the first stage holds the most activations, so
+// the planner prices this stage (n_layers / pp when pp divides them).
+int64_t stage_layers(const model::ModelConfig& config, const Layout& layout);
 
 // Each expert's share of the routed assignments (the skip expert last),
 // averaged over every MoE layer of every step a run logged in `path` (its

@@ -628,9 +628,10 @@ void predict_compute(const model::ModelConfig& c, const HwProfile& hw, const Lay
                          "recompute", "", 0});
   }
   if (l.pp > 1) {
-    // A stage runs 1/pp of the layers (balanced, the classifier's share
-    // included); 1F1B idles (pp - 1) / vp micro-batch slots of a step.
-    const double stage = 1.0 / static_cast<double>(l.pp);
+    // The slowest stage sets the pace: it runs the largest stage's share of
+    // the layers (1/pp when pp divides them; the classifier's share counted
+    // alike); 1F1B idles (pp - 1) / vp micro-batch slots of a step.
+    const double stage = static_cast<double>(stage_layers(c, l)) / static_cast<double>(c.n_layers);
     double stage_s = 0;
     for (auto& part : p.compute) {
       part.seconds *= stage;
@@ -769,7 +770,12 @@ void add_assumptions(const model::ModelConfig& c, const HwProfile& hw, const HwP
                             std::to_string(cpu_threads(whole_hw)) +
                             "-thread compute and memory rates");
   if (l.pp > 1)
-    p.assumptions.push_back("pipeline stages balanced (layers and classifier split evenly), 1F1B");
+    p.assumptions.push_back(
+        c.n_layers % (l.pp * l.vp) == 0
+            ? "pipeline stages balanced (layers and classifier split evenly), 1F1B"
+            : "pipeline stages uneven: priced at the largest, " +
+                  std::to_string(stage_layers(c, l)) + " of " + std::to_string(c.n_layers) +
+                  " layers (the classifier's share alike), 1F1B");
   if (l.tp > 1)
     p.assumptions.push_back("tensor-parallel collectives exposed (not overlapped with GEMMs)");
   if (l.dtype == "fp8")
