@@ -21,6 +21,8 @@
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/ckpt/safetensors.hpp"
 #include "anvil/ckpt/sharded.hpp"
+#include "anvil/model/config.hpp"
+#include "anvil/model/family.hpp"
 #include "support/input_error.hpp"
 
 namespace anvil::ckpt {
@@ -112,6 +114,72 @@ TEST(Sharded, AStepThatDisagreesWithItsNameIsDamage) {
   EXPECT_NE(r.problems[0].find("not the step its directory is named for"), std::string::npos)
       << r.problems[0];
   EXPECT_TRUE(verify_checkpoint(good).problems.empty());
+}
+
+// A checkpoint intact on disk whose tensors are not its config's model
+// (one missing, one reshaped to the same size, a stray optimizer tensor)
+// would load into no model: verify names each against the config.
+TEST(Sharded, VerifyChecksTheTensorsAgainstTheConfigsModel) {
+  const std::string config_text =
+      read_file(std::string(ANVIL_SOURCE_DIR) + "/configs/zaya-tiny.json");
+  const model::ModelConfig c = model::parse_model_config(config_text, "zaya-tiny");
+  const model::ModelFamily& family = model::model_family(c);
+  std::vector<std::pair<std::string, std::vector<int64_t>>> tensors;
+  const model::ParamRegistry registry = family.registry(c);
+  for (const auto& spec : registry.specs()) tensors.push_back({spec.name, spec.shape});
+  for (const auto& extra : family.extra_state_shapes(c)) tensors.push_back(extra);
+  std::vector<std::vector<float>> data;
+  ShardedSave save;
+  for (const auto& [name, shape] : tensors) {
+    int64_t n = 1;
+    for (const int64_t d : shape) n *= d;
+    data.emplace_back(static_cast<size_t>(n), 0.5f);
+    save.model.push_back({name, shape, 0, n, 0, model::Sharding::replicated, data.back().data()});
+    data.emplace_back(static_cast<size_t>(n), 0.25f);
+    save.optimizer.push_back(
+        {name + ".exp_avg", shape, 0, n, 0, model::Sharding::replicated, data.back().data()});
+  }
+  auto state = nlohmann::json::parse(kState);
+  state["config"] = nlohmann::json::parse(model::model_config_to_json(c));
+  save.state_json = state.dump();
+  SaveGroup g;
+  const std::string dir = save_sharded(scratch("tensor_set").string(), 5, save, g, 3);
+  const VerifyReport good = verify_checkpoint(dir);
+  EXPECT_TRUE(good.problems.empty()) << good.problems.front();
+
+  // The index edited: the first matrix gone, a [rows, cols] matrix read as
+  // [cols, rows], an optimizer tensor renamed to no parameter.
+  auto index = nlohmann::json::parse(read_file(dir + "/index.json"));
+  auto& t = index["tensors"];
+  std::string gone, swapped;
+  for (const auto& [name, shape] : tensors) {
+    if (shape.size() != 2 || shape[0] == shape[1]) continue;
+    if (gone.empty()) {
+      gone = name;
+    } else if (swapped.empty()) {
+      swapped = name;
+      break;
+    }
+  }
+  ASSERT_FALSE(swapped.empty());
+  t.erase(gone);
+  t[swapped]["shape"] = {t[swapped]["shape"][1], t[swapped]["shape"][0]};
+  t["model.norm.nothing.exp_avg"] = t[swapped + ".exp_avg"];
+  t.erase(swapped + ".exp_avg");
+  write_file_atomic(dir + "/index.json", index.dump());
+  const VerifyReport r = verify_checkpoint(dir);
+  std::string all;
+  for (const auto& p : r.problems) all += p + "\n";
+  EXPECT_NE(all.find("tensor " + gone + " ["), std::string::npos) << all;
+  EXPECT_NE(all.find(": missing"), std::string::npos) << all;
+  EXPECT_NE(all.find("tensor " + swapped + ": shape ["), std::string::npos) << all;
+  EXPECT_NE(all.find("the config's model has"), std::string::npos) << all;
+  EXPECT_NE(all.find("model.norm.nothing.exp_avg: not a tensor of the config's model"),
+            std::string::npos)
+      << all;
+  // The gone tensor's optimizer state now names no model tensor of the
+  // index, but it is still one of the config's: only the three problems.
+  EXPECT_EQ(r.problems.size(), 3u) << all;
 }
 
 TEST(Sharded, DamageIsNamedAndTheNewestIntactCheckpointIsUsed) {

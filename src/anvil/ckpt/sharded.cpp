@@ -20,6 +20,7 @@
 #include "anvil/base/json_text.hpp"
 #include "anvil/base/progress.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
+#include "anvil/model/family.hpp"
 #include "anvil/tensor/tensor.hpp"
 
 namespace anvil::ckpt {
@@ -768,6 +769,74 @@ std::map<std::string, std::vector<int64_t>> tensor_shapes(const std::string& dir
   return out;
 }
 
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// The tensors the model config in state.json implies against the index's:
+// every parameter and extra model state present with its shape, nothing
+// else of kind "model", and each optimizer tensor named after one of them
+// (NAME.exp_avg, NAME.momentum_buffer, ...) with that tensor's shape. A
+// checkpoint failing this is intact on disk but loads into no model of its
+// own config. At most 8 problems are listed, then a count.
+std::vector<std::string> tensor_set_problems(const std::string& dir, const json& state,
+                                             const json& index) {
+  // Train states without a model (tools' fixtures) have nothing to check.
+  if (!state.contains("config") || !state["config"].is_object() || state["config"].empty())
+    return {};
+  std::map<std::string, std::vector<int64_t>> want;
+  try {
+    const model::ModelConfig c =
+        model::parse_model_config(state.at("config").dump(), dir + "/state.json: config");
+    const model::ModelFamily& family = model::model_family(c);
+    const model::ParamRegistry registry = family.registry(c);
+    for (const auto& spec : registry.specs()) want[spec.name] = spec.shape;
+    for (const auto& [name, shape] : family.extra_state_shapes(c)) want[name] = shape;
+  } catch (const std::exception& e) {
+    return {e.what()};
+  }
+  std::vector<std::string> problems;
+  int64_t more = 0;
+  const auto add = [&](std::string why) {
+    if (problems.size() < 8)
+      problems.push_back(dir + "/index.json: " + std::move(why));
+    else
+      ++more;
+  };
+  std::map<std::string, bool> seen;
+  for (const auto& [key, t] : index["tensors"].items()) {
+    const std::string kind = t.is_object() && t.contains("kind") && t["kind"].is_string()
+                                 ? t["kind"].get<std::string>()
+                                 : "model";
+    const std::vector<int64_t> shape = shape_of(t);
+    std::string name = key;
+    if (kind != "model") {
+      const size_t dot = key.rfind('.');
+      name = dot == std::string::npos ? key : key.substr(0, dot);
+    }
+    const auto it = want.find(name);
+    if (it == want.end()) {
+      add("tensor " + key + ": not a tensor of the config's model" +
+          (kind != "model" ? " (optimizer state of " + name + ")" : std::string()));
+      continue;
+    }
+    if (it->second != shape)
+      add("tensor " + key + ": shape " + shape_text(shape) + ", the config's model has " +
+          shape_text(it->second));
+    if (kind == "model") seen[name] = true;
+  }
+  for (const auto& [name, shape] : want)
+    if (!seen.count(name)) add("tensor " + name + " " + shape_text(shape) + ": missing");
+  if (more > 0) problems.push_back(dir + "/index.json: and " + std::to_string(more) + " more");
+  return problems;
+}
+
+}  // namespace
+
 VerifyReport verify_checkpoint(const std::string& dir) {
   VerifyReport r;
   r.dir = dir;
@@ -792,12 +861,12 @@ VerifyReport verify_checkpoint(const std::string& dir) {
     }
     return r;
   }
-  json index;
+  json index, state;
   try {
     index = parse_index(dir);
     check_shard_files(dir, index);
     // The trainer resumes from state.json; the index keeps a copy of it.
-    const json state = read_state(dir);
+    state = read_state(dir);
     if (index.contains("train_state") && state != index["train_state"])
       throw InputError(dir + "/state.json: differs from index.json's train_state");
     // The step the directory is named for, the index's and the state's agree.
@@ -815,6 +884,7 @@ VerifyReport verify_checkpoint(const std::string& dir) {
   }
   r.version = kIndexVersion;
   r.layout = index.contains("layout") ? index["layout"] : json::object();
+  r.problems = tensor_set_problems(dir, state, index);
   std::map<std::string, std::unique_ptr<ReadFile>> files;
   std::vector<char> buffer;
   // Progress by MiB read (a checkpoint of billions of parameters takes
