@@ -60,7 +60,7 @@ class CkptCommands : public CommandFamily {
       const auto r = ckpt::import_hf(import_hf_, import_out_);
       std::cerr << "wrote " << r.checkpoint_dir << ": " << r.architecture << ", " << r.tensors
                 << " tensors, " << r.parameters << " parameters; model config " << r.config_path
-                << "\n";
+                << (r.note.empty() ? "" : "; " + r.note) << "\n";
       return 0;
     }
     if (*verify_) {

@@ -128,6 +128,20 @@ TEST(HfAdapter, TheOriginalLayoutHalvesZyphrasLayerCount) {
       "model.layers.1.zaya_block.experts.local_experts.0.linear_fc1.weight"));
   EXPECT_FALSE(zaya1_hf_adapter().original->shows("model.layers.0.mlp.experts.gate_up_proj"));
   EXPECT_EQ(dense_hf_adapter().original, nullptr);
+  // Without RoPE keys: the original layout is ZAYA1's (theta 1e4, half of
+  // each head), transformers' layout its ZayaConfig defaults (5e6, half).
+  json bare = j;
+  bare.erase("rope_theta");
+  bare.erase("partial_rotary_factor");
+  const model::ModelConfig o = config_from_hf_keys(zaya, {bare, true}, "config.json");
+  EXPECT_EQ(o.rope_theta, 1e4);
+  EXPECT_EQ(o.rotary_dim, o.head_dim / 2);
+  json port = hf_config_keys(zaya, c);
+  ASSERT_TRUE(port.contains("rope_parameters"));
+  port.erase("rope_parameters");
+  const model::ModelConfig t = config_from_hf_keys(zaya, {port, false}, "config.json");
+  EXPECT_EQ(t.rope_theta, 5e6);
+  EXPECT_EQ(t.rotary_dim, t.head_dim / 2);
 }
 
 TEST(HfAdapter, TensorMapsCoverEveryAnvilTensorOnce) {

@@ -674,6 +674,21 @@ TEST(Cli, ExportsAndImportsCheckpointsInTheHuggingFaceLayouts) {
   EXPECT_EQ(run_anvil("ckpt verify " + dir + "/back", true).status, 0);
   const auto a = nlohmann::json::parse(std::ifstream(dir + "/back/model-config.json"));
   EXPECT_EQ(a["n_experts"], 3);
+  // Zyphra's own files (no anvil config): the original model's skip output,
+  // gate * x, and the import says so.
+  std::filesystem::create_directories(dir + "/zyphra");
+  auto zyphra = nlohmann::json::parse(std::ifstream(dir + "/orig/config.json"));
+  zyphra.erase("anvil");
+  std::ofstream(dir + "/zyphra/config.json") << zyphra.dump();
+  for (const auto& file : std::filesystem::directory_iterator(dir + "/orig"))
+    if (file.path().extension() == ".safetensors")
+      std::filesystem::copy_file(file.path(),
+                                 std::filesystem::path(dir + "/zyphra") / file.path().filename());
+  const CliRun z = run_anvil("ckpt import --hf " + dir + "/zyphra --out " + dir + "/zback", true);
+  ASSERT_EQ(z.status, 0) << z.out;
+  EXPECT_NE(z.out.find("the skip class outputs gate * x"), std::string::npos) << z.out;
+  const auto zc = nlohmann::json::parse(std::ifstream(dir + "/zback/model-config.json"));
+  EXPECT_FALSE(zc.contains("skip_output")) << zc.dump();  // input, the default
   // Llama with partial RoPE has no transformers architecture.
   const std::string llama = std::string(ANVIL_SOURCE_DIR) + "/tests/configs/llama-tiny.json";
   ASSERT_EQ(run_anvil("train --config " + llama + " -B 1 -T 16 --steps 1 --peak-gflops 1 --out " +

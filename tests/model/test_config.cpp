@@ -2,6 +2,7 @@
 
 #include "anvil/base/error.hpp"
 #include "anvil/model/config.hpp"
+#include "anvil/model/family.hpp"
 #include "anvil/model/gemm_shapes.hpp"
 #include "anvil/model/zaya_model.hpp"
 #include "anvil/optim/adamw.hpp"
@@ -30,6 +31,37 @@ TEST(ModelConfig, LoadsShippedPresets) {
   const ModelConfig zaya = load_model_config(kConfigs + "zaya1-base.json");
   EXPECT_EQ(zaya.attention, Attention::cca);
   EXPECT_EQ(zaya.n_experts, 16);
+  // ZAYA1 rotates the first 64 of each head's 128 channels.
+  EXPECT_EQ(zaya.head_dim, 128);
+  EXPECT_EQ(zaya.rotary_dim, 64);
+  EXPECT_EQ(zaya.rope_theta, 1e4);
+}
+
+// ZAYA1's key temperature starts at the config's value (the public port's
+// 0, or 1 by default); the value survives the checkpoint's config text.
+TEST(Config, ZayaKeyTemperatureStartsAtTheConfiguredValue) {
+  const std::string tiny = std::string(ANVIL_SOURCE_DIR) + "/configs/zaya-tiny.json";
+  for (const double init : {1.0, 0.0, 0.5}) {
+    const ModelConfig c = load_model_config(tiny, {"key_temp_init=" + std::to_string(init)});
+    EXPECT_EQ(c.key_temp_init, init);
+    const ModelConfig again = parse_model_config(model_config_to_json(c), "again");
+    EXPECT_EQ(again.key_temp_init, init);
+    const ParamRegistry r = model_family(c).registry(c);
+    std::vector<float> params(static_cast<size_t>(r.total()), -7.0f);
+    r.initialize(params.data(), 3);
+    int temps = 0;
+    for (const auto& s : r.specs()) {
+      if (s.name.find("qkv.temp") == std::string::npos) continue;
+      ++temps;
+      for (int64_t i = 0; i < s.numel; ++i)
+        EXPECT_EQ(params[static_cast<size_t>(s.offset + i)], static_cast<float>(init)) << s.name;
+    }
+    EXPECT_EQ(temps, c.n_layers);
+  }
+  EXPECT_NE(error_of([&] {
+              load_model_config(tiny, {"key_temp_init=\"one\""});
+            }).find("key_temp_init: expected a number"),
+            std::string::npos);
 }
 
 TEST(ModelConfig, OverridesApplyAfterTheFile) {

@@ -508,6 +508,47 @@ TEST(Clipping, CoefficientIsTorchsAndAdamWAppliesIt) {
   EXPECT_EQ(pa, pb);
 }
 
+// AdamW against the textbook update in double precision (torch.optim.AdamW's
+// order: decay, moments, bias-corrected step), 3 steps, with a decayed
+// matrix, an undecayed bias and a parameter at a quarter of the learning
+// rate, gradients scaled by 0.5 as they are read. The decay term is ~1e-3
+// of a weight, a thousand times the tolerance.
+TEST(AdamW, StepsMatchTheTextbookUpdateWithDecayScaleAndGradScale) {
+  ParamRegistry r;
+  r.add("w", {4, 5}, Init::zeros, 0.0f, /*weight_decay=*/true);
+  r.add("b", {5}, Init::zeros, 0.0f, /*weight_decay=*/false);
+  r.add("slow", {3}, Init::zeros, 0.0f, /*weight_decay=*/true);
+  r.scale_lr("slow", 0.25f);
+  const optim::AdamWConfig cfg{0.9f, 0.95f, 1e-8f, 0.1f};
+  optim::AdamW adamw(r, cfg);
+  std::mt19937 gen(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> p(static_cast<size_t>(r.total()));
+  for (auto& x : p) x = normal(gen);
+  std::vector<double> ref(p.begin(), p.end()), m(p.size(), 0.0), v(p.size(), 0.0);
+  const float lr = 1e-2f, scale = 0.5f;
+  for (int64_t step = 1; step <= 3; ++step) {
+    std::vector<float> g(p.size());
+    for (auto& x : g) x = normal(gen);
+    adamw.update(p.data(), g.data(), lr, step, scale);
+    for (const auto& s : r.specs()) {
+      const double plr = static_cast<double>(lr) * s.lr_scale;
+      for (int64_t i = s.offset; i < s.offset + s.numel; ++i) {
+        const auto k = static_cast<size_t>(i);
+        const double gi = static_cast<double>(g[k]) * scale;
+        if (s.weight_decay) ref[k] *= 1.0 - plr * cfg.weight_decay;
+        m[k] = cfg.beta1 * m[k] + (1.0 - cfg.beta1) * gi;
+        v[k] = cfg.beta2 * v[k] + (1.0 - cfg.beta2) * gi * gi;
+        const double mhat = m[k] / (1.0 - std::pow(static_cast<double>(cfg.beta1), step));
+        const double vhat = v[k] / (1.0 - std::pow(static_cast<double>(cfg.beta2), step));
+        ref[k] -= plr * mhat / (std::sqrt(vhat) + cfg.eps);
+      }
+    }
+  }
+  for (size_t k = 0; k < p.size(); ++k)
+    EXPECT_NEAR(p[k], ref[k], 1e-6 * std::max(1.0, std::fabs(ref[k]))) << k;
+}
+
 // bf16 training's weight copy rewritten by the update itself: the same
 // weights as without it, and a copy equal to converting them afterwards;
 // outside the ranges it updates the copy is left as it was. Sizes that

@@ -18,6 +18,8 @@
 #include "anvil/ckpt/sharded.hpp"
 #include "anvil/data/tokens.hpp"
 #include "anvil/ft/faults.hpp"
+#include "anvil/model/family.hpp"
+#include "anvil/parallel/distributed_optimizer.hpp"
 #include "anvil/train/trainer.hpp"
 #include "support/input_error.hpp"
 
@@ -128,6 +130,43 @@ TEST(Trainer, Bf16MatmulsTrainCloseToFp32AndResumeExactly) {
   mismatched.checkpoint.resume = "latest";
   mismatched.model.dtype = "fp32";
   EXPECT_THROW(run_training(mismatched), InputError);
+}
+
+// --weight-decay is Muon's too: with zero gradients a step leaves every
+// weight as it was at decay 0, and at 0.5 shrinks the decayed ones, the
+// Muon matrices among them.
+TEST(Trainer, WeightDecayAppliesToMuonsMatricesToo) {
+  const model::ModelConfig c =
+      model::load_model_config(std::string(ANVIL_SOURCE_DIR) + "/configs/zaya-tiny.json");
+  for (const float decay : {0.0f, 0.5f}) {
+    auto model = model::model_family(c).make_model(c, {});
+    const model::ParamRegistry& r = model->registry();
+    r.initialize(model->params(), 5);
+    const std::vector<float> before(model->params(), model->params() + r.total());
+    std::fill(model->grads(), model->grads() + r.total(), 0.0f);
+    optim::OptimizerOptions o;
+    o.name = "muon";
+    o.adamw.weight_decay = decay;
+    parallel::DistributedOptimizer opt(*model, o, {}, nullptr);
+    opt.update(0.1f, 1.0f, 1);
+    const float* after = model->params();
+    int muon = 0;
+    for (const auto& s : r.specs()) {
+      const bool decays = decay > 0 && s.weight_decay;
+      muon += decays && s.group == model::OptimizerGroup::muon;
+      for (int64_t i = s.offset; i < s.offset + s.numel; ++i) {
+        const auto k = static_cast<size_t>(i);
+        if (decays && before[k] != 0.0f) {
+          EXPECT_LT(std::fabs(after[k]), std::fabs(before[k])) << s.name;
+        } else if (!decays) {
+          EXPECT_EQ(after[k], before[k]) << s.name;
+        }
+      }
+    }
+    if (decay > 0) {
+      EXPECT_GT(muon, 0);
+    }
+  }
 }
 
 TEST(Trainer, MuonTrainsAndResumesExactly) {

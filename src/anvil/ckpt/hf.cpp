@@ -344,10 +344,16 @@ ImportResult import_hf(const std::string& hf_dir, const std::string& run_dir) {
   model::ModelConfig c;
   try {
     // The exact config anvil put there on export, else transformers' keys.
-    if (j.contains("anvil") && j["anvil"].is_object() && j["anvil"].contains("config"))
+    const bool exact =
+        j.contains("anvil") && j["anvil"].is_object() && j["anvil"].contains("config");
+    if (exact)
       c = model::parse_model_config(j["anvil"]["config"].dump(), config_path + ": anvil.config");
     else
       c = config_from_hf_keys(arch, {j, original != nullptr}, config_path);
+    // ZAYA1's skip class: transformers' port outputs 0 for it; the original
+    // model, whose layout Zyphra's own checkpoints keep, gate * x.
+    if (!exact && original && c.family == model::Family::zaya1)
+      c.skip_output = model::SkipOutput::input;
   } catch (const json::exception& e) {
     throw InputError(config_path + ": " + e.what());
   }
@@ -400,6 +406,10 @@ ImportResult import_hf(const std::string& hf_dir, const std::string& run_dir) {
                      " as its config.json describes it)");
   }
   r.architecture = original ? original->owner + " original layout" : arch.name;
+  if (c.family == model::Family::zaya1)
+    r.note = c.skip_output == model::SkipOutput::input
+                 ? "the skip class outputs gate * x (skip_output input, the original model's)"
+                 : "the skip class outputs 0 (skip_output zero, transformers' port)";
   write_imported(run_dir, c, anvil, shapes, j, dir, arch.name, r);
   return r;
 }

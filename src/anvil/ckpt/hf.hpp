@@ -45,6 +45,7 @@ struct ImportResult {
   std::string architecture;
   int64_t tensors = 0;
   int64_t parameters = 0;
+  std::string note;  // what the import chose that the files do not say (or empty)
 };
 
 // Reads HF_DIR (config.json and model.safetensors, or a sharded index) of a

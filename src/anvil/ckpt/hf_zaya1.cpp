@@ -112,10 +112,19 @@ std::vector<HfKey> zaya_keys() {
                     // Zyphra's keys: RoPE at the top.
                     if (s.original && s.doc.contains("partial_rotary_factor"))
                       p["partial_rotary_factor"] = s.doc["partial_rotary_factor"];
-                    c.rope_theta = p.contains("rope_theta") ? p["rope_theta"].get<double>() : 1e4;
+                    // Absent, transformers' ZayaConfig takes its default
+                    // parameters (theta 5e6, half of each head rotated);
+                    // the original layout ZAYA1's own (theta 1e4 at 4k
+                    // tokens, half of each head).
+                    const bool defaults = !s.original && !s.doc.contains("rope_parameters") &&
+                                          !s.doc.contains("rope_theta");
+                    c.rope_theta = p.contains("rope_theta") ? p["rope_theta"].get<double>()
+                                   : defaults               ? 5e6
+                                                            : 1e4;
                     const double f = p.contains("partial_rotary_factor")
                                          ? p["partial_rotary_factor"].get<double>()
-                                         : 1.0;
+                                     : defaults || s.original ? 0.5
+                                                              : 1.0;
                     c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * f);
                   }});
   keys.push_back(hf_required("num_experts", &C::n_experts));

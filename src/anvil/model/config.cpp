@@ -1,5 +1,6 @@
 #include "anvil/model/config.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -73,22 +74,22 @@ const std::map<std::string, Setter>& schema() {
          if (!v.is_string()) throw InputError(w + ": expected a string, got " + v.dump());
          c.name = v.get<std::string>();
        }},
-      {"d_model",
-       [](ModelConfig& c, const json& v, const std::string& w) { c.d_model = positive(v, w, 1, 1 << 16); }},
-      {"n_layers",
-       [](ModelConfig& c, const json& v, const std::string& w) { c.n_layers = positive(v, w, 1, 1 << 12); }},
-      {"n_heads",
-       [](ModelConfig& c, const json& v, const std::string& w) { c.n_heads = positive(v, w, 1, 1 << 12); }},
-      {"n_kv_heads",
-       [](ModelConfig& c, const json& v, const std::string& w) { c.n_kv_heads = positive(v, w, 1, 1 << 12); }},
-      {"head_dim",
-       [](ModelConfig& c, const json& v, const std::string& w) { c.head_dim = positive(v, w, 1, 1 << 12); }},
-      {"vocab_size",
-       [](ModelConfig& c, const json& v, const std::string& w) { c.vocab_size = positive(v, w, 1, 1 << 22); }},
-      {"seq_len",
-       [](ModelConfig& c, const json& v, const std::string& w) { c.seq_len = positive(v, w, 1, 1 << 20); }},
-      {"ffn_hidden",
-       [](ModelConfig& c, const json& v, const std::string& w) { c.ffn_hidden = positive(v, w, 1, 1 << 20); }},
+      {"d_model", [](ModelConfig& c, const json& v,
+                     const std::string& w) { c.d_model = positive(v, w, 1, 1 << 16); }},
+      {"n_layers", [](ModelConfig& c, const json& v,
+                      const std::string& w) { c.n_layers = positive(v, w, 1, 1 << 12); }},
+      {"n_heads", [](ModelConfig& c, const json& v,
+                     const std::string& w) { c.n_heads = positive(v, w, 1, 1 << 12); }},
+      {"n_kv_heads", [](ModelConfig& c, const json& v,
+                        const std::string& w) { c.n_kv_heads = positive(v, w, 1, 1 << 12); }},
+      {"head_dim", [](ModelConfig& c, const json& v,
+                      const std::string& w) { c.head_dim = positive(v, w, 1, 1 << 12); }},
+      {"vocab_size", [](ModelConfig& c, const json& v,
+                        const std::string& w) { c.vocab_size = positive(v, w, 1, 1 << 22); }},
+      {"seq_len", [](ModelConfig& c, const json& v,
+                     const std::string& w) { c.seq_len = positive(v, w, 1, 1 << 20); }},
+      {"ffn_hidden", [](ModelConfig& c, const json& v,
+                        const std::string& w) { c.ffn_hidden = positive(v, w, 1, 1 << 20); }},
       {"mlp", enum_key(&ModelConfig::mlp)},
       {"norm", enum_key(&ModelConfig::norm)},
       {"position", enum_key(&ModelConfig::position)},
@@ -111,16 +112,28 @@ const std::map<std::string, Setter>& schema() {
                         const std::string& w) { c.rotary_dim = positive(v, w, 0, 1 << 12); }},
       {"n_experts", [](ModelConfig& c, const json& v,
                        const std::string& w) { c.n_experts = positive(v, w, 0, 1 << 12); }},
-      {"expert_ffn_hidden", [](ModelConfig& c, const json& v,
-                               const std::string& w) { c.expert_ffn_hidden = positive(v, w, 0, 1 << 18); }},
-      {"top_k",
-       [](ModelConfig& c, const json& v, const std::string& w) { c.top_k = positive(v, w, 1, 1 << 12); }},
+      {"expert_ffn_hidden",
+       [](ModelConfig& c, const json& v, const std::string& w) {
+         c.expert_ffn_hidden = positive(v, w, 0, 1 << 18);
+       }},
+      {"top_k", [](ModelConfig& c, const json& v,
+                   const std::string& w) { c.top_k = positive(v, w, 1, 1 << 12); }},
       {"router_dim", [](ModelConfig& c, const json& v,
                         const std::string& w) { c.router_dim = positive(v, w, 0, 1 << 16); }},
-      {"router_init_std", [](ModelConfig& c, const json& v,
-                             const std::string& w) { c.router_init_std = positive_real(v, w, 1e3); }},
-      {"router_lr_scale", [](ModelConfig& c, const json& v,
-                             const std::string& w) { c.router_lr_scale = positive_real(v, w, 1e6); }},
+      {"router_init_std",
+       [](ModelConfig& c, const json& v, const std::string& w) {
+         c.router_init_std = positive_real(v, w, 1e3);
+       }},
+      {"key_temp_init",
+       [](ModelConfig& c, const json& v, const std::string& w) {
+         if (!v.is_number() || !std::isfinite(v.get<double>()) || std::fabs(v.get<double>()) > 1e3)
+           throw InputError(w + ": expected a number -1000 <= x <= 1000, got " + v.dump());
+         c.key_temp_init = v.get<double>();
+       }},
+      {"router_lr_scale",
+       [](ModelConfig& c, const json& v, const std::string& w) {
+         c.router_lr_scale = positive_real(v, w, 1e6);
+       }},
       {"skip_output", enum_key(&ModelConfig::skip_output)},
       {"family", enum_key(&ModelConfig::family)},
   };
@@ -289,6 +302,7 @@ std::string model_config_to_json(const ModelConfig& c) {
                       {"router_init_std", c.router_init_std}};
   // Written only when set, so the configs of earlier checkpoints still match.
   if (c.router_lr_scale != 1.0) j["router_lr_scale"] = c.router_lr_scale;
+  if (c.key_temp_init != 1.0) j["key_temp_init"] = c.key_temp_init;
   if (c.skip_output != SkipOutput::input) j["skip_output"] = to_string(c.skip_output);
   if (c.family != default_family(c.attention)) j["family"] = to_string(c.family);
   return j.dump(2);

@@ -81,6 +81,10 @@ struct ModelConfig {
   // ZAYA1: init std of the router MLP's three matrices (docs/zaya1-spec.md section 8's
   // N(0, 0.02) by default; see docs/zaya1.md on balancing).
   double router_init_std = 0.02;
+  // ZAYA1: the key temperature's initial value (1: attention over
+  // QK-normalised heads from the first step; 0, the public port's: every
+  // key zero, attention starts uniform and learns its sharpness).
+  double key_temp_init = 1.0;
   // ZAYA1: multiplies the learning rate of the router's parameters (1: as
   // the rest). Below 1 the router's expert preferences move slower than the
   // balancing biases can follow (docs/zaya1.md, "Balancing").

@@ -119,7 +119,10 @@ void ParamRegistry::initialize(float* params, uint64_t seed) const {
   for (const auto& s : specs_) {
     float* p = params + s.offset;
     if (s.init != Init::normal) {
-      std::fill(p, p + s.numel, s.init == Init::ones ? 1.0f : 0.0f);
+      std::fill(p, p + s.numel,
+                s.init == Init::ones       ? 1.0f
+                : s.init == Init::constant ? s.init_std
+                                           : 0.0f);
       continue;
     }
     const uint64_t stream = stream_id(s.name);

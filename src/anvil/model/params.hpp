@@ -15,7 +15,9 @@
 
 namespace anvil::model {
 
-enum class Init { normal, zeros, ones };
+// How a parameter starts: N(0, init_std), all zeros, all ones, or all
+// init_std (constant: a configured value, e.g. ZAYA1's key temperature).
+enum class Init { normal, zeros, ones, constant };
 // Which optimizer updates a parameter when the trainer runs Muon: the 2-D
 // weight matrices inside the blocks (Muon), everything else — embeddings, the
 // LM head, norms, biases, scales — AdamW. With plain AdamW every parameter

@@ -62,7 +62,7 @@ ParamRegistry zaya_registry(const ModelConfig& c, ExpertRange experts) {
       r.add(a + "qkv.conv_qk.0.bias", {C}, Init::zeros);
       r.add(a + "qkv.conv_qk.1.weight", {C, d, 2}, Init::normal, std, true);
       r.add(a + "qkv.conv_qk.1.bias", {C}, Init::zeros);
-      r.add(a + "qkv.temp", {2}, Init::ones);
+      r.add(a + "qkv.temp", {2}, Init::constant, static_cast<float>(c.key_temp_init));
       r.add(a + "o_proj.weight", {H, Cq}, Init::normal, std, true, muon);
     } else {
       const std::string a = layer_param_name(n, "zaya_block.router.");

@@ -39,8 +39,8 @@ struct MuonConfig {
   float momentum = 0.95f;
   bool nesterov = true;
   int ns_steps = 5;
-  float weight_decay = 0.1f;
-  bool ns_bf16 = false;  // Newton-Schulz GEMMs with bf16 inputs
+  float weight_decay = 0.1f;  // the trainer's --weight-decay, AdamW's too
+  bool ns_bf16 = false;       // Newton-Schulz GEMMs with bf16 inputs
 };
 
 // Which of `world` data-parallel ranks orthogonalises each muon-group

@@ -43,8 +43,9 @@ struct OptimizerOptions {
       schedule.total, at_least<int64_t>(0));
     v({.name = "schedule_start", .help = "The step the schedule begins at", .cli = false},
       schedule.start, at_least<int64_t>(0));
-    v({.name = "weight_decay", .help = "AdamW decoupled weight decay"}, adamw.weight_decay,
-      at_least(0.0f));
+    v({.name = "weight_decay",
+       .help = "Decoupled weight decay, AdamW's and (with --optimizer muon) Muon's"},
+      adamw.weight_decay, at_least(0.0f));
     v({.name = "beta1", .help = "AdamW beta1"}, adamw.beta1, in_range(0.0f, 1.0f));
     v({.name = "beta2", .help = "AdamW beta2"}, adamw.beta2, in_range(0.0f, 1.0f));
     v({.name = "clip", .help = "Global gradient-norm clip (0: off)"}, clip, at_least(0.0));

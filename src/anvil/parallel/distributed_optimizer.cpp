@@ -62,7 +62,10 @@ DistributedOptimizer::DistributedOptimizer(model::TrainableModel& model,
   adamw_ =
       std::make_unique<optim::AdamW>(registry, options.adamw, /*skip_muon_group=*/use_muon, shard);
   if (use_muon) {
-    muon_ = std::make_unique<optim::Muon>(registry, options.muon, dp_ ? dp_->rank() : 0,
+    // One --weight-decay for both optimizers.
+    optim::MuonConfig muon = options.muon;
+    muon.weight_decay = options.adamw.weight_decay;
+    muon_ = std::make_unique<optim::Muon>(registry, muon, dp_ ? dp_->rank() : 0,
                                           dp_ ? dp_->size() : 1, std::max(1, ep_));
   }
   if (device_step) {
