@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <iterator>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -80,6 +83,49 @@ TEST(TileGemm, TransposeCopiesEveryBlockAndEdgeExactly) {
 
 // The bf16 pairs: the halves of a pair are the two values rounded to bf16,
 // the lower k (or row) low; a missing odd row is zero.
+// Special values in every lane of the vector blocks and the scalar tail:
+// subnormals (which VCVTNEPS2BF16 alone would read as zero), the smallest
+// normal, ties, the largest float, infinities, NaNs and -0. Every
+// conversion gives the scalar rounding's bits.
+TEST(TileGemm, Bf16ConversionsGiveTheScalarBitsForSpecialValues) {
+  const float specials[] = {1e-40f,
+                            -1e-40f,
+                            std::numeric_limits<float>::denorm_min(),
+                            -std::numeric_limits<float>::denorm_min(),
+                            std::numeric_limits<float>::min(),
+                            1.0f + 1.0f / 256.0f,
+                            1.0f + 3.0f / 256.0f,
+                            std::numeric_limits<float>::max(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            std::bit_cast<float>(0x7f800001u),
+                            -0.0f,
+                            1.1754942e-38f,
+                            3.0f};
+  const int64_t n = 4, cols = 2 * 25;  // two 16-wide blocks and a tail per row
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = specials[(i * 7) % std::size(specials)];
+  std::vector<bf16> flat(x.size());
+  to_bf16(flat.data(), x.data(), static_cast<int64_t>(x.size()));
+  std::vector<uint32_t> along(static_cast<size_t>(n * cols / 2)),
+      across(static_cast<size_t>(n / 2 * cols));
+  bf16_pairs_along_rows(along.data(), cols / 2, x.data(), cols, n, cols);
+  bf16_pairs_across_rows(across.data(), cols, x.data(), cols, n, cols);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      const auto k = static_cast<size_t>(i * cols + j);
+      const uint16_t want = to_bf16(x[k]).bits;
+      ASSERT_EQ(flat[k].bits, want) << i << "," << j << ": " << x[k];
+      const uint32_t a = along[static_cast<size_t>(i * cols / 2 + j / 2)];
+      ASSERT_EQ(j % 2 == 0 ? a & 0xffffu : a >> 16, want) << i << "," << j << ": " << x[k];
+      const uint32_t c = across[static_cast<size_t>(i / 2 * cols + j)];
+      ASSERT_EQ(i % 2 == 0 ? c & 0xffffu : c >> 16, want) << i << "," << j << ": " << x[k];
+    }
+  }
+  EXPECT_EQ(to_bf16(1e-40f).bits, 0x0001);  // a subnormal stays one
+}
+
 TEST(TileGemm, Bf16PairsHoldTheRoundedValuesInOrder) {
   auto half = [](uint32_t pair, int which) {
     return to_float(bf16{static_cast<uint16_t>(which == 0 ? pair & 0xffffu : pair >> 16)});

@@ -23,13 +23,30 @@ inline bf16 to_bf16(float f) {
   return bf16{static_cast<uint16_t>(u >> 16)};
 }
 
+#if defined(__AVX512BF16__) && !defined(__CUDACC__)
+// The lanes of `x` holding a subnormal float. VCVTNEPS2BF16 reads those as
+// zero whatever MXCSR says, where to_bf16(float) rounds them as any other
+// value (as PyTorch and CUDA's __float2bfloat16_rn do): a block holding one
+// is converted by the scalar rounding, so every path gives the same bits.
+inline __mmask16 subnormal_lanes(__m512 x) {
+  const __m512i b = _mm512_castps_si512(x);
+  return static_cast<__mmask16>(_mm512_test_epi32_mask(b, _mm512_set1_epi32(0x007fffff)) &
+                                ~_mm512_test_epi32_mask(b, _mm512_set1_epi32(0x7f800000)));
+}
+#endif
+
 // dst[0, n) = to_bf16(src[0, n)) on the calling thread, 16 at a time by
-// AVX512_BF16's VCVTNEPS2BF16 where the build targets it.
+// AVX512_BF16's VCVTNEPS2BF16 where the build targets it (the same bits).
 inline void to_bf16(bf16* dst, const float* src, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512BF16__) && !defined(__CUDACC__)
   for (; i + 16 <= n; i += 16) {
-    const __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + i));
+    const __m512 x = _mm512_loadu_ps(src + i);
+    if (subnormal_lanes(x) != 0) {
+      for (int64_t j = i; j < i + 16; ++j) dst[j] = to_bf16(src[j]);
+      continue;
+    }
+    const __m256bh v = _mm512_cvtneps_pbh(x);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), reinterpret_cast<const __m256i&>(v));
   }
 #endif

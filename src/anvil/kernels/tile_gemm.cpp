@@ -274,7 +274,13 @@ void bf16_pairs_across_rows(uint32_t* out, int64_t ld, const float* x, int64_t s
                          21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     for (; j + 16 <= cols; j += 16) {
       const __m512 h = hi == nullptr ? _mm512_setzero_ps() : _mm512_loadu_ps(hi + j);
-      const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(h, _mm512_loadu_ps(lo + j));
+      const __m512 l = _mm512_loadu_ps(lo + j);
+      if ((subnormal_lanes(h) | subnormal_lanes(l)) != 0) {  // the scalar rounding's bits
+        for (int64_t jj = j; jj < j + 16; ++jj)
+          o[jj] = bf16_pair(lo[jj], hi == nullptr ? 0.0f : hi[jj]);
+        continue;
+      }
+      const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(h, l);
       _mm512_storeu_si512(o + j, _mm512_maskz_permutexvar_epi16(~__mmask32{0}, interleave, both));
     }
 #endif
