@@ -1,5 +1,7 @@
 #include "anvil/base/cpu.hpp"
 
+#include "anvil/base/env_choice.hpp"
+
 #include <cpuid.h>
 #include <unistd.h>
 
@@ -134,6 +136,13 @@ CpuInfo read_cpu_info() {
   info.l2_bytes = sysconf(_SC_LEVEL2_CACHE_SIZE);
   info.l3_bytes = sysconf(_SC_LEVEL3_CACHE_SIZE);
   info.memory_bytes = meminfo_total_bytes();
+  if (env_choice("ANVIL_ISA", {"auto", "avx2"}) == "avx2") {
+    info.isa_limit = "avx2";
+    CpuFeatures& f = info.features;
+    f.avx512f = f.avx512bw = f.avx512dq = f.avx512vl = false;
+    f.avx512_vnni = f.avx512_bf16 = f.avx512_fp16 = false;
+    f.amx_tile = f.amx_bf16 = f.amx_int8 = false;
+  }
   return info;
 }
 

@@ -41,9 +41,15 @@ struct CpuInfo {
   int64_t l2_bytes = 0;
   int64_t l3_bytes = 0;
   int64_t memory_bytes = 0;  // MemTotal
+  // "avx2" when ANVIL_ISA=avx2 masked the features to an AVX2-only CPU's
+  // (AVX-512 and AMX cleared), so every run-time choice that reads them
+  // (OpenBLAS's core type, oneDNN's kernels, the bf16 engine, the bf16 tile
+  // kernel) takes the path such a CPU takes; empty otherwise.
+  std::string isa_limit;
 };
 
-// Reads the CPU once; cheap to call again (cached).
+// Reads the CPU once; cheap to call again (cached). ANVIL_ISA=auto (the
+// default) or avx2; another value is an InputError.
 const CpuInfo& cpu_info();
 
 }  // namespace anvil

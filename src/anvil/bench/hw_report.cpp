@@ -92,6 +92,9 @@ json hw_report() {
         {"inherited", blas.inherited},
         {"reason", blas.reason}}},
       {"onednn", onednn_version()},
+      {"onednn_isa", device::onednn_cpu_isa()},
+      // "avx2" when ANVIL_ISA held every run-time choice to an AVX2-only CPU's.
+      {"isa_limit", cpu.isa_limit},
       {"bf16_gemm",
        {{"path", device::bf16_path() == device::Bf16Path::native ? "native" : "emulated"},
         {"native_available", device::bf16_native_available()},
@@ -121,6 +124,9 @@ std::string hw_report_text(const json& r) {
     if (on.get<bool>()) isa += (isa.empty() ? "" : " ") + name;
   }
   t.add_row({"ISA", isa.empty() ? "(none of the tracked extensions)" : isa});
+  if (r.contains("isa_limit") && !r["isa_limit"].get<std::string>().empty())
+    t.add_row({"ISA limit", r["isa_limit"].get<std::string>() +
+                                " (ANVIL_ISA: AVX-512 and AMX paths off, as on an AVX2-only CPU)"});
   const json& isa_j = r["isa"];
   t.add_row({"AVX-512 / BF16 / FP16 / AMX", yes_no(isa_j["avx512f"].get<bool>()) + " / " +
                                                 yes_no(isa_j["avx512_bf16"].get<bool>()) + " / " +
@@ -137,7 +143,10 @@ std::string hw_report_text(const json& r) {
   t.add_row({"BLAS config", b["config"].get<std::string>()});
   t.add_row({"BLAS kernels",
              b["corename"].get<std::string>() + " (" + b["reason"].get<std::string>() + ")"});
-  t.add_row({"oneDNN", r["onednn"].get<std::string>()});
+  t.add_row({"oneDNN",
+             r["onednn"].get<std::string>() +
+                 (r.contains("onednn_isa") ? ", kernels up to " + r["onednn_isa"].get<std::string>()
+                                           : std::string())});
   t.add_row({"bf16 GEMM", r["bf16_gemm"]["description"].get<std::string>()});
   t.add_row({"attention tiles", r["attention_tiles"]["description"].get<std::string>()});
   t.add_row(

@@ -41,6 +41,10 @@ Bf16Path bf16_path();
 std::string bf16_path_description(Bf16Path path);
 // True where the CPU can run the native path (the onednn backend for bf16).
 bool bf16_native_available();
+// oneDNN's effective CPU ISA ("avx2", "avx512_core_bf16", "avx512_core_amx",
+// ...), held to AVX2 where cpu_info().isa_limit says so (set before oneDNN
+// creates anything).
+std::string onednn_cpu_isa();
 
 std::string to_string(GemmBackend backend);
 

@@ -3,11 +3,14 @@
 #include <omp.h>
 
 #include <dnnl.hpp>
+#include <string>
+
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
 #include <vector>
+#include "anvil/base/cpu.hpp"
 
 namespace anvil::device::detail {
 namespace {
@@ -50,9 +53,19 @@ Descs descs(const Key& key, int64_t m, int64_t k) {
           memory::desc({m, key.n}, memory::data_type::f32, memory::dims{key.ldc, 1})};
 }
 
+// ANVIL_ISA=avx2: oneDNN's kernels held to AVX2, once, before its first
+// primitive or engine (it refuses the limit afterwards).
+void limit_isa() {
+  static const bool done = [] {
+    if (cpu_info().isa_limit == "avx2") dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2);
+    return true;
+  }();
+  (void)done;
+}
+
 class OneDnn {
  public:
-  OneDnn() : engine_(dnnl::engine::kind::cpu, 0) {}
+  OneDnn() : engine_((limit_isa(), dnnl::engine(dnnl::engine::kind::cpu, 0))) {}
 
   // m and k are the call's own (the key's may be -1: see Key::any_rows).
   void run(const Key& key, int64_t m, int64_t k, const void* a, const void* b, float* c) {
@@ -133,3 +146,31 @@ void onednn_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
 }
 
 }  // namespace anvil::device::detail
+
+namespace anvil::device {
+
+std::string onednn_cpu_isa() {
+  detail::limit_isa();
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "other";
+  }
+}
+
+}  // namespace anvil::device
