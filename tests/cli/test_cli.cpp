@@ -383,11 +383,12 @@ TEST(Cli, CommBenchWithALatePeerReportsTheWaitersCpuAndTheComputeSlowdown) {
     const double cpu = p["wait_cpu"];
     EXPECT_GE(cpu, 0.0) << p.dump();
     EXPECT_LE(cpu, 1.05) << p.dump();  // one thread: at most one CPU second per second
-    // Fractions of the reference rate lost (negative: the calls' windows ran faster).
+    // Fractions of the reference rate lost (negative: the calls' windows
+    // ran faster): at most all of it; how much is the host's to decide.
     for (const char* key : {"compute_slowdown", "wait_slowdown"}) {
       const double slowdown = p[key];
-      EXPECT_LT(slowdown, 1.0) << key << " " << p.dump();
-      EXPECT_GT(slowdown, -1.0) << key << " " << p.dump();
+      EXPECT_TRUE(std::isfinite(slowdown)) << key << " " << p.dump();
+      EXPECT_LE(slowdown, 1.0) << key << " " << p.dump();
     }
   }
   // Without --late-peer, no such fields.
