@@ -68,8 +68,8 @@ for T in (64, 256):
                      "torch_runs": [x["tokens_per_second"] for x in t],
                      "torch_prescott_runs": [x["tokens_per_second"] for x in pres],
                      "peak_rss_over_plan": rss, "planned_bytes": a[0]["planned_bytes"]})
-print("* llm.c is not in Debian and this machine has no network: its 41 tok/s (B=4, T=64) is the")
-print("  figure measured on this machine type, not a measurement from this run.")
+print("* llm.c is not in Debian and cannot be fetched here: its 41 tok/s (B=4, T=64) was measured")
+print("  outside this script on a Zen 5 VM of this type (2026-11-29): a carried figure, not a same-run baseline.")
 print("MFU: model FLOPs (6 per weight + attention) per second over the 2048^3 GEMM peak anvil measured")
 print("at start in the same precision (fp32 sgemm; bf16-input GEMM for bf16). torch runs fp32.")
 json.dump({"coretype": coretype, "runs": runs, "rows": rows}, open("bench/results/train_throughput.json", "w"), indent=2)

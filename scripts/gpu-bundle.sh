@@ -6,7 +6,7 @@
 # so the bundle does not depend on the GPU machine's distribution), the
 # shipped hardware profiles. xz-compressed; the limit
 # is 48 MiB, so that the bundle and the working tree (about 9 MiB) stay
-# under the 64 MiB a GPU machine's copy of the checkout takes.
+# under 64 MiB, for a GPU host that receives the checkout plus at most that.
 #
 #   scripts/gpu-bundle.sh [OUT]     default OUT: gpu-bundle/anvil-gpu.tar.xz
 #

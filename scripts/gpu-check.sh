@@ -26,7 +26,7 @@
 # (a second call reruns what failed; the others are said as skipped).
 # GPU_CHECK_PACK=FILE also writes OUT as one .tar.gz on every exit, and
 # GPU_CHECK_SUMMARY=FILE copies each summary line there as it is said: a
-# machine that returns few files gets both, and a check killed from outside
+# host that hands back only a few files gets both, and a check killed from outside
 # (no exit trap) still leaves its summary so far.
 #
 # The bundle must hold binaries built from this tree's sources (a hash of

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Quick start: install what is missing, build, and run the main job on its
 # default: describe the machine, train a small byte-level decoder on the King
-# James Bible for ~3 minutes (checkpoints in runs/quickstart), and sample
+# James Bible for 150 steps (checkpoints in runs/quickstart), and sample
 # from it. Extra arguments go to `anvil train` (e.g. --steps 300 --precision bf16).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -214,6 +214,13 @@ TEST(Sharded, DamageIsNamedAndTheNewestIntactCheckpointIsUsed) {
       load_pieces(bad, {{"a.exp_avg", {6, 5}, 0, 30, 0, model::Sharding::replicated, m.data()}}),
       CorruptCheckpoint);
   EXPECT_THROW(newest_intact_checkpoint(bad, {}), CorruptCheckpoint);
+  // Readers (eval, generate, export) take a run's newest intact checkpoint
+  // as a resume does, and a checkpoint named outright as it is.
+  warnings.clear();
+  EXPECT_EQ(checkpoint_to_read(run.string(), [&](const std::string& w) { warnings.push_back(w); }),
+            good);
+  EXPECT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(checkpoint_to_read(bad), bad);
   // A short file; an index whose shards leave a hole.
   write_file_atomic(bad + "/rank-00001.safetensors", bytes.substr(0, bytes.size() / 2));
   test_support::expect_input_error([&] { load_pieces(bad, {{"a.exp_avg", {6, 5}, 0, 30, 0,

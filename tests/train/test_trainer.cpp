@@ -211,7 +211,7 @@ TEST(Trainer, Zaya1TrainsBalancesAndResumesExactlyWithItsBiases) {
 }
 
 // A loss spike's step is skipped whole: its expert loads never reach the
-// balancer (they used to be added to the next step's), so a run resumed
+// balancer (added to the next step's, they would skew its bias update), so a run resumed
 // from the skipped step's checkpoint goes on with the straight run's losses.
 TEST(Trainer, ASkippedSpikeStepLeavesNoExpertLoadsToTheNextStep) {
   auto o = zaya_tiny();

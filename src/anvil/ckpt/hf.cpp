@@ -176,7 +176,7 @@ ExportResult export_checkpoint(const ExportOptions& o) {
   if (o.dtype != "float32" && o.dtype != "bfloat16")
     throw InputError("--dtype: " + o.dtype + " (expected float32 or bfloat16)");
   if (o.max_shard_bytes < 1) throw InputError("--max-shard-size: expected > 0 bytes");
-  const std::string dir = resolve_checkpoint(o.checkpoint);
+  const std::string dir = checkpoint_to_read(o.checkpoint);
   const auto state = read_state(dir);
   const model::ModelConfig config =
       model::parse_model_config(state.at("config").dump(), dir + "/state.json");

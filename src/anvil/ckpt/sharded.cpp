@@ -918,6 +918,16 @@ VerifyReport verify_checkpoint(const std::string& dir) {
   return r;
 }
 
+std::string checkpoint_to_read(const std::string& path,
+                               const std::function<void(const std::string&)>& warn) {
+  const fs::path p(path);
+  if (fs::exists(p / "state.json") || fs::exists(p / "index.json")) return resolve_checkpoint(path);
+  return newest_intact_checkpoint(
+      path, warn ? warn : [](const std::string& why) {
+        std::fprintf(stderr, "anvil: warning: %s\n", why.c_str());
+      });
+}
+
 std::string newest_intact_checkpoint(const std::string& path,
                                      const std::function<void(const std::string&)>& warn) {
   const fs::path p(path);

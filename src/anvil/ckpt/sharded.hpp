@@ -118,6 +118,14 @@ struct VerifyReport {
 // once, every file present; never throws on damage (it is reported).
 VerifyReport verify_checkpoint(const std::string& dir);
 
+// The checkpoint a reader of `path` (eval, generate, export) takes: `path`
+// itself when it is a checkpoint (damage there is named as it loads), else
+// the newest intact one of the run directory, as a resume takes it, each
+// damaged newer one named through `warn` (an "anvil: warning:" line on
+// stderr when empty).
+std::string checkpoint_to_read(const std::string& path,
+                               const std::function<void(const std::string&)>& warn = {});
+
 // The newest intact checkpoint of a run directory (verify_checkpoint
 // decides; each damaged newer one is reported through `warn`), or `path`
 // itself when it is a checkpoint (CorruptCheckpoint when damaged). Throws

@@ -151,7 +151,7 @@ std::string bf16_path_description(Bf16Path path) {
 }
 
 bool prefer_onednn_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k) {
-  // Measured on this project's machines (docs/kernels.md, `anvil bench gemm
+  // Measured on 2-core AMD EPYC Zen 3, 4 and 5 VMs (docs/kernels.md, `anvil bench gemm
   // --baselines openblas,onednn`): oneDNN's brgemm is 1.2-1.5x faster than
   // OpenBLAS on mid-sized GEMMs, where OpenBLAS's threading overhead shows;
   // below ~2*100^3 FLOPs OpenBLAS runs single-threaded and oneDNN's fixed

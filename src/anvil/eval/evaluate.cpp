@@ -139,7 +139,7 @@ EvalResult evaluate(const EvalOptions& o) {
   if (o.data.empty() && o.tasks.empty())
     throw InputError("eval: expected --data NAME=FILE.tok and/or --task FILE.jsonl");
   EvalResult r;
-  const std::string dir = ckpt::resolve_checkpoint(o.checkpoint);
+  const std::string dir = ckpt::checkpoint_to_read(o.checkpoint);
   r.checkpoint = dir;
   const auto state = ckpt::read_state(dir);
   const model::ModelConfig config =

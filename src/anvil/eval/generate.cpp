@@ -70,7 +70,7 @@ void decode_all(model::DecodingModel& model, const std::vector<int32_t>& prompt,
 
 GenerateResult generate(const GenerateOptions& o,
                         const std::function<void(int32_t, const std::string&)>& on_new) {
-  const std::string dir = ckpt::resolve_checkpoint(o.checkpoint);
+  const std::string dir = ckpt::checkpoint_to_read(o.checkpoint);
   const auto state = ckpt::read_state(dir);
   const model::ModelConfig config =
       model::parse_model_config(state.at("config").dump(), dir + "/state.json");
