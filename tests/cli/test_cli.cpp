@@ -834,7 +834,7 @@ TEST(Cli, BadTokenFilesCheckpointsAndStateJsonAreOneLineStatus2AndWriteNothing) 
       {"index.json",
        "{\"format\": \"anvil-checkpoint\", \"version\": 2, \"step\": 2, \"world\": 1, \"tensors\": "
        "{}}",
-       "no tensor model.embed_tokens.weight"},
+       "index.json: tensor model.embed_tokens.weight [256, 48]: missing"},
   };
   std::vector<Case> all = cases;
   all.insert(all.end(), sharded_cases.begin(), sharded_cases.end());

@@ -788,14 +788,17 @@ std::vector<std::string> tensor_set_problems(const std::string& dir, const json&
   // Train states without a model (tools' fixtures) have nothing to check.
   if (!state.contains("config") || !state["config"].is_object() || state["config"].empty())
     return {};
+  // In registry order, so the first problem named is the first tensor's.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> order;
   std::map<std::string, std::vector<int64_t>> want;
   try {
     const model::ModelConfig c =
         model::parse_model_config(state.at("config").dump(), dir + "/state.json: config");
     const model::ModelFamily& family = model::model_family(c);
     const model::ParamRegistry registry = family.registry(c);
-    for (const auto& spec : registry.specs()) want[spec.name] = spec.shape;
-    for (const auto& [name, shape] : family.extra_state_shapes(c)) want[name] = shape;
+    for (const auto& spec : registry.specs()) order.emplace_back(spec.name, spec.shape);
+    for (const auto& extra : family.extra_state_shapes(c)) order.push_back(extra);
+    for (const auto& [name, shape] : order) want[name] = shape;
   } catch (const std::exception& e) {
     return {e.what()};
   }
@@ -829,7 +832,7 @@ std::vector<std::string> tensor_set_problems(const std::string& dir, const json&
           shape_text(it->second));
     if (kind == "model") seen[name] = true;
   }
-  for (const auto& [name, shape] : want)
+  for (const auto& [name, shape] : order)
     if (!seen.count(name)) add("tensor " + name + " " + shape_text(shape) + ": missing");
   if (more > 0) problems.push_back(dir + "/index.json: and " + std::to_string(more) + " more");
   return problems;
