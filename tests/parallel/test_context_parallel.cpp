@@ -237,4 +237,38 @@ TEST(ContextParallel, RecipePhaseRunsUnderCpAndResumesMidPhase) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/one/metrics.jsonl"));
 }
 
+// Phases at two context-parallel degrees in one process (cp 2, then cp 4
+// on the same four ranks: a progressive context extension): the second
+// phase takes its own group, with the losses of a run that enters it in a
+// new process (killed in it and resumed from the boundary's checkpoint).
+TEST(ContextParallel, RecipePhasesAtTwoCpDegreesTakeTheirOwnGroups) {
+  const std::string dir = (work_dir() / "cp-two-degrees").string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const nlohmann::json recipe = {
+      {"config", ANVIL_SOURCE_DIR "/tests/configs/zaya-tiny.json"},
+      {"set", {"vocab_size=256", "n_experts=4"}},
+      {"sources", {{"text", (work_dir() / "text.txt").string()}}},
+      {"seed", 5},
+      {"lr", 3e-3},
+      {"batch", 2},
+      {"ckpt_every", 4},
+      {"phases",
+       {{{"name", "cp2"}, {"tokens", 512}, {"seq", 32}, {"cp", 2}},     // 4 steps
+        {{"name", "cp4"}, {"tokens", 384}, {"seq", 64}, {"cp", 4}}}}};  // 3 steps
+  std::ofstream(dir + "/recipe.json") << recipe.dump(2);
+  const std::string run = mpirun(4) + ANVIL_BINARY + " train --peak-gflops 1 --recipe " + dir +
+                          "/recipe.json --out " + dir;
+  ASSERT_EQ(shell(run + "/straight", dir + "/straight.log"), 0)
+      << anvil::read_file(dir + "/straight.log");
+  const auto straight = losses_of(dir + "/straight");
+  ASSERT_EQ(straight.size(), 7u);
+  EXPECT_NE(anvil::read_file(dir + "/straight.log").find(", cp 4,"), std::string::npos)
+      << anvil::read_file(dir + "/straight.log");
+  EXPECT_NE(shell(run + "/entered --inject kill@6:1", dir + "/killed.log"), 0);
+  ASSERT_EQ(shell(run + "/entered --resume latest", dir + "/resumed.log"), 0)
+      << anvil::read_file(dir + "/resumed.log");
+  EXPECT_EQ(losses_of(dir + "/entered"), straight);
+}
+
 }  // namespace

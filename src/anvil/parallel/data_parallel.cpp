@@ -22,8 +22,10 @@ DataParallelGroup::~DataParallelGroup() {
   expert_data_async_.reset();
   expert_data_.reset();
   expert_.reset();
-  context_.reset();
-  if (context_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&context_mpi_);
+  for (auto& [cp, context] : contexts_) {
+    context.comm.reset();
+    if (context.mpi != MPI_COMM_NULL) MPI_Comm_free(&context.mpi);
+  }
   if (expert_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&expert_mpi_);
   if (expert_data_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&expert_data_mpi_);
 }
@@ -46,15 +48,17 @@ comm::Communicator& DataParallelGroup::expert_group(int ep) {
 }
 
 comm::Communicator& DataParallelGroup::context_group(int cp) {
-  if (!context_) {
+  Context& context = contexts_[cp];
+  if (!context.comm) {
     if (cp < 1 || size() % cp != 0) {
+      contexts_.erase(cp);
       throw InputError("parallel.cp: " + std::to_string(cp) + " does not divide the " +
                        std::to_string(size()) + " ranks (expected a divisor of the rank count)");
     }
-    MPI_Comm_split(MPI_COMM_WORLD, rank() / cp, rank(), &context_mpi_);
-    context_ = std::make_unique<comm::Communicator>(context_mpi_);
+    MPI_Comm_split(MPI_COMM_WORLD, rank() / cp, rank(), &context.mpi);
+    context.comm = std::make_unique<comm::Communicator>(context.mpi);
   }
-  return *context_;
+  return *context.comm;
 }
 
 comm::Communicator& DataParallelGroup::expert_data_group() {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -46,7 +47,8 @@ class DataParallelGroup {
   // expert_group; a blocking communicator and a progress thread's.
   comm::Communicator& expert_data_group();
   // The context-parallel group of this rank: `cp` consecutive ranks, which
-  // split each sequence (collective; made once; cp must divide the size).
+  // split each sequence (collective; made once per cp, kept for the group's
+  // life: a recipe's phases may each take another; cp must divide the size).
   comm::Communicator& context_group(int cp);
   comm::AsyncCommunicator& expert_data_async();
 
@@ -55,9 +57,12 @@ class DataParallelGroup {
   std::unique_ptr<comm::AsyncCommunicator> async_;
   std::unique_ptr<comm::Communicator> expert_, expert_data_;
   std::unique_ptr<comm::AsyncCommunicator> expert_data_async_;
-  std::unique_ptr<comm::Communicator> context_;
-  MPI_Comm expert_mpi_ = MPI_COMM_NULL, expert_data_mpi_ = MPI_COMM_NULL,
-           context_mpi_ = MPI_COMM_NULL;
+  struct Context {
+    MPI_Comm mpi = MPI_COMM_NULL;
+    std::unique_ptr<comm::Communicator> comm;
+  };
+  std::map<int, Context> contexts_;  // by cp
+  MPI_Comm expert_mpi_ = MPI_COMM_NULL, expert_data_mpi_ = MPI_COMM_NULL;
   int local_size_ = 1;
 };
 
