@@ -12,6 +12,7 @@
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -1049,6 +1050,35 @@ TEST(Cli, TheDeviceStepResumesOnTheStraightRunsLosses) {
   }
 }
 
+// A phase whose data moves the loss for good (one repeated word, learnt to
+// ~0, then random bytes at ~ln 256) starts the spike guard afresh: the
+// previous phase's losses would call its first steps spikes, skip them and
+// stop the run (exit 11) at the boundary.
+TEST(Cli, ARecipePhaseStartsTheSpikeGuardAfresh) {
+  const std::string dir = fresh_dir("cli_recipe_guard");
+  std::string same, noise;
+  for (int i = 0; i < 4000; ++i) same += "abab ";
+  std::mt19937 gen(3);
+  for (int i = 0; i < 20000; ++i) noise += static_cast<char>(gen() % 256);
+  write_bytes(dir + "/same.txt", same);
+  write_bytes(dir + "/noise.txt", noise);
+  const nlohmann::json recipe = {
+      {"config", std::string(ANVIL_SOURCE_DIR) + "/tests/configs/llama-tiny.json"},
+      {"set", {"vocab_size=256"}},
+      {"sources", {{"same", dir + "/same.txt"}, {"noise", dir + "/noise.txt"}}},
+      {"seed", 7},
+      {"lr", 1e-2},
+      {"batch", 2},
+      {"phases",
+       {{{"name", "same"}, {"tokens", 2 * 32 * 30}, {"seq", 32}, {"mixture", {{"same", 1}}}},
+        {{"name", "noise"}, {"tokens", 2 * 32 * 5}, {"seq", 32}, {"mixture", {{"noise", 1}}}}}}};
+  write_bytes(dir + "/recipe.json", recipe.dump(2));
+  const CliRun r = run_anvil(
+      "train --peak-gflops 1 --recipe " + dir + "/recipe.json --out " + dir + "/run", true);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("spikes above"), std::string::npos) << r.out;
+}
+
 TEST(Cli, RecipeRunsItsPhasesAndResumesMidPhaseOnTheSameLosses) {
   const std::string dir = fresh_dir("cli_recipe");
   const std::string src = ANVIL_SOURCE_DIR;
@@ -1131,6 +1161,15 @@ TEST(Cli, RecipeRunsItsPhasesAndResumesMidPhaseOnTheSameLosses) {
               0);
     EXPECT_EQ(losses_of(k), straight) << "stopped at step " << term;
   }
+  // Its phase's budget edited under a run stopped mid-phase (newest
+  // checkpoint step 3; pretrain 10 steps -> 9): refused, naming both spans.
+  EXPECT_NE(run_anvil(run + "/edited --inject kill@5", false).status, 0);
+  nlohmann::json edited = recipe;
+  edited["phases"][0]["tokens"] = 576;
+  std::ofstream(dir + "/edited.json") << edited.dump();
+  expect_usage_error("train --peak-gflops 1 --recipe " + dir + "/edited.json --out " + dir +
+                         "/edited --resume latest",
+                     "phase 'pretrain' at steps 1..10; this recipe on 1 rank(s) puts it at 1..9");
   // Bad recipes: one line naming the file and key.
   nlohmann::json bad = recipe;
   bad["phases"][1]["mixture"] = {{"poetry", 1}};

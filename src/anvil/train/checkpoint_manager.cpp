@@ -33,6 +33,7 @@ std::string state_json(const RunRecord& run, int64_t step, const json& extra_sta
               {"lr", run.schedule.lr},
               {"warmup", run.schedule.warmup},
               {"total", run.schedule.total}}}};
+  if (!run.phase.empty()) s["phase_steps"] = {run.phase_first, run.phase_last};
   s.update(extra_state);
   return s.dump(2) + "\n";
 }

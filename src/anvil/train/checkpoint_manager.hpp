@@ -27,6 +27,9 @@ struct RunRecord {
   int64_t batch = 0, seq = 0, accum = 1;
   int world = 1;
   std::string precision, optimizer, data, tokenizer, phase;
+  // A recipe phase's steps, first and last (state.json's phase_steps): a
+  // resume checks the recipe still puts the phase there.
+  int64_t phase_first = 0, phase_last = 0;
   std::string tokenizer_model;  // its model file ("" for bytes and random tokens)
   // The device the run trains on ("cpu", "cuda"). A checkpoint holds fp32
   // pieces whatever it was, so any device resumes it; state.json says which.

@@ -79,6 +79,17 @@ TrainResult run_recipe(const Recipe& r, const TrainOptions& base, parallel::Data
                          ") was written in phase '" + state.value("phase", std::string()) +
                          "', which this recipe puts at other steps; expected the recipe the "
                          "run started with");
+      // The same phase at other steps: its budget edited, or the plan made
+      // for another rank count (steps come from the global tokens per step).
+      const json span = state.value("phase_steps", json());
+      if (state.value("phase", std::string()) == p.name && span.is_array() && span.size() == 2 &&
+          (span[0] != p.first_step + 1 || span[1] != p.first_step + p.steps))
+        throw InputError(r.path + ": " + from + " was written in phase '" + p.name + "' at steps " +
+                         span[0].dump() + ".." + span[1].dump() + "; this recipe on " +
+                         std::to_string(dp ? dp->size() : 1) + " rank(s) puts it at " +
+                         std::to_string(p.first_step + 1) + ".." +
+                         std::to_string(p.first_step + p.steps) +
+                         "; expected the recipe and rank count the run started with");
     }
   }
   // Every phase still to run is checked before the first one trains: its

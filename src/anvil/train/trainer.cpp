@@ -317,6 +317,8 @@ RunRecord Trainer::record() const {
   r.tokenizer = batches_.tokenizer();
   r.tokenizer_model = batches_.tokenizer_model();
   r.phase = o_.phase.name;
+  r.phase_first = o_.phase.first_step + 1;
+  r.phase_last = o_.train.steps;
   r.schedule = o_.optimizer.schedule;
   r.layout = {{"world", world_},      {"zero", o_.parallel.zero},
               {"ep", o_.parallel.ep}, {"cp", cp_},
@@ -410,7 +412,11 @@ void Trainer::start(const std::optional<ResumePoint>& from) {
       for (const std::string& w : from->warnings)
         std::fprintf(stderr, "anvil: warning: %s\n", w.c_str());
     step_ = from->step;
-    if (!from->weights_only) guard_.restore(from->state);
+    // A new phase of a recipe starts the spike guard afresh: its mixture,
+    // sequence or RoPE base may move the loss for good, and the previous
+    // phase's losses would read that as a spike (a run entering the phase
+    // in the same process and one resuming into it start alike).
+    if (!from->weights_only && !o_.checkpoint.resume_new_phase) guard_.restore(from->state);
     if (report && from->weights_only)
       std::printf("starting from the weights of %s (fresh optimizer state, step 0)\n",
                   from->dir.c_str());
