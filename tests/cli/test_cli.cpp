@@ -1170,6 +1170,17 @@ TEST(Cli, RecipeRunsItsPhasesAndResumesMidPhaseOnTheSameLosses) {
   expect_usage_error("train --peak-gflops 1 --recipe " + dir + "/edited.json --out " + dir +
                          "/edited --resume latest",
                      "phase 'pretrain' at steps 1..10; this recipe on 1 rank(s) puts it at 1..9");
+  // A budget written with an exponent, short of whole steps: read, rounded
+  // up, and the banner says both.
+  nlohmann::json small = recipe;
+  small["phases"] = nlohmann::json::array({recipe["phases"][0]});
+  small["phases"][0]["tokens"] = 1e2;  // 2 steps of 2 x 32
+  small["phases"][0]["warmup"] = 1;
+  std::ofstream(dir + "/small.json") << small.dump();
+  const CliRun s = run_anvil(
+      "train --peak-gflops 1 --recipe " + dir + "/small.json --out " + dir + "/small", false);
+  EXPECT_EQ(s.status, 0) << s.out;
+  EXPECT_NE(s.out.find("128 tokens (budget 100, whole steps)"), std::string::npos) << s.out;
   // Bad recipes: one line naming the file and key.
   nlohmann::json bad = recipe;
   bad["phases"][1]["mixture"] = {{"poetry", 1}};

@@ -136,14 +136,17 @@ TrainResult run_recipe(const Recipe& r, const TrainOptions& base, parallel::Data
     }
     if (speak) {
       std::printf(
-          "recipe %s: phase %zu/%zu '%s': steps %lld..%lld, %lld tokens, seq %lld, "
+          "recipe %s: phase %zu/%zu '%s': steps %lld..%lld, %lld tokens%s, seq %lld, "
           "batch %lld x %lld%s, %s lr %.2e%s\n",
           r.name.c_str(), i + 1, r.phases.size(), p.name.c_str(),
           static_cast<long long>(p.first_step + 1), static_cast<long long>(p.first_step + p.steps),
-          static_cast<long long>(p.tokens), static_cast<long long>(p.seq),
-          static_cast<long long>(p.batch), static_cast<long long>(p.accum),
-          p.cp > 1 ? (", cp " + std::to_string(p.cp)).c_str() : "", p.schedule.kind.c_str(),
-          p.schedule.lr,
+          static_cast<long long>(p.trained_tokens),
+          p.trained_tokens != p.tokens
+              ? (" (budget " + std::to_string(p.tokens) + ", whole steps)").c_str()
+              : "",
+          static_cast<long long>(p.seq), static_cast<long long>(p.batch),
+          static_cast<long long>(p.accum), p.cp > 1 ? (", cp " + std::to_string(p.cp)).c_str() : "",
+          p.schedule.kind.c_str(), p.schedule.lr,
           p.rope_theta > 0 ? (", rope_theta " + json(p.rope_theta).dump()).c_str() : "");
       std::fflush(stdout);
     }

@@ -1,5 +1,6 @@
 #include "anvil/train/recipe_file.hpp"
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -30,9 +31,16 @@ struct Reader {
   }
   int64_t integer(const json& j, const char* key, int64_t fallback, int64_t lo) const {
     if (!j.contains(key)) return fallback;
-    if (!j[key].is_number_integer() || j[key].get<int64_t>() < lo)
-      throw bad(key, j[key].dump() + " (expected an integer >= " + std::to_string(lo) + ")");
-    return j[key].get<int64_t>();
+    // A whole number written with an exponent (a budget of 8e12 tokens) is
+    // one too, up to 2^53 where doubles still count every integer.
+    const json& v = j[key];
+    const bool whole_float = v.is_number_float() && std::isfinite(v.get<double>()) &&
+                             v.get<double>() == std::floor(v.get<double>()) &&
+                             std::fabs(v.get<double>()) <= 9007199254740992.0;
+    if ((!v.is_number_integer() && !whole_float) ||
+        (whole_float ? v.get<double>() < static_cast<double>(lo) : v.get<int64_t>() < lo))
+      throw bad(key, v.dump() + " (expected an integer >= " + std::to_string(lo) + ")");
+    return whole_float ? static_cast<int64_t>(v.get<double>()) : v.get<int64_t>();
   }
   std::string text(const json& j, const char* key, const std::string& fallback) const {
     if (!j.contains(key)) return fallback;
@@ -174,7 +182,8 @@ Recipe load_recipe(const std::string& path, int world) {
       throw rd.bad("warmup", std::to_string(p.schedule.warmup) + " steps (the phase has " +
                                  std::to_string(p.steps) + ")");
     step += p.steps;
-    tokens += p.steps * per_step;
+    p.trained_tokens = p.steps * per_step;
+    tokens += p.trained_tokens;
     r.phases.push_back(p);
   }
   return r;

@@ -26,6 +26,7 @@ struct Phase {
   optim::Schedule schedule;               // start / total are filled in by the plan
   // The plan: global steps [first_step, first_step + steps).
   int64_t first_step = 0, steps = 0, tokens_before = 0;
+  int64_t trained_tokens = 0;  // steps x tokens per step: the budget rounded up to whole steps
 };
 
 struct Recipe {
