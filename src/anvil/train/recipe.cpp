@@ -64,8 +64,9 @@ TrainResult run_recipe(const Recipe& r, const TrainOptions& base, parallel::Data
   std::string from;
   int64_t at = 0;
   if (base.checkpoint.resume == "latest" && !ckpt::checkpoint_dirs(base.checkpoint.out).empty()) {
-    from = ckpt::newest_intact_checkpoint(base.checkpoint.out, [](const std::string& why) {
-      std::fprintf(stderr, "anvil: warning: %s\n", why.c_str());
+    const bool rank0 = dp == nullptr || dp->rank() == 0;
+    from = ckpt::newest_intact_checkpoint(base.checkpoint.out, [rank0](const std::string& why) {
+      if (rank0) std::fprintf(stderr, "anvil: warning: %s\n", why.c_str());
     });
     const json state = ckpt::read_state(from);
     at = state.at("step").get<int64_t>();

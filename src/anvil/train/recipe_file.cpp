@@ -89,6 +89,9 @@ Recipe load_recipe(const std::string& path, int world) {
     throw top.bad("sources", "missing (expected {\"name\": \"token file\", ...})");
   for (const auto& [name, file] : j["sources"].items()) {
     if (!file.is_string()) throw top.bad("sources." + name, "expected a token file path");
+    // A phase's mixture travels as "A:w,B:w" (train.data).
+    if (file.get<std::string>().find(',') != std::string::npos)
+      throw top.bad("sources." + name, file.dump() + " (expected a path without ',')");
     r.sources[name] = file.get<std::string>();
   }
   r.seed = static_cast<uint64_t>(top.integer(j, "seed", 1234, 0));
