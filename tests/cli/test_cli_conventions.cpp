@@ -113,6 +113,9 @@ TEST(CliConventions, RangeErrorsSayWhatTheValueMustBe) {
                      "--np 4: expected a multiple of 3");
   expect_usage_error("launch --np 3 --min-ranks 2 --dry-run -- --config x --out /tmp/x --ep 3",
                      "--min-ranks 2: no smaller run fits");
+  // A recipe's phases are planned for its rank count: no elastic shrink.
+  expect_usage_error("launch --np 2 --min-ranks 1 --dry-run -- --recipe x.json --out /tmp/x",
+                     "--min-ranks 1: a --recipe run restarts on its --np 2 ranks only");
   const std::string usage = run_anvil("train --config " + kTinyGpt2 + " -B 0", true).out;
   EXPECT_EQ(usage.find("1797693"), std::string::npos) << usage;
 }

@@ -707,6 +707,14 @@ LaunchResult launch(const LaunchOptions& options) {
   if (o.np == 0) o.np = o.hosts.empty() ? 1 : total_slots(o.hosts);
   if (o.np < 1) throw InputError("--np: expected >= 1");
   if (o.min_ranks > o.np) throw InputError("--min-ranks: expected <= --np " + std::to_string(o.np));
+  // A recipe plans its phases' steps for the rank count (and sets -B and
+  // --accum itself): a smaller run could not resume it.
+  if (o.min_ranks > 0 && o.min_ranks < o.np && !arg_value(o.train_args, "--recipe").empty())
+    throw InputError("--min-ranks " + std::to_string(o.min_ranks) +
+                     ": a --recipe run restarts on its --np " + std::to_string(o.np) +
+                     " ranks only (its phases' steps are planned for that count); expected "
+                     "--min-ranks 0 or " +
+                     std::to_string(o.np));
   if (const int unit = rank_multiple(o.train_args); o.np % unit != 0)
     throw InputError("--np " + std::to_string(o.np) + ": expected a multiple of " +
                      std::to_string(unit) +
