@@ -124,6 +124,51 @@ TEST(Gemm, AutomaticF32MatchesReferenceOn250RandomShapes) {
   run_random_cases(GemmBackend::automatic, false, 250, 2);
 }
 
+// One row against weights stored by row (m = 1, NT: a decode step's linear
+// layers), which the automatic and segments backends stream themselves:
+// row counts that leave 1-3 rows after the blocks of 4, padded strides,
+// every alpha and beta (beta 0 never reads C: NaN there stays out), and
+// sizes on both sides of the threading threshold.
+TEST(Gemm, OneRowAgainstWeightsByRowMatchesReference) {
+  std::mt19937 rng(17);
+  const float alphas[] = {1.0f, -0.5f, 2.0f, 0.75f};
+  const float betas[] = {0.0f, 1.0f, -1.5f, 0.5f};
+  int t = 0;
+  for (const int64_t n : {1, 3, 4, 5, 7, 64, 301, 3000}) {
+    for (const int64_t k : {1, 15, 16, 17, 300}) {
+      for (const GemmBackend backend : {GemmBackend::automatic, GemmBackend::segments}) {
+        Case c{false,
+               true,
+               1,
+               n,
+               k,
+               k + t % 3,
+               k + (t + 1) % 5,
+               n + t % 2,
+               alphas[t % 4],
+               betas[(t / 4) % 4]};
+        ++t;
+        const std::string what = to_string(backend) + " n=" + std::to_string(n) +
+                                 " k=" + std::to_string(k) + " beta=" + std::to_string(c.beta);
+        const size_t sa = static_cast<size_t>(c.lda), sb = static_cast<size_t>(n * c.ldb),
+                     sc = static_cast<size_t>(c.ldc);
+        const auto a = small_integers(sa, rng), b = small_integers(sb, rng);
+        expect_gemm_matches(c, a, b, small_integers(sc, rng), backend, false, 0.0,
+                            what + " (integers)");
+        expect_gemm_matches(c, uniform_reals(sa, rng), uniform_reals(sb, rng),
+                            uniform_reals(sc, rng), backend, false, 2e-6, what + " (reals)");
+        if (c.beta == 0.0f) {  // C is written, never read
+          std::vector<float> out(sc, std::nanf(""));
+          gemm(false, true, 1, n, k, c.alpha, a.data(), c.lda, b.data(), c.ldb, 0.0f, out.data(),
+               c.ldc, backend);
+          for (int64_t j = 0; j < n; ++j)
+            ASSERT_TRUE(std::isfinite(out[static_cast<size_t>(j)])) << what;
+        }
+      }
+    }
+  }
+}
+
 TEST(Gemm, OneDnnF32MatchesReferenceOn200RandomShapes) {
   run_random_cases(GemmBackend::onednn, false, 200, 3);
 }

@@ -191,6 +191,47 @@ GemmBackend parse_gemm_backend(const std::string& name, const std::string& flag)
                    "' (expected auto, openblas, onednn, reference or emulated)");
 }
 
+namespace {
+
+// c[j] = alpha * dot(b[j, 0..k), a) + beta * c[j]: one row of A against a
+// weight stored [n, k] (a linear layer at batch 1, a decode step). It streams
+// the weights once, four rows at a time with a vector sum each, the rows
+// split over the threads; OpenBLAS's and oneDNN's m = 1 paths read them at
+// a third to two thirds of the memory bandwidth (docs/kernels.md).
+void gemv_rows(int64_t n, int64_t k, float alpha, const float* a, const float* b, int64_t ldb,
+               float beta, float* c) {
+  const int64_t blocks = (n + 3) / 4;
+#pragma omp parallel for schedule(static) if (n * k >= (int64_t{1} << 16))
+  for (int64_t q = 0; q < blocks; ++q) {
+    const int64_t j0 = 4 * q, nj = std::min<int64_t>(4, n - j0);
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (nj == 4) {
+      const float *b0 = b + j0 * ldb, *b1 = b0 + ldb, *b2 = b1 + ldb, *b3 = b2 + ldb;
+      float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+      for (int64_t i = 0; i < k; ++i) {
+        s0 += b0[i] * a[i];
+        s1 += b1[i] * a[i];
+        s2 += b2[i] * a[i];
+        s3 += b3[i] * a[i];
+      }
+      s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
+    } else {
+      for (int64_t r = 0; r < nj; ++r) {
+        const float* br = b + (j0 + r) * ldb;
+        float sr = 0.0f;
+#pragma omp simd reduction(+ : sr)
+        for (int64_t i = 0; i < k; ++i) sr += br[i] * a[i];
+        s[r] = sr;
+      }
+    }
+    for (int64_t r = 0; r < nj; ++r)
+      c[j0 + r] = alpha * s[r] + (beta == 0.0f ? 0.0f : beta * c[j0 + r]);
+  }
+}
+
+}  // namespace
+
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
           GemmBackend backend) {
@@ -201,12 +242,17 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   switch (backend) {
     case GemmBackend::automatic:
     case GemmBackend::emulated:
+      // One row against weights stored [n, k]: the weights streamed once.
+      if (m == 1 && trans_b && !trans_a) return gemv_rows(n, k, alpha, a, b, ldb, beta, c);
       if (prefer_onednn_f32(trans_a, trans_b, m, n, k)) {
         return detail::onednn_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
       }
       return blas_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    case GemmBackend::openblas:
     case GemmBackend::segments:
+      if (m == 1 && trans_b && !trans_a)  // an expert's one token (decode)
+        return gemv_rows(n, k, alpha, a, b, ldb, beta, c);
+      return blas_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    case GemmBackend::openblas:
       return blas_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     case GemmBackend::onednn:
       return detail::onednn_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
