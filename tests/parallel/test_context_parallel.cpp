@@ -191,31 +191,39 @@ TEST(ContextParallel, LaunchRecoversAndShrinksByWholeGroups) {
       << anvil::read_file(out + "-bad.log");
 }
 
+// A recipe of zaya-tiny (4 experts) on the shared text, batch 2, lr 3e-3,
+// with these phases, written to DIR/recipe.json (DIR made afresh).
+std::string tiny_zaya_recipe(const std::string& dir, uint64_t seed, int ckpt_every,
+                             const nlohmann::json& phases) {
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const nlohmann::json recipe = {{"config", ANVIL_SOURCE_DIR "/tests/configs/zaya-tiny.json"},
+                                 {"set", {"vocab_size=256", "n_experts=4"}},
+                                 {"sources", {{"text", (work_dir() / "text.txt").string()}}},
+                                 {"seed", seed},
+                                 {"lr", 3e-3},
+                                 {"batch", 2},
+                                 {"ckpt_every", ckpt_every},
+                                 {"phases", phases}};
+  std::ofstream(dir + "/recipe.json") << recipe.dump(2);
+  return dir + "/recipe.json";
+}
+
 // A recipe whose second phase doubles the sequence and runs it under cp 2
 // (the first runs dp 2 on the same two ranks): killed mid-phase 2 and
 // resumed, the same loss at every step. Under one process the cp phase is
 // refused before any work, naming the phase's key.
 TEST(ContextParallel, RecipePhaseRunsUnderCpAndResumesMidPhase) {
   const std::string dir = (work_dir() / "cp-recipe").string();
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  const nlohmann::json recipe = {
-      {"config", ANVIL_SOURCE_DIR "/tests/configs/zaya-tiny.json"},
-      {"set", {"vocab_size=256", "n_experts=4"}},
-      {"sources", {{"text", (work_dir() / "text.txt").string()}}},
-      {"seed", 7},
-      {"lr", 3e-3},
-      {"batch", 2},
-      {"ckpt_every", 3},
-      {"phases",
-       {{{"name", "short"}, {"tokens", 1024}, {"seq", 32}, {"warmup", 2}},  // 8 steps at dp 2
-        {{"name", "long"},
-         {"tokens", 768},  // 6 steps at cp 2
-         {"seq", 64},
-         {"cp", 2},
-         {"rope_theta", 1e5},
-         {"lr", 1e-3}}}}};
-  std::ofstream(dir + "/recipe.json") << recipe.dump(2);
+  tiny_zaya_recipe(
+      dir, 7, 3,
+      {{{"name", "short"}, {"tokens", 1024}, {"seq", 32}, {"warmup", 2}},  // 8 steps at dp 2
+       {{"name", "long"},
+        {"tokens", 768},  // 6 steps at cp 2
+        {"seq", 64},
+        {"cp", 2},
+        {"rope_theta", 1e5},
+        {"lr", 1e-3}}});
   const std::string run = mpirun(2) + ANVIL_BINARY + " train --peak-gflops 1 --recipe " + dir +
                           "/recipe.json --out " + dir;
   ASSERT_EQ(shell(run + "/straight", dir + "/straight.log"), 0) << anvil::read_file(dir + "/straight.log");
@@ -243,20 +251,9 @@ TEST(ContextParallel, RecipePhaseRunsUnderCpAndResumesMidPhase) {
 // new process (killed in it and resumed from the boundary's checkpoint).
 TEST(ContextParallel, RecipePhasesAtTwoCpDegreesTakeTheirOwnGroups) {
   const std::string dir = (work_dir() / "cp-two-degrees").string();
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  const nlohmann::json recipe = {
-      {"config", ANVIL_SOURCE_DIR "/tests/configs/zaya-tiny.json"},
-      {"set", {"vocab_size=256", "n_experts=4"}},
-      {"sources", {{"text", (work_dir() / "text.txt").string()}}},
-      {"seed", 5},
-      {"lr", 3e-3},
-      {"batch", 2},
-      {"ckpt_every", 4},
-      {"phases",
-       {{{"name", "cp2"}, {"tokens", 512}, {"seq", 32}, {"cp", 2}},     // 4 steps
-        {{"name", "cp4"}, {"tokens", 384}, {"seq", 64}, {"cp", 4}}}}};  // 3 steps
-  std::ofstream(dir + "/recipe.json") << recipe.dump(2);
+  tiny_zaya_recipe(dir, 5, 4,
+                   {{{"name", "cp2"}, {"tokens", 512}, {"seq", 32}, {"cp", 2}},    // 4 steps
+                    {{"name", "cp4"}, {"tokens", 384}, {"seq", 64}, {"cp", 4}}});  // 3 steps
   const std::string run = mpirun(4) + ANVIL_BINARY + " train --peak-gflops 1 --recipe " + dir +
                           "/recipe.json --out " + dir;
   ASSERT_EQ(shell(run + "/straight", dir + "/straight.log"), 0)
