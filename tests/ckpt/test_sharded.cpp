@@ -146,6 +146,25 @@ TEST(Sharded, VerifyChecksTheTensorsAgainstTheConfigsModel) {
   const std::string dir = save_sharded(scratch("tensor_set").string(), 5, save, g, 3);
   const VerifyReport good = verify_checkpoint(dir);
   EXPECT_TRUE(good.problems.empty()) << good.problems.front();
+  {
+    // A config implying millions of tensors (4096 layers of 4096 experts)
+    // is named, not built.
+    auto huge = state;
+    huge["config"]["n_layers"] = 4096;
+    huge["config"]["n_experts"] = 4096;
+    huge["config"]["top_k"] = 1;
+    const std::string saved_state = read_file(dir + "/state.json");
+    const std::string saved_index = read_file(dir + "/index.json");
+    auto idx = nlohmann::json::parse(saved_index);
+    idx["train_state"] = huge;
+    write_file_atomic(dir + "/state.json", huge.dump());
+    write_file_atomic(dir + "/index.json", idx.dump());
+    const VerifyReport r = verify_checkpoint(dir);
+    ASSERT_EQ(r.problems.size(), 1u);
+    EXPECT_NE(r.problems[0].find("its config implies up to"), std::string::npos) << r.problems[0];
+    write_file_atomic(dir + "/state.json", saved_state);
+    write_file_atomic(dir + "/index.json", saved_index);
+  }
 
   // The index edited: the first matrix gone, a [rows, cols] matrix read as
   // [cols, rows], an optimizer tensor renamed to no parameter.

@@ -794,6 +794,17 @@ std::vector<std::string> tensor_set_problems(const std::string& dir, const json&
   try {
     const model::ModelConfig c =
         model::parse_model_config(state.at("config").dump(), dir + "/state.json: config");
+    // A config from elsewhere may imply millions of tensors (thousands of
+    // layers of thousands of experts): named, not built, when it implies
+    // far more than the index holds (a model has under ~2 n_experts + 40
+    // tensors a layer).
+    const double implied =
+        static_cast<double>(c.n_layers) * (2.0 * static_cast<double>(c.n_experts) + 40.0) + 16.0;
+    const double held = static_cast<double>(index["tensors"].size());
+    if (implied > 64.0 * (held + 64.0))
+      return {dir + "/state.json: its config implies up to " +
+              std::to_string(static_cast<int64_t>(implied)) + " tensors, the index holds " +
+              std::to_string(static_cast<int64_t>(held))};
     const model::ModelFamily& family = model::model_family(c);
     const model::ParamRegistry registry = family.registry(c);
     for (const auto& spec : registry.specs()) order.emplace_back(spec.name, spec.shape);
