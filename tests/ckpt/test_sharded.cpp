@@ -19,6 +19,7 @@
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
+#include "anvil/ckpt/model_tensors.hpp"
 #include "anvil/ckpt/safetensors.hpp"
 #include "anvil/ckpt/sharded.hpp"
 #include "anvil/model/config.hpp"
@@ -144,8 +145,9 @@ TEST(Sharded, VerifyChecksTheTensorsAgainstTheConfigsModel) {
   save.state_json = state.dump();
   SaveGroup g;
   const std::string dir = save_sharded(scratch("tensor_set").string(), 5, save, g, 3);
-  const VerifyReport good = verify_checkpoint(dir);
+  const VerifyReport good = verify_checkpoint(dir, model_tensor_problems);
   EXPECT_TRUE(good.problems.empty()) << good.problems.front();
+  EXPECT_TRUE(verify_checkpoint(dir).problems.empty());  // the files alone
   {
     // A config implying millions of tensors (4096 layers of 4096 experts)
     // is named, not built.
@@ -159,7 +161,7 @@ TEST(Sharded, VerifyChecksTheTensorsAgainstTheConfigsModel) {
     idx["train_state"] = huge;
     write_file_atomic(dir + "/state.json", huge.dump());
     write_file_atomic(dir + "/index.json", idx.dump());
-    const VerifyReport r = verify_checkpoint(dir);
+    const VerifyReport r = verify_checkpoint(dir, model_tensor_problems);
     ASSERT_EQ(r.problems.size(), 1u);
     EXPECT_NE(r.problems[0].find("its config implies up to"), std::string::npos) << r.problems[0];
     write_file_atomic(dir + "/state.json", saved_state);
@@ -186,7 +188,7 @@ TEST(Sharded, VerifyChecksTheTensorsAgainstTheConfigsModel) {
   t["model.norm.nothing.exp_avg"] = t[swapped + ".exp_avg"];
   t.erase(swapped + ".exp_avg");
   write_file_atomic(dir + "/index.json", index.dump());
-  const VerifyReport r = verify_checkpoint(dir);
+  const VerifyReport r = verify_checkpoint(dir, model_tensor_problems);
   std::string all;
   for (const auto& p : r.problems) all += p + "\n";
   EXPECT_NE(all.find("tensor " + gone + " ["), std::string::npos) << all;

@@ -14,11 +14,12 @@
 
 #include "anvil/base/bf16.hpp"
 #include "anvil/base/error.hpp"
-#include "anvil/base/json_text.hpp"
 #include "anvil/base/files.hpp"
+#include "anvil/base/json_text.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/ckpt/hf_adapter.hpp"
 #include "anvil/ckpt/hf_files.hpp"
+#include "anvil/ckpt/model_tensors.hpp"
 #include "anvil/ckpt/safetensors.hpp"
 #include "anvil/ckpt/sharded.hpp"
 #include "anvil/data/tokenizer_json.hpp"
@@ -176,7 +177,7 @@ ExportResult export_checkpoint(const ExportOptions& o) {
   if (o.dtype != "float32" && o.dtype != "bfloat16")
     throw InputError("--dtype: " + o.dtype + " (expected float32 or bfloat16)");
   if (o.max_shard_bytes < 1) throw InputError("--max-shard-size: expected > 0 bytes");
-  const std::string dir = checkpoint_to_read(o.checkpoint);
+  const std::string dir = checkpoint_to_read(o.checkpoint, {}, model_tensor_problems);
   const auto state = read_state(dir);
   const model::ModelConfig config =
       model::parse_model_config(state.at("config").dump(), dir + "/state.json");

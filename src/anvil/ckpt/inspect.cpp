@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "anvil/ckpt/checkpoint.hpp"
+#include "anvil/ckpt/model_tensors.hpp"
 
 namespace anvil::ckpt {
 
@@ -24,7 +25,7 @@ std::vector<VerifyReport> verify_path(const std::string& path) {
   }
   std::vector<VerifyReport> reports;
   for (const auto& d : dirs) {
-    reports.push_back(verify_checkpoint(d));
+    reports.push_back(verify_checkpoint(d, model_tensor_problems));
     reports.back().dir = d;
   }
   return reports;

@@ -20,7 +20,6 @@
 #include "anvil/base/json_text.hpp"
 #include "anvil/base/progress.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
-#include "anvil/model/family.hpp"
 #include "anvil/tensor/tensor.hpp"
 
 namespace anvil::ckpt {
@@ -769,89 +768,7 @@ std::map<std::string, std::vector<int64_t>> tensor_shapes(const std::string& dir
   return out;
 }
 
-namespace {
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
-// The tensors the model config in state.json implies against the index's:
-// every parameter and extra model state present with its shape, nothing
-// else of kind "model", and each optimizer tensor named after one of them
-// (NAME.exp_avg, NAME.momentum_buffer, ...) with that tensor's shape. A
-// checkpoint failing this is intact on disk but loads into no model of its
-// own config. At most 8 problems are listed, then a count.
-std::vector<std::string> tensor_set_problems(const std::string& dir, const json& state,
-                                             const json& index) {
-  // Train states without a model (tools' fixtures) have nothing to check.
-  if (!state.contains("config") || !state["config"].is_object() || state["config"].empty())
-    return {};
-  // In registry order, so the first problem named is the first tensor's.
-  std::vector<std::pair<std::string, std::vector<int64_t>>> order;
-  std::map<std::string, std::vector<int64_t>> want;
-  try {
-    const model::ModelConfig c =
-        model::parse_model_config(state.at("config").dump(), dir + "/state.json: config");
-    // A config from elsewhere may imply millions of tensors (thousands of
-    // layers of thousands of experts): named, not built, when it implies
-    // far more than the index holds (a model has under ~2 n_experts + 40
-    // tensors a layer).
-    const double implied =
-        static_cast<double>(c.n_layers) * (2.0 * static_cast<double>(c.n_experts) + 40.0) + 16.0;
-    const double held = static_cast<double>(index["tensors"].size());
-    if (implied > 64.0 * (held + 64.0))
-      return {dir + "/state.json: its config implies up to " +
-              std::to_string(static_cast<int64_t>(implied)) + " tensors, the index holds " +
-              std::to_string(static_cast<int64_t>(held))};
-    const model::ModelFamily& family = model::model_family(c);
-    const model::ParamRegistry registry = family.registry(c);
-    for (const auto& spec : registry.specs()) order.emplace_back(spec.name, spec.shape);
-    for (const auto& extra : family.extra_state_shapes(c)) order.push_back(extra);
-    for (const auto& [name, shape] : order) want[name] = shape;
-  } catch (const std::exception& e) {
-    return {e.what()};
-  }
-  std::vector<std::string> problems;
-  int64_t more = 0;
-  const auto add = [&](std::string why) {
-    if (problems.size() < 8)
-      problems.push_back(dir + "/index.json: " + std::move(why));
-    else
-      ++more;
-  };
-  std::map<std::string, bool> seen;
-  for (const auto& [key, t] : index["tensors"].items()) {
-    const std::string kind = t.is_object() && t.contains("kind") && t["kind"].is_string()
-                                 ? t["kind"].get<std::string>()
-                                 : "model";
-    const std::vector<int64_t> shape = shape_of(t);
-    std::string name = key;
-    if (kind != "model") {
-      const size_t dot = key.rfind('.');
-      name = dot == std::string::npos ? key : key.substr(0, dot);
-    }
-    const auto it = want.find(name);
-    if (it == want.end()) {
-      add("tensor " + key + ": not a tensor of the config's model" +
-          (kind != "model" ? " (optimizer state of " + name + ")" : std::string()));
-      continue;
-    }
-    if (it->second != shape)
-      add("tensor " + key + ": shape " + shape_text(shape) + ", the config's model has " +
-          shape_text(it->second));
-    if (kind == "model") seen[name] = true;
-  }
-  for (const auto& [name, shape] : order)
-    if (!seen.count(name)) add("tensor " + name + " " + shape_text(shape) + ": missing");
-  if (more > 0) problems.push_back(dir + "/index.json: and " + std::to_string(more) + " more");
-  return problems;
-}
-
-}  // namespace
-
-VerifyReport verify_checkpoint(const std::string& dir) {
+VerifyReport verify_checkpoint(const std::string& dir, const TensorCheck& tensors) {
   VerifyReport r;
   r.dir = dir;
   if (!fs::exists(fs::path(dir) / "index.json")) {
@@ -898,7 +815,7 @@ VerifyReport verify_checkpoint(const std::string& dir) {
   }
   r.version = kIndexVersion;
   r.layout = index.contains("layout") ? index["layout"] : json::object();
-  r.problems = tensor_set_problems(dir, state, index);
+  if (tensors) r.problems = tensors(dir, state, index);
   std::map<std::string, std::unique_ptr<ReadFile>> files;
   std::vector<char> buffer;
   // Progress by MiB read (a checkpoint of billions of parameters takes
@@ -933,20 +850,22 @@ VerifyReport verify_checkpoint(const std::string& dir) {
 }
 
 std::string checkpoint_to_read(const std::string& path,
-                               const std::function<void(const std::string&)>& warn) {
+                               const std::function<void(const std::string&)>& warn,
+                               const TensorCheck& tensors) {
   const fs::path p(path);
   if (fs::exists(p / "state.json") || fs::exists(p / "index.json")) return resolve_checkpoint(path);
-  return newest_intact_checkpoint(
-      path, warn ? warn : [](const std::string& why) {
-        std::fprintf(stderr, "anvil: warning: %s\n", why.c_str());
-      });
+  const auto to_stderr = [](const std::string& why) {
+    std::fprintf(stderr, "anvil: warning: %s\n", why.c_str());
+  };
+  return newest_intact_checkpoint(path, warn ? warn : to_stderr, tensors);
 }
 
 std::string newest_intact_checkpoint(const std::string& path,
-                                     const std::function<void(const std::string&)>& warn) {
+                                     const std::function<void(const std::string&)>& warn,
+                                     const TensorCheck& tensors) {
   const fs::path p(path);
   if (fs::exists(p / "state.json") || fs::exists(p / "index.json")) {
-    const VerifyReport r = verify_checkpoint(path);
+    const VerifyReport r = verify_checkpoint(path, tensors);
     if (!r.problems.empty()) throw CorruptCheckpoint(r.problems.front());
     return path;
   }
@@ -954,7 +873,7 @@ std::string newest_intact_checkpoint(const std::string& path,
   const auto dirs = checkpoint_dirs(path);
   std::vector<std::string> skipped;
   for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
-    const VerifyReport r = verify_checkpoint(*it);
+    const VerifyReport r = verify_checkpoint(*it, tensors);
     if (r.problems.empty()) {
       if (warn)
         for (const auto& why : skipped) warn(why + "; using " + *it);

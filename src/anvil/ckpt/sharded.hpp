@@ -114,9 +114,16 @@ struct VerifyReport {
   std::vector<std::string> problems;  // empty: intact
   nlohmann::json layout;
 };
+// Problems of a checkpoint's tensors beyond its files (given its state.json
+// and index.json): ckpt/model_tensors.hpp's model_tensor_problems checks
+// them against the model of the recorded config.
+using TensorCheck = std::function<std::vector<std::string>(
+    const std::string& dir, const nlohmann::json& state, const nlohmann::json& index)>;
+
 // Every shard's bytes against its checksum, every tensor covered exactly
-// once, every file present; never throws on damage (it is reported).
-VerifyReport verify_checkpoint(const std::string& dir);
+// once, every file present, and `tensors` where given; never throws on
+// damage (it is reported).
+VerifyReport verify_checkpoint(const std::string& dir, const TensorCheck& tensors = {});
 
 // The checkpoint a reader of `path` (eval, generate, export) takes: `path`
 // itself when it is a checkpoint (damage there is named as it loads), else
@@ -124,13 +131,15 @@ VerifyReport verify_checkpoint(const std::string& dir);
 // damaged newer one named through `warn` (an "anvil: warning:" line on
 // stderr when empty).
 std::string checkpoint_to_read(const std::string& path,
-                               const std::function<void(const std::string&)>& warn = {});
+                               const std::function<void(const std::string&)>& warn = {},
+                               const TensorCheck& tensors = {});
 
 // The newest intact checkpoint of a run directory (verify_checkpoint
 // decides; each damaged newer one is reported through `warn`), or `path`
 // itself when it is a checkpoint (CorruptCheckpoint when damaged). Throws
 // InputError when there is none intact.
 std::string newest_intact_checkpoint(const std::string& path,
-                                     const std::function<void(const std::string&)>& warn);
+                                     const std::function<void(const std::string&)>& warn,
+                                     const TensorCheck& tensors = {});
 
 }  // namespace anvil::ckpt

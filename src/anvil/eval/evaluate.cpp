@@ -13,6 +13,7 @@
 #include "anvil/base/progress.hpp"
 #include "anvil/base/table.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
+#include "anvil/ckpt/model_tensors.hpp"
 #include "anvil/ckpt/sharded.hpp"
 #include "anvil/data/batches.hpp"
 #include "anvil/data/tokenizer.hpp"
@@ -139,7 +140,7 @@ EvalResult evaluate(const EvalOptions& o) {
   if (o.data.empty() && o.tasks.empty())
     throw InputError("eval: expected --data NAME=FILE.tok and/or --task FILE.jsonl");
   EvalResult r;
-  const std::string dir = ckpt::checkpoint_to_read(o.checkpoint);
+  const std::string dir = ckpt::checkpoint_to_read(o.checkpoint, {}, ckpt::model_tensor_problems);
   r.checkpoint = dir;
   const auto state = ckpt::read_state(dir);
   const model::ModelConfig config =

@@ -9,6 +9,7 @@
 #include "anvil/base/error.hpp"
 #include "anvil/base/rng.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
+#include "anvil/ckpt/model_tensors.hpp"
 #include "anvil/ckpt/sharded.hpp"
 #include "anvil/data/tokenizer.hpp"
 #include "anvil/data/tokens.hpp"
@@ -70,7 +71,7 @@ void decode_all(model::DecodingModel& model, const std::vector<int32_t>& prompt,
 
 GenerateResult generate(const GenerateOptions& o,
                         const std::function<void(int32_t, const std::string&)>& on_new) {
-  const std::string dir = ckpt::checkpoint_to_read(o.checkpoint);
+  const std::string dir = ckpt::checkpoint_to_read(o.checkpoint, {}, ckpt::model_tensor_problems);
   const auto state = ckpt::read_state(dir);
   const model::ModelConfig config =
       model::parse_model_config(state.at("config").dump(), dir + "/state.json");

@@ -6,6 +6,7 @@
 #include "anvil/base/clock.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
+#include "anvil/ckpt/model_tensors.hpp"
 #include "anvil/data/tokens.hpp"
 
 namespace anvil::train {
@@ -66,9 +67,11 @@ std::optional<ResumePoint> CheckpointManager::resume_point(const RunRecord& run)
   std::string dir;
   try {
     dir = ckpt::newest_intact_checkpoint(
-        o_.resume == "latest" ? o_.out : o_.resume, [this](const std::string& why) {
+        o_.resume == "latest" ? o_.out : o_.resume,
+        [this](const std::string& why) {
           if (rank_ == 0) std::fprintf(stderr, "anvil: warning: %s\n", why.c_str());
-        });
+        },
+        ckpt::model_tensor_problems);
   } catch (const InputError& e) {
     throw InputError("checkpoint.resume: " + std::string(e.what()));
   }

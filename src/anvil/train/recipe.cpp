@@ -10,6 +10,7 @@
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
+#include "anvil/ckpt/model_tensors.hpp"
 #include "anvil/ckpt/sharded.hpp"
 #include "anvil/data/batches.hpp"
 #include "anvil/data/tokens.hpp"
@@ -65,9 +66,12 @@ TrainResult run_recipe(const Recipe& r, const TrainOptions& base, parallel::Data
   int64_t at = 0;
   if (base.checkpoint.resume == "latest" && !ckpt::checkpoint_dirs(base.checkpoint.out).empty()) {
     const bool rank0 = dp == nullptr || dp->rank() == 0;
-    from = ckpt::newest_intact_checkpoint(base.checkpoint.out, [rank0](const std::string& why) {
-      if (rank0) std::fprintf(stderr, "anvil: warning: %s\n", why.c_str());
-    });
+    from = ckpt::newest_intact_checkpoint(
+        base.checkpoint.out,
+        [rank0](const std::string& why) {
+          if (rank0) std::fprintf(stderr, "anvil: warning: %s\n", why.c_str());
+        },
+        ckpt::model_tensor_problems);
     const json state = ckpt::read_state(from);
     at = state.at("step").get<int64_t>();
     // The phase that wrote the checkpoint is the one the recipe puts its step
