@@ -77,7 +77,10 @@ void PlanCommands::add_model_flags(CLI::App* cmd, Model& m, bool required) {
                   "Tensor-parallel ranks (inside a node; heads, ffn and vocabulary split, with "
                   "sequence parallelism)")
       ->check(at_least(1));
-  cmd->add_option("--pp", m.pp, "Pipeline stages (1F1B, layers split evenly)")->check(at_least(1));
+  cmd->add_option("--pp", m.pp,
+                  "Pipeline stages (1F1B, layers split as evenly as they divide; priced at the "
+                  "largest stage)")
+      ->check(at_least(1));
   cmd->add_option("--vp", m.vp, "Virtual stages per pipeline rank (interleaved 1F1B)")
       ->check(at_least(1));
   cmd->add_option("--cp", m.cp, "Context-parallel ranks (each holds seq / cp tokens)")

@@ -16,7 +16,11 @@ cd "$(dirname "$0")/.."
 rounds=${1:-3}
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS: expected a positive integer, got '$rounds'" >&2; exit 2; }
 anvil=${ANVIL:-build/anvil}
-[ -x "$anvil" ] || scripts/build.sh
+if [ -z "${ANVIL:-}" ]; then
+  [ -x "$anvil" ] || scripts/build.sh
+else
+  [ -x "$anvil" ] || { echo "ANVIL: expected an anvil binary, got '$anvil'" >&2; exit 2; }
+fi
 configs="gpt2-124m llama-style zaya-small byte-small"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

@@ -142,6 +142,8 @@ TEST(HfAdapter, TheOriginalLayoutHalvesZyphrasLayerCount) {
   const model::ModelConfig t = config_from_hf_keys(zaya, {port, false}, "config.json");
   EXPECT_EQ(t.rope_theta, 5e6);
   EXPECT_EQ(t.rotary_dim, t.head_dim / 2);
+  port["partial_rotary_factor"] = 0.25;  // an older config's key at the top
+  EXPECT_EQ(config_from_hf_keys(zaya, {port, false}, "config.json").rotary_dim, t.head_dim / 4);
 }
 
 TEST(HfAdapter, TensorMapsCoverEveryAnvilTensorOnce) {

@@ -1188,6 +1188,11 @@ TEST(Cli, RecipeRunsItsPhasesAndResumesMidPhaseOnTheSameLosses) {
   expect_usage_error("train --recipe " + dir + "/bad.json --out " + dir + "/x",
                      "phases[1].mixture.poetry");
   bad = recipe;
+  bad["phases"][1]["name"] = "pretrain";
+  std::ofstream(dir + "/bad.json") << bad.dump();
+  expect_usage_error("train --recipe " + dir + "/bad.json --out " + dir + "/x",
+                     "phases[1].name: 'pretrain' names an earlier phase too");
+  bad = recipe;
   bad["phases"][0]["tokenz"] = 5;
   std::ofstream(dir + "/bad.json") << bad.dump();
   expect_usage_error("train --recipe " + dir + "/bad.json --out " + dir + "/x", "tokenz");

@@ -81,8 +81,6 @@ TEST(TileGemm, TransposeCopiesEveryBlockAndEdgeExactly) {
   }
 }
 
-// The bf16 pairs: the halves of a pair are the two values rounded to bf16,
-// the lower k (or row) low; a missing odd row is zero.
 // Special values in every lane of the vector blocks and the scalar tail:
 // subnormals (which VCVTNEPS2BF16 alone would read as zero), the smallest
 // normal, ties, the largest float, infinities, NaNs and -0. Every
@@ -126,6 +124,8 @@ TEST(TileGemm, Bf16ConversionsGiveTheScalarBitsForSpecialValues) {
   EXPECT_EQ(to_bf16(1e-40f).bits, 0x0001);  // a subnormal stays one
 }
 
+// The bf16 pairs: the halves of a pair are the two values rounded to bf16,
+// the lower k (or row) low; a missing odd row is zero.
 TEST(TileGemm, Bf16PairsHoldTheRoundedValuesInOrder) {
   auto half = [](uint32_t pair, int which) {
     return to_float(bf16{static_cast<uint16_t>(which == 0 ? pair & 0xffffu : pair >> 16)});

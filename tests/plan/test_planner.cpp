@@ -582,6 +582,18 @@ TEST(Planner, UnevenPipelineStagesArePricedAtTheLargest) {
   bool said = false;
   for (const auto& a : po.assumptions) said |= a.find("3 of 10 layers") != std::string::npos;
   EXPECT_TRUE(said);
+  // Chunks of 2 and 1 layers that still make equal stages (10 layers on 2
+  // stages of 3 virtual ones: 5 and 5) are balanced.
+  Layout p2 = p4;
+  p2.devices_per_node = 2;
+  p2.pp = 2;
+  p2.vp = 3;
+  EXPECT_EQ(stage_layers(odd, p2), 5);
+  o.layout = p2;
+  bool balanced = false;
+  for (const auto& a : predict_step(odd, gpu_node(), o).assumptions)
+    balanced |= a.find("pipeline stages balanced") != std::string::npos;
+  EXPECT_TRUE(balanced);
 }
 
 TEST(Planner, TensorPipelineAndContextParallelSplitTheWork) {

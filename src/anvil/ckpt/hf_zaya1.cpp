@@ -109,15 +109,18 @@ std::vector<HfKey> zaya_keys() {
                   },
                   [](C& c, const json&, const HfSource& s) {
                     json p = rope_parameters(s.doc, "hybrid");
-                    // Zyphra's keys: RoPE at the top.
-                    if (s.original && s.doc.contains("partial_rotary_factor"))
+                    // Zyphra's keys, and older transformers configs: RoPE's
+                    // factor at the top.
+                    if (!p.contains("partial_rotary_factor") &&
+                        s.doc.contains("partial_rotary_factor"))
                       p["partial_rotary_factor"] = s.doc["partial_rotary_factor"];
                     // Absent, transformers' ZayaConfig takes its default
                     // parameters (theta 5e6, half of each head rotated);
                     // the original layout ZAYA1's own (theta 1e4 at 4k
                     // tokens, half of each head).
                     const bool defaults = !s.original && !s.doc.contains("rope_parameters") &&
-                                          !s.doc.contains("rope_theta");
+                                          !s.doc.contains("rope_theta") &&
+                                          !s.doc.contains("partial_rotary_factor");
                     c.rope_theta = p.contains("rope_theta") ? p["rope_theta"].get<double>()
                                    : defaults               ? 5e6
                                                             : 1e4;

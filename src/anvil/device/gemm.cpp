@@ -136,8 +136,11 @@ Bf16Path bf16_path() {
     if (want == "emulated") return Bf16Path::emulated;
     if (want == "native") {
       if (!bf16_native_available())
-        throw InputError(
-            "ANVIL_BF16=native: this CPU has no AVX512_BF16 (expected auto or emulated)");
+        throw InputError(cpu_info().isa_limit.empty()
+                             ? "ANVIL_BF16=native: this CPU has no AVX512_BF16 (expected auto or "
+                               "emulated)"
+                             : "ANVIL_BF16=native: ANVIL_ISA=" + cpu_info().isa_limit +
+                                   " hides AVX512_BF16 (expected auto or emulated with it)");
       return Bf16Path::native;
     }
     return bf16_native_available() ? Bf16Path::native : Bf16Path::emulated;

@@ -55,8 +55,16 @@ comm::Communicator& DataParallelGroup::context_group(int cp) {
       throw InputError("parallel.cp: " + std::to_string(cp) + " does not divide the " +
                        std::to_string(size()) + " ranks (expected a divisor of the rank count)");
     }
-    MPI_Comm_split(MPI_COMM_WORLD, rank() / cp, rank(), &context.mpi);
-    context.comm = std::make_unique<comm::Communicator>(context.mpi);
+    MPI_Comm mpi = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, rank() / cp, rank(), &mpi);
+    try {
+      context.comm = std::make_unique<comm::Communicator>(mpi);
+    } catch (...) {
+      MPI_Comm_free(&mpi);
+      contexts_.erase(cp);
+      throw;
+    }
+    context.mpi = mpi;
   }
   return *context.comm;
 }

@@ -771,7 +771,7 @@ void add_assumptions(const model::ModelConfig& c, const HwProfile& hw, const HwP
                             "-thread compute and memory rates");
   if (l.pp > 1)
     p.assumptions.push_back(
-        c.n_layers % (l.pp * l.vp) == 0
+        stage_layers(c, l) * l.pp == c.n_layers
             ? "pipeline stages balanced (layers and classifier split evenly), 1F1B"
             : "pipeline stages uneven: priced at the largest, " +
                   std::to_string(stage_layers(c, l)) + " of " + std::to_string(c.n_layers) +

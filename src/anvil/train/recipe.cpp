@@ -87,7 +87,8 @@ TrainResult run_recipe(const Recipe& r, const TrainOptions& base, parallel::Data
       // The same phase at other steps: its budget edited, or the plan made
       // for another rank count (steps come from the global tokens per step).
       const json span = state.value("phase_steps", json());
-      if (state.value("phase", std::string()) == p.name && span.is_array() && span.size() == 2 &&
+      if (at > p.first_step && at <= p.first_step + p.steps &&
+          state.value("phase", std::string()) == p.name && span.is_array() && span.size() == 2 &&
           (span[0] != p.first_step + 1 || span[1] != p.first_step + p.steps))
         throw InputError(r.path + ": " + from + " was written in phase '" + p.name + "' at steps " +
                          span[0].dump() + ".." + span[1].dump() + "; this recipe on " +

@@ -120,6 +120,10 @@ Recipe load_recipe(const std::string& path, int world) {
     };
     Phase p;
     p.name = rd.text(pj, "name", "phase" + std::to_string(i + 1));
+    // A resume finds its phase by name: names are unique.
+    for (const Phase& q : r.phases)
+      if (q.name == p.name)
+        throw rd.bad("name", "'" + p.name + "' names an earlier phase too (expected unique names)");
     p.tokens = rd.integer(pj, "tokens", 0, 1);
     if (p.tokens == 0) throw rd.bad("tokens", "missing (expected the phase's token budget)");
     p.seq = integer("seq", config.seq_len, 1);
