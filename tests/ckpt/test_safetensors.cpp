@@ -2,10 +2,12 @@
 // one line naming the file and the tensor.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
+#include "anvil/ckpt/hf_files.hpp"
 #include "anvil/ckpt/safetensors.hpp"
 #include "anvil/tensor/tensor.hpp"
 #include "support/input_error.hpp"
@@ -36,6 +38,36 @@ TEST(Safetensors, RoundTripsAndNamesTheFileOnBadInput) {
   EXPECT_THROW(f.get("c", {1}), InputError);
   write_file_atomic(path, std::string("\x05\0\0\0\0\0\0\0{bad}", 13));
   EXPECT_THROW(ckpt::read_safetensors(path), InputError);
+}
+
+// A reader opened on a file reads its tensors one at a time (BF16 widened);
+// a transformers directory's tensors are found across its index's files,
+// and a tensor that two of them hold is refused, naming both.
+TEST(Safetensors, TensorsAreReadOneAtATimeAcrossAnIndexsFiles) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(testing::TempDir()) / "st_index";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {-1.5f}, c = {0.25f, 8};
+  const std::vector<uint16_t> c16 = {0x3e80, 0x4100};  // 0.25 and 8 in bfloat16
+  ckpt::write_safetensors((dir / "one.safetensors").string(),
+                          {{"a", {2, 3}, a.data()}, {"b", {1}, b.data()}});
+  ckpt::write_safetensors((dir / "two.safetensors").string(), {{"c", {2}, c.data(), c16.data()}});
+  write_file_atomic((dir / "model.safetensors.index.json").string(),
+                    R"({"weight_map": {"a": "one.safetensors", "b": "one.safetensors",
+                                       "c": "two.safetensors"}})");
+  const SafetensorsReader one((dir / "one.safetensors").string());
+  EXPECT_EQ(one.shapes().size(), 2u);
+  EXPECT_EQ(one.read("b").data, b);
+  expect_input_error([&] { one.read("c"); }, {"one.safetensors: tensor c: absent"});
+  const HfWeights weights(dir);
+  EXPECT_EQ(weights.shapes().at("a"), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(weights.read("a").data, a);
+  EXPECT_EQ(weights.read("c").data, c);
+  ckpt::write_safetensors((dir / "two.safetensors").string(),
+                          {{"c", {2}, c.data()}, {"a", {6}, a.data()}});
+  expect_input_error([&] { HfWeights{dir}; },
+                     {"two.safetensors: tensor a is in ", "one.safetensors too"});
 }
 
 TEST(Safetensors, EachMalformedHeaderIsOneLineNamingTheFileAndTensor) {

@@ -7,10 +7,11 @@
 
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <cstring>
-#include <functional>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
@@ -101,6 +102,56 @@ TEST(Sharded, PiecesFromThreeRanksLoadWholeOrCutAnotherWay) {
   EXPECT_EQ(read_tensors(two, "optimizer").at("a.exp_avg").data, f.m);
   EXPECT_TRUE(fs::exists(two + "/rank-00001.safetensors"));
   EXPECT_FALSE(fs::exists(two + "/rank-00002.safetensors"));
+}
+
+// A reshape writes each output rank's file as it reads the source's shards
+// (nothing held whole): to 1 rank and to more ranks than a tensor has
+// elements the tensors come back; a flipped byte in a shard that two output
+// ranks read in turn is found by its checksum, and the failed reshape
+// leaves no step or temporary directory behind.
+TEST(Sharded, AReshapeStreamsTheShardsAndChecksTheirSums) {
+  Fixture f;
+  const std::string dir = write_run(scratch("stream_src").string(), f, 3);
+  for (const int to : {1, 4, 11}) {
+    SCOPED_TRACE(to);
+    const std::string out =
+        reshape_checkpoint(dir, scratch("stream_" + std::to_string(to)).string(), to);
+    EXPECT_EQ(read_tensors(out, "model").at("a").data, f.a);
+    EXPECT_EQ(read_tensors(out, "model").at("b").data, f.b);
+    EXPECT_EQ(read_tensors(out, "optimizer").at("a.exp_avg").data, f.m);
+    EXPECT_TRUE(verify_checkpoint(out).problems.empty());
+    char last[32];
+    std::snprintf(last, sizeof last, "/rank-%05d.safetensors", to - 1);
+    EXPECT_TRUE(fs::exists(out + last));
+  }
+  // In key order a (30 elements), b (7), a.exp_avg (30): cut to 2 ranks,
+  // output rank 0 takes the first 33, so source rank 1's shard of b
+  // (elements 2..4) is read in turn by both; its element 3, which output
+  // rank 1 reads after rank 0's file is written, is flipped.
+  const nlohmann::json index = nlohmann::json::parse(read_file(dir + "/index.json"));
+  uint64_t byte = 0;
+  for (const auto& sh : index["tensors"]["b"]["shards"])
+    if (sh["offset"] == 2 && sh["numel"] == 2) byte = sh["bytes"][0].get<uint64_t>() + 4;
+  ASSERT_GT(byte, 0u);
+  const fs::path damaged = scratch("stream_damaged");
+  fs::copy(dir, damaged, fs::copy_options::recursive);
+  {
+    std::fstream file(damaged / "rank-00001.safetensors",
+                      std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(byte));
+    file.put('\x7f');
+  }
+  const fs::path run = scratch("stream_out");
+  try {
+    reshape_checkpoint(damaged.string(), run.string(), 2);
+    FAIL() << "expected the damaged shard to be found";
+  } catch (const CorruptCheckpoint& e) {
+    EXPECT_NE(std::string(e.what()).find("rank-00001.safetensors: tensor b (elements 2..4)"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("checksum mismatch"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(!fs::exists(run) || fs::is_empty(run));
 }
 
 // A checkpoint copied or edited to another step name resumes at the step its

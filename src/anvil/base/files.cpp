@@ -205,6 +205,18 @@ void AtomicFile::commit() {
 void write_file_atomic_direct(
     const std::string& path, const std::vector<std::string_view>& pieces,
     const std::function<void(size_t piece, const char* bytes, size_t n)>& visit) {
+  std::vector<uint64_t> sizes;
+  for (const auto& p : pieces) sizes.push_back(p.size());
+  write_file_atomic_direct_filled(path, sizes, [&](size_t piece, uint64_t at, char* dst, size_t n) {
+    std::memcpy(dst, pieces[piece].data() + at, n);
+    if (visit) visit(piece, dst, n);
+  });
+}
+
+void write_file_atomic_direct_filled(
+    const std::string& path, const std::vector<uint64_t>& sizes,
+    const std::function<void(size_t piece, uint64_t at, char* dst, size_t n)>& fill) {
+  constexpr size_t kAlign = 4096, kBuffer = size_t{16} << 20, kStep = size_t{256} << 10;
   const std::string dir = std::filesystem::path(path).parent_path().string();
   std::string tmpl = temporary_template(path);
   const int probe = ::mkstemp(tmpl.data());
@@ -215,21 +227,38 @@ void write_file_atomic_direct(
     ~Disarm() { disarm_cleanup(slot); }
   } cleanup{arm_cleanup(tmpl)};
   const int fd = ::open(tmpl.c_str(), O_WRONLY | O_DIRECT);
-  if (fd < 0) {  // no O_DIRECT here (tmpfs): the buffered path
+  if (fd < 0) {  // no O_DIRECT here (tmpfs): the buffered path, a step at a time
     ::unlink(tmpl.c_str());
-    if (visit)
-      for (size_t i = 0; i < pieces.size(); ++i) visit(i, pieces[i].data(), pieces[i].size());
-    write_file_atomic(path, pieces);
+    AtomicFile file(path);
+    std::vector<char> step(kStep);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      for (uint64_t done = 0; done < sizes[i];) {
+        const auto n = static_cast<size_t>(std::min<uint64_t>(sizes[i] - done, kStep));
+        fill(i, done, step.data(), n);
+        file.write({step.data(), n});
+        done += n;
+      }
+    }
+    file.commit();
     return;
   }
+  // Closed and removed on any way out but the commit: a write that fails, or
+  // a fill that throws (a bad source).
+  struct CloseUnlessCommitted {
+    int fd;
+    const std::string& name;
+    bool committed = false;
+    ~CloseUnlessCommitted() {
+      if (!committed) {
+        ::close(fd);
+        ::unlink(name.c_str());
+      }
+    }
+  } guard{fd, tmpl};
   auto fail = [&](const std::string& what) {
     const int err = errno;
-    const std::string reason = errno_text();
-    ::close(fd);
-    ::unlink(tmpl.c_str());
-    throw SystemError(path + ": " + what + ": " + reason, err);
+    throw SystemError(path + ": " + what + ": " + errno_text(), err);
   };
-  constexpr size_t kAlign = 4096, kBuffer = size_t{16} << 20, kStep = size_t{256} << 10;
   std::unique_ptr<char, decltype(&std::free)> buffer(
       static_cast<char*>(std::aligned_alloc(kAlign, kBuffer)), &std::free);
   if (!buffer) fail("cannot allocate the write buffer");
@@ -247,17 +276,14 @@ void write_file_atomic_direct(
     at += static_cast<off_t>(bytes);
   };
   uint64_t total = 0;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const char* p = pieces[i].data();
-    size_t left = pieces[i].size();
-    total += left;
-    while (left > 0) {
-      const size_t n = std::min({left, kStep, kBuffer - used});
-      std::memcpy(buffer.get() + used, p, n);
-      if (visit) visit(i, buffer.get() + used, n);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    total += sizes[i];
+    for (uint64_t done = 0; done < sizes[i];) {
+      const auto n =
+          static_cast<size_t>(std::min<uint64_t>({sizes[i] - done, kStep, kBuffer - used}));
+      fill(i, done, buffer.get() + used, n);
       used += n;
-      p += n;
-      left -= n;
+      done += n;
       if (used == kBuffer) {
         flush(used);
         used = 0;
@@ -270,6 +296,7 @@ void write_file_atomic_direct(
     flush(padded);
   }
   if (::ftruncate(fd, static_cast<off_t>(total)) != 0) fail("truncate failed");
+  guard.committed = true;  // commit_temporary closes it, and removes it on failure
   commit_temporary(fd, tmpl, path, dir);
 }
 

@@ -25,6 +25,13 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
 void write_file_atomic_direct(
     const std::string& path, const std::vector<std::string_view>& pieces,
     const std::function<void(size_t piece, const char* bytes, size_t n)>& visit = {});
+// The same with the bytes made on the way instead of held: piece i is
+// sizes[i] bytes, and fill(i, at, dst, n) writes its bytes [at, at + n)
+// into dst, called in order and at most 256 KiB at a time. Memory is the bounce
+// buffer, whatever the file's size (a checkpoint reshaped without holding it).
+void write_file_atomic_direct_filled(
+    const std::string& path, const std::vector<uint64_t>& sizes,
+    const std::function<void(size_t piece, uint64_t at, char* dst, size_t n)>& fill);
 
 // Makes a rename or a new file in `dir` durable (best effort).
 void fsync_directory(const std::string& dir);

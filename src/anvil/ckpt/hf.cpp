@@ -6,16 +6,20 @@
 #include "anvil/ckpt/hf.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
 #include <vector>
 
 #include "anvil/base/bf16.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/base/files.hpp"
 #include "anvil/base/json_text.hpp"
+#include "anvil/base/progress.hpp"
 #include "anvil/ckpt/checkpoint.hpp"
 #include "anvil/ckpt/hf_adapter.hpp"
 #include "anvil/ckpt/hf_files.hpp"
@@ -261,37 +265,71 @@ bool ignorable(const std::string& name) {
 }
 
 // The original layout the weights' names show, of any family; null: transformers'.
-const HfOriginalLayout* original_layout_of(const std::map<std::string, LoadedTensor>& weights) {
+const HfOriginalLayout* original_layout_of(const Shapes& weights) {
   for (const HfAdapter* a : hf_adapters()) {
     if (!a->original) continue;
-    for (const auto& [name, t] : weights)
+    for (const auto& [name, shape] : weights)
       if (a->original->shows(name)) return a->original;
   }
   return nullptr;
 }
 
-// Writes RUN/step-00000000 (weights only, one rank writes everything: the
-// registry's arena plus the extras) and RUN/model-config.json.
+// Where an anvil model tensor's values come from: elements [offset, offset +
+// numel) of a checkpoint tensor, transposed first ([rows, cols] read) when
+// the map says so.
+struct Source {
+  std::string tensor;
+  bool transpose = false;
+  int64_t rows = 0, cols = 0;
+  int64_t offset = 0;
+};
+
+// Writes RUN/step-00000000 (weights only, one rank writes everything) and
+// RUN/model-config.json. Each checkpoint tensor is read as the file reaches
+// it and released after: the import holds one of them (twice while it is
+// transposed), not the model.
 void write_imported(const std::string& run_dir, const model::ModelConfig& c,
-                    std::map<std::string, std::vector<float>>& anvil, const Shapes& shapes,
-                    const json& hf_config, const fs::path& hf_dir, const std::string& architecture,
-                    ImportResult& r) {
+                    const std::map<std::string, Source>& sources, const HfWeights& weights,
+                    const Shapes& shapes, const json& hf_config, const fs::path& hf_dir,
+                    const std::string& architecture, ImportResult& r) {
   const auto registry = model::model_family(c).registry(c);
-  // Not zeroed: a page is touched only as its tensor comes, while the
-  // tensor's own copy is released, so the import holds about one copy.
-  const std::unique_ptr<float[]> params(new float[static_cast<size_t>(registry.total())]);
-  for (const auto& spec : registry.specs()) {  // each released once in the arena
-    auto& data = anvil.at(spec.name);
-    std::copy(data.begin(), data.end(), params.get() + spec.offset);
-    std::vector<float>().swap(data);
-  }
   ShardedSave save;
-  save.model = registry.shards(params.get(), {{0, registry.total()}});
-  for (auto& [name, data] : anvil) {
-    if (registry.find(name)) continue;
-    save.model.push_back({name, shapes.at(name), 0, static_cast<int64_t>(data.size()), 0,
-                          model::Sharding::replicated, data.data()});
-  }
+  std::vector<const Source*> source_of;  // by piece
+  auto add = [&](const std::string& name, model::Sharding sharding) {
+    const auto it = sources.find(name);
+    if (it == sources.end())
+      throw std::logic_error("ckpt import: no checkpoint tensor maps to " + name);
+    save.model.push_back({name, shapes.at(name), 0, count(shapes.at(name)), 0, sharding, nullptr});
+    source_of.push_back(&it->second);
+  };
+  for (const auto& spec : registry.specs()) add(spec.name, spec.sharding);
+  for (const auto& [name, source] : sources)
+    if (!registry.find(name)) add(name, model::Sharding::replicated);
+  int64_t total = 0;
+  for (const auto& p : save.model) total += p.numel;
+  const auto total_mib = static_cast<size_t>((static_cast<uint64_t>(total) * sizeof(float)) >> 20);
+  const bool show = total_mib >= 64;
+  uint64_t written = 0;  // bytes, for the progress line
+  std::string held;      // the checkpoint tensor in `values` (transposed where asked)
+  std::vector<float> values;
+  save.fill = [&](size_t piece, uint64_t at, char* dst, size_t n) {
+    const Source& s = *source_of[piece];
+    if (held != s.tensor) {
+      std::vector<float>().swap(values);  // the last one goes before the next comes
+      held.clear();
+      values = weights.read(s.tensor).data;
+      if (s.transpose) {
+        std::vector<float> back(values.size());
+        transpose(back.data(), values.data(), s.rows, s.cols);
+        values = std::move(back);
+      }
+      held = s.tensor;
+    }
+    std::memcpy(dst, values.data() + s.offset + static_cast<int64_t>(at / sizeof(float)), n);
+    written += n;
+    progress_line(show, std::min(static_cast<size_t>(written >> 20), total_mib - 1), total_mib,
+                  "MiB of " + run_dir + " written");
+  };
   std::string tokenizer = "random";
   if (hf_config.contains("anvil") && hf_config["anvil"].is_object())
     tokenizer = hf_config["anvil"].value("tokenizer", tokenizer);
@@ -316,6 +354,7 @@ void write_imported(const std::string& run_dir, const model::ModelConfig& c,
   if (fs::exists(run_dir, ec)) fs::remove(run_dir, ec);  // empty (checked before)
   write_directory(run_dir, [&](const fs::path& tmp) {
     save_sharded(tmp.string(), 0, save, SaveGroup{}, 1);
+    progress_line(show, total_mib, total_mib, "");
     // An anvil export's SentencePiece model comes back to the run directory,
     // where eval and generate look for it (as a trained run keeps it).
     if (tokenizer == "sentencepiece" && fs::exists(hf_dir / kTokenizerFile))
@@ -338,8 +377,8 @@ ImportResult import_hf(const std::string& hf_dir, const std::string& run_dir) {
   if (fs::exists(run_dir, ec) && !fs::is_empty(run_dir, ec))
     throw InputError("--out: " + run_dir +
                      " exists and is not empty; expected a new run directory");
-  auto weights = read_hf_weights(dir);
-  const HfOriginalLayout* original = original_layout_of(weights);
+  const HfWeights weights(dir);
+  const HfOriginalLayout* original = original_layout_of(weights.shapes());
   const HfAdapter* adapter = nullptr;
   const HfArchitecture& arch = architecture_named(j, config_path, adapter);
   model::ModelConfig c;
@@ -364,44 +403,47 @@ ImportResult import_hf(const std::string& hf_dir, const std::string& run_dir) {
   const auto shapes = anvil_shapes(c);
   const auto map = original ? identity_map(shapes) : arch.tensors(c);
   // GPT-2 checkpoints from the Hub name tensors without the "transformer." prefix.
-  auto find = [&](const std::string& name) -> std::map<std::string, LoadedTensor>::iterator {
-    auto it = weights.find(name);
-    if (it == weights.end() && name.rfind("transformer.", 0) == 0)
-      it = weights.find(name.substr(12));
+  const Shapes& present = weights.shapes();
+  auto find = [&](const std::string& name) {
+    auto it = present.find(name);
+    if (it == present.end() && name.rfind("transformer.", 0) == 0)
+      it = present.find(name.substr(12));
     return it;
   };
-  std::map<std::string, std::vector<float>> anvil;
+  // Every tensor is checked (present, shaped as the config says, none left
+  // over) before anything is written; the values are read while writing.
+  std::map<std::string, Source> sources;
+  std::set<std::string> used;
   ImportResult r;
   for (const auto& t : map) {
     const auto it = find(t.name);
-    if (it == weights.end())
+    if (it == present.end())
       throw InputError(hf_dir + ": tensor " + t.name + " is missing (expected by " + arch.name +
                        ")");
     const auto want = mapped_shape(t, shapes);
-    if (it->second.shape != want) {
-      json got = it->second.shape, exp = want;
+    if (it->second != want) {
+      json got = it->second, exp = want;
       throw InputError(hf_dir + ": tensor " + t.name + " has shape " + got.dump() + " (expected " +
                        exp.dump() + " from config.json)");
     }
-    std::vector<float> cat = std::move(it->second.data);
-    weights.erase(it);
-    if (t.transpose) {
-      std::vector<float> back(cat.size());
-      transpose(back.data(), cat.data(), want[0], want[1]);
-      cat = std::move(back);
-    }
-    size_t at = 0;
+    used.insert(it->first);
+    int64_t at = 0;
     for (const auto& part : t.parts) {
-      const auto n = static_cast<size_t>(count(shapes.at(part)));
-      anvil[part].assign(cat.begin() + static_cast<std::ptrdiff_t>(at),
-                         cat.begin() + static_cast<std::ptrdiff_t>(at + n));
-      at += n;
+      Source& s = sources[part];
+      s.tensor = it->first;
+      s.transpose = t.transpose;
+      if (t.transpose) {
+        s.rows = want[0];
+        s.cols = want[1];
+      }
+      s.offset = at;
+      at += count(shapes.at(part));
     }
     ++r.tensors;
-    r.parameters += static_cast<int64_t>(cat.size());
+    r.parameters += count(want);
   }
-  for (const auto& [name, t] : weights) {
-    if (ignorable(name)) continue;
+  for (const auto& [name, shape] : present) {
+    if (used.count(name) > 0 || ignorable(name)) continue;
     if (name == "lm_head.weight" && c.tied_embeddings) continue;  // the tied copy
     throw InputError(hf_dir + ": unexpected tensor " + name + " (not part of " + arch.name +
                      " as its config.json describes it)");
@@ -411,7 +453,7 @@ ImportResult import_hf(const std::string& hf_dir, const std::string& run_dir) {
     r.note = c.skip_output == model::SkipOutput::input
                  ? "the skip class outputs gate * x (skip_output input, the original model's)"
                  : "the skip class outputs 0 (skip_output zero, transformers' port)";
-  write_imported(run_dir, c, anvil, shapes, j, dir, arch.name, r);
+  write_imported(run_dir, c, sources, weights, shapes, j, dir, arch.name, r);
   return r;
 }
 

@@ -60,8 +60,7 @@ int64_t write_hf_weights(const fs::path& dir, const std::vector<HfOutTensor>& ou
   return static_cast<int64_t>(files.size());
 }
 
-std::map<std::string, LoadedTensor> read_hf_weights(const fs::path& dir) {
-  std::map<std::string, LoadedTensor> all;
+HfWeights::HfWeights(const fs::path& dir) {
   std::vector<std::string> files;
   const fs::path index = dir / "model.safetensors.index.json";
   if (fs::exists(index)) {
@@ -78,13 +77,23 @@ std::map<std::string, LoadedTensor> read_hf_weights(const fs::path& dir) {
   } else {
     files = {"model.safetensors"};
   }
-  for (size_t i = 0; i < files.size(); ++i) {
-    progress_line(true, i, files.size(), "reading " + files[i]);
-    auto file = read_safetensors((dir / files[i]).string());
-    for (auto& [name, t] : file.tensors) all[name] = std::move(t);
+  files_.reserve(files.size());
+  for (const std::string& name : files) {
+    const SafetensorsReader& f = files_.emplace_back((dir / name).string());
+    for (const auto& [tensor, shape] : f.shapes()) {
+      const auto [it, added] = file_of_.emplace(tensor, files_.size() - 1);
+      if (!added)
+        throw InputError(f.path() + ": tensor " + tensor + " is in " + files_[it->second].path() +
+                         " too (expected each tensor in one file)");
+      shapes_.emplace(tensor, shape);
+    }
   }
-  progress_line(true, files.size(), files.size(), "");
-  return all;
+}
+
+LoadedTensor HfWeights::read(const std::string& name) const {
+  const auto it = file_of_.find(name);
+  if (it == file_of_.end()) throw InputError("no tensor " + name + " in the checkpoint's files");
+  return files_[it->second].read(name);
 }
 
 void write_directory(const fs::path& target, const std::function<void(const fs::path&)>& fill) {

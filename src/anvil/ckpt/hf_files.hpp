@@ -30,9 +30,23 @@ struct HfOutTensor {
 int64_t write_hf_weights(const std::filesystem::path& dir, const std::vector<HfOutTensor>& tensors,
                          int64_t max_bytes, bool bf16);
 
-// Every tensor of a transformers checkpoint directory (one file or an
-// index); InputError naming the index when it is malformed.
-std::map<std::string, LoadedTensor> read_hf_weights(const std::filesystem::path& dir);
+// The tensors of a transformers checkpoint directory (one file or an
+// index), opened for reading one at a time: every file's header is read
+// and checked at open, a tensor's values when it is read. InputError naming
+// the index when it is malformed, or a tensor two files hold.
+class HfWeights {
+ public:
+  explicit HfWeights(const std::filesystem::path& dir);
+  // Every tensor's shape, by name.
+  const std::map<std::string, std::vector<int64_t>>& shapes() const { return shapes_; }
+  // One tensor's values as floats (BF16 widened).
+  LoadedTensor read(const std::string& name) const;
+
+ private:
+  std::vector<SafetensorsReader> files_;
+  std::map<std::string, size_t> file_of_;  // tensor -> index in files_
+  std::map<std::string, std::vector<int64_t>> shapes_;
+};
 
 // Creates `target`'s temporary sibling, `fill` writes into it, then fsync
 // and rename: `target` appears whole or not at all (nothing is left on an

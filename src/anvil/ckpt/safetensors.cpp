@@ -21,11 +21,21 @@ namespace anvil::ckpt {
 namespace {
 
 // A file's header (8-byte length + JSON, padded so the data starts 8-byte
-// aligned) and the pieces to write after it, with each tensor's byte range.
+// aligned) and each tensor's byte range after it.
 struct Layout {
   std::string prefix;
-  std::vector<std::string_view> pieces;  // prefix first, then every tensor's bytes
   std::vector<WrittenTensor> ranges;
+  // The prefix, then every tensor's bytes, from the tensors' data.
+  std::vector<std::string_view> pieces(const std::vector<TensorRef>& tensors) const {
+    std::vector<std::string_view> out{prefix};
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const TensorRef& t = tensors[i];
+      out.emplace_back(
+          t.bf16 ? reinterpret_cast<const char*>(t.bf16) : reinterpret_cast<const char*>(t.data),
+          static_cast<size_t>(ranges[i].end - ranges[i].begin));
+    }
+    return out;
+  }
 };
 
 Layout layout_of(const std::vector<TensorRef>& tensors,
@@ -50,13 +60,9 @@ Layout layout_of(const std::vector<TensorRef>& tensors,
   const uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) l.prefix[i] = static_cast<char>((n >> (8 * i)) & 0xff);
   l.prefix += text;
-  l.pieces.emplace_back(l.prefix);
   uint64_t at = l.prefix.size();
   for (const auto& t : tensors) {
-    const auto bytes = static_cast<size_t>(size_of(t));
-    l.pieces.emplace_back(
-        t.bf16 ? reinterpret_cast<const char*>(t.bf16) : reinterpret_cast<const char*>(t.data),
-        bytes);
+    const uint64_t bytes = size_of(t);
     l.ranges.push_back({at, at + bytes, 0});
     at += bytes;
   }
@@ -68,18 +74,44 @@ Layout layout_of(const std::vector<TensorRef>& tensors,
 void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   const Layout l = layout_of(tensors, metadata);
-  write_file_atomic(path, l.pieces);
+  write_file_atomic(path, l.pieces(tensors));
 }
 
 std::vector<WrittenTensor> write_safetensors_direct(
     const std::string& path, const std::vector<TensorRef>& tensors,
     const std::map<std::string, std::string>& metadata) {
   Layout l = layout_of(tensors, metadata);
-  write_file_atomic_direct(path, l.pieces, [&](size_t piece, const char* data, size_t bytes) {
-    if (piece > 0) l.ranges[piece - 1].crc32 = crc32(data, bytes, l.ranges[piece - 1].crc32);
+  write_file_atomic_direct(
+      path, l.pieces(tensors), [&](size_t piece, const char* data, size_t bytes) {
+        if (piece > 0) l.ranges[piece - 1].crc32 = crc32(data, bytes, l.ranges[piece - 1].crc32);
+      });
+  return l.ranges;
+}
+
+std::vector<WrittenTensor> write_safetensors_filled(
+    const std::string& path, const std::vector<TensorRef>& tensors,
+    const std::map<std::string, std::string>& metadata,
+    const std::function<void(size_t tensor, uint64_t at, char* dst, size_t n)>& fill) {
+  Layout l = layout_of(tensors, metadata);
+  std::vector<uint64_t> sizes{l.prefix.size()};
+  for (const auto& r : l.ranges) sizes.push_back(r.end - r.begin);
+  write_file_atomic_direct_filled(path, sizes, [&](size_t piece, uint64_t at, char* dst, size_t n) {
+    if (piece == 0) {
+      std::memcpy(dst, l.prefix.data() + at, n);
+      return;
+    }
+    fill(piece - 1, at, dst, n);
+    l.ranges[piece - 1].crc32 = crc32(dst, n, l.ranges[piece - 1].crc32);
   });
   return l.ranges;
 }
+
+// One tensor's header entry, checked on its own; ranges are checked together.
+struct SafetensorsEntry {
+  std::string name;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0, width = 0;
+};
 
 namespace {
 
@@ -94,13 +126,6 @@ std::string brief(const nlohmann::json& v) {
   if (s.size() > 60) s = s.substr(0, 57) + "...";
   return s;
 }
-
-// One tensor's header entry, checked on its own; ranges are checked together.
-struct Entry {
-  std::string name;
-  std::vector<int64_t> shape;
-  uint64_t begin = 0, end = 0, width = 0;
-};
 
 // The header's JSON (InputError naming `path` for one that is not an object,
 // or that names a tensor or an entry's key twice).
@@ -160,15 +185,15 @@ std::map<std::string, std::string> parse_metadata(const nlohmann::json& info,
 }
 
 // One tensor's entry, checked against the data section's size.
-Entry parse_entry(const std::string& name, const nlohmann::json& info, uint64_t data_size,
-                  const std::string& path) {
+SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& info,
+                             uint64_t data_size, const std::string& path) {
   auto tensor_bad = [&](const std::string& why) {
     return InputError(path + ": tensor " + name + ": " + why);
   };
   if (!info.is_object()) {
     throw tensor_bad("entry is " + brief(info) + " (expected {dtype, shape, data_offsets})");
   }
-  Entry e;
+  SafetensorsEntry e;
   e.name = name;
   const auto dtype = info.find("dtype");
   if (dtype == info.end() || !dtype->is_string()) {
@@ -222,15 +247,16 @@ Entry parse_entry(const std::string& name, const nlohmann::json& info, uint64_t 
 }
 
 // Ranges in data order: each starts at or after the end of the one before.
-void check_disjoint(const std::vector<Entry>& entries, const std::string& path) {
-  std::vector<const Entry*> by_begin;
+void check_disjoint(const std::vector<SafetensorsEntry>& entries, const std::string& path) {
+  std::vector<const SafetensorsEntry*> by_begin;
   for (const auto& e : entries) by_begin.push_back(&e);
-  std::sort(by_begin.begin(), by_begin.end(), [](const Entry* a, const Entry* b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-  });
+  std::sort(by_begin.begin(), by_begin.end(),
+            [](const SafetensorsEntry* a, const SafetensorsEntry* b) {
+              return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+            });
   for (size_t i = 1; i < by_begin.size(); ++i) {
-    const Entry& prev = *by_begin[i - 1];
-    const Entry& e = *by_begin[i];
+    const SafetensorsEntry& prev = *by_begin[i - 1];
+    const SafetensorsEntry& e = *by_begin[i];
     if (e.begin < prev.end) {
       throw InputError(path + ": tensor " + e.name + ": data_offsets " +
                        range_string(e.begin, e.end) + " overlap tensor " + prev.name + "'s " +
@@ -241,9 +267,10 @@ void check_disjoint(const std::vector<Entry>& entries, const std::string& path) 
 
 // Reads the tensor's bytes straight from the file (F32 into its floats,
 // BF16 through a bounded buffer): a file is never held whole as well.
-LoadedTensor load_entry(Entry& e, std::ifstream& in, uint64_t data_start, const std::string& path) {
+LoadedTensor load_entry(const SafetensorsEntry& e, std::ifstream& in, uint64_t data_start,
+                        const std::string& path) {
   LoadedTensor t;
-  t.shape = std::move(e.shape);
+  t.shape = e.shape;
   const uint64_t count = (e.end - e.begin) / e.width;
   t.data.resize(count);
   if (count == 0) return t;  // a zero-element tensor: data() may be null
@@ -268,7 +295,7 @@ LoadedTensor load_entry(Entry& e, std::ifstream& in, uint64_t data_start, const 
 
 }  // namespace
 
-SafetensorsFile read_safetensors(const std::string& path) {
+SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw InputError(path + ": is a directory, expected a file");
@@ -291,20 +318,38 @@ SafetensorsFile read_safetensors(const std::string& path) {
   if (!in.read(bytes.data() + 8, static_cast<std::streamsize>(n)))
     throw InputError(path + ": cannot read its header");
   const nlohmann::json header = parse_header(bytes, n, path);
-  const uint64_t data_start = 8 + n;
-  const uint64_t data_size = size - data_start;
-  SafetensorsFile file;
-  file.path = path;
-  std::vector<Entry> entries;
+  data_start_ = 8 + n;
+  const uint64_t data_size = size - data_start_;
+  std::vector<SafetensorsEntry> entries;
   for (const auto& [name, info] : header.items()) {
     if (name == "__metadata__") {
-      file.metadata = parse_metadata(info, path);
+      metadata_ = parse_metadata(info, path);
     } else {
       entries.push_back(parse_entry(name, info, data_size, path));
     }
   }
   check_disjoint(entries, path);
-  for (auto& e : entries) file.tensors.emplace(e.name, load_entry(e, in, data_start, path));
+  for (auto& e : entries) {
+    shapes_.emplace(e.name, e.shape);
+    std::string name = e.name;
+    entries_.emplace(std::move(name), std::make_shared<const SafetensorsEntry>(std::move(e)));
+  }
+}
+
+LoadedTensor SafetensorsReader::read(const std::string& name) const {
+  const auto it = entries_.find(name);
+  if (it == entries_.end()) throw InputError(path_ + ": tensor " + name + ": absent");
+  std::ifstream in(path_, std::ios::binary);
+  if (!in) throw InputError(path_ + ": cannot open for reading (" + std::strerror(errno) + ")");
+  return load_entry(*it->second, in, data_start_, path_);
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  const SafetensorsReader reader(path);
+  SafetensorsFile file;
+  file.path = path;
+  file.metadata = reader.metadata();
+  for (const auto& [name, shape] : reader.shapes()) file.tensors.emplace(name, reader.read(name));
   return file;
 }
 

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,15 @@ std::vector<WrittenTensor> write_safetensors_direct(
     const std::string& path, const std::vector<TensorRef>& tensors,
     const std::map<std::string, std::string>& metadata = {});
 
+// write_safetensors_direct with the tensors' bytes made on the way rather
+// than held (TensorRef's data unused; dtype F32): fill(tensor, at, dst, n)
+// writes bytes [at, at + n) (whole floats) of tensors[tensor], called in the
+// file's order. Memory is the writer's buffer, whatever the file's size.
+std::vector<WrittenTensor> write_safetensors_filled(
+    const std::string& path, const std::vector<TensorRef>& tensors,
+    const std::map<std::string, std::string>& metadata,
+    const std::function<void(size_t tensor, uint64_t at, char* dst, size_t n)>& fill);
+
 struct LoadedTensor {
   std::vector<int64_t> shape;
   std::vector<float> data;
@@ -52,5 +63,28 @@ struct SafetensorsFile {
 
 // Reads a whole file; throws InputError naming the file on any malformation.
 SafetensorsFile read_safetensors(const std::string& path);
+
+struct SafetensorsEntry;
+// A file opened for its tensors one at a time: the header is read and
+// checked whole at open (the same errors as read_safetensors), a tensor's
+// bytes when it is read, so a reader holds one tensor, not the file.
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(const std::string& path);
+  const std::string& path() const { return path_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Every tensor's shape, by name.
+  const std::map<std::string, std::vector<int64_t>>& shapes() const { return shapes_; }
+  // One tensor's values as floats (BF16 widened); InputError naming the
+  // file when it has no such tensor.
+  LoadedTensor read(const std::string& name) const;
+
+ private:
+  std::string path_;
+  std::map<std::string, std::string> metadata_;
+  std::map<std::string, std::vector<int64_t>> shapes_;
+  std::map<std::string, std::shared_ptr<const SafetensorsEntry>> entries_;
+  uint64_t data_start_ = 0;
+};
 
 }  // namespace anvil::ckpt

@@ -12,6 +12,7 @@
 #include <deque>
 #include <filesystem>
 #include <memory>
+#include <stdexcept>
 #include <thread>
 
 #include "anvil/base/checksum.hpp"
@@ -304,6 +305,56 @@ void read_shard(const ReadFile& file, const std::string& path, const std::string
                             std::to_string(sh.crc) + ")");
 }
 
+// A checkpoint's tensors read as a stream: each call asks for the next
+// elements of a tensor, every shard's bytes are read once and in order, and
+// a shard's CRC-32 is checked when its last byte has been read. A reshape
+// passes the whole checkpoint through it (each output rank's elements in
+// turn) without holding any of it.
+class ShardStream {
+ public:
+  ShardStream(const std::string& dir, const json& index) : dir_(dir), index_(index) {}
+
+  // Copies elements [offset, offset + bytes / 4) of tensor `key` into dst.
+  void read(const std::string& key, int64_t offset, char* dst, size_t bytes) {
+    auto it = shards_.find(key);
+    if (it == shards_.end())
+      it = shards_.emplace(key, shards_of(dir_, key, index_["tensors"][key])).first;
+    const int64_t lo = offset, hi = offset + static_cast<int64_t>(bytes / sizeof(float));
+    for (const Shard& sh : it->second) {
+      const int64_t b = std::max(lo, sh.offset), e = std::min(hi, sh.offset + sh.numel);
+      if (b >= e) continue;
+      const std::string path = (fs::path(dir_) / sh.file).string();
+      Read& r = read_[{sh.file, sh.begin}];
+      const uint64_t at = sh.begin + static_cast<uint64_t>(b - sh.offset) * sizeof(float);
+      if (at != sh.begin + r.done)
+        throw std::logic_error(path + ": shard of " + key + " read out of order");
+      auto& f = files_[sh.file];
+      if (!f) f = std::make_unique<ReadFile>(path);
+      const auto n = static_cast<size_t>(e - b) * sizeof(float);
+      char* out = dst + static_cast<size_t>(b - lo) * sizeof(float);
+      f->read(out, n, at);
+      r.crc = crc_of(out, n, r.crc);
+      r.done += n;
+      if (r.done == sh.end - sh.begin && r.crc != sh.crc)
+        throw CorruptCheckpoint(
+            path + ": tensor " + key + " (elements " + std::to_string(sh.offset) + ".." +
+            std::to_string(sh.offset + sh.numel) + "): checksum mismatch (CRC-32 " +
+            std::to_string(r.crc) + ", index says " + std::to_string(sh.crc) + ")");
+    }
+  }
+
+ private:
+  struct Read {
+    uint32_t crc = 0;
+    uint64_t done = 0;  // bytes of the shard read so far
+  };
+  std::string dir_;
+  const json& index_;
+  std::map<std::string, std::vector<Shard>> shards_;
+  std::map<std::pair<std::string, uint64_t>, Read> read_;
+  std::map<std::string, std::unique_ptr<ReadFile>> files_;
+};
+
 void load_version1(const std::string& dir, const std::vector<model::TensorShard>& want) {
   const fs::path d(dir);
   std::vector<SafetensorsFile> files;
@@ -360,9 +411,13 @@ void remove_stale(const std::string& run_dir, int64_t step, const std::string& n
 }
 
 // Step 2 (every rank): its safetensors file and its part of the index.
-void write_part(const fs::path& tmp_dir, int rank, int64_t step,
-                const std::vector<model::TensorShard>& model_pieces,
-                const std::vector<model::TensorShard>& optimizer_pieces) {
+// With `fill`, the pieces' bytes are made on the way (their `data` unused;
+// fill's index counts the pieces given, model first).
+void write_part(
+    const fs::path& tmp_dir, int rank, int64_t step,
+    const std::vector<model::TensorShard>& model_pieces,
+    const std::vector<model::TensorShard>& optimizer_pieces,
+    const std::function<void(size_t piece, uint64_t at, char* dst, size_t n)>& fill = {}) {
   std::vector<TensorRef> refs;
   json part = json::array();
   std::vector<std::string> names;
@@ -380,17 +435,27 @@ void write_part(const fs::path& tmp_dir, int rank, int64_t step,
     }
   }
   size_t i = 0;
+  std::vector<size_t> given;  // each written piece's index among those given
   for (const auto* list : {&model_pieces, &optimizer_pieces}) {
     for (const auto& s : *list) {
+      const size_t at = (list == &model_pieces ? 0 : model_pieces.size()) +
+                        static_cast<size_t>(&s - list->data());
       if (s.replica != 0 || s.numel == 0) continue;
       refs.push_back({names[i++], {s.numel}, s.data});
+      given.push_back(at);
     }
   }
   const std::string file = rank_file(rank) + ".safetensors";
-  const auto written = write_safetensors_direct((tmp_dir / file).string(), refs,
-                                                {{"format", "anvil-checkpoint-shard"},
-                                                 {"rank", std::to_string(rank)},
-                                                 {"step", std::to_string(step)}});
+  const std::map<std::string, std::string> metadata = {{"format", "anvil-checkpoint-shard"},
+                                                       {"rank", std::to_string(rank)},
+                                                       {"step", std::to_string(step)}};
+  const std::string path = (tmp_dir / file).string();
+  const auto written =
+      fill ? write_safetensors_filled(path, refs, metadata,
+                                      [&](size_t piece, uint64_t at, char* dst, size_t n) {
+                                        fill(given[piece], at, dst, n);
+                                      })
+           : write_safetensors_direct(path, refs, metadata);
   for (size_t k = 0; k < refs.size(); ++k) {
     part[k]["file"] = file;
     part[k]["rank"] = rank;
@@ -517,7 +582,7 @@ void write_part_or_make_room(const std::string& run_dir, const fs::path& tmp_dir
                              std::string* note) {
   const int rank = group.rank;
   try {
-    write_part(tmp_dir, rank, step, save.model, save.optimizer);
+    write_part(tmp_dir, rank, step, save.model, save.optimizer, save.fill);
   } catch (const SystemError& e) {
     if (e.os_error() != ENOSPC) throw;
     std::error_code ec;
@@ -525,7 +590,7 @@ void write_part_or_make_room(const std::string& run_dir, const fs::path& tmp_dir
     prune_to_newest_intact(run_dir);
     if (note) *note = "disk full; pruned to the newest intact checkpoint and retried";
     if (group.before_retry) group.before_retry();
-    write_part(tmp_dir, rank, step, save.model, save.optimizer);
+    write_part(tmp_dir, rank, step, save.model, save.optimizer, save.fill);
   }
 }
 
@@ -591,10 +656,16 @@ std::string reshape_checkpoint(const std::string& from, const std::string& run_d
   if (fs::exists(fs::path(run_dir) / checkpoint_name(step)))
     throw InputError("--out: " + (fs::path(run_dir) / checkpoint_name(step)).string() +
                      " exists; expected a run directory without that step");
-  // The shard files are checked before anything is written; each output
-  // rank then reads just its elements (load_pieces), so memory holds one
-  // output rank's share, not the checkpoint.
-  if (fs::exists(fs::path(src) / "index.json")) check_shard_files(src, parse_index(src));
+  // The shard files are checked before anything is written. Each output
+  // rank's file is then written as its elements are read (ShardStream):
+  // memory holds a write buffer, not the checkpoint. A version-1 checkpoint
+  // (two whole files) is read an output rank at a time.
+  const bool indexed = fs::exists(fs::path(src) / "index.json");
+  json index;
+  if (indexed) {
+    index = parse_index(src);
+    check_shard_files(src, index);
+  }
   const auto model_shapes = tensor_shapes(src, "model");
   const auto optimizer_shapes = tensor_shapes(src, "optimizer");
   // Every tensor, model first, in key order, cut into `world` runs of
@@ -614,7 +685,7 @@ std::string reshape_checkpoint(const std::string& from, const std::string& run_d
   fs::create_directories(run_dir, ec);
   const std::string nonce = "reshape-" + std::to_string(::getpid());
   const fs::path tmp_dir = make_tmp_dir(run_dir, step, nonce);
-  // A failure on the way (a full disk) leaves no shards behind.
+  // A failure on the way (a full disk, a damaged shard) leaves no shards behind.
   struct RemoveUnlessCommitted {
     fs::path dir;
     bool committed = false;
@@ -623,29 +694,43 @@ std::string reshape_checkpoint(const std::string& from, const std::string& run_d
       if (!committed) fs::remove_all(dir, ec);
     }
   } cleanup{tmp_dir};
+  std::unique_ptr<ShardStream> stream;
+  if (indexed) stream = std::make_unique<ShardStream>(src, index);
+  // Progress by MiB written (a checkpoint of billions of parameters takes minutes).
+  const auto total_mib = static_cast<size_t>((static_cast<uint64_t>(total) * sizeof(float)) >> 20);
+  const bool show = total_mib >= 256;
+  uint64_t written = 0;
   for (int r = 0; r < world; ++r) {
-    progress_line(true, static_cast<size_t>(r), static_cast<size_t>(world),
-                  "writing " + rank_file(r) + ".safetensors");
     const int64_t lo = total * r / world, hi = total * (r + 1) / world;
     std::vector<model::TensorShard> m, o;
-    std::deque<std::vector<float>> buffers;  // this rank's elements only
+    std::deque<std::vector<float>> buffers;  // a version-1 source: this rank's elements
     int64_t at = 0;
     for (const auto& w : all) {
       const int64_t b = std::max(lo, at), e = std::min(hi, at + w.numel);
       if (b < e) {
-        buffers.emplace_back(static_cast<size_t>(e - b));
+        float* data = nullptr;
+        if (!indexed) data = buffers.emplace_back(static_cast<size_t>(e - b)).data();
         (w.model ? m : o)
-            .push_back({*w.key, *w.shape, b - at, e - b, 0, model::Sharding::replicated,
-                        buffers.back().data()});
+            .push_back({*w.key, *w.shape, b - at, e - b, 0, model::Sharding::replicated, data});
       }
       at += w.numel;
     }
-    std::vector<model::TensorShard> want = m;
-    want.insert(want.end(), o.begin(), o.end());
-    load_pieces(src, want);
-    write_part(tmp_dir, r, step, m, o);
+    if (!indexed) {
+      std::vector<model::TensorShard> want = m;
+      want.insert(want.end(), o.begin(), o.end());
+      load_pieces(src, want);
+      write_part(tmp_dir, r, step, m, o);
+      continue;
+    }
+    write_part(tmp_dir, r, step, m, o, [&](size_t piece, uint64_t at, char* dst, size_t n) {
+      const model::TensorShard& p = piece < m.size() ? m[piece] : o[piece - m.size()];
+      stream->read(p.key, p.offset + static_cast<int64_t>(at / sizeof(float)), dst, n);
+      written += n;
+      progress_line(show, std::min(static_cast<size_t>(written >> 20), total_mib - 1), total_mib,
+                    "MiB written to " + rank_file(r) + ".safetensors");
+    });
   }
-  progress_line(true, static_cast<size_t>(world), static_cast<size_t>(world), "");
+  progress_line(show, total_mib, total_mib, "");
   json layout = {{"world", world}, {"reshaped_from", fs::absolute(src).string()}};
   const std::string out = commit(run_dir, step, tmp_dir, world, read_state_json(src), layout, 0);
   cleanup.committed = true;

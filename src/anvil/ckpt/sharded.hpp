@@ -58,6 +58,11 @@ struct ShardedSave {
   std::vector<model::TensorShard> optimizer;  // (replica 0 only; others are skipped)
   std::string state_json;                     // the train state (rank 0's is kept)
   nlohmann::json layout = nlohmann::json::object();  // world, zero, ep, optimizer, ...
+  // When set, the pieces' bytes are made as the file is written rather than
+  // read from their `data`: fill(piece, at, dst, n) writes bytes [at, at + n)
+  // of piece `piece` (counted over model, then optimizer), whole floats, in
+  // order (and again from the start when a full disk makes the save retry).
+  std::function<void(size_t piece, uint64_t at, char* dst, size_t n)> fill;
 };
 
 // Writes <run_dir>/step-NNNNNNNN (every rank of `group` calls it) and
