@@ -101,43 +101,65 @@ json export_config(const model::ModelConfig& c, const HfArchitecture& arch,
   return original ? original->config(c, std::move(j)) : j;
 }
 
-// Each anvil tensor is released once its last exported tensor has taken
-// it (moved where one takes it whole): the export holds about one copy of
-// the weights, not two.
-std::vector<HfOutTensor> export_tensors(const std::vector<HfTensor>& map,
-                                        std::map<std::string, LoadedTensor>& tensors,
-                                        const Shapes& shapes, bool bf16) {
-  std::map<std::string, int> uses;
-  for (const auto& t : map)
-    for (const auto& part : t.parts) ++uses[part];
-  std::vector<HfOutTensor> out;
-  for (const auto& t : map) {
-    HfOutTensor x{t.name, mapped_shape(t, shapes), {}, {}};
-    std::vector<float> cat;
-    for (const auto& part : t.parts) {
-      auto& d = tensors.at(part).data;
-      if (--uses[part] == 0 && cat.empty() && t.parts.size() == 1) {
-        cat = std::move(d);
-      } else {
-        cat.insert(cat.end(), d.begin(), d.end());
-        if (uses[part] == 0) std::vector<float>().swap(d);
-      }
-    }
-    if (t.transpose) {
-      x.f32.resize(cat.size());
-      transpose(x.f32.data(), cat.data(), x.shape[1], x.shape[0]);
-    } else {
-      x.f32 = std::move(cat);
-    }
-    if (bf16) {
-      x.b16.resize(x.f32.size());
-      for (size_t i = 0; i < x.f32.size(); ++i) x.b16[i] = to_bf16(x.f32[i]).bits;
-      std::vector<float>().swap(x.f32);
-    }
-    out.push_back(std::move(x));
+// The values of an export's tensors, made one at a time as the files are
+// written: a tensor's anvil parts are read from the checkpoint when the
+// writer reaches it, concatenated (or stacked), transposed and rounded as
+// the map says, and released when the next one is made. The export holds
+// one tensor (twice while it is transposed), not the model.
+class ExportValues {
+ public:
+  ExportValues(const std::string& dir, const std::vector<HfTensor>& map, const Shapes& shapes,
+               bool bf16)
+      : dir_(dir), map_(map), shapes_(shapes), bf16_(bf16) {}
+
+  void operator()(size_t tensor, uint64_t at, char* dst, size_t n) {
+    if (held_ != tensor) make(tensor);
+    const char* from = bf16_ ? reinterpret_cast<const char*>(b16_.data())
+                             : reinterpret_cast<const char*>(f32_.data());
+    std::memcpy(dst, from + at, n);
   }
-  return out;
-}
+
+ private:
+  void make(size_t tensor) {
+    std::vector<float>().swap(f32_);  // the last one goes before the next comes
+    std::vector<uint16_t>().swap(b16_);
+    held_ = SIZE_MAX;
+    const HfTensor& t = map_[tensor];
+    int64_t numel = 0;
+    for (const auto& part : t.parts) numel += count(shapes_.at(part));
+    std::vector<float> cat(static_cast<size_t>(numel));
+    std::vector<model::TensorShard> want;
+    int64_t at = 0;
+    for (const auto& part : t.parts) {
+      const auto& shape = shapes_.at(part);
+      want.push_back(
+          {part, shape, 0, count(shape), 0, model::Sharding::replicated, cat.data() + at});
+      at += count(shape);
+    }
+    load_pieces(dir_, want);
+    if (t.transpose) {
+      const auto shape = mapped_shape(t, shapes_);
+      f32_.resize(cat.size());
+      transpose(f32_.data(), cat.data(), shape[1], shape[0]);
+    } else {
+      f32_ = std::move(cat);
+    }
+    if (bf16_) {
+      b16_.resize(f32_.size());
+      for (size_t i = 0; i < f32_.size(); ++i) b16_[i] = to_bf16(f32_[i]).bits;
+      std::vector<float>().swap(f32_);
+    }
+    held_ = tensor;
+  }
+
+  std::string dir_;
+  const std::vector<HfTensor>& map_;
+  const Shapes& shapes_;
+  bool bf16_;
+  size_t held_ = SIZE_MAX;
+  std::vector<float> f32_;
+  std::vector<uint16_t> b16_;
+};
 
 // The run's tokenizer, where transformers has an exact equivalent.
 void write_tokenizer(const fs::path& dir, const std::string& checkpoint, const json& state,
@@ -195,20 +217,20 @@ ExportResult export_checkpoint(const ExportOptions& o) {
   if (fs::exists(o.out_dir, ec))
     throw InputError("--out: " + o.out_dir + " exists; expected a new directory");
 
-  auto tensors = read_tensors(dir, "model");
-  Shapes shapes;
-  for (const auto& [name, t] : tensors) shapes[name] = t.shape;
+  const Shapes shapes = tensor_shapes(dir, "model");
   const auto expected = anvil_shapes(config);
   for (const auto& [name, shape] : expected) {
     const auto it = shapes.find(name);
     if (it == shapes.end() || it->second != shape)
       throw InputError(dir + ": tensor " + name + " missing or of another shape than its config's");
   }
-  const auto out = export_tensors(original ? identity_map(expected) : arch.tensors(config), tensors,
-                                  shapes, o.dtype == "bfloat16");
+  const std::vector<HfTensor> map = original ? identity_map(expected) : arch.tensors(config);
+  std::vector<HfOutTensor> out;
+  for (const auto& t : map) out.push_back({t.name, mapped_shape(t, shapes)});
   ExportResult r;
   for (const auto& x : out) r.parameters += count(x.shape);
   r.tensors = static_cast<int64_t>(out.size());
+  const bool bf16 = o.dtype == "bfloat16";
   const json anvil = {{"config", json::parse(model::model_config_to_json(config))},
                       {"tokenizer", state.value("tokenizer", "random")},
                       {"step", state.at("step")},
@@ -216,7 +238,8 @@ ExportResult export_checkpoint(const ExportOptions& o) {
                       {"format", o.format}};
   const fs::path target = fs::absolute(o.out_dir);
   write_directory(target, [&](const fs::path& tmp) {
-    r.files = write_hf_weights(tmp, out, o.max_shard_bytes, o.dtype == "bfloat16");
+    r.files =
+        write_hf_weights(tmp, out, o.max_shard_bytes, bf16, ExportValues(dir, map, shapes, bf16));
     const json cfg = export_config(config, arch, original, o.dtype, anvil);
     write_file_atomic((tmp / "config.json").string(), cfg.dump(2) + "\n");
     write_tokenizer(tmp, dir, state, config);

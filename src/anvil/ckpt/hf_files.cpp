@@ -20,24 +20,26 @@ namespace anvil::ckpt {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-int64_t HfOutTensor::bytes() const {
+int64_t HfOutTensor::bytes(bool bf16) const {
   int64_t n = 1;
   for (const int64_t d : shape) n *= d;
-  return n * (b16.empty() ? 4 : 2);
+  return n * (bf16 ? 2 : 4);
 }
 
-int64_t write_hf_weights(const fs::path& dir, const std::vector<HfOutTensor>& out,
-                         int64_t max_bytes, bool bf16) {
-  std::vector<std::vector<const HfOutTensor*>> files(1);
+int64_t write_hf_weights(
+    const fs::path& dir, const std::vector<HfOutTensor>& out, int64_t max_bytes, bool bf16,
+    const std::function<void(size_t tensor, uint64_t at, char* dst, size_t n)>& fill) {
+  std::vector<std::vector<size_t>> files(1);  // indexes into `out`
   int64_t in_file = 0, total = 0;
-  for (const auto& x : out) {
-    if (in_file > 0 && in_file + x.bytes() > max_bytes) {
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int64_t bytes = out[i].bytes(bf16);
+    if (in_file > 0 && in_file + bytes > max_bytes) {
       files.emplace_back();
       in_file = 0;
     }
-    files.back().push_back(&x);
-    in_file += x.bytes();
-    total += x.bytes();
+    files.back().push_back(i);
+    in_file += bytes;
+    total += bytes;
   }
   json weight_map = json::object();
   for (size_t f = 0; f < files.size(); ++f) {
@@ -45,12 +47,14 @@ int64_t write_hf_weights(const fs::path& dir, const std::vector<HfOutTensor>& ou
     std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", f + 1, files.size());
     const std::string file = files.size() == 1 ? "model.safetensors" : name;
     std::vector<TensorRef> refs;
-    for (const HfOutTensor* x : files[f]) {
-      refs.push_back({x->name, x->shape, x->f32.data(), bf16 ? x->b16.data() : nullptr});
-      weight_map[x->name] = file;
+    for (const size_t i : files[f]) {
+      refs.push_back({out[i].name, out[i].shape, nullptr, nullptr, bf16});
+      weight_map[out[i].name] = file;
     }
     progress_line(true, f, files.size(), "writing " + file);
-    write_safetensors((dir / file).string(), refs, {{"format", "pt"}});
+    write_safetensors_filled(
+        (dir / file).string(), refs, {{"format", "pt"}},
+        [&](size_t k, uint64_t at, char* dst, size_t n) { fill(files[f][k], at, dst, n); });
   }
   progress_line(true, files.size(), files.size(), "");
   if (files.size() > 1) {

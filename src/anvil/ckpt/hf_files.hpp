@@ -15,20 +15,21 @@
 
 namespace anvil::ckpt {
 
-// One tensor to write: fp32 values, or (bfloat16 exports) only its bits.
+// One tensor to write; its values come from write_hf_weights' fill.
 struct HfOutTensor {
   std::string name;
   std::vector<int64_t> shape;
-  std::vector<float> f32;
-  std::vector<uint16_t> b16;
-  int64_t bytes() const;
+  int64_t bytes(bool bf16) const;
 };
 
 // Writes `tensors` in order into files of at most `max_bytes` (a larger
-// tensor gets a file alone), with an index when there is more than one;
-// `bf16`: their b16 bits as dtype BF16. Returns the file count.
-int64_t write_hf_weights(const std::filesystem::path& dir, const std::vector<HfOutTensor>& tensors,
-                         int64_t max_bytes, bool bf16);
+// tensor gets a file alone), with an index when there is more than one, as
+// F32 or (`bf16`) BF16. fill(tensor, at, dst, n) writes bytes [at, at + n)
+// of tensors[tensor] in that dtype, asked for in order: the values are made
+// as the files are written, not held. Returns the file count.
+int64_t write_hf_weights(
+    const std::filesystem::path& dir, const std::vector<HfOutTensor>& tensors, int64_t max_bytes,
+    bool bf16, const std::function<void(size_t tensor, uint64_t at, char* dst, size_t n)>& fill);
 
 // The tensors of a transformers checkpoint directory (one file or an
 // index), opened for reading one at a time: every file's header is read

@@ -44,11 +44,11 @@ Layout layout_of(const std::vector<TensorRef>& tensors,
   nlohmann::json header = nlohmann::json::object();
   uint64_t offset = 0;
   auto size_of = [](const TensorRef& t) {
-    return static_cast<uint64_t>(tensor::numel(t.shape)) * (t.bf16 ? 2 : sizeof(float));
+    return static_cast<uint64_t>(tensor::numel(t.shape)) * (t.is_bf16() ? 2 : sizeof(float));
   };
   for (const auto& t : tensors) {
     const uint64_t bytes = size_of(t);
-    header[t.name] = {{"dtype", t.bf16 ? "BF16" : "F32"},
+    header[t.name] = {{"dtype", t.is_bf16() ? "BF16" : "F32"},
                       {"shape", t.shape},
                       {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;

@@ -21,6 +21,9 @@ struct TensorRef {
   const float* data;
   // Instead of `data`: bfloat16 bits, written as dtype BF16 (exports).
   const uint16_t* bf16 = nullptr;
+  // For write_safetensors_filled, which reads neither: dtype BF16 (else F32).
+  bool filled_bf16 = false;
+  bool is_bf16() const { return bf16 != nullptr || filled_bf16; }
 };
 
 // Writes atomically (temporary name, fsync, rename). Tensors keep the given
@@ -40,9 +43,10 @@ std::vector<WrittenTensor> write_safetensors_direct(
     const std::map<std::string, std::string>& metadata = {});
 
 // write_safetensors_direct with the tensors' bytes made on the way rather
-// than held (TensorRef's data unused; dtype F32): fill(tensor, at, dst, n)
-// writes bytes [at, at + n) (whole floats) of tensors[tensor], called in the
-// file's order. Memory is the writer's buffer, whatever the file's size.
+// than held (TensorRef's data unused; dtype F32, or BF16 with filled_bf16):
+// fill(tensor, at, dst, n) writes bytes [at, at + n) (whole elements) of
+// tensors[tensor], called in the file's order. Memory is the writer's buffer, whatever the file's
+// size.
 std::vector<WrittenTensor> write_safetensors_filled(
     const std::string& path, const std::vector<TensorRef>& tensors,
     const std::map<std::string, std::string>& metadata,
