@@ -110,8 +110,14 @@ TEST(DeviceDecoder, Bf16MatmulsMatchTheDecodersBf16) {
         kernels::attention_tiles_for(true, c.head_dim) == kernels::AttentionTiles::bf16;
     SCOPED_TRACE(bf16_tiles ? "bf16 attention tiles" : "fp32 attention");
     const int64_t T = name[0] == 'g' ? 20 : 24;
+    // With fp32 attention the two still round the matmuls' inputs to bf16
+    // after fp32 sums added in other orders: an input one bf16 step (2^-8)
+    // apart moves k_proj's weight gradient, which is small against its
+    // terms (softmax ignores a shift of every score), by 3e-4 of its largest
+    // (Intel Xeon with AMX under ANVIL_ISA=avx2); 1e-3 leaves a 3x margin and
+    // stays 10x under the bf16 tiles' bound.
     expect_same_training_step(c, 2, T, name[0] == 'g' ? 2 : 1, Precision::bf16,
-                              bf16_tiles ? 1e-2 : 2e-4);
+                              bf16_tiles ? 1e-2 : 1e-3);
   }
 }
 

@@ -110,7 +110,7 @@ class ExportValues {
  public:
   ExportValues(const std::string& dir, const std::vector<HfTensor>& map, const Shapes& shapes,
                bool bf16)
-      : dir_(dir), map_(map), shapes_(shapes), bf16_(bf16) {}
+      : checkpoint_(std::make_shared<PieceReader>(dir)), map_(map), shapes_(shapes), bf16_(bf16) {}
 
   void operator()(size_t tensor, uint64_t at, char* dst, size_t n) {
     if (held_ != tensor) make(tensor);
@@ -136,7 +136,7 @@ class ExportValues {
           {part, shape, 0, count(shape), 0, model::Sharding::replicated, cat.data() + at});
       at += count(shape);
     }
-    load_pieces(dir_, want);
+    checkpoint_->load(want);
     if (t.transpose) {
       const auto shape = mapped_shape(t, shapes_);
       f32_.resize(cat.size());
@@ -152,7 +152,7 @@ class ExportValues {
     held_ = tensor;
   }
 
-  std::string dir_;
+  std::shared_ptr<const PieceReader> checkpoint_;  // shared by the std::function copies
   const std::vector<HfTensor>& map_;
   const Shapes& shapes_;
   bool bf16_;
@@ -349,9 +349,10 @@ void write_imported(const std::string& run_dir, const model::ModelConfig& c,
       held = s.tensor;
     }
     std::memcpy(dst, values.data() + s.offset + static_cast<int64_t>(at / sizeof(float)), n);
+    if (((written + n) >> 20) != (written >> 20))  // a line per MiB at most
+      progress_line(show, std::min(static_cast<size_t>((written + n) >> 20), total_mib - 1),
+                    total_mib, "MiB of " + run_dir + " written");
     written += n;
-    progress_line(show, std::min(static_cast<size_t>(written >> 20), total_mib - 1), total_mib,
-                  "MiB of " + run_dir + " written");
   };
   std::string tokenizer = "random";
   if (hf_config.contains("anvil") && hf_config["anvil"].is_object())

@@ -45,8 +45,8 @@ std::vector<WrittenTensor> write_safetensors_direct(
 // write_safetensors_direct with the tensors' bytes made on the way rather
 // than held (TensorRef's data unused; dtype F32, or BF16 with filled_bf16):
 // fill(tensor, at, dst, n) writes bytes [at, at + n) (whole elements) of
-// tensors[tensor], called in the file's order. Memory is the writer's buffer, whatever the file's
-// size.
+// tensors[tensor], called in the file's order. Memory is the writer's
+// buffer, whatever the file's size.
 std::vector<WrittenTensor> write_safetensors_filled(
     const std::string& path, const std::vector<TensorRef>& tensors,
     const std::map<std::string, std::string>& metadata,

@@ -312,7 +312,12 @@ void read_shard(const ReadFile& file, const std::string& path, const std::string
 // turn) without holding any of it.
 class ShardStream {
  public:
-  ShardStream(const std::string& dir, const json& index) : dir_(dir), index_(index) {}
+  // A file is closed once all its shards are read (a checkpoint of
+  // thousands of ranks never holds them all open).
+  ShardStream(const std::string& dir, const json& index) : dir_(dir), index_(index) {
+    for (const auto& [key, t] : index["tensors"].items())
+      for (const Shard& sh : shards_of(dir, key, t)) unread_[sh.file] += sh.end - sh.begin;
+  }
 
   // Copies elements [offset, offset + bytes / 4) of tensor `key` into dst.
   void read(const std::string& key, int64_t offset, char* dst, size_t bytes) {
@@ -340,6 +345,7 @@ class ShardStream {
             path + ": tensor " + key + " (elements " + std::to_string(sh.offset) + ".." +
             std::to_string(sh.offset + sh.numel) + "): checksum mismatch (CRC-32 " +
             std::to_string(r.crc) + ", index says " + std::to_string(sh.crc) + ")");
+      if ((unread_[sh.file] -= n) == 0) files_.erase(sh.file);
     }
   }
 
@@ -353,23 +359,37 @@ class ShardStream {
   std::map<std::string, std::vector<Shard>> shards_;
   std::map<std::pair<std::string, uint64_t>, Read> read_;
   std::map<std::string, std::unique_ptr<ReadFile>> files_;
+  std::map<std::string, uint64_t> unread_;  // bytes of each file's shards not read yet
 };
 
+// A version-1 checkpoint (model.safetensors, optimizer.safetensors): the
+// headers are read, then each wanted tensor (the last one read is kept for
+// the next piece of it).
 void load_version1(const std::string& dir, const std::vector<model::TensorShard>& want) {
   const fs::path d(dir);
-  std::vector<SafetensorsFile> files;
-  files.push_back(read_safetensors((d / "model.safetensors").string()));
+  std::vector<SafetensorsReader> files;
+  files.emplace_back((d / "model.safetensors").string());
   bool has_optimizer = false;
-  for (const auto& w : want) has_optimizer |= !files[0].tensors.count(w.key);
+  for (const auto& w : want) has_optimizer |= files[0].shapes().count(w.key) == 0;
   if (has_optimizer && fs::exists(d / "optimizer.safetensors"))
-    files.push_back(read_safetensors((d / "optimizer.safetensors").string()));
+    files.emplace_back((d / "optimizer.safetensors").string());
+  std::string held;
+  LoadedTensor t;
   for (const auto& w : want) {
-    const LoadedTensor* t = nullptr;
-    for (const auto& f : files) {
-      if (f.tensors.count(w.key)) t = &f.get(w.key, w.global_shape);
+    const SafetensorsReader* f = nullptr;
+    for (const auto& r : files)
+      if (r.shapes().count(w.key)) f = &r;
+    if (f == nullptr) throw InputError(dir + ": no tensor " + w.key);
+    if (f->shapes().at(w.key) != w.global_shape)
+      throw InputError(f->path() + ": tensor " + w.key + ": shape " +
+                       tensor::shape_string(f->shapes().at(w.key)) + " (expected " +
+                       tensor::shape_string(w.global_shape) + ")");
+    if (held != w.key) {
+      held.clear();
+      t = f->read(w.key);
+      held = w.key;
     }
-    if (t == nullptr) throw InputError(dir + ": no tensor " + w.key);
-    std::memcpy(w.data, t->data.data() + w.offset, static_cast<size_t>(w.numel) * sizeof(float));
+    std::memcpy(w.data, t.data.data() + w.offset, static_cast<size_t>(w.numel) * sizeof(float));
   }
 }
 
@@ -725,9 +745,10 @@ std::string reshape_checkpoint(const std::string& from, const std::string& run_d
     write_part(tmp_dir, r, step, m, o, [&](size_t piece, uint64_t at, char* dst, size_t n) {
       const model::TensorShard& p = piece < m.size() ? m[piece] : o[piece - m.size()];
       stream->read(p.key, p.offset + static_cast<int64_t>(at / sizeof(float)), dst, n);
+      if (((written + n) >> 20) != (written >> 20))  // a line per MiB at most
+        progress_line(show, std::min(static_cast<size_t>((written + n) >> 20), total_mib - 1),
+                      total_mib, "MiB written to " + rank_file(r) + ".safetensors");
       written += n;
-      progress_line(show, std::min(static_cast<size_t>(written >> 20), total_mib - 1), total_mib,
-                    "MiB written to " + rank_file(r) + ".safetensors");
     });
   }
   progress_line(show, total_mib, total_mib, "");
@@ -738,13 +759,23 @@ std::string reshape_checkpoint(const std::string& from, const std::string& run_d
   return out;
 }
 
+PieceReader::PieceReader(const std::string& dir) : dir_(dir) {
+  if (!fs::exists(fs::path(dir) / "index.json")) return;  // version 1
+  index_ = parse_index(dir);
+  check_shard_files(dir, index_);
+}
+
 void load_pieces(const std::string& dir, const std::vector<model::TensorShard>& want) {
-  if (!fs::exists(fs::path(dir) / "index.json")) {
+  PieceReader(dir).load(want);
+}
+
+void PieceReader::load(const std::vector<model::TensorShard>& want) const {
+  const std::string& dir = dir_;
+  if (index_.is_null()) {
     load_version1(dir, want);
     return;
   }
-  const json index = parse_index(dir);
-  check_shard_files(dir, index);
+  const json& index = index_;
   const json& tensors = index["tensors"];
   // Per (file, shard): the wanted element ranges it serves.
   struct Job {
@@ -804,9 +835,9 @@ std::map<std::string, LoadedTensor> read_tensors(const std::string& dir, const s
   std::map<std::string, LoadedTensor> out;
   if (!fs::exists(fs::path(dir) / "index.json")) {
     const std::string name = kind == "model" ? "model.safetensors" : "optimizer.safetensors";
-    out = read_safetensors((fs::path(dir) / name).string()).tensors;
-    if (only != nullptr)
-      std::erase_if(out, [&](const auto& kv) { return only->count(kv.first) == 0; });
+    const SafetensorsReader reader((fs::path(dir) / name).string());
+    for (const auto& [key, shape] : reader.shapes())
+      if (only == nullptr || only->count(key) > 0) out[key] = reader.read(key);
     return out;
   }
   const json index = parse_index(dir);
@@ -844,8 +875,8 @@ std::map<std::string, std::vector<int64_t>> tensor_shapes(const std::string& dir
                                                           const std::string& kind) {
   std::map<std::string, std::vector<int64_t>> out;
   if (!fs::exists(fs::path(dir) / "index.json")) {
-    for (const auto& [name, t] : read_tensors(dir, kind)) out[name] = t.shape;
-    return out;
+    const std::string name = kind == "model" ? "model.safetensors" : "optimizer.safetensors";
+    return SafetensorsReader((fs::path(dir) / name).string()).shapes();
   }
   const json index = parse_index(dir);
   for (const auto& [key, t] : index["tensors"].items())

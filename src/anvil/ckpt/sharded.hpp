@@ -96,6 +96,18 @@ std::string reshape_checkpoint(const std::string& from, const std::string& run_d
 // on damage, InputError when a wanted tensor is absent or of another shape.
 void load_pieces(const std::string& dir, const std::vector<model::TensorShard>& want);
 
+// load_pieces for a reader that loads many times (an export, tensor by
+// tensor): the index is parsed and the shard files checked once, at open.
+class PieceReader {
+ public:
+  explicit PieceReader(const std::string& dir);
+  void load(const std::vector<model::TensorShard>& want) const;
+
+ private:
+  std::string dir_;
+  nlohmann::json index_;  // null: a version-1 checkpoint
+};
+
 // The model's weights (registry order) and its extra model state (not the
 // optimizer's) from a checkpoint: generation, evaluation.
 void load_weights(const std::string& dir, const model::ParamRegistry& registry, float* params,
@@ -107,8 +119,7 @@ void load_weights(const std::string& dir, const model::ParamRegistry& registry, 
 std::map<std::string, LoadedTensor> read_tensors(const std::string& dir,
                                                  const std::string& kind = "model",
                                                  const std::set<std::string>* only = nullptr);
-// Their shapes, by name, without reading the data (a version-1 checkpoint's
-// file is read whole).
+// Their shapes, by name, without reading the data.
 std::map<std::string, std::vector<int64_t>> tensor_shapes(const std::string& dir,
                                                           const std::string& kind = "model");
 
