@@ -149,8 +149,12 @@ Bf16Path bf16_path() {
 }
 
 std::string bf16_path_description(Bf16Path path) {
-  return path == Bf16Path::native ? "native AVX512_BF16 (oneDNN)"
-                                  : "emulated (bf16 widened to fp32, then the fp32 GEMM)";
+  if (path != Bf16Path::native) return "emulated (bf16 widened to fp32, then the fp32 GEMM)";
+  // oneDNN picks its kernels from the ISA it may use: on a CPU with AMX (and
+  // the kernel's permission for its tile state) its matmuls run on the tiles
+  // (brg:avx512_core_amx_bf16 in ONEDNN_VERBOSE), else on AVX512_BF16.
+  return onednn_cpu_isa() == "avx512_core_amx" ? "native AMX tiles (oneDNN avx512_core_amx)"
+                                               : "native AVX512_BF16 (oneDNN)";
 }
 
 bool prefer_onednn_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k) {

@@ -37,7 +37,8 @@ enum class Bf16Path { native, emulated };
 // overrides (emulated forces the fallback on any CPU, as CI does). Throws
 // InputError for another value, or for native on a CPU without AVX512_BF16.
 Bf16Path bf16_path();
-// "native AVX512_BF16 (oneDNN)" or "emulated (bf16 widened to fp32, fp32 GEMM)".
+// "native AMX tiles (oneDNN avx512_core_amx)", "native AVX512_BF16 (oneDNN)" or
+// "emulated (bf16 widened to fp32, fp32 GEMM)".
 std::string bf16_path_description(Bf16Path path);
 // True where the CPU can run the native path (the onednn backend for bf16).
 bool bf16_native_available();
