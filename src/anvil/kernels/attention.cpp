@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "anvil/base/cpu.hpp"
 #include "anvil/base/env_choice.hpp"
 #include "anvil/base/error.hpp"
 #include "anvil/base/step_parts.hpp"
@@ -616,11 +617,31 @@ AttentionTiles attention_tiles() {
   return tiles;
 }
 
+bool bf16_attention_tiles() {
+  static const bool tiles = [] {
+    const std::string want = env_choice("ANVIL_BF16_ATTENTION", {"auto", "tiles", "fp32"});
+    const bool can = tile_gemm_bf16_available() &&
+                     device::bf16_path() == device::Bf16Path::native &&
+                     attention_tiles() == AttentionTiles::kernel;
+    if (want == "fp32") return false;
+    if (want == "tiles") {
+      if (!can)
+        throw InputError(
+            "ANVIL_BF16_ATTENTION=tiles: the bf16 tiles need AVX512_BF16, the native bf16 "
+            "path and the tile kernel (expected auto or fp32 here)");
+      return true;
+    }
+    // Measured against the fp32 tile kernel in the same run (`anvil bench
+    // attention --dtype bf16|fp32`, docs/kernels.md): faster on AMD Zen 4
+    // and Zen 5, whose AVX512_BF16 dot products outrun their fp32 FMAs;
+    // 0.70-0.73x on the Intel Xeon with AMX, where they do not.
+    return can && cpu_info().vendor == "AuthenticAMD";
+  }();
+  return tiles;
+}
+
 AttentionTiles attention_tiles_for(bool bf16_matmuls, int64_t D) {
-  if (bf16_matmuls && tile_gemm_bf16_available() && D % 16 == 0 &&
-      device::bf16_path() == device::Bf16Path::native &&
-      attention_tiles() == AttentionTiles::kernel)
-    return AttentionTiles::bf16;
+  if (bf16_matmuls && D % 16 == 0 && bf16_attention_tiles()) return AttentionTiles::bf16;
   return AttentionTiles::automatic;
 }
 

@@ -146,10 +146,16 @@ enum class AttentionTiles { automatic, kernel, blas, bf16 };
 // form (measured faster, docs/kernels.md), else BLAS. "kernel" on a build
 // without a tile kernel is an InputError.
 AttentionTiles attention_tiles();
-// The tiles of a layer's attention: bf16 where its matmuls are bf16, the
-// bf16 GEMM path is native, the process's choice is the tile kernel and the
-// head size D is a multiple of 16; automatic otherwise (so
-// ANVIL_ATTENTION_TILES=blas and ANVIL_BF16=emulated keep attention fp32).
+// Whether bf16 runs take the bf16 tiles, the process's choice made once:
+// ANVIL_BF16_ATTENTION=tiles|fp32|auto (unset: auto). They need AVX512_BF16,
+// the native bf16 GEMM path and the tile kernel ("tiles" without them is an
+// InputError); auto takes them where they were measured faster than the
+// fp32 tile kernel (AMD Zen 4 and 5; not the Intel Xeon with AMX).
+bool bf16_attention_tiles();
+// The tiles of a layer's attention: bf16 where its matmuls are bf16,
+// bf16_attention_tiles() and the head size D is a multiple of 16; automatic
+// otherwise (so ANVIL_ATTENTION_TILES=blas and ANVIL_BF16=emulated keep
+// attention fp32).
 AttentionTiles attention_tiles_for(bool bf16_matmuls, int64_t D);
 // "tile kernel (AVX-512, 6 x 64 register tile)" or "BLAS (OpenBLAS, single-threaded per tile)".
 std::string attention_tiles_description(AttentionTiles tiles);
