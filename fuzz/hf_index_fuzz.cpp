@@ -1,5 +1,5 @@
 // libFuzzer: a Hugging Face model.safetensors.index.json (the weight map of
-// a sharded export) over fixed shard files: read_hf_weights must refuse any
+// a sharded export) over fixed shard files: HfWeights must refuse any
 // damage with InputError, never read outside the folder or crash.
 #include <filesystem>
 #include <vector>
@@ -20,7 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }();
   anvil::fuzz::put(dir + "/model.safetensors.index.json", data, size);
   try {
-    (void)anvil::ckpt::read_hf_weights(dir);
+    const anvil::ckpt::HfWeights weights(dir);
+    for (const auto& [name, shape] : weights.shapes()) (void)weights.read(name);
   } catch (const anvil::InputError&) {
   }
   return 0;
